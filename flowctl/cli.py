@@ -1,0 +1,657 @@
+"""The `flowctl` command: parse -> ops -> render. The one place errors become exit codes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from flowctl import ops
+from flowctl.clock import SystemClock
+from flowctl.config import Config, load_config, resolve_db
+from flowctl.durations import format_duration, parse_duration
+from flowctl.errors import FlowctlError, UsageError
+from flowctl.model import EntryState, Run, RunStatus, iso
+from flowctl.store import Store
+
+
+class _Group(TyperGroup):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except FlowctlError as e:
+            typer.echo(f"flowctl: {e}", err=True)
+            raise typer.Exit(e.exit_code) from None
+
+
+app = typer.Typer(
+    cls=_Group,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    help="Durable workflows on one machine: one command, one SQLite file.",
+)
+
+
+class State:
+    def __init__(self, db: str | None) -> None:
+        self._db = db
+        self._config: Config | None = None
+        self._store: Store | None = None
+        self.clock = SystemClock()
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            self._config = load_config()
+        return self._config
+
+    @property
+    def db_path(self) -> Path:
+        return resolve_db(self._db, self.config)
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store(self.db_path, durability=str(self.config.get("durability")))
+        return self._store
+
+
+def _state(ctx: typer.Context) -> State:
+    obj = ctx.find_root().obj
+    assert isinstance(obj, State)
+    return obj
+
+
+def _version(value: bool) -> None:
+    if value:
+        from flowctl import __version__
+
+        typer.echo(f"flowctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    db: Annotated[
+        str | None,
+        typer.Option("--db", help="SQLite file to use (default: FLOWCTL_DB, flowctl.toml, XDG state dir)."),
+    ] = None,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    ctx.obj = State(db)
+
+
+# ---------------------------------------------------------------------------
+# rendering helpers
+
+
+def _emit_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def _local(when: datetime | None) -> str:
+    if when is None:
+        return "-"
+    return when.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _relative(when: datetime | None, now: datetime) -> str:
+    if when is None:
+        return "-"
+    delta = when - now
+    if delta.total_seconds() >= 0:
+        return f"in {format_duration(delta)}"
+    return f"{format_duration(-delta)} ago"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    widths[-1] = min(widths[-1], 60)
+    typer.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for row in rows:
+        typer.echo("  ".join(c[:w].ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _first_error_line(run: Run) -> str:
+    if not run.error:
+        return ""
+    msg = str(run.error.get("message") or "").strip().splitlines()
+    return f"{run.error.get('type')}: {msg[0]}" if msg else str(run.error.get("type"))
+
+
+def _run_json(run: Run) -> dict[str, Any]:
+    return run.to_json()
+
+
+# ---------------------------------------------------------------------------
+# init / workflows
+
+
+@app.command()
+def init(
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing flowctl.toml.")] = False,
+) -> None:
+    """Create flowctl.toml here with the documented defaults.  Example: flowctl init"""
+    from flowctl.config import write_default_config
+
+    path = write_default_config(Path.cwd(), force=force)
+    typer.echo(f"wrote {path}")
+
+
+@app.command()
+def workflows(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List the workflows found in the workflows folder.  Example: flowctl workflows"""
+    st = _state(ctx)
+    folder = st.config.workflows_dir()
+    found = ops.list_workflows(folder)
+    if as_json:
+        _emit_json(
+            [{"name": w.name, "kind": w.kind, "target": w.target, "description": w.description} for w in found]
+        )
+        return
+    if not found:
+        typer.echo(f"no workflows in {folder}")
+        return
+    cwd = Path.cwd()
+    rows = []
+    for w in found:
+        file = w.source_path or w.target
+        try:
+            file = str(Path(file).relative_to(cwd))
+        except ValueError:
+            pass
+        rows.append([w.name, w.kind, file, w.description])
+    _table(["NAME", "KIND", "FILE", "DESCRIPTION"], rows)
+
+
+# ---------------------------------------------------------------------------
+# run
+
+
+@app.command()
+def run(
+    ctx: typer.Context,
+    target: Annotated[str, typer.Argument(help="file.py:function, module:function, file.yaml, or a workflow name.")],
+    inputs: Annotated[
+        list[str] | None,
+        typer.Option("-i", "--in-value", help="Input: key=value (string) or key:=JSON (typed). Repeatable."),
+    ] = None,
+    input_json: Annotated[str | None, typer.Option("--input", help="The whole input as a JSON object.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Stay in the foreground through sleeps until the run ends.")] = False,
+    detach: Annotated[bool, typer.Option("--detach", help="Only queue the run; a daemon runs it.")] = False,
+    in_: Annotated[str | None, typer.Option("--in", help="Start after a duration (queues the run), e.g. 10m.")] = None,
+    at: Annotated[str | None, typer.Option("--at", help="Start at a time (queues the run), ISO-8601.")] = None,
+    deadline: Annotated[
+        str | None, typer.Option("--deadline", help="Give up on the whole run at this time or after this duration.")
+    ] = None,
+    timeout: Annotated[
+        str | None, typer.Option("--timeout", help="Execution budget per attempt (sleeping spends none), e.g. 30s.")
+    ] = None,
+    max_attempts: Annotated[int | None, typer.Option("--max-attempts", help="Attempts in total (default 3).")] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", help="Idempotency key: a second run with the same key returns the first.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Start a workflow run.  Example: flowctl run examples/hello.py:hello -i name=ana --wait"""
+    st = _state(ctx)
+    clock = st.clock
+    if in_ is not None and at is not None:
+        raise UsageError("give --in or --at, not both")
+    if wait and detach:
+        raise UsageError("give --wait or --detach, not both")
+    data = ops.parse_inputs(inputs, input_json)
+    run_at = None
+    if in_ is not None:
+        run_at = clock.now() + parse_duration(in_)
+    elif at is not None:
+        run_at = ops.parse_time(at, clock, flag="--at")
+    deadline_at = ops.parse_when(deadline, clock, flag="--deadline") if deadline else None
+    if timeout is not None:
+        parse_duration(timeout)
+    started = ops.start(
+        st.store,
+        target,
+        data,
+        clock=clock,
+        workflows_dir=st.config.workflows_dir(),
+        key=key,
+        run_at=run_at,
+        deadline=deadline_at,
+        timeout=timeout,
+        max_attempts=max_attempts,
+    )
+    run_obj = started.run
+    if not started.created:
+        if not as_json:
+            typer.echo(f"run {run_obj.run_id} already exists for key {key!r} ({run_obj.status})")
+        if as_json:
+            _emit_json(_run_summary(run_obj))
+        return
+    if detach or run_at is not None:
+        if as_json:
+            _emit_json(_run_summary(run_obj))
+        else:
+            when = "" if run_at is None else f" to start {_local(run_at)} ({_relative(run_at, clock.now())})"
+            typer.echo(f"queued {run_obj.run_id} ({run_obj.workflow}){when}")
+        return
+    final = _drive(st, run_obj, wait=wait, quiet=as_json)
+    if as_json:
+        _emit_json(_run_summary(final))
+    else:
+        _print_end(final, clock.now())
+    if final.status in (RunStatus.DEAD, RunStatus.CANCELLED):
+        raise typer.Exit(1)
+
+
+def _run_summary(run: Run) -> dict[str, Any]:
+    return {
+        "id": run.run_id,
+        "workflow": run.workflow,
+        "status": str(run.status),
+        "result": run.result,
+        "error": run.error,
+        "run_at": iso(run.run_at),
+    }
+
+
+def _drive(st: State, run_obj: Run, *, wait: bool, quiet: bool) -> Run:
+    from flowctl.daemon import DaemonConfig, drive_run
+    from flowctl.model import JournalEntry
+
+    def on_checkpoint(entry: JournalEntry) -> None:
+        if quiet or entry.kind != "step":
+            return
+        took = f" ({format_duration(entry.duration)})" if entry.duration is not None else ""
+        mark = "✓" if entry.state is EntryState.DONE else "✗"
+        typer.echo(f"  {mark} {entry.name}{took}")
+
+    cfg = _daemon_config(st, concurrency=1)
+    try:
+        return drive_run(st.store, st.clock, run_obj.run_id, cfg, wait=wait, on_checkpoint=on_checkpoint)
+    except KeyboardInterrupt:
+        typer.echo(
+            f"\ninterrupted: run {run_obj.run_id} is left to `flowctl daemon`, which resumes it", err=True
+        )
+        raise typer.Exit(130) from None
+
+
+def _print_end(run: Run, now: datetime) -> None:
+    if run.status is RunStatus.COMPLETED:
+        typer.echo(f"completed {run.run_id}: {json.dumps(run.result)}")
+    elif run.status is RunStatus.SLEEPING:
+        typer.echo(f"sleeping until {_local(run.run_at)} ({_relative(run.run_at, now)})")
+        typer.echo(f"run {run.run_id} (`flowctl daemon` wakes it; `flowctl show {run.run_id}`)")
+    elif run.status is RunStatus.WAITING:
+        due = f", timeout {_local(run.run_at)}" if run.run_at else ""
+        typer.echo(f"waiting for a signal{due}")
+        typer.echo(f"run {run.run_id} (`flowctl signal {run.run_id} NAME`)")
+    elif run.status is RunStatus.QUEUED:
+        typer.echo(f"queued {run.run_id}: next attempt {_local(run.run_at)} ({_relative(run.run_at, now)})")
+        if run.error:
+            typer.echo(f"  last error: {_first_error_line(run)}")
+    elif run.status is RunStatus.RUNNING:
+        typer.echo(f"running {run.run_id} in another worker")
+    else:
+        typer.echo(f"{run.status} {run.run_id}: {_first_error_line(run)}", err=True)
+
+
+def _daemon_config(st: State, **overrides: Any) -> Any:
+    from flowctl.daemon import DaemonConfig
+
+    cfg = st.config
+    values = {
+        "concurrency": int(cfg.get("concurrency")),
+        "lease": parse_duration(cfg.get("lease")).total_seconds(),
+        "heartbeat": parse_duration(cfg.get("heartbeat")).total_seconds(),
+        "grace": parse_duration(cfg.get("grace")).total_seconds(),
+    }
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return DaemonConfig(**values)
+
+
+# ---------------------------------------------------------------------------
+# ls / show
+
+
+@app.command("ls")
+def ls(
+    ctx: typer.Context,
+    status: Annotated[
+        list[str] | None, typer.Option("--status", "-s", help=f"Filter by status ({ops.STATUS_NAMES}); repeatable.")
+    ] = None,
+    workflow: Annotated[str | None, typer.Option("--workflow", "-w", help="Filter by workflow name.")] = None,
+    search: Annotated[str | None, typer.Option("--search", help="Match run id or input text.")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many runs.")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of run objects.")] = False,
+) -> None:
+    """List runs, newest first.  Example: flowctl ls --status sleeping --json"""
+    st = _state(ctx)
+    runs = ops.list_runs(st.store, statuses=status, workflow=workflow, search=search, limit=limit)
+    if as_json:
+        _emit_json([_run_json(r) for r in runs])
+        return
+    if not runs:
+        typer.echo("no runs")
+        return
+    now = st.clock.now()
+    rows = []
+    for r in runs:
+        if r.status in (RunStatus.SLEEPING, RunStatus.WAITING, RunStatus.QUEUED):
+            nxt = _relative(r.run_at, now)
+        elif r.finished_at:
+            nxt = _relative(r.finished_at, now)
+        else:
+            nxt = "-"
+        rows.append([r.run_id, r.workflow, str(r.status), f"{r.attempt}/{r.max_attempts}", _local(r.created_at), nxt, _first_error_line(r)])
+    _table(["RUN", "WORKFLOW", "STATUS", "ATTEMPT", "CREATED", "NEXT/ENDED", "ERROR"], rows)
+
+
+@app.command()
+def show(
+    ctx: typer.Context,
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print run, checkpoints and timeline as JSON.")] = False,
+) -> None:
+    """Show one run: header, checkpoints by call index, timeline.  Example: flowctl show 01jd"""
+    st = _state(ctx)
+    detail = ops.show_run(st.store, run_ref, clock=st.clock)
+    if as_json:
+        _emit_json(detail.to_json())
+        return
+    r = detail.run
+    now = st.clock.now()
+    typer.echo(f"run       {r.run_id}")
+    typer.echo(f"workflow  {r.workflow}  ({r.kind}: {r.target})")
+    typer.echo(f"status    {r.status} — {ops.why(detail, now)}")
+    typer.echo(f"input     {json.dumps(r.input)}")
+    typer.echo(f"attempt   {r.attempt}/{r.max_attempts}")
+    typer.echo(f"created   {_local(r.created_at)}")
+    if r.deadline:
+        typer.echo(f"deadline  {_local(r.deadline)} ({_relative(r.deadline, now)})")
+    if r.timeout:
+        typer.echo(f"budget    {format_duration(r.exec_spent)} of {format_duration(r.timeout)} spent this attempt")
+    if r.schedule:
+        typer.echo(f"schedule  {r.schedule} (fire time {_local(r.scheduled_at)})")
+    if r.parent_run_id:
+        typer.echo(f"parent    {r.parent_run_id}")
+    if r.status is RunStatus.COMPLETED:
+        typer.echo(f"result    {json.dumps(r.result)}")
+    if r.error:
+        typer.echo(f"error     {_first_error_line(r)}")
+        for k in ("exit_code", "dead_reason"):
+            if k in r.error:
+                typer.echo(f"          {k}: {r.error[k]}")
+        if r.status is RunStatus.DEAD:
+            tb = r.error.get("traceback") or r.error.get("stderr_tail")
+            if tb:
+                typer.echo("          " + "\n          ".join(str(tb).rstrip().splitlines()[-12:]))
+    for note in detail.notes:
+        typer.echo(f"note      {note}")
+    typer.echo("")
+    typer.echo("checkpoints")
+    if not detail.checkpoints and not detail.versions:
+        typer.echo("  (none)")
+    for c in detail.checkpoints:
+        extra = ""
+        if c.wake_at is not None:
+            extra = f" wake_at {_local(c.wake_at)}"
+        if c.state is EntryState.ERROR:
+            err = c.value or {}
+            extra += f" {err.get('type')}: {str(err.get('message', '')).splitlines()[0] if err.get('message') else ''}"
+        elif c.kind == "step" and c.value is not None:
+            text = json.dumps(c.value)
+            extra += " → " + (text if len(text) <= 60 else text[:57] + "...")
+        took = f" ({format_duration(c.duration)})" if c.duration is not None else ""
+        typer.echo(f"  #{c.call_index:<3} {c.kind:<7} {c.name:<20} {c.state}{took}{extra}")
+    for cid, v, _at in detail.versions:
+        typer.echo(f"  ver  {cid} = {v}")
+    if detail.pending_signals:
+        typer.echo("")
+        typer.echo("buffered signals")
+        for name, payload, at in detail.pending_signals:
+            typer.echo(f"  {name} {json.dumps(payload)} (sent {_local(at)})")
+    typer.echo("")
+    typer.echo("timeline")
+    for e in detail.timeline:
+        data = " ".join(f"{k}={v}" for k, v in e.data.items())
+        typer.echo(f"  {_local(e.at)}.{e.at.microsecond // 1000:03d}  {e.type:<20} {data}")
+
+
+# ---------------------------------------------------------------------------
+# operator actions
+
+
+@app.command("signal")
+def send_signal(
+    ctx: typer.Context,
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
+    name: Annotated[str, typer.Argument(help="Signal name, e.g. approved.")],
+    data: Annotated[str, typer.Option("--data", help="JSON payload.")] = "null",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run as JSON.")] = False,
+) -> None:
+    """Send a signal to a run.  Example: flowctl signal 01jd approved --data '{"by":"ana"}'"""
+    st = _state(ctx)
+    payload = ops.parse_json_arg("--data", data)
+    run_obj = ops.send_signal(st.store, run_ref, name, payload, clock=st.clock)
+    if as_json:
+        _emit_json(_run_json(run_obj))
+    else:
+        typer.echo(f"sent {name!r} to {run_obj.run_id} ({run_obj.status})")
+
+
+@app.command()
+def cancel(
+    ctx: typer.Context,
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
+    reason: Annotated[str | None, typer.Option("--reason", help="Why; kept in the timeline.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until a running run has really stopped.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run as JSON.")] = False,
+) -> None:
+    """Cancel a run; a running one is told at its next heartbeat.  Example: flowctl cancel 01jd --reason dup"""
+    st = _state(ctx)
+    run_obj = ops.cancel(st.store, run_ref, clock=st.clock, reason=reason)
+    if run_obj.status is RunStatus.RUNNING and wait:
+        import threading
+
+        ev = threading.Event()
+        while run_obj.status is RunStatus.RUNNING:
+            st.clock.wait(ev, 0.05)
+            run_obj = st.store.get_run(run_obj.run_id)
+    if as_json:
+        _emit_json(_run_json(run_obj))
+    elif run_obj.status is RunStatus.RUNNING:
+        typer.echo(f"cancel requested for {run_obj.run_id}: its handler is told at the next heartbeat")
+    else:
+        typer.echo(f"{run_obj.status} {run_obj.run_id}")
+
+
+@app.command()
+def redrive(
+    ctx: typer.Context,
+    run_ref: Annotated[str | None, typer.Argument(metavar="[RUN]", help="Run id or unique prefix.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Redrive every dead run matching the filters.")] = False,
+    workflow: Annotated[str | None, typer.Option("--workflow", "-w", help="With --all: only this workflow.")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="With --all: runs created since (ISO time or duration ago).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
+) -> None:
+    """Give dead runs a fresh attempt budget, keeping their checkpoints.  Example: flowctl redrive 01jd"""
+    st = _state(ctx)
+    if all_ == (run_ref is not None):
+        raise UsageError("give a RUN, or --all with optional --workflow/--since filters")
+    if all_:
+        since_at = None
+        if since:
+            try:
+                since_at = st.clock.now() - parse_duration(since)
+            except FlowctlError:
+                since_at = ops.parse_time(since, st.clock, flag="--since")
+        runs = ops.redrive_many(st.store, clock=st.clock, workflow=workflow, since=since_at)
+    else:
+        runs = [ops.redrive(st.store, run_ref or "", clock=st.clock)]
+    if as_json:
+        _emit_json([_run_json(r) for r in runs])
+        return
+    for r in runs:
+        typer.echo(f"redriven {r.run_id} ({r.workflow}): queued")
+    if all_:
+        typer.echo(f"{len(runs)} run(s) redriven")
+
+
+@app.command()
+def wake(
+    ctx: typer.Context,
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
+) -> None:
+    """End a sleep early (recorded as an operator action).  Example: flowctl wake 01jd"""
+    st = _state(ctx)
+    run_obj = ops.wake_now(st.store, run_ref, clock=st.clock)
+    typer.echo(f"woke {run_obj.run_id}: due now")
+
+
+# ---------------------------------------------------------------------------
+# daemon / status
+
+
+@app.command()
+def daemon(
+    ctx: typer.Context,
+    concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", help="Runs executed at once.")] = None,
+    lease: Annotated[str | None, typer.Option("--lease", help="Lease length, e.g. 15s.")] = None,
+    heartbeat: Annotated[str | None, typer.Option("--heartbeat", help="Heartbeat interval, e.g. 1s.")] = None,
+    grace: Annotated[str | None, typer.Option("--grace", help="On SIGTERM, wait this long for running handlers.")] = None,
+    until_idle: Annotated[bool, typer.Option("--until-idle", help="Exit when nothing is running or due.")] = False,
+    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run queued work and wake sleepers on time; SIGTERM/Ctrl-C drains.  Example: flowctl daemon -c 8"""
+    from flowctl.daemon import Daemon
+
+    st = _state(ctx)
+    level = getattr(logging, log_level.upper(), None)
+    if not isinstance(level, int):
+        raise UsageError(f"--log-level {log_level!r}: use debug, info, warning or error")
+    if concurrency is not None and concurrency < 1:
+        raise UsageError(f"--concurrency must be at least 1, got {concurrency}")
+    cfg = _daemon_config(
+        st,
+        concurrency=concurrency,
+        lease=parse_duration(lease).total_seconds() if lease else None,
+        heartbeat=parse_duration(heartbeat).total_seconds() if heartbeat else None,
+        grace=parse_duration(grace).total_seconds() if grace is not None else None,
+    )
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    d = Daemon(st.store, st.clock, cfg)
+    logging.getLogger("flowctl").info(
+        "daemon %s on %s (concurrency %d, lease %gs, heartbeat %gs)",
+        d.owner, st.db_path, cfg.concurrency, cfg.lease, cfg.heartbeat,
+    )
+    code = d.run_forever(until_idle=until_idle, install_signals=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Is a daemon running on this database; run counts; wake lateness.  Example: flowctl status"""
+    st = _state(ctx)
+    report = ops.status(st.store, clock=st.clock)
+    if as_json:
+        _emit_json(report.to_json())
+        return
+    typer.echo(f"database  {report.db}")
+    alive = [(d, held) for d, ok, held in report.daemons if ok]
+    if not alive:
+        typer.echo("daemon    not running (start one with `flowctl daemon`)")
+    for d, held in alive:
+        typer.echo(
+            f"daemon    pid {d.pid} on {d.host} since {_local(d.started_at)}, holding {held} run(s)"
+        )
+    typer.echo("runs      " + ", ".join(f"{k} {v}" for k, v in report.counts.items()))
+    lt = report.lateness
+    if lt["wakes"]:
+        typer.echo(
+            f"wakes     {lt['wakes']} in the last hour; lateness p50 {lt['p50_ms']} ms, p99 {lt['p99_ms']} ms, max {lt['max_ms']} ms"
+        )
+    else:
+        typer.echo("wakes     none in the last hour")
+
+
+# ---------------------------------------------------------------------------
+# validate / tui
+
+
+@app.command()
+def validate(
+    files: Annotated[list[Path], typer.Argument(help="YAML workflow files.")],
+) -> None:
+    """Check YAML workflows; every mistake with file:line:column.  Example: flowctl validate workflows/*.yaml"""
+    from flowctl.errors import ValidationError
+    from flowctl.workflow import load_target
+
+    problems: list[str] = []
+    for path in files:
+        try:
+            load_target(str(path))
+        except ValidationError as e:
+            problems.extend(e.problems)
+        except FlowctlError as e:
+            problems.append(f"{path}: {e}")
+    if problems:
+        for p in problems:
+            typer.echo(p, err=True)
+        raise typer.Exit(2)
+    typer.echo(f"ok: {len(files)} file(s) valid")
+
+
+@app.command()
+def tui(ctx: typer.Context) -> None:
+    """Live view of sleeping, running and dead-lettered runs.  Example: flowctl tui"""
+    from flowctl.tui import FlowctlApp  # lazy: `flowctl ls` must not pay for Textual
+
+    st = _state(ctx)
+    FlowctlApp(store=st.store, clock=st.clock).run()
+
+
+def main() -> None:
+    """Entry point: click usage errors become one line on stderr with exit code 2."""
+    try:
+        rv = app(standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as e:
+        typer.echo(e.ctx.get_help() if e.ctx else str(e))
+        sys.exit(0)
+    except click.UsageError as e:
+        cmd = e.ctx.command_path if e.ctx else "flowctl"
+        typer.echo(f"flowctl: {e.format_message()} (see `{cmd} --help`)", err=True)
+        sys.exit(2)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except FlowctlError as e:
+        typer.echo(f"flowctl: {e}", err=True)
+        sys.exit(e.exit_code)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+_ = UTC

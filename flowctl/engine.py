@@ -1,0 +1,180 @@
+"""Execute one claimed run: replay its handler and map how it stopped to a store transition.
+
+Returned: completed, suspended (sleeping / waiting / queued for a retry), failed
+(retried or dead-lettered), cancelled, or abandoned because the lease was lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from flowctl.clock import Clock
+from flowctl.context import ChildLauncher, Context, LeaseLost, LiveRun, Suspend, error_dict
+from flowctl.errors import (
+    Cancelled,
+    DeadlineExceededError,
+    ExecutionTimeoutError,
+    FlowctlError,
+    NonDeterminismError,
+)
+from flowctl.model import Claim, JournalEntry, RunStatus
+from flowctl.store import NewRun, Store
+from flowctl.workflow import Loader
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    run_id: str
+    status: RunStatus | None  # None: the lease was lost and nothing was written
+    run_at: datetime | None = None
+    result: Any = None
+    error: dict[str, Any] | None = None
+
+
+class Engine:
+    """Runs handlers against the store. Knows nothing of daemons, CLIs or terminals."""
+
+    def __init__(self, store: Store, clock: Clock, loader: Loader | None = None) -> None:
+        self.store = store
+        self.clock = clock
+        self.loader = loader or Loader()
+        self.children = _Children(self)
+
+    def execute(
+        self,
+        claim: Claim,
+        live: LiveRun | None = None,
+        on_checkpoint: Callable[[JournalEntry], None] | None = None,
+    ) -> Outcome:
+        run = claim.run
+        live = live or LiveRun(run.run_id, claim.fence, self.clock, run.exec_spent, run.timeout)
+        source, _ = self.store.run_source(run.run_id) if run.kind == "yaml" else (None, None)
+        try:
+            wf = self.loader.for_run(run.target, run.kind, run.cwd, source, run.source_hash)
+        except FlowctlError as e:
+            return self._fail(
+                claim, live, {"type": type(e).__name__, "kind": "load", "message": str(e)}
+            )
+        ctx = Context(
+            self.store,
+            claim,
+            self.clock,
+            live=live,
+            children=self.children,
+            on_checkpoint=on_checkpoint,
+        )
+        ctx._enter()
+        try:
+            inputs = run.input if isinstance(run.input, dict) else {}
+            result = wf.handler(ctx, **inputs)
+        except Suspend as s:
+            ok = self.store.suspend_run(
+                run.run_id,
+                claim.fence,
+                s.status,
+                s.run_at,
+                self.clock.now(),
+                live.spent(),
+                s.entry,
+                s.event,
+            )
+            return Outcome(run.run_id, s.status if ok else None, run_at=s.run_at)
+        except LeaseLost:
+            log.info("run %s: lease lost (fence %s); abandoning", run.run_id, claim.fence)
+            return Outcome(run.run_id, None)
+        except Cancelled as e:
+            reason = self.store.get_run(run.run_id).cancel_reason
+            err = {
+                "type": "Cancelled",
+                "kind": "cancelled",
+                "message": reason or str(e) or "cancelled by operator",
+            }
+            return self._end(claim, live, RunStatus.CANCELLED, err)
+        except DeadlineExceededError as e:
+            err = {
+                "type": "DeadlineExceededError",
+                "kind": "deadline",
+                "message": str(e) or "deadline exceeded",
+            }
+            return self._end(claim, live, RunStatus.DEAD, err)
+        except ExecutionTimeoutError as e:
+            err = {
+                "type": "ExecutionTimeoutError",
+                "kind": "timeout",
+                "message": str(e) or "execution timeout",
+            }
+            return self._fail(claim, live, err)
+        except NonDeterminismError as e:
+            err = {**error_dict(e), "kind": "nondeterminism"}
+            return self._end(claim, live, RunStatus.DEAD, err)
+        except Exception as e:
+            return self._fail(claim, live, {**error_dict(e), "kind": "raised"})
+        finally:
+            ctx._exit()
+        try:
+            ok = self.store.complete_run(
+                run.run_id, claim.fence, result, self.clock.now(), live.spent()
+            )
+        except FlowctlError as e:
+            return self._fail(
+                claim, live, {**error_dict(e, with_traceback=False), "kind": "raised"}
+            )
+        return Outcome(run.run_id, RunStatus.COMPLETED if ok else None, result=result)
+
+    def _fail(self, claim: Claim, live: LiveRun, error: dict[str, Any]) -> Outcome:
+        status = self.store.fail_attempt(
+            claim.run.run_id, claim.fence, error, self.clock.now(), live.spent(), retry_at=None
+        )
+        run_at = None
+        if status is RunStatus.QUEUED:
+            run_at = self.store.get_run(claim.run.run_id).run_at
+        return Outcome(claim.run.run_id, status, run_at=run_at, error=error)
+
+    def _end(
+        self, claim: Claim, live: LiveRun, status: RunStatus, error: dict[str, Any]
+    ) -> Outcome:
+        ok = self.store.end_run(
+            claim.run.run_id, claim.fence, status, error, self.clock.now(), live.spent()
+        )
+        return Outcome(claim.run.run_id, status if ok else None, error=error)
+
+
+class _Children(ChildLauncher):
+    """Starts child runs idempotently (the key is parent + call index)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def start_child(self, parent: Context, target: str, input: dict[str, Any], key: str) -> str:
+        existing = self.engine.store.get_run_by_key(key)
+        if existing is not None:
+            return existing.run_id
+        from flowctl.ids import new_run_id
+        from flowctl.workflow import load_target
+
+        wf = load_target(target, cwd=parent.cwd)
+        checked = wf.check_input(input)
+        new = NewRun(
+            run_id=new_run_id(),
+            workflow=wf.name,
+            target=wf.target,
+            kind=wf.kind,
+            input=checked,
+            source=wf.source,
+            source_hash=wf.source_hash,
+            source_path=wf.source_path,
+            cwd=wf.cwd,
+            max_attempts=wf.max_attempts or 3,
+            backoff=wf.retry.to_json() if wf.retry else None,
+            timeout=wf.timeout.total_seconds() if wf.timeout else None,
+            key=key,
+            parent_run_id=parent.run_id,
+        )
+        run, _ = self.engine.store.create_run(new, self.engine.clock.now())
+        return run.run_id

@@ -1,0 +1,440 @@
+"""Operator actions shared by the CLI, the TUI and Python callers.
+
+Validation, defaults and writes live here so every front end behaves the same.
+Nothing here prints; functions return values or raise FlowctlError.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from flowctl.clock import Clock
+from flowctl.durations import parse_duration
+from flowctl.errors import DurationError, InputError, InvalidStateError, UsageError
+from flowctl.ids import new_run_id
+from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus, TimelineEvent, iso
+from flowctl.store import DaemonInfo, NewRun, Store
+from flowctl.workflow import WorkflowDef, discover, load_target
+
+STATUS_NAMES = ", ".join(s.value for s in RunStatus)
+
+
+# ---------------------------------------------------------------------------
+# Parsing user input
+
+
+def parse_inputs(pairs: list[str] | None = None, input_json: str | None = None) -> dict[str, Any]:
+    """`--input JSON` first, then `-i key=value` (string) and `-i key:=JSON` (typed) on top."""
+    data: dict[str, Any] = {}
+    if input_json is not None:
+        try:
+            loaded = json.loads(input_json)
+        except json.JSONDecodeError as e:
+            raise InputError(
+                f"--input is not valid JSON ({e.msg} at column {e.colno}): {input_json!r}"
+            ) from None
+        if not isinstance(loaded, dict):
+            raise InputError(
+                f"--input must be a JSON object like '{{\"user\": 42}}', got {input_json!r}"
+            )
+        data.update(loaded)
+    for pair in pairs or []:
+        if ":=" in pair and (
+            pair.find(":=") < pair.find("=") + 1 or "=" not in pair.split(":=")[0]
+        ):
+            key, _, raw = pair.partition(":=")
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError as e:
+                raise InputError(
+                    f"-i {pair!r}: the value after ':=' must be JSON ({e.msg}); for a plain string use {key}=VALUE"
+                ) from None
+        elif "=" in pair:
+            key, _, value = pair.partition("=")
+        else:
+            raise InputError(
+                f"-i {pair!r}: use key=value for a string or key:=JSON for a typed value"
+            )
+        key = key.strip()
+        if not key:
+            raise InputError(f"-i {pair!r}: the input name before '=' is empty")
+        data[key] = value
+    return data
+
+
+def parse_json_arg(flag: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(
+            f"{flag} is not valid JSON ({e.msg} at column {e.colno}): {text!r}"
+        ) from None
+
+
+def parse_time(text: str, clock: Clock, *, flag: str = "--at", tz: str | None = None) -> datetime:
+    """An ISO-8601 time ("2026-12-01T09:00:00+01:00", "2026-12-01 09:00" in local time)."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(
+            f"{flag} {text!r} is not a time: use ISO-8601 like 2026-12-01T09:00:00Z or '2026-12-01 09:00'"
+        ) from None
+    if value.tzinfo is None:
+        zone = ZoneInfo(tz) if tz else None
+        value = value.replace(tzinfo=zone) if zone else value.astimezone()
+    return value.astimezone(UTC)
+
+
+def parse_when(text: str, clock: Clock, *, flag: str) -> datetime:
+    """A duration from now ("15m") or an absolute ISO time."""
+    try:
+        return clock.now() + parse_duration(text)
+    except DurationError:
+        pass
+    try:
+        return parse_time(text, clock, flag=flag)
+    except UsageError:
+        raise UsageError(
+            f"{flag} {text!r} is neither a duration (15m, 2h, 7d) nor an ISO-8601 time (2026-12-01T09:00Z)"
+        ) from None
+
+
+def parse_statuses(values: list[str] | None) -> list[RunStatus] | None:
+    if not values:
+        return None
+    out = []
+    for value in values:
+        for part in value.split(","):
+            part = part.strip().lower()
+            if not part:
+                continue
+            try:
+                out.append(RunStatus(part))
+            except ValueError:
+                raise UsageError(f"unknown status {part!r}: use one of {STATUS_NAMES}") from None
+    return out or None
+
+
+# ---------------------------------------------------------------------------
+# Starting runs
+
+
+@dataclass(frozen=True)
+class Started:
+    run: Run
+    created: bool  # False: an idempotency key matched an existing run
+    workflow: WorkflowDef
+
+
+def start(
+    store: Store,
+    target: str,
+    input: dict[str, Any] | None = None,
+    *,
+    clock: Clock,
+    workflows_dir: str | Path | None = None,
+    cwd: str | None = None,
+    key: str | None = None,
+    run_at: datetime | None = None,
+    deadline: datetime | None = None,
+    timeout: timedelta | float | str | None = None,
+    max_attempts: int | None = None,
+    schedule: str | None = None,
+    scheduled_at: datetime | None = None,
+) -> Started:
+    """Validate and queue a run. Nothing is written when anything is wrong."""
+    if key is not None:
+        existing = store.get_run_by_key(key)
+        if existing is not None:
+            wf = load_target(existing.target, cwd=existing.cwd) if existing.kind != "yaml" else None
+            return Started(
+                existing, False, wf or load_target(target, workflows_dir=workflows_dir, cwd=cwd)
+            )
+    wf = load_target(target, workflows_dir=workflows_dir, cwd=cwd)
+    checked = wf.check_input(dict(input or {}))
+    if max_attempts is not None and max_attempts < 1:
+        raise UsageError(f"--max-attempts must be at least 1, got {max_attempts}")
+    budget = parse_duration(timeout) if timeout is not None else wf.timeout
+    if budget is not None and budget.total_seconds() <= 0:
+        raise UsageError("--timeout must be a positive duration")
+    now = clock.now()
+    if deadline is not None and deadline <= now:
+        raise UsageError(f"--deadline {iso(deadline)} is already in the past")
+    new = NewRun(
+        run_id=new_run_id(),
+        workflow=wf.name,
+        target=wf.target,
+        kind=wf.kind,
+        input=checked,
+        source=wf.source,
+        source_hash=wf.source_hash,
+        source_path=wf.source_path,
+        cwd=wf.cwd,
+        run_at=run_at,
+        max_attempts=max_attempts or wf.max_attempts or 3,
+        backoff=wf.retry.to_json() if wf.retry else None,
+        deadline=deadline,
+        timeout=budget.total_seconds() if budget is not None else None,
+        key=key,
+        schedule=schedule,
+        scheduled_at=scheduled_at,
+    )
+    run, created = store.create_run(new, now)
+    return Started(run, created, wf)
+
+
+# ---------------------------------------------------------------------------
+# Reading
+
+
+def list_runs(
+    store: Store,
+    *,
+    statuses: list[str] | None = None,
+    workflow: str | None = None,
+    search: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+    order: str = "created_desc",
+) -> list[Run]:
+    if limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {limit}")
+    return store.list_runs(
+        statuses=parse_statuses(statuses),
+        workflow=workflow,
+        search=search,
+        limit=limit,
+        offset=offset,
+        order=order,
+    )
+
+
+@dataclass
+class RunDetail:
+    run: Run
+    checkpoints: list[JournalEntry]
+    versions: list[tuple[str, int, datetime]]
+    timeline: list[TimelineEvent]
+    pending_signals: list[tuple[str, Any, datetime]]
+    source_changed: bool | None  # None: unknown (no file recorded)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        checkpoints = [c.to_json() for c in self.checkpoints]
+        checkpoints += [
+            {
+                "index": None,
+                "kind": str(CallKind.VERSION),
+                "name": cid,
+                "value": v,
+                "recorded_at": iso(at),
+            }
+            for cid, v, at in self.versions
+        ]
+        return {
+            "run": self.run.to_json(),
+            "checkpoints": checkpoints,
+            "timeline": [e.to_json() for e in self.timeline],
+            "pending_signals": [
+                {"name": n, "payload": p, "sent_at": iso(at)} for n, p, at in self.pending_signals
+            ],
+            "source_changed": self.source_changed,
+            "notes": self.notes,
+        }
+
+
+def show_run(
+    store: Store, ref: str, *, clock: Clock, timeline_limit: int | None = None
+) -> RunDetail:
+    run = store.find_run(ref)
+    journal = store.journal(run.run_id)
+    changed: bool | None = None
+    if run.source_path and run.source_hash:
+        import hashlib
+
+        try:
+            changed = (
+                hashlib.sha256(Path(run.source_path).read_bytes()).hexdigest() != run.source_hash
+            )
+        except OSError:
+            changed = True
+    notes = []
+    now = clock.now()
+    if run.deadline is not None and run.deadline <= now and not run.status.is_terminal:
+        notes.append(f"deadline passed at {iso(run.deadline)}; the next daemon will dead-letter it")
+    if changed:
+        notes.append(
+            f"{run.source_path} changed since this run started; the run keeps its pinned definition"
+        )
+    return RunDetail(
+        run=run,
+        checkpoints=list(journal.values()),
+        versions=store.versions_detail(run.run_id),
+        timeline=store.timeline(run.run_id, limit=timeline_limit),
+        pending_signals=store.pending_signals(run.run_id),
+        source_changed=changed,
+        notes=notes,
+    )
+
+
+def why(detail: RunDetail, now: datetime) -> str:
+    """One sentence on what the run is doing or waiting for."""
+    run = detail.run
+    from flowctl.durations import format_duration
+
+    def until(at: datetime | None) -> str:
+        if at is None:
+            return ""
+        delta = at - now
+        return (
+            f"{iso(at)} (in {format_duration(delta)})"
+            if delta.total_seconds() > 0
+            else f"{iso(at)} (due)"
+        )
+
+    if run.status is RunStatus.SLEEPING:
+        return f"sleeping until {until(run.run_at)}"
+    if run.status is RunStatus.WAITING:
+        pending = [c for c in detail.checkpoints if c.state is EntryState.PENDING]
+        what = (
+            f"signal {pending[-1].name!r}"
+            if pending and pending[-1].kind is CallKind.SIGNAL
+            else "a child run"
+        )
+        tail = f", timeout at {until(run.run_at)}" if run.run_at else ""
+        return f"waiting for {what}{tail}"
+    if run.status is RunStatus.QUEUED:
+        retrying = [c for c in detail.checkpoints if c.state is EntryState.RETRYING]
+        if retrying:
+            return f"queued: step {retrying[-1].name!r} retries at {until(run.run_at)}"
+        if run.attempt > 1:
+            return f"queued: attempt {run.attempt}/{run.max_attempts} at {until(run.run_at)}"
+        return f"queued to start at {until(run.run_at)}"
+    if run.status is RunStatus.RUNNING:
+        cancel = " (cancel requested)" if run.cancel_requested else ""
+        return f"running on {run.lease_owner}, lease until {iso(run.lease_until)}{cancel}"
+    if run.status is RunStatus.DEAD and run.error:
+        return f"dead: {run.error.get('type')}: {str(run.error.get('message', '')).splitlines()[0] if run.error.get('message') else ''}"
+    return str(run.status)
+
+
+# ---------------------------------------------------------------------------
+# Acting
+
+
+def _actor() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "operator"
+
+
+def send_signal(store: Store, ref: str, name: str, payload: Any, *, clock: Clock) -> Run:
+    if not name or name.startswith("_"):
+        raise UsageError(
+            f"signal name {name!r} is reserved or empty: names beginning with '_' are for flowctl itself"
+        )
+    run = store.find_run(ref)
+    store.send_signal(run.run_id, name, payload, clock.now())
+    return store.get_run(run.run_id)
+
+
+def cancel(
+    store: Store, ref: str, *, clock: Clock, reason: str | None = None, by: str | None = None
+) -> Run:
+    run = store.find_run(ref)
+    store.request_cancel(run.run_id, reason, by or _actor(), clock.now())
+    return store.get_run(run.run_id)
+
+
+def redrive(store: Store, ref: str, *, clock: Clock, by: str | None = None) -> Run:
+    run = store.find_run(ref)
+    return store.redrive(run.run_id, by or _actor(), clock.now())
+
+
+def redrive_many(
+    store: Store,
+    *,
+    clock: Clock,
+    workflow: str | None = None,
+    since: datetime | None = None,
+    by: str | None = None,
+) -> list[Run]:
+    out = []
+    offset = 0
+    while True:
+        batch = store.list_runs(
+            statuses=[RunStatus.DEAD], workflow=workflow, since=since, limit=500, offset=offset
+        )
+        if not batch:
+            break
+        for run in batch:
+            try:
+                out.append(store.redrive(run.run_id, by or _actor(), clock.now()))
+            except InvalidStateError:
+                offset += 1
+    return out
+
+
+def wake_now(store: Store, ref: str, *, clock: Clock, by: str | None = None) -> Run:
+    run = store.find_run(ref)
+    return store.wake_now(run.run_id, by or _actor(), clock.now())
+
+
+# ---------------------------------------------------------------------------
+# Status
+
+
+@dataclass
+class StatusReport:
+    db: str
+    counts: dict[RunStatus, int]
+    daemons: list[tuple[DaemonInfo, bool, int]]  # info, alive, runs held
+    lateness: dict[str, float | int | None]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "db": self.db,
+            "counts": {str(k): v for k, v in self.counts.items()},
+            "daemons": [
+                {
+                    "owner": d.owner,
+                    "pid": d.pid,
+                    "host": d.host,
+                    "started_at": iso(d.started_at),
+                    "seen_at": iso(d.seen_at),
+                    "alive": alive,
+                    "runs_held": held,
+                    **d.info,
+                }
+                for d, alive, held in self.daemons
+            ],
+            "wake_lateness": self.lateness,
+        }
+
+
+def status(store: Store, *, clock: Clock, window: timedelta = timedelta(hours=1)) -> StatusReport:
+    from flowctl.identity import owner_alive
+
+    daemons = [(d, owner_alive(d.owner), store.held_count(d.owner)) for d in store.daemons()]
+    lates = sorted(store.recent_wakes(clock.now() - window))
+    lateness: dict[str, float | int | None] = {
+        "window_s": window.total_seconds(),
+        "wakes": len(lates),
+    }
+    for label, q in (("p50_ms", 0.5), ("p99_ms", 0.99)):
+        lateness[label] = (
+            round(lates[min(len(lates) - 1, int(q * len(lates)))] * 1000, 3) if lates else None
+        )
+    lateness["max_ms"] = round(lates[-1] * 1000, 3) if lates else None
+    return StatusReport(store.path, store.count_by_status(), daemons, lateness)
+
+
+def list_workflows(workflows_dir: str | Path) -> list[WorkflowDef]:
+    return sorted(discover(workflows_dir).values(), key=lambda w: w.name)

@@ -1,0 +1,1424 @@
+"""Every SQL statement flowctl runs, and the schema they run against.
+
+One job: turn named state transitions into SQLite transactions. Each write
+method is one `BEGIN IMMEDIATE` transaction. Writes made by a worker carry the
+fence it was given at claim time and change nothing when the fence has moved
+on; that outcome is a return value (False), not an exception, because a lost
+lease is expected.
+
+Instants are stored as integer microseconds since the epoch (compare and index
+cheaply, never ambiguous); JSON columns hold JSON text, never pickles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from flowctl.errors import FlowctlError, RunNotFoundError, SerializationError
+from flowctl.model import (
+    ACTIVE,
+    CallKind,
+    Claim,
+    EntryState,
+    JournalEntry,
+    Run,
+    RunStatus,
+    TimelineEvent,
+    from_us,
+    to_us,
+)
+
+BUSY_TIMEOUT_MS = 10_000
+POISON_RECLAIMS = 5
+
+# ---------------------------------------------------------------------------
+# Schema and migrations
+
+
+def _migration_1(db: sqlite_utils.Database) -> None:
+    db.execute(
+        """
+        CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY,
+            workflow TEXT NOT NULL,
+            target TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            source TEXT,
+            source_hash TEXT,
+            source_path TEXT,
+            cwd TEXT,
+            input TEXT NOT NULL,
+            status TEXT NOT NULL,
+            run_at INTEGER,
+            created_at INTEGER NOT NULL,
+            started_at INTEGER,
+            finished_at INTEGER,
+            attempt INTEGER NOT NULL DEFAULT 1,
+            max_attempts INTEGER NOT NULL DEFAULT 3,
+            backoff TEXT,
+            deadline INTEGER,
+            timeout_us INTEGER,
+            exec_spent_us INTEGER NOT NULL DEFAULT 0,
+            result TEXT,
+            error TEXT,
+            lease_owner TEXT,
+            lease_until INTEGER,
+            fence INTEGER NOT NULL DEFAULT 0,
+            reclaims INTEGER NOT NULL DEFAULT 0,
+            cancel_requested INTEGER NOT NULL DEFAULT 0,
+            cancel_reason TEXT,
+            key TEXT UNIQUE,
+            parent_run_id TEXT,
+            schedule TEXT,
+            scheduled_at INTEGER
+        ) STRICT
+        """
+    )
+    # run_at is "when is this run next due": start/retry time when queued, wake time
+    # when sleeping, signal timeout when waiting, lease expiry when running.
+    db.execute("CREATE INDEX runs_due ON runs(status, run_at)")
+    db.execute("CREATE INDEX runs_created ON runs(created_at)")
+    db.execute("CREATE INDEX runs_workflow ON runs(workflow, created_at)")
+    db.execute("CREATE INDEX runs_parent ON runs(parent_run_id) WHERE parent_run_id IS NOT NULL")
+    db.execute(
+        """
+        CREATE TABLE journal (
+            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+            call_index INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            name TEXT NOT NULL,
+            state TEXT NOT NULL,
+            value TEXT,
+            wake_at INTEGER,
+            recorded_at INTEGER NOT NULL,
+            resolved_at INTEGER,
+            tries INTEGER NOT NULL DEFAULT 0,
+            duration_us INTEGER,
+            PRIMARY KEY (run_id, call_index)
+        ) STRICT, WITHOUT ROWID
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE versions (
+            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+            change_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            recorded_at INTEGER NOT NULL,
+            PRIMARY KEY (run_id, change_id)
+        ) STRICT, WITHOUT ROWID
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE timeline (
+            seq INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+            at INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            data TEXT
+        ) STRICT
+        """
+    )
+    db.execute("CREATE INDEX timeline_run ON timeline(run_id, seq)")
+    db.execute("CREATE INDEX timeline_type_at ON timeline(type, at)")
+    db.execute(
+        """
+        CREATE TABLE signals (
+            seq INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+            name TEXT NOT NULL,
+            payload TEXT,
+            sent_at INTEGER NOT NULL,
+            consumed_at INTEGER,
+            call_index INTEGER
+        ) STRICT
+        """
+    )
+    db.execute("CREATE INDEX signals_run ON signals(run_id, name, consumed_at)")
+    db.execute(
+        """
+        CREATE TABLE daemons (
+            owner TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            proc_start TEXT,
+            started_at INTEGER NOT NULL,
+            seen_at INTEGER NOT NULL,
+            info TEXT
+        ) STRICT
+        """
+    )
+
+
+MIGRATIONS = [_migration_1]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+# ---------------------------------------------------------------------------
+# Helpers
+
+
+def dumps(value: Any, what: str = "value") -> str:
+    """JSON text for the store; a value that is not JSON is a clear error, never a pickle."""
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise SerializationError(
+            f"{what} is not JSON-serialisable ({e}); return str, int, float, bool, None, "
+            "lists and dicts of those"
+        ) from None
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _dt(us: int | None) -> datetime | None:
+    return None if us is None else from_us(us)
+
+
+def _us(when: datetime | None) -> int | None:
+    return None if when is None else to_us(when)
+
+
+_RUN_COLUMNS = (
+    "run_id, workflow, target, kind, status, input, created_at, run_at, started_at, finished_at,"
+    " attempt, max_attempts, deadline, timeout_us, exec_spent_us, result, error, lease_owner,"
+    " lease_until, fence, reclaims, cancel_requested, cancel_reason, key, parent_run_id,"
+    " schedule, scheduled_at, cwd, source_hash, source_path, backoff"
+)
+
+
+def _run_from_row(r: Sequence[Any]) -> Run:
+    return Run(
+        run_id=r[0],
+        workflow=r[1],
+        target=r[2],
+        kind=r[3],
+        status=RunStatus(r[4]),
+        input=json.loads(r[5]),
+        created_at=from_us(r[6]),
+        run_at=_dt(r[7]),
+        started_at=_dt(r[8]),
+        finished_at=_dt(r[9]),
+        attempt=r[10],
+        max_attempts=r[11],
+        deadline=_dt(r[12]),
+        timeout=None if r[13] is None else r[13] / 1e6,
+        exec_spent=r[14] / 1e6,
+        result=_loads(r[15]),
+        error=_loads(r[16]),
+        lease_owner=r[17],
+        lease_until=_dt(r[18]),
+        fence=r[19],
+        reclaims=r[20],
+        cancel_requested=bool(r[21]),
+        cancel_reason=r[22],
+        key=r[23],
+        parent_run_id=r[24],
+        schedule=r[25],
+        scheduled_at=_dt(r[26]),
+        cwd=r[27],
+        source_hash=r[28],
+        source_path=r[29],
+        backoff=_loads(r[30]),
+    )
+
+
+_ENTRY_COLUMNS = (
+    "run_id, call_index, kind, name, state, value, wake_at, recorded_at, resolved_at,"
+    " tries, duration_us"
+)
+
+
+def _entry_from_row(r: Sequence[Any]) -> JournalEntry:
+    return JournalEntry(
+        run_id=r[0],
+        call_index=r[1],
+        kind=CallKind(r[2]),
+        name=r[3],
+        state=EntryState(r[4]),
+        value=_loads(r[5]),
+        wake_at=_dt(r[6]),
+        recorded_at=_dt(r[7]),
+        resolved_at=_dt(r[8]),
+        tries=r[9],
+        duration=None if r[10] is None else r[10] / 1e6,
+    )
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """Everything needed to create a run; built by ops.start."""
+
+    run_id: str
+    workflow: str
+    target: str
+    kind: str
+    input: Any
+    source: str | None = None
+    source_hash: str | None = None
+    source_path: str | None = None
+    cwd: str | None = None
+    run_at: datetime | None = None
+    max_attempts: int = 3
+    backoff: dict[str, Any] | None = None
+    deadline: datetime | None = None
+    timeout: float | None = None
+    key: str | None = None
+    parent_run_id: str | None = None
+    schedule: str | None = None
+    scheduled_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class HeartbeatReply:
+    """What a heartbeat learned about one held run."""
+
+    run_id: str
+    lost: bool = False  # the fence moved on: abandon the run
+    cancel: bool = False
+    deadline: bool = False
+    timeout: bool = False
+
+
+@dataclass(frozen=True)
+class DaemonInfo:
+    owner: str
+    host: str
+    pid: int
+    proc_start: str | None
+    started_at: datetime
+    seen_at: datetime
+    info: dict[str, Any]
+
+
+def _event(run_id: str, at_us: int, type_: str, data: dict[str, Any] | None = None) -> tuple:
+    return (run_id, at_us, type_, None if not data else json.dumps(data, separators=(",", ":")))
+
+
+# ---------------------------------------------------------------------------
+# The store
+
+
+class Store:
+    """One SQLite file. Thread-safe: calls are serialised on one connection."""
+
+    def __init__(self, path: str | os.PathLike[str], *, durability: str = "full") -> None:
+        self.path = str(path)
+        if durability not in ("full", "normal"):
+            raise FlowctlError(f"durability must be 'full' or 'normal', got {durability!r}")
+        self.durability = durability
+        self._lock = threading.RLock()
+        self._conn = _connect(self.path, durability)
+        self.db = sqlite_utils.Database(self._conn)
+        _migrate(self._conn, self.db)
+
+    # -- plumbing ----------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT: take the write lock up front, so no deadlock on upgrade."""
+        with self._lock:
+            _retry_locked(lambda: self._conn.execute("BEGIN IMMEDIATE"))
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    def data_version(self) -> int:
+        """Changes when another connection commits; a read of a few microseconds."""
+        with self._lock:
+            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def integrity_check(self) -> str:
+        return str(self._read("PRAGMA integrity_check")[0][0])
+
+    # -- runs: create and read --------------------------------------------
+
+    def create_run(self, new: NewRun, now: datetime) -> tuple[Run, bool]:
+        """Insert a queued run. With an idempotency key already used, return that run instead.
+
+        Returns (run, created).
+        """
+        now_us = to_us(now)
+        run_at = _us(new.run_at) if new.run_at is not None else now_us
+        if new.deadline is not None:
+            run_at = min(run_at, to_us(new.deadline))
+        with self._write() as c:
+            if new.key is not None:
+                row = c.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE key = ?", [new.key]
+                ).fetchone()
+                if row is not None:
+                    return _run_from_row(row), False
+            c.execute(
+                "INSERT INTO runs (run_id, workflow, target, kind, source, source_hash, source_path,"
+                " cwd, input, status, run_at, created_at, max_attempts, backoff, deadline,"
+                " timeout_us, key, parent_run_id, schedule, scheduled_at)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                [
+                    new.run_id,
+                    new.workflow,
+                    new.target,
+                    new.kind,
+                    new.source,
+                    new.source_hash,
+                    new.source_path,
+                    new.cwd,
+                    dumps(new.input, "the input"),
+                    RunStatus.QUEUED,
+                    run_at,
+                    now_us,
+                    new.max_attempts,
+                    None if new.backoff is None else dumps(new.backoff),
+                    _us(new.deadline),
+                    None if new.timeout is None else round(new.timeout * 1e6),
+                    new.key,
+                    new.parent_run_id,
+                    new.schedule,
+                    _us(new.scheduled_at),
+                ],
+            )
+            data: dict[str, Any] = {"attempt": 1}
+            if run_at > now_us:
+                data["run_at"] = from_us(run_at).isoformat()
+            if new.parent_run_id:
+                data["parent"] = new.parent_run_id
+            if new.schedule:
+                data["schedule"] = new.schedule
+            c.execute(
+                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+                _event(new.run_id, now_us, "created", data),
+            )
+            row = c.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [new.run_id]
+            ).fetchone()
+            return _run_from_row(row), True
+
+    def get_run(self, run_id: str) -> Run:
+        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id])
+        if not rows:
+            raise RunNotFoundError(run_id)
+        return _run_from_row(rows[0])
+
+    def find_run(self, ref: str) -> Run:
+        """A run by full id or unique prefix."""
+        ref = ref.strip()
+        if not ref:
+            raise RunNotFoundError(ref, "a run id is required")
+        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [ref])
+        if rows:
+            return _run_from_row(rows[0])
+        hi = ref + "\uffff"
+        rows = self._read(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id >= ? AND run_id < ? LIMIT 2", [ref, hi]
+        )
+        if not rows:
+            raise RunNotFoundError(ref)
+        if len(rows) > 1:
+            raise RunNotFoundError(ref, f"run id prefix {ref!r} is ambiguous: give more characters")
+        return _run_from_row(rows[0])
+
+    def get_run_by_key(self, key: str) -> Run | None:
+        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE key = ?", [key])
+        return _run_from_row(rows[0]) if rows else None
+
+    def list_runs(
+        self,
+        *,
+        statuses: Sequence[RunStatus] | None = None,
+        workflow: str | None = None,
+        search: str | None = None,
+        since: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        order: str = "created_desc",
+    ) -> list[Run]:
+        where: list[str] = []
+        params: list[Any] = []
+        if statuses:
+            where.append(f"status IN ({','.join('?' * len(statuses))})")
+            params.extend(str(s) for s in statuses)
+        if workflow:
+            where.append("workflow = ?")
+            params.append(workflow)
+        if since is not None:
+            where.append("created_at >= ?")
+            params.append(to_us(since))
+        if search:
+            where.append("(run_id LIKE ? ESCAPE '\\' OR input LIKE ? ESCAPE '\\')")
+            pattern = (
+                "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            )
+            params.extend([pattern, pattern])
+        orders = {
+            "created_desc": "created_at DESC, run_id DESC",
+            "run_at": "run_at IS NULL, run_at, run_id",
+            "finished_desc": "finished_at DESC, run_id DESC",
+        }
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += f" ORDER BY {orders[order]} LIMIT ? OFFSET ?"
+        params.extend([limit, offset])
+        return [_run_from_row(r) for r in self._read(sql, params)]
+
+    def runs_by_ids(self, run_ids: Sequence[str]) -> list[Run]:
+        if not run_ids:
+            return []
+        rows = self._read(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id IN ({','.join('?' * len(run_ids))})",
+            list(run_ids),
+        )
+        return [_run_from_row(r) for r in rows]
+
+    def count_by_status(self, workflow: str | None = None) -> dict[RunStatus, int]:
+        counts = {s: 0 for s in RunStatus}
+        if workflow:
+            rows = self._read(
+                "SELECT status, COUNT(*) FROM runs WHERE workflow = ? GROUP BY status", [workflow]
+            )
+        else:
+            rows = self._read("SELECT status, COUNT(*) FROM runs GROUP BY status")
+        for status, n in rows:
+            counts[RunStatus(status)] = n
+        return counts
+
+    def workflows_seen(self) -> list[str]:
+        return [r[0] for r in self._read("SELECT DISTINCT workflow FROM runs ORDER BY workflow")]
+
+    def run_source(self, run_id: str) -> tuple[str | None, str | None]:
+        rows = self._read("SELECT source, source_hash FROM runs WHERE run_id = ?", [run_id])
+        if not rows:
+            raise RunNotFoundError(run_id)
+        return rows[0][0], rows[0][1]
+
+    def journal(self, run_id: str) -> dict[int, JournalEntry]:
+        rows = self._read(
+            f"SELECT {_ENTRY_COLUMNS} FROM journal WHERE run_id = ? ORDER BY call_index", [run_id]
+        )
+        return {r[1]: _entry_from_row(r) for r in rows}
+
+    def versions(self, run_id: str) -> dict[str, int]:
+        rows = self._read("SELECT change_id, version FROM versions WHERE run_id = ?", [run_id])
+        return {r[0]: r[1] for r in rows}
+
+    def versions_detail(self, run_id: str) -> list[tuple[str, int, datetime]]:
+        rows = self._read(
+            "SELECT change_id, version, recorded_at FROM versions WHERE run_id = ? ORDER BY recorded_at",
+            [run_id],
+        )
+        return [(r[0], r[1], from_us(r[2])) for r in rows]
+
+    def timeline(self, run_id: str, limit: int | None = None) -> list[TimelineEvent]:
+        sql = "SELECT run_id, at, type, data FROM timeline WHERE run_id = ? ORDER BY seq"
+        params: list[Any] = [run_id]
+        if limit is not None:
+            sql = (
+                "SELECT * FROM (SELECT run_id, at, type, data, seq FROM timeline WHERE run_id = ?"
+                " ORDER BY seq DESC LIMIT ?) ORDER BY seq"
+            )
+            params.append(limit)
+        return [
+            TimelineEvent(r[0], from_us(r[1]), r[2], _loads(r[3]) or {})
+            for r in self._read(sql, params)
+        ]
+
+    def pending_signals(self, run_id: str) -> list[tuple[str, Any, datetime]]:
+        rows = self._read(
+            "SELECT name, payload, sent_at FROM signals WHERE run_id = ? AND consumed_at IS NULL"
+            " ORDER BY seq",
+            [run_id],
+        )
+        return [(r[0], _loads(r[1]), from_us(r[2])) for r in rows]
+
+    def recent_wakes(self, since: datetime, limit: int = 10_000) -> list[float]:
+        """Lateness (seconds) of recent timer wakes, from the timeline."""
+        rows = self._read(
+            "SELECT data FROM timeline WHERE type = 'woke' AND at >= ? ORDER BY at DESC LIMIT ?",
+            [to_us(since), limit],
+        )
+        out = []
+        for (data,) in rows:
+            d = _loads(data) or {}
+            if "late_ms" in d:
+                out.append(float(d["late_ms"]) / 1000.0)
+        return out
+
+    # -- the daemon's view ---------------------------------------------------
+
+    def next_due(self, limit: int) -> list[tuple[int, str]]:
+        """The soonest (run_at µs, run_id) pairs over every claimable status, in order."""
+        out: list[tuple[int, str]] = []
+        with self._lock:
+            for status in ACTIVE:
+                out.extend(
+                    self._conn.execute(
+                        "SELECT run_at, run_id FROM runs WHERE status = ? AND run_at IS NOT NULL"
+                        " ORDER BY run_at LIMIT ?",
+                        [str(status), limit],
+                    ).fetchall()
+                )
+        out.sort()
+        return out[:limit]
+
+    def running_owners(self) -> list[str]:
+        rows = self._read(
+            "SELECT DISTINCT lease_owner FROM runs WHERE status = 'running' AND lease_owner IS NOT NULL"
+        )
+        return [r[0] for r in rows]
+
+    def expire_owner(self, owner: str, now: datetime) -> int:
+        """Make every lease held by a provably dead owner due for reclaim now."""
+        now_us = to_us(now)
+        with self._write() as c:
+            cur = c.execute(
+                "UPDATE runs SET lease_until = ?, run_at = ? WHERE status = 'running'"
+                " AND lease_owner = ? AND lease_until > ?",
+                [now_us, now_us, owner, now_us],
+            )
+            c.execute("DELETE FROM daemons WHERE owner = ?", [owner])
+            return cur.rowcount
+
+    def claim_due(
+        self,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+        *,
+        run_id: str | None = None,
+    ) -> tuple[list[Claim], list[str]]:
+        """Claim up to `limit` due runs in one transaction, bumping each fence.
+
+        Runs past their deadline, cancelled while their worker died, or reclaimed too
+        often without progress are ended here instead of claimed. Returns the claims and
+        the ids of runs ended.
+        """
+        now_us, lease_us = to_us(now), to_us(lease_until)
+        claims: list[Claim] = []
+        ended: list[str] = []
+        with self._write() as c:
+            if run_id is not None:
+                candidates = c.execute(
+                    "SELECT run_id FROM runs WHERE run_id = ? AND status IN"
+                    " ('queued','sleeping','waiting','running') AND run_at <= ?",
+                    [run_id, now_us],
+                ).fetchall()
+            else:
+                candidates = []
+                for status in ("queued", "sleeping", "waiting", "running"):
+                    candidates.extend(
+                        c.execute(
+                            "SELECT run_at, run_id FROM runs WHERE status = ? AND run_at <= ?"
+                            " ORDER BY run_at LIMIT ?",
+                            [status, now_us, limit + 16],
+                        ).fetchall()
+                    )
+                candidates.sort()
+                candidates = [(rid,) for _, rid in candidates]
+            for (rid,) in candidates:
+                if len(claims) >= limit:
+                    break
+                claim = self._claim_one(c, rid, owner, now_us, lease_us, ended)
+                if claim is not None:
+                    claims.append(claim)
+        return claims, ended
+
+    def _claim_one(
+        self,
+        c: sqlite3.Connection,
+        rid: str,
+        owner: str,
+        now_us: int,
+        lease_us: int,
+        ended: list[str],
+    ) -> Claim | None:
+        row = c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [rid]).fetchone()
+        run = _run_from_row(row)
+        prev = run.status
+        if prev not in ACTIVE or run.run_at is None or to_us(run.run_at) > now_us:
+            return None
+        if prev is RunStatus.RUNNING:
+            # Lease lapsed (or the owner died): a crash reclaim, or an interrupted run ending.
+            if run.cancel_requested:
+                self._end(c, run, RunStatus.CANCELLED, _cancel_error(run.cancel_reason), now_us)
+                ended.append(rid)
+                return None
+        if run.deadline is not None and to_us(run.deadline) <= now_us:
+            err = {
+                "type": "DeadlineExceededError",
+                "kind": "deadline",
+                "message": f"deadline {run.deadline.isoformat()} passed",
+            }
+            self._end(c, run, RunStatus.DEAD, err, now_us)
+            ended.append(rid)
+            return None
+        if prev is RunStatus.RUNNING and run.timeout is not None and run.exec_spent >= run.timeout:
+            err = {
+                "type": "ExecutionTimeoutError",
+                "kind": "timeout",
+                "message": f"attempt {run.attempt} used its execution budget of {run.timeout:g}s",
+            }
+            self._fail(c, run, err, now_us, retry_at=None, timeline_extra={"lease": "lapsed"})
+            ended.append(rid)
+            return None
+        reclaims = run.reclaims
+        if prev is RunStatus.RUNNING:
+            reclaims += 1
+            if reclaims >= POISON_RECLAIMS:
+                err = {
+                    "type": "PoisonRunError",
+                    "kind": "poison",
+                    "message": f"reclaimed {reclaims} times from a dead worker without a new"
+                    " checkpoint; it may be killing its worker",
+                }
+                self._end(c, run, RunStatus.DEAD, err, now_us)
+                ended.append(rid)
+                return None
+        fence = run.fence + 1
+        c.execute(
+            "UPDATE runs SET status = 'running', lease_owner = ?, lease_until = ?, run_at = ?,"
+            " fence = ?, reclaims = ?, started_at = COALESCE(started_at, ?) WHERE run_id = ?",
+            [owner, lease_us, lease_us, fence, reclaims, now_us, rid],
+        )
+        events = []
+        if prev is RunStatus.RUNNING:
+            events.append(
+                _event(
+                    rid, now_us, "reclaimed", {"from": run.lease_owner, "by": owner, "fence": fence}
+                )
+            )
+        else:
+            if prev in (RunStatus.SLEEPING, RunStatus.WAITING) or (
+                prev is RunStatus.QUEUED
+                and run.run_at is not None
+                and to_us(run.run_at) > to_us(run.created_at)
+            ):
+                scheduled = to_us(run.run_at)
+                events.append(
+                    _event(
+                        rid,
+                        now_us,
+                        "woke",
+                        {
+                            "from": str(prev),
+                            "scheduled": from_us(scheduled).isoformat(timespec="microseconds"),
+                            "late_ms": round((now_us - scheduled) / 1000, 3),
+                        },
+                    )
+                )
+            events.append(
+                _event(
+                    rid, now_us, "claimed", {"by": owner, "fence": fence, "attempt": run.attempt}
+                )
+            )
+        c.executemany("INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)", events)
+        # Sleeps whose deadline has passed resolve now; their resolved_at records the actual wake.
+        c.execute(
+            "UPDATE journal SET state = 'done', resolved_at = ? WHERE run_id = ? AND kind = 'sleep'"
+            " AND state = 'pending' AND wake_at <= ?",
+            [now_us, rid, now_us],
+        )
+        claimed = _run_from_row(
+            c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [rid]).fetchone()
+        )
+        return Claim(run=claimed, fence=fence, owner=owner, woke_from=prev)
+
+    # -- fenced writes by the worker holding a run --------------------------
+
+    def _fenced(self, c: sqlite3.Connection, run_id: str, fence: int) -> bool:
+        row = c.execute(
+            "SELECT 1 FROM runs WHERE run_id = ? AND fence = ? AND status = 'running'",
+            [run_id, fence],
+        ).fetchone()
+        return row is not None
+
+    def record_entry(
+        self,
+        run_id: str,
+        fence: int,
+        entry: JournalEntry,
+        now: datetime,
+        *,
+        event: tuple[str, dict[str, Any]] | None = None,
+    ) -> bool:
+        """Journal one call's outcome (insert or replace its row). False: the lease is lost."""
+        now_us = to_us(now)
+        with self._write() as c:
+            if not self._fenced(c, run_id, fence):
+                return False
+            c.execute(
+                f"INSERT OR REPLACE INTO journal ({_ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                [
+                    run_id,
+                    entry.call_index,
+                    str(entry.kind),
+                    entry.name,
+                    str(entry.state),
+                    None
+                    if entry.value is None
+                    else dumps(entry.value, f"result of {entry.name!r}"),
+                    _us(entry.wake_at),
+                    now_us,
+                    _us(entry.resolved_at),
+                    entry.tries,
+                    None if entry.duration is None else round(entry.duration * 1e6),
+                ],
+            )
+            c.execute("UPDATE runs SET reclaims = 0 WHERE run_id = ? AND reclaims != 0", [run_id])
+            if event is not None:
+                c.execute(
+                    "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+                    _event(run_id, now_us, event[0], event[1]),
+                )
+            return True
+
+    def consume_signal(
+        self, run_id: str, fence: int, name: str, call_index: int, now: datetime
+    ) -> tuple[bool, Any, bool]:
+        """Take the oldest buffered signal `name` and journal it at `call_index`.
+
+        Returns (lease_ok, payload, found).
+        """
+        now_us = to_us(now)
+        with self._write() as c:
+            if not self._fenced(c, run_id, fence):
+                return False, None, False
+            row = c.execute(
+                "SELECT seq, payload FROM signals WHERE run_id = ? AND name = ? AND consumed_at IS NULL"
+                " ORDER BY seq LIMIT 1",
+                [run_id, name],
+            ).fetchone()
+            if row is None:
+                return True, None, False
+            seq, payload_text = row
+            c.execute(
+                "UPDATE signals SET consumed_at = ?, call_index = ? WHERE seq = ?",
+                [now_us, call_index, seq],
+            )
+            value = {"payload": _loads(payload_text), "timed_out": False}
+            c.execute(
+                f"INSERT OR REPLACE INTO journal ({_ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                [
+                    run_id,
+                    call_index,
+                    "signal",
+                    name,
+                    "done",
+                    dumps(value),
+                    None,
+                    now_us,
+                    now_us,
+                    0,
+                    None,
+                ],
+            )
+            c.execute("UPDATE runs SET reclaims = 0 WHERE run_id = ?", [run_id])
+            c.execute(
+                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+                _event(run_id, now_us, "signal received", {"name": name, "index": call_index}),
+            )
+            return True, value["payload"], True
+
+    def record_version(
+        self, run_id: str, fence: int, change_id: str, version: int, now: datetime
+    ) -> bool:
+        with self._write() as c:
+            if not self._fenced(c, run_id, fence):
+                return False
+            c.execute(
+                "INSERT OR IGNORE INTO versions (run_id, change_id, version, recorded_at) VALUES (?,?,?,?)",
+                [run_id, change_id, version, to_us(now)],
+            )
+            return True
+
+    def heartbeat(
+        self,
+        owner: str,
+        held: Sequence[tuple[str, int, float]],
+        lease_until: datetime,
+        now: datetime,
+    ) -> list[HeartbeatReply]:
+        """Extend the leases of held runs (run_id, fence, exec_spent) in one transaction.
+
+        Persists the execution time spent, so a budget survives restarts, and reports what
+        each live handler must be told: lease lost, cancel requested, deadline passed,
+        budget used up.
+        """
+        now_us, lease_us = to_us(now), to_us(lease_until)
+        replies = []
+        with self._write() as c:
+            c.execute("UPDATE daemons SET seen_at = ? WHERE owner = ?", [now_us, owner])
+            for run_id, fence, spent in held:
+                row = c.execute(
+                    "SELECT fence, status, cancel_requested, deadline, timeout_us FROM runs"
+                    " WHERE run_id = ?",
+                    [run_id],
+                ).fetchone()
+                if row is None or row[0] != fence or row[1] != "running":
+                    replies.append(HeartbeatReply(run_id, lost=True))
+                    continue
+                _, _, cancel, deadline, timeout_us = row
+                spent_us = round(spent * 1e6)
+                c.execute(
+                    "UPDATE runs SET lease_until = ?, run_at = ?, exec_spent_us = ? WHERE run_id = ?",
+                    [lease_us, lease_us, spent_us, run_id],
+                )
+                replies.append(
+                    HeartbeatReply(
+                        run_id,
+                        cancel=bool(cancel),
+                        deadline=deadline is not None and deadline <= now_us,
+                        timeout=timeout_us is not None and spent_us >= timeout_us,
+                    )
+                )
+        return replies
+
+    def suspend_run(
+        self,
+        run_id: str,
+        fence: int,
+        status: RunStatus,
+        run_at: datetime | None,
+        now: datetime,
+        exec_spent: float,
+        entry: JournalEntry | None,
+        event: tuple[str, dict[str, Any]],
+    ) -> bool:
+        """Park a run (sleeping, waiting, or queued for a step retry), journaling its pending call.
+
+        Clears the lease: a suspended run holds no worker.
+        """
+        now_us = to_us(now)
+        with self._write() as c:
+            row = c.execute(
+                "SELECT deadline FROM runs WHERE run_id = ? AND fence = ? AND status = 'running'",
+                [run_id, fence],
+            ).fetchone()
+            if row is None:
+                return False
+            deadline = row[0]
+            at = _us(run_at)
+            if deadline is not None:
+                at = deadline if at is None else min(at, deadline)
+            if entry is not None:
+                c.execute(
+                    f"INSERT OR REPLACE INTO journal ({_ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    [
+                        run_id,
+                        entry.call_index,
+                        str(entry.kind),
+                        entry.name,
+                        str(entry.state),
+                        None if entry.value is None else dumps(entry.value),
+                        _us(entry.wake_at),
+                        now_us,
+                        None,
+                        entry.tries,
+                        None if entry.duration is None else round(entry.duration * 1e6),
+                    ],
+                )
+            c.execute(
+                "UPDATE runs SET status = ?, run_at = ?, lease_owner = NULL, lease_until = NULL,"
+                " exec_spent_us = ?, reclaims = 0 WHERE run_id = ?",
+                [str(status), at, round(exec_spent * 1e6), run_id],
+            )
+            c.execute(
+                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+                _event(run_id, now_us, event[0], event[1]),
+            )
+            # A buffered signal that arrived while we ran must not be missed.
+            if status is RunStatus.WAITING and entry is not None:
+                has = c.execute(
+                    "SELECT 1 FROM signals WHERE run_id = ? AND name = ? AND consumed_at IS NULL",
+                    [run_id, entry.name],
+                ).fetchone()
+                if has:
+                    c.execute("UPDATE runs SET run_at = ? WHERE run_id = ?", [now_us, run_id])
+            return True
+
+    def complete_run(
+        self, run_id: str, fence: int, result: Any, now: datetime, exec_spent: float
+    ) -> bool:
+        now_us = to_us(now)
+        result_text = dumps(result, "the workflow's result")
+        with self._write() as c:
+            cur = c.execute(
+                "UPDATE runs SET status = 'completed', result = ?, error = NULL, finished_at = ?,"
+                " run_at = NULL, lease_owner = NULL, lease_until = NULL, exec_spent_us = ?"
+                " WHERE run_id = ? AND fence = ? AND status = 'running'",
+                [result_text, now_us, round(exec_spent * 1e6), run_id, fence],
+            )
+            if cur.rowcount != 1:
+                return False
+            c.execute(
+                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+                _event(run_id, now_us, "completed", {}),
+            )
+            _wake_parent(c, run_id, now_us)
+            return True
+
+    def fail_attempt(
+        self,
+        run_id: str,
+        fence: int,
+        error: dict[str, Any],
+        now: datetime,
+        exec_spent: float,
+        retry_at: datetime | None,
+    ) -> RunStatus | None:
+        """End the current attempt with `error`: queue the next attempt at `retry_at`, or
+        dead-letter the run. Returns the new status, or None when the lease is lost."""
+        now_us = to_us(now)
+        with self._write() as c:
+            row = c.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
+            ).fetchone()
+            if row is None:
+                return None
+            run = _run_from_row(row)
+            if run.fence != fence or run.status is not RunStatus.RUNNING:
+                return None
+            c.execute(
+                "UPDATE runs SET exec_spent_us = ? WHERE run_id = ?",
+                [round(exec_spent * 1e6), run_id],
+            )
+            return self._fail(c, run, error, now_us, retry_at=_us(retry_at))
+
+    def _fail(
+        self,
+        c: sqlite3.Connection,
+        run: Run,
+        error: dict[str, Any],
+        now_us: int,
+        *,
+        retry_at: int | None,
+        timeline_extra: dict[str, Any] | None = None,
+    ) -> RunStatus:
+        """Retry (retry_at given, or computed from the run's backoff) or dead-letter."""
+        error = {**error, "attempt": run.attempt}
+        if retry_at is None and run.attempt < run.max_attempts:
+            from flowctl.retry import DEFAULT_RUN_RETRY, RetryPolicy
+
+            policy = RetryPolicy.from_json(run.backoff) if run.backoff else DEFAULT_RUN_RETRY
+            retry_at = now_us + round(policy.delay(run.attempt).total_seconds() * 1e6)
+        if run.attempt >= run.max_attempts:
+            retry_at = None
+        if run.deadline is not None and retry_at is not None and retry_at >= to_us(run.deadline):
+            retry_at = to_us(run.deadline)  # the claim at the deadline dead-letters it
+        kind = error.get("kind", "raised")
+        label = {"timeout": "timed out", "deadline": "deadline exceeded"}.get(kind, "failed")
+        data = {"attempt": run.attempt, "kind": kind, "error": _first_line(error)}
+        data.update(timeline_extra or {})
+        events = [_event(run.run_id, now_us, label, data)]
+        if retry_at is not None:
+            # A new attempt starts from the first recorded step error: checkpoints before it stand.
+            c.execute(
+                "DELETE FROM journal WHERE run_id = ? AND call_index >= (SELECT MIN(call_index)"
+                " FROM journal WHERE run_id = ? AND state = 'error')",
+                [run.run_id, run.run_id],
+            )
+            c.execute(
+                "UPDATE runs SET status = 'queued', run_at = ?, attempt = attempt + 1, error = ?,"
+                " exec_spent_us = 0, lease_owner = NULL, lease_until = NULL, reclaims = 0"
+                " WHERE run_id = ?",
+                [retry_at, dumps(error), run.run_id],
+            )
+            events.append(
+                _event(
+                    run.run_id,
+                    now_us,
+                    "retry scheduled",
+                    {
+                        "attempt": run.attempt + 1,
+                        "at": from_us(retry_at).isoformat(timespec="microseconds"),
+                    },
+                )
+            )
+            c.executemany("INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)", events)
+            return RunStatus.QUEUED
+        c.executemany("INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)", events)
+        if run.attempt >= run.max_attempts and kind not in ("deadline", "nondeterminism", "poison"):
+            error = {
+                **error,
+                "dead_reason": f"attempts exhausted ({run.attempt}/{run.max_attempts})",
+            }
+        self._end(c, run, RunStatus.DEAD, error, now_us)
+        return RunStatus.DEAD
+
+    def _end(
+        self,
+        c: sqlite3.Connection,
+        run: Run,
+        status: RunStatus,
+        error: dict[str, Any] | None,
+        now_us: int,
+    ) -> None:
+        c.execute(
+            "UPDATE runs SET status = ?, error = ?, finished_at = ?, run_at = NULL, lease_owner = NULL,"
+            " lease_until = NULL WHERE run_id = ?",
+            [str(status), None if error is None else dumps(error), now_us, run.run_id],
+        )
+        label = "dead-lettered" if status is RunStatus.DEAD else str(status)
+        data = {} if error is None else {"kind": error.get("kind"), "error": _first_line(error)}
+        c.execute(
+            "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+            _event(run.run_id, now_us, label, data),
+        )
+        _wake_parent(c, run.run_id, now_us)
+
+    def end_run(
+        self,
+        run_id: str,
+        fence: int,
+        status: RunStatus,
+        error: dict[str, Any] | None,
+        now: datetime,
+        exec_spent: float,
+    ) -> bool:
+        """End a held run terminally (cancelled, or dead without retry)."""
+        with self._write() as c:
+            row = c.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
+            ).fetchone()
+            if row is None:
+                return False
+            run = _run_from_row(row)
+            if run.fence != fence or run.status is not RunStatus.RUNNING:
+                return False
+            c.execute(
+                "UPDATE runs SET exec_spent_us = ? WHERE run_id = ?",
+                [round(exec_spent * 1e6), run_id],
+            )
+            self._end(c, run, status, error, to_us(now))
+            return True
+
+    def add_event(self, run_id: str, type_: str, data: dict[str, Any], now: datetime) -> None:
+        with self._write() as c:
+            c.execute(
+                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+                _event(run_id, to_us(now), type_, data),
+            )
+
+    def add_events(
+        self, run_ids: Sequence[str], type_: str, data: dict[str, Any], now: datetime
+    ) -> None:
+        now_us = to_us(now)
+        with self._write() as c:
+            c.executemany(
+                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+                [_event(rid, now_us, type_, data) for rid in run_ids],
+            )
+
+    # -- operator actions ----------------------------------------------------
+
+    def send_signal(self, run_id: str, name: str, payload: Any, now: datetime) -> RunStatus:
+        """Buffer a signal; a run waiting for a signal becomes due now."""
+        now_us = to_us(now)
+        text = dumps(payload, "the signal payload")
+        with self._write() as c:
+            row = c.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            if row is None:
+                raise RunNotFoundError(run_id)
+            status = RunStatus(row[0])
+            if status.is_terminal:
+                from flowctl.errors import InvalidStateError
+
+                raise InvalidStateError(
+                    f"run {run_id} is {status}: signals go to queued, running, sleeping or waiting runs"
+                )
+            c.execute(
+                "INSERT INTO signals (run_id, name, payload, sent_at) VALUES (?,?,?,?)",
+                [run_id, name, text, now_us],
+            )
+            c.execute(
+                "UPDATE runs SET run_at = ? WHERE run_id = ? AND status = 'waiting'",
+                [now_us, run_id],
+            )
+            c.execute(
+                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+                _event(run_id, now_us, "signal sent", {"name": name}),
+            )
+            return status
+
+    def request_cancel(self, run_id: str, reason: str | None, by: str, now: datetime) -> RunStatus:
+        """Cancel at once unless running; a running run gets the request at its next heartbeat.
+
+        Returns the status after the call (cancelled, or running when only requested).
+        """
+        from flowctl.errors import InvalidStateError
+
+        now_us = to_us(now)
+        with self._write() as c:
+            row = c.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
+            ).fetchone()
+            if row is None:
+                raise RunNotFoundError(run_id)
+            run = _run_from_row(row)
+            if run.status.is_terminal:
+                raise InvalidStateError(f"run {run_id} is already {run.status}; nothing to cancel")
+            data = {"by": by, **({"reason": reason} if reason else {})}
+            if run.status is RunStatus.RUNNING:
+                c.execute(
+                    "UPDATE runs SET cancel_requested = 1, cancel_reason = ? WHERE run_id = ?",
+                    [reason, run_id],
+                )
+                c.execute(
+                    "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+                    _event(run_id, now_us, "cancel requested", data),
+                )
+                return RunStatus.RUNNING
+            c.execute(
+                "UPDATE runs SET cancel_requested = 1, cancel_reason = ? WHERE run_id = ?",
+                [reason, run_id],
+            )
+            self._end(c, run, RunStatus.CANCELLED, _cancel_error(reason, by), now_us)
+            return RunStatus.CANCELLED
+
+    def redrive(self, run_id: str, by: str, now: datetime) -> Run:
+        """Put a dead (or cancelled) run back in the queue with a fresh attempt budget."""
+        from flowctl.errors import InvalidStateError
+
+        now_us = to_us(now)
+        with self._write() as c:
+            row = c.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
+            ).fetchone()
+            if row is None:
+                raise RunNotFoundError(run_id)
+            run = _run_from_row(row)
+            if run.status not in (RunStatus.DEAD, RunStatus.CANCELLED):
+                raise InvalidStateError(
+                    f"run {run_id} is {run.status}: only dead or cancelled runs can be redriven"
+                )
+            c.execute(
+                "DELETE FROM journal WHERE run_id = ? AND call_index >= (SELECT MIN(call_index)"
+                " FROM journal WHERE run_id = ? AND state IN ('error', 'pending', 'retrying'))",
+                [run_id, run_id],
+            )
+            c.execute(
+                "UPDATE runs SET status = 'queued', run_at = ?, attempt = 1, deadline = NULL,"
+                " exec_spent_us = 0, finished_at = NULL, cancel_requested = 0, cancel_reason = NULL,"
+                " reclaims = 0, lease_owner = NULL, lease_until = NULL WHERE run_id = ?",
+                [now_us, run_id],
+            )
+            c.execute(
+                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+                _event(run_id, now_us, "redriven", {"by": by, "was": str(run.status)}),
+            )
+            return _run_from_row(
+                c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            )
+
+    def wake_now(self, run_id: str, by: str, now: datetime) -> Run:
+        """End a sleep early (operator action); the recorded wake_at is kept for history."""
+        from flowctl.errors import InvalidStateError
+
+        now_us = to_us(now)
+        with self._write() as c:
+            row = c.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
+            ).fetchone()
+            if row is None:
+                raise RunNotFoundError(run_id)
+            run = _run_from_row(row)
+            if run.status not in (RunStatus.SLEEPING, RunStatus.QUEUED):
+                raise InvalidStateError(
+                    f"run {run_id} is {run.status}: only sleeping or queued runs can be woken"
+                )
+            c.execute(
+                "UPDATE journal SET state = 'done', resolved_at = ? WHERE run_id = ? AND kind = 'sleep'"
+                " AND state = 'pending'",
+                [now_us, run_id],
+            )
+            c.execute("UPDATE runs SET run_at = ? WHERE run_id = ?", [now_us, run_id])
+            c.execute(
+                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+                _event(
+                    run_id, now_us, "woken by operator", {"by": by, "was_due": _iso_us(run.run_at)}
+                ),
+            )
+            return _run_from_row(
+                c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            )
+
+    # -- daemons registry ---------------------------------------------------
+
+    def register_daemon(
+        self,
+        owner: str,
+        host: str,
+        pid: int,
+        proc_start: str | None,
+        now: datetime,
+        info: dict[str, Any],
+    ) -> None:
+        now_us = to_us(now)
+        with self._write() as c:
+            c.execute(
+                "INSERT OR REPLACE INTO daemons (owner, host, pid, proc_start, started_at, seen_at, info)"
+                " VALUES (?,?,?,?,?,?,?)",
+                [owner, host, pid, proc_start, now_us, now_us, dumps(info)],
+            )
+
+    def unregister_daemon(self, owner: str) -> None:
+        with self._write() as c:
+            c.execute("DELETE FROM daemons WHERE owner = ?", [owner])
+
+    def daemons(self) -> list[DaemonInfo]:
+        rows = self._read(
+            "SELECT owner, host, pid, proc_start, started_at, seen_at, info FROM daemons ORDER BY started_at"
+        )
+        return [
+            DaemonInfo(r[0], r[1], r[2], r[3], from_us(r[4]), from_us(r[5]), _loads(r[6]) or {})
+            for r in rows
+        ]
+
+    def held_count(self, owner: str) -> int:
+        return int(
+            self._read(
+                "SELECT COUNT(*) FROM runs WHERE status = 'running' AND lease_owner = ?", [owner]
+            )[0][0]
+        )
+
+
+def _iso_us(when: datetime | None) -> str | None:
+    return None if when is None else when.isoformat(timespec="microseconds")
+
+
+def _first_line(error: dict[str, Any]) -> str:
+    msg = str(error.get("message") or "")
+    first = msg.splitlines()[0] if msg else ""
+    return f"{error.get('type', 'Error')}: {first}" if first else str(error.get("type", "Error"))
+
+
+def _cancel_error(reason: str | None, by: str | None = None) -> dict[str, Any]:
+    err: dict[str, Any] = {
+        "type": "Cancelled",
+        "kind": "cancelled",
+        "message": reason or "cancelled by operator",
+    }
+    if by:
+        err["by"] = by
+    return err
+
+
+def _wake_parent(c: sqlite3.Connection, run_id: str, now_us: int) -> None:
+    """A child run ended: its waiting parent becomes due."""
+    c.execute(
+        "UPDATE runs SET run_at = ? WHERE status = 'waiting' AND run_id ="
+        " (SELECT parent_run_id FROM runs WHERE run_id = ?)",
+        [now_us, run_id],
+    )
+
+
+# ---------------------------------------------------------------------------
+# Connecting
+
+
+def _retry_locked(fn: Any, timeout_s: float = BUSY_TIMEOUT_MS / 1000) -> Any:
+    """Retry `fn` while SQLite says the database is locked or busy, up to the busy timeout.
+
+    The busy handler does not cover every case (the WAL switch, a deferred transaction
+    upgrading), so creation and BEGIN IMMEDIATE are retried here as well.
+    """
+    import random
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    delay = 0.001
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as e:
+            msg = str(e).lower()
+            if ("locked" not in msg and "busy" not in msg) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 0.05)
+
+
+def _connect(path: str, durability: str) -> sqlite3.Connection:
+    if path != ":memory:":
+        parent = Path(path).parent
+        parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+            os.close(fd)
+        except OSError as e:
+            raise FlowctlError(f"cannot open database {path}: {e.strerror}") from None
+    try:
+        conn = sqlite3.connect(
+            path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+        )
+    except sqlite3.Error as e:
+        raise FlowctlError(f"cannot open database {path}: {e}") from None
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    try:
+        mode = _retry_locked(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+    except sqlite3.DatabaseError as e:
+        conn.close()
+        raise FlowctlError(f"{path} is not a flowctl database ({e})") from None
+    if path != ":memory:" and str(mode).lower() != "wal":
+        conn.close()
+        raise FlowctlError(f"cannot switch {path} to WAL mode (got {mode!r})")
+    conn.execute(f"PRAGMA synchronous = {'FULL' if durability == 'full' else 'NORMAL'}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("PRAGMA temp_store = MEMORY")
+    return conn
+
+
+def _migrate(conn: sqlite3.Connection, db: sqlite_utils.Database) -> None:
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version == SCHEMA_VERSION:
+        return
+    if version > SCHEMA_VERSION:
+        raise FlowctlError(
+            f"database schema version {version} is newer than this flowctl understands"
+            f" ({SCHEMA_VERSION}); upgrade flowctl"
+        )
+
+    def run() -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            current = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            for i in range(current, SCHEMA_VERSION):
+                MIGRATIONS[i](db)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    _retry_locked(run)
