@@ -9,9 +9,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from typer.core import TyperGroup
+
+try:  # typer >= 0.26 ships its own copy of click
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import exceptions as click_exc  # type: ignore[no-redef]
 
 from flowctl import ops
 from flowctl.clock import SystemClock
@@ -23,7 +27,7 @@ from flowctl.store import Store
 
 
 class _Group(TyperGroup):
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except FlowctlError as e:
@@ -84,7 +88,9 @@ def _root(
     ctx: typer.Context,
     db: Annotated[
         str | None,
-        typer.Option("--db", help="SQLite file to use (default: FLOWCTL_DB, flowctl.toml, XDG state dir)."),
+        typer.Option(
+            "--db", help="SQLite file to use (default: FLOWCTL_DB, flowctl.toml, XDG state dir)."
+        ),
     ] = None,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
@@ -144,7 +150,9 @@ def _run_json(run: Run) -> dict[str, Any]:
 
 @app.command()
 def init(
-    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing flowctl.toml.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite an existing flowctl.toml.")
+    ] = False,
 ) -> None:
     """Create flowctl.toml here with the documented defaults.  Example: flowctl init"""
     from flowctl.config import write_default_config
@@ -164,7 +172,10 @@ def workflows(
     found = ops.list_workflows(folder)
     if as_json:
         _emit_json(
-            [{"name": w.name, "kind": w.kind, "target": w.target, "description": w.description} for w in found]
+            [
+                {"name": w.name, "kind": w.kind, "target": w.target, "description": w.description}
+                for w in found
+            ]
         )
         return
     if not found:
@@ -189,25 +200,52 @@ def workflows(
 @app.command()
 def run(
     ctx: typer.Context,
-    target: Annotated[str, typer.Argument(help="file.py:function, module:function, file.yaml, or a workflow name.")],
+    target: Annotated[
+        str,
+        typer.Argument(help="file.py:function, module:function, file.yaml, or a workflow name."),
+    ],
     inputs: Annotated[
         list[str] | None,
-        typer.Option("-i", "--in-value", help="Input: key=value (string) or key:=JSON (typed). Repeatable."),
+        typer.Option(
+            "-i", "--in-value", help="Input: key=value (string) or key:=JSON (typed). Repeatable."
+        ),
     ] = None,
-    input_json: Annotated[str | None, typer.Option("--input", help="The whole input as a JSON object.")] = None,
-    wait: Annotated[bool, typer.Option("--wait", help="Stay in the foreground through sleeps until the run ends.")] = False,
-    detach: Annotated[bool, typer.Option("--detach", help="Only queue the run; a daemon runs it.")] = False,
-    in_: Annotated[str | None, typer.Option("--in", help="Start after a duration (queues the run), e.g. 10m.")] = None,
-    at: Annotated[str | None, typer.Option("--at", help="Start at a time (queues the run), ISO-8601.")] = None,
+    input_json: Annotated[
+        str | None, typer.Option("--input", help="The whole input as a JSON object.")
+    ] = None,
+    wait: Annotated[
+        bool,
+        typer.Option("--wait", help="Stay in the foreground through sleeps until the run ends."),
+    ] = False,
+    detach: Annotated[
+        bool, typer.Option("--detach", help="Only queue the run; a daemon runs it.")
+    ] = False,
+    in_: Annotated[
+        str | None, typer.Option("--in", help="Start after a duration (queues the run), e.g. 10m.")
+    ] = None,
+    at: Annotated[
+        str | None, typer.Option("--at", help="Start at a time (queues the run), ISO-8601.")
+    ] = None,
     deadline: Annotated[
-        str | None, typer.Option("--deadline", help="Give up on the whole run at this time or after this duration.")
+        str | None,
+        typer.Option(
+            "--deadline", help="Give up on the whole run at this time or after this duration."
+        ),
     ] = None,
     timeout: Annotated[
-        str | None, typer.Option("--timeout", help="Execution budget per attempt (sleeping spends none), e.g. 30s.")
+        str | None,
+        typer.Option(
+            "--timeout", help="Execution budget per attempt (sleeping spends none), e.g. 30s."
+        ),
     ] = None,
-    max_attempts: Annotated[int | None, typer.Option("--max-attempts", help="Attempts in total (default 3).")] = None,
+    max_attempts: Annotated[
+        int | None, typer.Option("--max-attempts", help="Attempts in total (default 3).")
+    ] = None,
     key: Annotated[
-        str | None, typer.Option("--key", help="Idempotency key: a second run with the same key returns the first.")
+        str | None,
+        typer.Option(
+            "--key", help="Idempotency key: a second run with the same key returns the first."
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -250,7 +288,11 @@ def run(
         if as_json:
             _emit_json(_run_summary(run_obj))
         else:
-            when = "" if run_at is None else f" to start {_local(run_at)} ({_relative(run_at, clock.now())})"
+            when = (
+                ""
+                if run_at is None
+                else f" to start {_local(run_at)} ({_relative(run_at, clock.now())})"
+            )
             typer.echo(f"queued {run_obj.run_id} ({run_obj.workflow}){when}")
         return
     final = _drive(st, run_obj, wait=wait, quiet=as_json)
@@ -286,10 +328,13 @@ def _drive(st: State, run_obj: Run, *, wait: bool, quiet: bool) -> Run:
 
     cfg = _daemon_config(st, concurrency=1)
     try:
-        return drive_run(st.store, st.clock, run_obj.run_id, cfg, wait=wait, on_checkpoint=on_checkpoint)
+        return drive_run(
+            st.store, st.clock, run_obj.run_id, cfg, wait=wait, on_checkpoint=on_checkpoint
+        )
     except KeyboardInterrupt:
         typer.echo(
-            f"\ninterrupted: run {run_obj.run_id} is left to `flowctl daemon`, which resumes it", err=True
+            f"\ninterrupted: run {run_obj.run_id} is left to `flowctl daemon`, which resumes it",
+            err=True,
         )
         raise typer.Exit(130) from None
 
@@ -305,7 +350,9 @@ def _print_end(run: Run, now: datetime) -> None:
         typer.echo(f"waiting for a signal{due}")
         typer.echo(f"run {run.run_id} (`flowctl signal {run.run_id} NAME`)")
     elif run.status is RunStatus.QUEUED:
-        typer.echo(f"queued {run.run_id}: next attempt {_local(run.run_at)} ({_relative(run.run_at, now)})")
+        typer.echo(
+            f"queued {run.run_id}: next attempt {_local(run.run_at)} ({_relative(run.run_at, now)})"
+        )
         if run.error:
             typer.echo(f"  last error: {_first_error_line(run)}")
     elif run.status is RunStatus.RUNNING:
@@ -336,12 +383,19 @@ def _daemon_config(st: State, **overrides: Any) -> Any:
 def ls(
     ctx: typer.Context,
     status: Annotated[
-        list[str] | None, typer.Option("--status", "-s", help=f"Filter by status ({ops.STATUS_NAMES}); repeatable.")
+        list[str] | None,
+        typer.Option("--status", "-s", help=f"Filter by status ({ops.STATUS_NAMES}); repeatable."),
     ] = None,
-    workflow: Annotated[str | None, typer.Option("--workflow", "-w", help="Filter by workflow name.")] = None,
-    search: Annotated[str | None, typer.Option("--search", help="Match run id or input text.")] = None,
+    workflow: Annotated[
+        str | None, typer.Option("--workflow", "-w", help="Filter by workflow name.")
+    ] = None,
+    search: Annotated[
+        str | None, typer.Option("--search", help="Match run id or input text.")
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many runs.")] = 50,
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of run objects.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print a JSON list of run objects.")
+    ] = False,
 ) -> None:
     """List runs, newest first.  Example: flowctl ls --status sleeping --json"""
     st = _state(ctx)
@@ -361,7 +415,17 @@ def ls(
             nxt = _relative(r.finished_at, now)
         else:
             nxt = "-"
-        rows.append([r.run_id, r.workflow, str(r.status), f"{r.attempt}/{r.max_attempts}", _local(r.created_at), nxt, _first_error_line(r)])
+        rows.append(
+            [
+                r.run_id,
+                r.workflow,
+                str(r.status),
+                f"{r.attempt}/{r.max_attempts}",
+                _local(r.created_at),
+                nxt,
+                _first_error_line(r),
+            ]
+        )
     _table(["RUN", "WORKFLOW", "STATUS", "ATTEMPT", "CREATED", "NEXT/ENDED", "ERROR"], rows)
 
 
@@ -369,7 +433,9 @@ def ls(
 def show(
     ctx: typer.Context,
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print run, checkpoints and timeline as JSON.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print run, checkpoints and timeline as JSON.")
+    ] = False,
 ) -> None:
     """Show one run: header, checkpoints by call index, timeline.  Example: flowctl show 01jd"""
     st = _state(ctx)
@@ -388,7 +454,9 @@ def show(
     if r.deadline:
         typer.echo(f"deadline  {_local(r.deadline)} ({_relative(r.deadline, now)})")
     if r.timeout:
-        typer.echo(f"budget    {format_duration(r.exec_spent)} of {format_duration(r.timeout)} spent this attempt")
+        typer.echo(
+            f"budget    {format_duration(r.exec_spent)} of {format_duration(r.timeout)} spent this attempt"
+        )
     if r.schedule:
         typer.echo(f"schedule  {r.schedule} (fire time {_local(r.scheduled_at)})")
     if r.parent_run_id:
@@ -462,8 +530,12 @@ def send_signal(
 def cancel(
     ctx: typer.Context,
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
-    reason: Annotated[str | None, typer.Option("--reason", help="Why; kept in the timeline.")] = None,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait until a running run has really stopped.")] = False,
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="Why; kept in the timeline.")
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait until a running run has really stopped.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run as JSON.")] = False,
 ) -> None:
     """Cancel a run; a running one is told at its next heartbeat.  Example: flowctl cancel 01jd --reason dup"""
@@ -479,7 +551,9 @@ def cancel(
     if as_json:
         _emit_json(_run_json(run_obj))
     elif run_obj.status is RunStatus.RUNNING:
-        typer.echo(f"cancel requested for {run_obj.run_id}: its handler is told at the next heartbeat")
+        typer.echo(
+            f"cancel requested for {run_obj.run_id}: its handler is told at the next heartbeat"
+        )
     else:
         typer.echo(f"{run_obj.status} {run_obj.run_id}")
 
@@ -487,10 +561,19 @@ def cancel(
 @app.command()
 def redrive(
     ctx: typer.Context,
-    run_ref: Annotated[str | None, typer.Argument(metavar="[RUN]", help="Run id or unique prefix.")] = None,
-    all_: Annotated[bool, typer.Option("--all", help="Redrive every dead run matching the filters.")] = False,
-    workflow: Annotated[str | None, typer.Option("--workflow", "-w", help="With --all: only this workflow.")] = None,
-    since: Annotated[str | None, typer.Option("--since", help="With --all: runs created since (ISO time or duration ago).")] = None,
+    run_ref: Annotated[
+        str | None, typer.Argument(metavar="[RUN]", help="Run id or unique prefix.")
+    ] = None,
+    all_: Annotated[
+        bool, typer.Option("--all", help="Redrive every dead run matching the filters.")
+    ] = False,
+    workflow: Annotated[
+        str | None, typer.Option("--workflow", "-w", help="With --all: only this workflow.")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="With --all: runs created since (ISO time or duration ago)."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
 ) -> None:
     """Give dead runs a fresh attempt budget, keeping their checkpoints.  Example: flowctl redrive 01jd"""
@@ -534,12 +617,22 @@ def wake(
 @app.command()
 def daemon(
     ctx: typer.Context,
-    concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", help="Runs executed at once.")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", "-c", help="Runs executed at once.")
+    ] = None,
     lease: Annotated[str | None, typer.Option("--lease", help="Lease length, e.g. 15s.")] = None,
-    heartbeat: Annotated[str | None, typer.Option("--heartbeat", help="Heartbeat interval, e.g. 1s.")] = None,
-    grace: Annotated[str | None, typer.Option("--grace", help="On SIGTERM, wait this long for running handlers.")] = None,
-    until_idle: Annotated[bool, typer.Option("--until-idle", help="Exit when nothing is running or due.")] = False,
-    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "info",
+    heartbeat: Annotated[
+        str | None, typer.Option("--heartbeat", help="Heartbeat interval, e.g. 1s.")
+    ] = None,
+    grace: Annotated[
+        str | None, typer.Option("--grace", help="On SIGTERM, wait this long for running handlers.")
+    ] = None,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Exit when nothing is running or due.")
+    ] = False,
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="debug, info, warning or error.")
+    ] = "info",
 ) -> None:
     """Run queued work and wake sleepers on time; SIGTERM/Ctrl-C drains.  Example: flowctl daemon -c 8"""
     from flowctl.daemon import Daemon
@@ -557,11 +650,17 @@ def daemon(
         heartbeat=parse_duration(heartbeat).total_seconds() if heartbeat else None,
         grace=parse_duration(grace).total_seconds() if grace is not None else None,
     )
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
+    )
     d = Daemon(st.store, st.clock, cfg)
     logging.getLogger("flowctl").info(
         "daemon %s on %s (concurrency %d, lease %gs, heartbeat %gs)",
-        d.owner, st.db_path, cfg.concurrency, cfg.lease, cfg.heartbeat,
+        d.owner,
+        st.db_path,
+        cfg.concurrency,
+        cfg.lease,
+        cfg.heartbeat,
     )
     code = d.run_forever(until_idle=until_idle, install_signals=True)
     raise typer.Exit(code)
@@ -636,16 +735,16 @@ def main() -> None:
     """Entry point: click usage errors become one line on stderr with exit code 2."""
     try:
         rv = app(standalone_mode=False)
-    except click.exceptions.NoArgsIsHelpError as e:
+    except click_exc.NoArgsIsHelpError as e:
         typer.echo(e.ctx.get_help() if e.ctx else str(e))
         sys.exit(0)
-    except click.UsageError as e:
+    except click_exc.UsageError as e:
         cmd = e.ctx.command_path if e.ctx else "flowctl"
         typer.echo(f"flowctl: {e.format_message()} (see `{cmd} --help`)", err=True)
         sys.exit(2)
-    except click.exceptions.Exit as e:
+    except (click_exc.Exit, typer.Exit) as e:
         sys.exit(e.exit_code)
-    except click.Abort:
+    except (click_exc.Abort, typer.Abort):
         typer.echo("aborted", err=True)
         sys.exit(130)
     except FlowctlError as e:

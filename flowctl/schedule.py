@@ -32,7 +32,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 from heapq import heappop, heappush
 from itertools import count as counter
@@ -112,40 +112,22 @@ class ScheduleSpec:
 
     def to_json(self) -> str:
         """Compact JSON for the schedules table; durations are in seconds."""
-        return json.dumps(
-            {
-                "cron": self.cron,
-                "every": None if self.every is None else self.every.total_seconds(),
-                "tz": self.tz,
-                "anchor": None if self.anchor is None else self.anchor.isoformat(),
-                "gap": self.gap,
-                "fold": self.fold,
-                "missed": self.missed,
-                "max_missed": self.max_missed,
-                "overlap": self.overlap,
-                "jitter": self.jitter.total_seconds(),
-            },
-            sort_keys=True,
-        )
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["every"] = None if self.every is None else self.every.total_seconds()
+        data["anchor"] = None if self.anchor is None else self.anchor.isoformat()
+        data["jitter"] = self.jitter.total_seconds()
+        return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> ScheduleSpec:
         """Rebuild a spec stored with to_json(), re-validating it (tzdata may have changed)."""
         try:
             data = json.loads(text)
-            anchor = data.get("anchor")
-            return parse_spec(
-                cron=data.get("cron"),
-                every=data.get("every"),
-                tz=data["tz"],
-                anchor=None if anchor is None else datetime.fromisoformat(anchor),
-                gap=data.get("gap", "shift"),
-                fold=data.get("fold", "first"),
-                missed=data.get("missed", "skip"),
-                max_missed=data.get("max_missed", 100),
-                overlap=data.get("overlap", "skip"),
-                jitter=data.get("jitter", 0),
-            )
+            if "tz" not in data:  # never re-resolve a stored zone to this machine's
+                raise KeyError("tz")
+            if data.get("anchor") is not None:
+                data["anchor"] = datetime.fromisoformat(data["anchor"])
+            return parse_spec(**data)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ScheduleError(f"invalid stored schedule {text!r}: {exc}") from None
 
@@ -348,10 +330,10 @@ def due_fires(
     if last_fire is not None:
         since = max(since, _utc(last_fire, "last_fire"))
     if now <= since:
-        return DueFires((), (), False, _first(next_fires(spec, since, 1)))
+        return DueFires((), (), False, next(iter(next_fires(spec, since, 1)), None))
     # room for max_missed enqueued + max_missed listed as skipped + the few not yet missed
     recent, older = _recent_fires(spec, since, now, 2 * spec.max_missed + 3)
-    following = _first(next_fires(spec, now, 1))
+    following = next(iter(next_fires(spec, now, 1)), None)
     due: list[Fire] = []
     missed: list[Fire] = []
     for i, fire in enumerate(recent):
@@ -393,7 +375,8 @@ def explain(spec: ScheduleSpec, after: datetime, count: int) -> list[dict[str, A
     fired_count = 0
     if count <= 0:
         return rows
-    hourly = _every_hour(spec)
+    expr = spec.expression
+    hourly = expr is not None and len(CronSim(expr, datetime(2000, 1, 1)).hours) == 24
     for fire, fired in _events(spec, _utc(after, "after")):
         policy = None
         if fire.note is not None:
@@ -566,12 +549,6 @@ def _recent_fires(
     return fires[-keep:], older
 
 
-def _every_hour(spec: ScheduleSpec) -> bool:
-    if spec.expression is None:
-        return False
-    return len(CronSim(spec.expression, datetime(2000, 1, 1)).hours) == 24
-
-
 def _choice(kind: str, value: object, allowed: tuple[str, ...]) -> str:
     if isinstance(value, str) and value.strip().lower() in allowed:
         return value.strip().lower()
@@ -598,10 +575,6 @@ def _utc(value: datetime, name: str) -> datetime:
     if not isinstance(value, datetime) or value.utcoffset() is None:
         raise ValueError(f"{name} must be a timezone-aware datetime, got {value!r}")
     return value.astimezone(UTC)
-
-
-def _first(fires: list[Fire]) -> Fire | None:
-    return fires[0] if fires else None
 
 
 def _hm(value: datetime) -> str:

@@ -41,9 +41,9 @@ import yaml
 from flowctl.commands import run_command
 from flowctl.durations import parse_duration
 from flowctl.errors import (
+    DurableCallError,
     DurationError,
     FlowctlError,
-    DurableCallError,
     InputError,
     NonDeterminismError,
     StepFailedError,
@@ -290,7 +290,17 @@ def _compose(text: str, problems: _Problems) -> _Node | None:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        message = " ".join(part for part in (exc.context, exc.problem) if part) or str(exc)
+        message = exc.problem or exc.context or " ".join(str(exc).split())
+        if exc.problem and exc.context:
+            where = exc.context_mark
+            at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+            message = f"{exc.problem} ({exc.context}{at})"
+        lines = text.splitlines()
+        source = lines[line - 1] if 0 < line <= len(lines) else ""
+        if exc.context == "while scanning a tag":
+            message += '; quote a value that starts with ! (like "!${{ input.flag }}")'
+        elif "${{" in source:
+            message += "; put a value containing ${{ }} in quotes"
         problems.add(line, col, "yaml", f"syntax error: {message}")
     except yaml.YAMLError as exc:
         problems.add(1, 1, "yaml", f"syntax error: {' '.join(str(exc).split())}")
@@ -320,12 +330,15 @@ def _convert(node: yaml.Node, loader: yaml.SafeLoader, problems: _Problems, dept
     mapping: dict[str, _Node] = {}
     for key_node, value_node in node.value:
         key_line, key_col = key_node.start_mark.line + 1, key_node.start_mark.column + 1
-        key = (
-            loader.construct_object(key_node) if isinstance(key_node, yaml.ScalarNode) else None
-        )
+        key = loader.construct_object(key_node) if isinstance(key_node, yaml.ScalarNode) else None
         if not isinstance(key, str):
             shown = key_node.value if isinstance(key_node, yaml.ScalarNode) else "a collection"
-            problems.add(key_line, key_col, "yaml", f"keys must be strings, got {shown!r}")
+            hint = (
+                "; YAML reads on/off/yes/no as true/false, so quote it"
+                if key in (True, False)
+                else ""
+            )
+            problems.add(key_line, key_col, "yaml", f"keys must be strings, got {shown!r}{hint}")
             continue
         if key in mapping:
             problems.add(key_line, key_col, "yaml", f"duplicate key {key!r}")
@@ -542,9 +555,7 @@ class _Validator:
             return node.value
         alias = _TYPE_ALIASES.get(node.value.lower())
         hint = f" (did you mean {alias!r}?)" if alias else _did_you_mean(node.value, INPUT_TYPES)
-        self.bad(
-            node, where, f"unknown type {node.value!r}{hint}; types: {', '.join(INPUT_TYPES)}"
-        )
+        self.bad(node, where, f"unknown type {node.value!r}{hint}; types: {', '.join(INPUT_TYPES)}")
         return None
 
     def input_spec(self, name: str, node: _Node, where: str) -> InputSpec | None:
@@ -823,7 +834,9 @@ class _Validator:
             return None
         for key, child in node.value.items():
             if kind == "call" and not key.isidentifier():
-                self.bad(child, f"{where}.{key}", f"{key!r} is not a Python argument name", key=True)
+                self.bad(
+                    child, f"{where}.{key}", f"{key!r} is not a Python argument name", key=True
+                )
             self.check_templates_in(child, f"{where}.{key}", index)
         return _plain(node)
 
@@ -876,7 +889,9 @@ class _Validator:
         if target is None:
             return
         if not _CALLABLE.fullmatch(target.strip()):
-            self.bad(node, where, f"expected module:function (like mypkg.mail:send), got {target!r}")
+            self.bad(
+                node, where, f"expected module:function (like mypkg.mail:send), got {target!r}"
+            )
             return
         step.value = target.strip()
 
@@ -1001,8 +1016,7 @@ class _Validator:
         if attr not in attrs:
             hint = _did_you_mean(attr, attrs)
             return (
-                f"{shown}: {info.kind} steps have no {attr!r}{hint}; "
-                f"available: {', '.join(attrs)}"
+                f"{shown}: {info.kind} steps have no {attr!r}{hint}; available: {', '.join(attrs)}"
             )
         if len(path) > 3 and attr not in DEEP_ATTRS[info.kind]:
             extra = "; use json.FIELD" if info.kind == "run" and attr == "output" else ""
@@ -1289,7 +1303,7 @@ _TYPE_WORDS = {
 def parse_when(value: Any) -> datetime | float:
     """A sleep_until value: an ISO-8601 time with a UTC offset, or epoch seconds."""
     if isinstance(value, bool) or not isinstance(value, str | int | float | datetime):
-        raise UsageError(f"sleep_until needs an ISO-8601 time, got {_kind(value)}")
+        raise UsageError(f"expected an ISO-8601 time, got {_kind(value)}")
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, datetime):
@@ -1299,13 +1313,11 @@ def parse_when(value: Any) -> datetime | float:
             when = datetime.fromisoformat(value.strip())
         except ValueError:
             raise UsageError(
-                f"sleep_until: {value!r} is not an ISO-8601 time; write it like "
+                f"{value!r} is not an ISO-8601 time; write it like "
                 "2030-01-31T09:00:00+01:00 or 2030-01-31T08:00:00Z"
             ) from None
     if when.tzinfo is None or when.utcoffset() is None:
-        raise UsageError(
-            f"sleep_until: {str(value)!r} has no UTC offset; add one, like +01:00 or Z"
-        )
+        raise UsageError(f"{str(value)!r} has no UTC offset; add one, like +01:00 or Z")
     return when
 
 
@@ -1342,7 +1354,6 @@ class _Runner:
         self.inputs = inputs
         self.records: dict[str, dict[str, Any]] = {}
         self.signals: dict[str, Any] = {}
-        self.kinds = {step.id: step.kind for step in wf.steps}
 
     def run(self) -> dict[str, Any]:
         failed: dict[str, dict[str, Any]] = {}
@@ -1418,9 +1429,7 @@ class _Runner:
                 value = value[key]
             elif isinstance(value, list) and re.fullmatch(r"\d+", key):
                 if int(key) >= len(value):
-                    raise ExpressionError(
-                        f"{shown}: {here} has {len(value)} items, no index {key}"
-                    )
+                    raise ExpressionError(f"{shown}: {here} has {len(value)} items, no index {key}")
                 value = value[int(key)]
             else:
                 raise ExpressionError(
@@ -1494,11 +1503,16 @@ class _Runner:
             return self.run_step(step)
         if step.kind == "call":
             return self.call_step(step)
-        if step.kind == "sleep":
-            ctx.sleep(parse_duration(self.render(step.value)))
-            return None
-        if step.kind == "sleep_until":
-            ctx.sleep_until(parse_when(self.render(step.value)))
+        if step.kind in ("sleep", "sleep_until"):
+            value = self.render(step.value)
+            try:
+                when = parse_duration(value) if step.kind == "sleep" else parse_when(value)
+            except UsageError as exc:
+                raise UsageError(f"step {step.id!r}: {step.kind}: {exc}") from None
+            if isinstance(when, timedelta):
+                ctx.sleep(when)
+            else:
+                ctx.sleep_until(when)
             return None
         if step.kind == "wait_signal":
             timeout = step.timeout

@@ -1,0 +1,78 @@
+"""Shared fixtures: a temporary database, a fake clock, an in-process daemon driven by tick()."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from flowctl.clock import FakeClock
+from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.engine import Engine
+from flowctl.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "flowctl.db"
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock(datetime(2026, 3, 29, 0, 59, tzinfo=UTC))
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[Store]:
+    s = Store(db_path)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def engine(store: Store, fake_clock: FakeClock) -> Engine:
+    return Engine(store, fake_clock)
+
+
+@pytest.fixture
+def daemon(store: Store, fake_clock: FakeClock) -> Daemon:
+    return Daemon(store, fake_clock, DaemonConfig(concurrency=4, lease=15, heartbeat=1))
+
+
+@pytest.fixture
+def flows_dir(tmp_path: Path) -> Path:
+    """A folder for workflow files written by a test."""
+    d = tmp_path / "flows"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def spawn_daemon(tmp_path: Path) -> Iterator[object]:
+    """Start real `flowctl daemon` subprocesses; all are killed at teardown."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def spawn(db: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        log = open(tmp_path / f"daemon-{len(procs)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", "--log-level", "warning", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            cwd=str(ROOT),
+        )
+        procs.append(proc)
+        return proc
+
+    yield spawn
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

@@ -1,0 +1,344 @@
+"""The CLI: exit codes, one-line errors, --json shapes, and nothing written on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+HELLO = str(ROOT / "examples" / "hello.py") + ":hello"
+
+
+def flowctl(
+    db: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flowctl", "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        cwd=str(cwd or ROOT),
+        env={**os.environ, **(env or {})},
+        timeout=60,
+    )
+
+
+def counts(db: Path) -> tuple[int, int, int]:
+    if not db.exists():
+        return (0, 0, 0)
+    conn = sqlite3.connect(db)
+    try:
+        return tuple(
+            conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+            for t in ("runs", "journal", "timeline")
+        )  # type: ignore[return-value]
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def flow_file(tmp_path: Path) -> Path:
+    path = tmp_path / "flows.py"
+    path.write_text(
+        "from flowctl import workflow\n"
+        "\n"
+        "@workflow\n"
+        "def add(ctx, a: int, b: int = 1):\n"
+        "    return ctx.step('add', lambda: a + b)\n"
+        "\n"
+        "@workflow\n"
+        "def boom(ctx):\n"
+        "    ctx.step('explode', lambda: 1 / 0)\n"
+        "\n"
+        "@workflow\n"
+        "def sleepy(ctx):\n"
+        "    ctx.step('before', lambda: 'x')\n"
+        "    ctx.sleep('24h')\n"
+        "    return 'woke'\n"
+        "\n"
+        "def bad_result(ctx):\n"
+        "    return ctx.step('obj', lambda: object())\n"
+        "\n"
+        "def naive(ctx):\n"
+        "    import datetime\n"
+        "    ctx.sleep_until(datetime.datetime(2030, 1, 1))\n"
+    )
+    return path
+
+
+def test_run_hello_completes_and_prints_each_step(tmp_path: Path) -> None:
+    db = tmp_path / "f.db"
+    out = flowctl(db, "run", HELLO, "-i", "name=ana", "--wait")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].strip().startswith("✓ greet")
+    assert lines[1].strip().startswith("✓ shout")
+    assert '"greeting": "hello, ana"' in lines[2]
+    assert oct(db.stat().st_mode & 0o777) == "0o600"
+
+
+def test_run_json_shape_and_typed_inputs(tmp_path: Path, flow_file: Path) -> None:
+    db = tmp_path / "f.db"
+    out = flowctl(db, "run", f"{flow_file}:add", "-i", "a:=40", "-i", "b:=2", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert set(data) == {"id", "workflow", "status", "result", "error", "run_at"}
+    assert data["status"] == "completed"
+    assert data["result"] == 42
+    assert data["workflow"] == "add"
+
+
+def test_run_that_sleeps_exits_zero_and_says_until_when(tmp_path: Path, flow_file: Path) -> None:
+    db = tmp_path / "f.db"
+    out = flowctl(db, "run", f"{flow_file}:sleepy")
+    assert out.returncode == 0, out.stderr
+    assert "sleeping until" in out.stdout
+    assert "(in 23h59m)" in out.stdout or "(in 1d00h)" in out.stdout
+    listed = json.loads(flowctl(db, "ls", "--status", "sleeping", "--json").stdout)
+    assert [r["status"] for r in listed] == ["sleeping"]
+    run_id = listed[0]["id"]
+    shown = json.loads(flowctl(db, "show", run_id[:6], "--json").stdout)
+    assert [c["kind"] for c in shown["checkpoints"]] == ["step", "sleep"]
+    sleep = shown["checkpoints"][1]
+    assert sleep["wake_at"].endswith("+00:00") and "." in sleep["wake_at"]
+    assert shown["run"]["id"] == run_id
+    assert {"at", "type"} <= set(shown["timeline"][0])
+
+
+def test_failing_run_exits_one_with_error(tmp_path: Path, flow_file: Path) -> None:
+    db = tmp_path / "f.db"
+    out = flowctl(db, "run", f"{flow_file}:boom", "--max-attempts", "1")
+    assert out.returncode == 1
+    assert "ZeroDivisionError" in out.stderr
+    run = json.loads(flowctl(db, "ls", "--json").stdout)[0]
+    assert run["status"] == "dead"
+    assert run["error"]["type"] == "ZeroDivisionError"
+    assert "Traceback" in run["error"]["traceback"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["run", "nope.py:fn"], "does not exist"),
+        (["run", "nosuchworkflow"], "unknown workflow 'nosuchworkflow'"),
+        (["run", "{flow}:add", "-i", "a:={bad"], "must be JSON"),
+        (["run", "{flow}:add", "--input", "[1,2]"], "--input must be a JSON object"),
+        (["run", "{flow}:add", "--input", "{nope"], "--input is not valid JSON"),
+        (["run", "{flow}:add", "-i", "c=3", "-i", "a:=1"], "has no input 'c'"),
+        (["run", "{flow}:add"], "needs input 'a'"),
+        (["run", "{flow}:add", "-i", "a:=1", "--in", "soon"], "invalid duration 'soon'"),
+        (["run", "{flow}:add", "-i", "a:=1", "--timeout", "fast"], "invalid duration 'fast'"),
+        (["run", "{flow}:add", "-i", "a:=1", "--deadline", "whenever"], "--deadline 'whenever'"),
+        (
+            ["run", "{flow}:add", "-i", "a:=1", "--at", "tomorrowish"],
+            "--at 'tomorrowish' is not a time",
+        ),
+        (["run", "{flow}:add", "-i", "novalue"], "use key=value"),
+        (["ls", "--status", "sleepy"], "unknown status 'sleepy'"),
+        (["ls", "--limit", "0"], "--limit must be at least 1"),
+        (["daemon", "--lease", "1s", "--heartbeat", "2s"], "heartbeat (2s) must be shorter"),
+        (["run"], "Missing argument 'target'"),
+        (["frobnicate"], "No such command 'frobnicate'"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(
+    tmp_path: Path, flow_file: Path, args: list[str], needle: str
+) -> None:
+    db = tmp_path / "f.db"
+    flowctl(db, "ls")  # create the schema so row counts are comparable
+    before = counts(db)
+    out = flowctl(db, *[a.replace("{flow}", str(flow_file)) for a in args])
+    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
+    err = out.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("flowctl: ")
+    assert needle in err
+    assert counts(db) == before
+
+
+@pytest.mark.parametrize("args", [["show", "zzzz"], ["signal", "zzzz", "go"], ["cancel", "zz"]])
+def test_unknown_run_is_one_line_exit_1(tmp_path: Path, args: list[str]) -> None:
+    db = tmp_path / "f.db"
+    flowctl(db, "ls")
+    before = counts(db)
+    out = flowctl(db, *args)
+    assert out.returncode == 1
+    assert out.stderr.strip() == f"flowctl: no run matches {args[1]!r}: give a run id or a unique prefix"
+    assert counts(db) == before
+
+
+def test_non_json_step_result_fails_the_run_clearly(tmp_path: Path, flow_file: Path) -> None:
+    db = tmp_path / "f.db"
+    out = flowctl(db, "run", f"{flow_file}:bad_result", "--max-attempts", "1")
+    assert out.returncode == 1
+    assert "not JSON-serialisable" in out.stderr
+    assert counts(db)[1] == 0  # nothing journaled for the step
+
+
+def test_naive_datetime_is_rejected(tmp_path: Path, flow_file: Path) -> None:
+    db = tmp_path / "f.db"
+    out = flowctl(db, "run", f"{flow_file}:naive", "--max-attempts", "1")
+    assert out.returncode == 1
+    assert "timezone-aware" in out.stderr
+
+
+def test_flowctl_db_env_is_used(tmp_path: Path, flow_file: Path) -> None:
+    db = tmp_path / "env.db"
+    out = subprocess.run(
+        [sys.executable, "-m", "flowctl", "run", f"{flow_file}:add", "-i", "a:=1"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "FLOWCTL_DB": str(db)},
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert counts(db)[0] == 1
+
+
+def test_idempotency_key_returns_first_run(tmp_path: Path, flow_file: Path) -> None:
+    db = tmp_path / "f.db"
+    first = json.loads(
+        flowctl(
+            db, "run", f"{flow_file}:add", "-i", "a:=1", "--key", "k1", "--detach", "--json"
+        ).stdout
+    )
+    second = json.loads(
+        flowctl(
+            db, "run", f"{flow_file}:add", "-i", "a:=1", "--key", "k1", "--detach", "--json"
+        ).stdout
+    )
+    assert first["id"] == second["id"]
+    assert counts(db)[0] == 1
+
+
+def test_detach_in_and_at_queue_without_running(tmp_path: Path, flow_file: Path) -> None:
+    db = tmp_path / "f.db"
+    out = flowctl(db, "run", f"{flow_file}:add", "-i", "a:=1", "--in", "10m", "--json")
+    data = json.loads(out.stdout)
+    assert data["status"] == "queued"
+    out = flowctl(
+        db, "run", f"{flow_file}:add", "-i", "a:=1", "--at", "2099-01-01T09:00:00Z", "--json"
+    )
+    assert json.loads(out.stdout)["run_at"] == "2099-01-01T09:00:00.000000+00:00"
+    assert counts(db)[1] == 0
+
+
+def test_init_writes_config_and_refuses_overwrite(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "flowctl", "init"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    import tomllib
+
+    data = tomllib.loads((tmp_path / "flowctl.toml").read_text())
+    assert data["durability"] == "full"
+    assert data["db"] == ".flowctl/flowctl.db"
+    again = subprocess.run(
+        [sys.executable, "-m", "flowctl", "init"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert again.returncode == 2
+    assert "already exists" in again.stderr
+    # the default database now lives next to flowctl.toml
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    subprocess.run(
+        [sys.executable, "-m", "flowctl", "ls"],
+        capture_output=True,
+        text=True,
+        cwd=sub,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "FLOWCTL_DB"},
+    )
+    assert (tmp_path / ".flowctl" / "flowctl.db").exists()
+
+
+def test_bad_config_key_is_named(tmp_path: Path) -> None:
+    (tmp_path / "flowctl.toml").write_text("concurency = 4\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "flowctl", "ls"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert "unknown key 'concurency'" in out.stderr
+    assert "did you mean 'concurrency'" in out.stderr
+    assert "flowctl.toml" in out.stderr
+
+
+def test_workflows_lists_and_runs_by_name(tmp_path: Path, flow_file: Path) -> None:
+    (tmp_path / "flowctl.toml").write_text('workflows = "."\n')
+    env = {k: v for k, v in os.environ.items() if k != "FLOWCTL_DB"}
+    listed = subprocess.run(
+        [sys.executable, "-m", "flowctl", "workflows", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        env=env,
+    )
+    names = {w["name"]: w["kind"] for w in json.loads(listed.stdout)}
+    assert names["add"] == "python"
+    out = subprocess.run(
+        [sys.executable, "-m", "flowctl", "run", "add", "-i", "a:=5", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        env=env,
+    )
+    assert json.loads(out.stdout)["result"] == 6
+
+
+def test_cancel_signal_redrive_round_trip(tmp_path: Path, flow_file: Path) -> None:
+    db = tmp_path / "f.db"
+    run_id = json.loads(flowctl(db, "run", f"{flow_file}:sleepy", "--json").stdout)["id"]
+    out = flowctl(db, "cancel", run_id, "--reason", "duplicate")
+    assert out.returncode == 0
+    assert out.stdout.startswith("cancelled")
+    again = flowctl(db, "cancel", run_id)
+    assert again.returncode == 1 and "already cancelled" in again.stderr
+    sig = flowctl(db, "signal", run_id, "go")
+    assert sig.returncode == 1 and "cancelled" in sig.stderr
+    red = flowctl(db, "redrive", run_id, "--json")
+    assert red.returncode == 0
+    assert json.loads(red.stdout)[0]["status"] == "queued"
+    timeline = [
+        e["type"] for e in json.loads(flowctl(db, "show", run_id, "--json").stdout)["timeline"]
+    ]
+    assert timeline[-2:] == ["cancelled", "redriven"]
+
+
+def test_every_command_has_help() -> None:
+    from typer.main import get_command
+
+    from flowctl.cli import app
+
+    group = get_command(app)
+    assert group.commands
+    for name, cmd in group.commands.items():
+        assert cmd.help, f"`flowctl {name}` has no help text"
+        out = subprocess.run(
+            [sys.executable, "-m", "flowctl", name, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, (name, out.stderr)
+        assert "Usage:" in out.stdout
