@@ -438,3 +438,31 @@ def status(store: Store, *, clock: Clock, window: timedelta = timedelta(hours=1)
 
 def list_workflows(workflows_dir: str | Path) -> list[WorkflowDef]:
     return sorted(discover(workflows_dir).values(), key=lambda w: w.name)
+
+
+# --- TUI support ---
+
+
+def count_runs(
+    store: Store, *, workflow: str | None = None, search: str | None = None
+) -> dict[RunStatus, int]:
+    """Runs per status, narrowed exactly as `list_runs` narrows, so counts match the lists."""
+    if not search:
+        return store.count_by_status(workflow)
+    return store.count_by_status_matching(workflow, search)
+
+
+def waiting_for(store: Store, run_ids: list[str]) -> dict[str, str]:
+    """What each run in a page is parked on ("signal 'approved'", "child run"), in one query.
+
+    A list of waiting runs shows this without reading each run's journal.
+    """
+    out = {}
+    for run_id, (kind, name) in store.pending_calls(run_ids).items():
+        out[run_id] = f"signal {name!r}" if kind is CallKind.SIGNAL else f"{kind} {name!r}"
+    return out
+
+
+def workflow_names(store: Store) -> list[str]:
+    """Every workflow name that has runs, sorted: the choices for a workflow filter."""
+    return store.workflows_seen()

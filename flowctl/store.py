@@ -1312,6 +1312,48 @@ class Store:
             )[0][0]
         )
 
+    # -- TUI support ---------------------------------------------------------
+
+    def count_by_status_matching(
+        self, workflow: str | None, search: str | None
+    ) -> dict[RunStatus, int]:
+        """Counts per status under the same workflow/search narrowing as list_runs.
+
+        The TUI's tab counts must agree with the rows it lists when a search is active.
+        """
+        where: list[str] = []
+        params: list[Any] = []
+        if workflow:
+            where.append("workflow = ?")
+            params.append(workflow)
+        if search:
+            where.append("(run_id LIKE ? ESCAPE '\\' OR input LIKE ? ESCAPE '\\')")
+            pattern = (
+                "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            )
+            params.extend([pattern, pattern])
+        sql = "SELECT status, COUNT(*) FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        counts = {s: 0 for s in RunStatus}
+        for status, n in self._read(sql + " GROUP BY status", params):
+            counts[RunStatus(status)] = n
+        return counts
+
+    def pending_calls(self, run_ids: Sequence[str]) -> dict[str, tuple[CallKind, str]]:
+        """The unresolved call (kind, name) each run is parked on: what a waiting run waits for.
+
+        One query for a page of runs, so a list can show it without reading whole journals.
+        """
+        if not run_ids:
+            return {}
+        rows = self._read(
+            "SELECT run_id, kind, name FROM journal WHERE state = 'pending' AND run_id IN"
+            f" ({','.join('?' * len(run_ids))}) ORDER BY call_index",
+            list(run_ids),
+        )
+        return {r[0]: (CallKind(r[1]), r[2]) for r in rows}
+
 
 def _iso_us(when: datetime | None) -> str | None:
     return None if when is None else when.isoformat(timespec="microseconds")

@@ -62,7 +62,17 @@ def spawn_daemon(tmp_path: Path) -> Iterator[object]:
     def spawn(db: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = open(tmp_path / f"daemon-{len(procs)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", "--log-level", "warning", *args],
+            [
+                sys.executable,
+                "-m",
+                "flowctl",
+                "--db",
+                str(db),
+                "daemon",
+                "--log-level",
+                "warning",
+                *args,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

@@ -169,7 +169,10 @@ def test_unknown_run_is_one_line_exit_1(tmp_path: Path, args: list[str]) -> None
     before = counts(db)
     out = flowctl(db, *args)
     assert out.returncode == 1
-    assert out.stderr.strip() == f"flowctl: no run matches {args[1]!r}: give a run id or a unique prefix"
+    assert (
+        out.stderr.strip()
+        == f"flowctl: no run matches {args[1]!r}: give a run id or a unique prefix"
+    )
     assert counts(db) == before
 
 

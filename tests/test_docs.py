@@ -1,0 +1,24 @@
+"""Every command has help text and appears in the README; the README's set-up lines come first."""
+
+from __future__ import annotations
+
+from typer.main import get_command
+
+from flowctl.cli import app
+from tests.conftest import ROOT
+
+README = (ROOT / "README.md").read_text()
+
+
+def test_every_command_is_in_the_readme() -> None:
+    group = get_command(app)
+    for name in group.commands:
+        assert f"flowctl {name}" in README, f"`flowctl {name}` is not documented in README.md"
+
+
+def test_readme_starts_with_the_two_setup_commands() -> None:
+    block = README.split("```sh", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert "flowctl run examples/hello.py:hello" in block[0]
+    assert "pytest" in block[1]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "pip install -q -e '.[dev]'" in ci and "pytest" in ci

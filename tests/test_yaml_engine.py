@@ -1,0 +1,141 @@
+"""YAML workflows through the real engine and CLI: pinning, injection safety, command results."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from flowctl import ops
+from flowctl.clock import SystemClock
+from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.model import RunStatus
+from flowctl.store import Store
+from flowctl.testing import WorkflowEnvironment
+from tests.helpers import wait_until
+
+
+def _cli(db: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flowctl", "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        cwd=str(cwd),
+        timeout=60,
+    )
+
+
+INJECT = """\
+name: inject
+input: {user: str}
+steps:
+  - id: shell
+    run: 'printf "%s" "$FLOWCTL_INPUT_USER"'
+  - id: argv
+    run: [printf, "%s", "${{ input.user }}"]
+"""
+
+
+def test_hostile_inputs_are_inert(tmp_path: Path) -> None:
+    (tmp_path / "inject.yaml").write_text(INJECT)
+    db = tmp_path / "f.db"
+    for hostile in ['"; touch pwned #', "$(touch pwned)", "`touch pwned`; touch pwned"]:
+        out = _cli(db, "run", "inject.yaml", "-i", f"user={hostile}", "--json", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        result = json.loads(out.stdout)["result"]["steps"]
+        assert result == {"shell": hostile, "argv": hostile}
+        assert not (tmp_path / "pwned").exists()
+
+
+def test_command_step_checkpoint_shape_and_failure_record(tmp_path: Path) -> None:
+    (tmp_path / "cmd.yaml").write_text(
+        "name: cmd\nsteps:\n"
+        "  - id: ok\n    run: [sh, -c, 'echo {\\\"n\\\": 1}; echo warn >&2']\n"
+        "  - id: bad\n    run: 'echo oops >&2; exit 3'\n"
+    )
+    db = tmp_path / "f.db"
+    out = _cli(db, "run", "cmd.yaml", "--max-attempts", "1", "--json", cwd=tmp_path)
+    assert out.returncode == 1
+    run = json.loads(out.stdout)
+    assert run["status"] == "dead"
+    assert run["error"]["type"] == "CommandFailed"
+    assert run["error"]["exit_code"] == 3
+    assert run["error"]["stderr_tail"].strip() == "oops"
+    shown = json.loads(_cli(db, "show", run["id"], "--json", cwd=tmp_path).stdout)
+    ok, bad = shown["checkpoints"]
+    assert set(ok["value"]) == {"exit_code", "stdout", "stderr", "duration", "json"}
+    assert ok["value"]["exit_code"] == 0
+    assert ok["value"]["json"] == {"n": 1}
+    assert ok["value"]["stderr"].strip() == "warn"
+    assert bad["state"] == "error"
+    assert bad["error"]["type"] == "CommandFailed"
+    assert bad["error"]["exit_code"] == 3
+
+
+def test_run_is_pinned_to_the_yaml_it_started_with(tmp_path: Path) -> None:
+    path = tmp_path / "pinned.yaml"
+    path.write_text(
+        "name: pinned\nsteps:\n  - id: a\n    run: [echo, one]\n  - sleep: 1h\n  - id: b\n    run: [echo, two]\n"
+    )
+    env = WorkflowEnvironment(tmp_path, cwd=tmp_path)
+    run_id = env.start("pinned.yaml")
+    assert env.get(run_id).status == "sleeping"
+    path.write_text("name: pinned\nsteps:\n  - this is: broken\n")  # edited while the run sleeps
+    env.advance("1h")
+    run = env.get(run_id)
+    assert run.status == "completed"
+    assert run.result == {"steps": {"a": "one", "b": "two"}}
+    detail = ops.show_run(env.store, run_id, clock=env.clock)
+    assert detail.source_changed is True
+    assert any("changed since this run started" in n for n in detail.notes)
+
+
+def test_validate_reports_file_line_and_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nsteps:\n  - id: a\n    runn: [echo]\n  - sleep: forever\n")
+    out = _cli(tmp_path / "f.db", "validate", str(bad), cwd=tmp_path)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert any(f"{bad}:4:" in line and "did you mean 'run'" in line for line in lines), lines
+    assert any(f"{bad}:5:" in line and "forever" in line for line in lines), lines
+    assert (
+        not (tmp_path / "f.db").exists()
+        or _cli(tmp_path / "f.db", "ls", "--json", cwd=tmp_path).stdout.strip() == "[]"
+    )
+
+
+def test_shell_string_with_expression_is_refused_before_running(tmp_path: Path) -> None:
+    (tmp_path / "x.yaml").write_text(
+        "name: x\ninput: {user: str}\nsteps:\n  - run: 'echo ${{ input.user }}'\n"
+    )
+    db = tmp_path / "f.db"
+    out = _cli(db, "run", "x.yaml", "-i", "user=1", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "FLOWCTL_INPUT_USER" in out.stderr
+    assert _cli(db, "ls", "--json", cwd=tmp_path).stdout.strip() == "[]"
+
+
+def test_cancel_really_stops_a_running_command(tmp_path: Path) -> None:
+    (tmp_path / "long.yaml").write_text(
+        "name: long\nsteps:\n  - id: wait\n    run: 'echo $$ > pid.txt; exec sleep 30'\n"
+    )
+    store = Store(tmp_path / "f.db")
+    clock = SystemClock()
+    run_id = ops.start(store, "long.yaml", {}, clock=clock, cwd=str(tmp_path)).run.run_id
+    daemon = Daemon(store, clock, DaemonConfig(concurrency=1, lease=2, heartbeat=0.1, grace=1))
+    thread = threading.Thread(target=daemon.run_forever, daemon=True)
+    thread.start()
+    pid_file = tmp_path / "pid.txt"
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip())
+    pid = int(pid_file.read_text())
+    ops.cancel(store, run_id, clock=clock, reason="test")
+    wait_until(lambda: store.get_run(run_id).status is RunStatus.CANCELLED, timeout=10)
+    assert (
+        not Path(f"/proc/{pid}").exists()
+        or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+    )
+    daemon.stop()
+    thread.join(5)
+    assert store.get_run(run_id).error["message"] == "test"
