@@ -188,6 +188,10 @@ def _supervise(
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ, out)
         sel.register(proc.stderr, selectors.EVENT_READ, err)
+        pidfd = _pidfd(proc.pid)
+        if pidfd is not None:
+            # Readable when the command exits, so the loop wakes at once instead of polling.
+            sel.register(pidfd, selectors.EVENT_READ, None)
         while True:
             _pump(sel, POLL_SECONDS, idle)
             if _has_exited(proc.pid):
@@ -204,6 +208,9 @@ def _supervise(
             elif not killed and kill_at is not None and now >= kill_at:
                 _signal_group(proc.pid, signal.SIGKILL)
                 killed = True
+        if pidfd is not None:
+            sel.unregister(pidfd)
+            os.close(pidfd)
         # The leader has exited but is not reaped yet, so its pid still names the group:
         # kill what is left of the group before reaping, then drain what was written.
         _signal_group(proc.pid, signal.SIGKILL)
@@ -222,11 +229,23 @@ def _pump(sel: selectors.BaseSelector, wait: float, idle: threading.Event) -> No
         idle.wait(wait)
         return
     for key, _ in sel.select(wait):
+        if key.data is None:  # the pidfd: the command exited
+            continue
         data = os.read(key.fd, 65536)
         if data:
             key.data.add(data)
         else:
             sel.unregister(key.fileobj)
+
+
+def _pidfd(pid: int) -> int | None:
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return int(opener(pid))
+    except OSError:
+        return None
 
 
 def _has_exited(pid: int) -> bool:
