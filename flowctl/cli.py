@@ -140,6 +140,21 @@ def _first_error_line(run: Run) -> str:
     return f"{run.error.get('type')}: {msg[0]}" if msg else str(run.error.get("type"))
 
 
+def _describe_value(value: Any) -> str:
+    """A command step's result as `exit 0 · out: last line`; anything else as short JSON."""
+    if isinstance(value, dict) and "exit_code" in value and "stdout" in value:
+        out = str(value.get("stdout") or "").strip().splitlines()
+        err = str(value.get("stderr") or "").strip().splitlines()
+        text = f"exit {value['exit_code']}"
+        if out:
+            text += f" · out: {out[-1][:50]}"
+        if err:
+            text += f" · err: {err[-1][:40]}"
+        return text
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _run_json(run: Run) -> dict[str, Any]:
     return run.to_json()
 
@@ -447,7 +462,10 @@ def show(
     now = st.clock.now()
     typer.echo(f"run       {r.run_id}")
     typer.echo(f"workflow  {r.workflow}  ({r.kind}: {r.target})")
-    typer.echo(f"status    {r.status} — {ops.why(detail, now)}")
+    if r.status.is_terminal:
+        typer.echo(f"status    {r.status} at {_local(r.finished_at)}")
+    else:
+        typer.echo(f"status    {r.status} — {ops.why(detail, now)}")
     typer.echo(f"input     {json.dumps(r.input)}")
     typer.echo(f"attempt   {r.attempt}/{r.max_attempts}")
     typer.echo(f"created   {_local(r.created_at)}")
@@ -486,8 +504,7 @@ def show(
             err = c.value or {}
             extra += f" {err.get('type')}: {str(err.get('message', '')).splitlines()[0] if err.get('message') else ''}"
         elif c.kind == "step" and c.value is not None:
-            text = json.dumps(c.value)
-            extra += " → " + (text if len(text) <= 60 else text[:57] + "...")
+            extra += " → " + _describe_value(c.value)
         took = f" ({format_duration(c.duration)})" if c.duration is not None else ""
         typer.echo(f"  #{c.call_index:<3} {c.kind:<7} {c.name:<20} {c.state}{took}{extra}")
     for cid, v, _at in detail.versions:
@@ -731,6 +748,11 @@ def tui(ctx: typer.Context) -> None:
     FlowctlApp(store=st.store, clock=st.clock).run()
 
 
+# typer >= 0.26 raises its own Exit/Abort; older versions raise click's.
+_EXITS: tuple[type[Any], ...] = (typer.Exit, getattr(click_exc, "Exit", typer.Exit))
+_ABORTS: tuple[type[BaseException], ...] = (typer.Abort, getattr(click_exc, "Abort", typer.Abort))
+
+
 def main() -> None:
     """Entry point: click usage errors become one line on stderr with exit code 2."""
     try:
@@ -742,9 +764,9 @@ def main() -> None:
         cmd = e.ctx.command_path if e.ctx else "flowctl"
         typer.echo(f"flowctl: {e.format_message()} (see `{cmd} --help`)", err=True)
         sys.exit(2)
-    except (click_exc.Exit, typer.Exit) as e:
+    except _EXITS as e:
         sys.exit(e.exit_code)
-    except (click_exc.Abort, typer.Abort):
+    except _ABORTS:
         typer.echo("aborted", err=True)
         sys.exit(130)
     except FlowctlError as e:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from flowctl.store import Store
 
 T = TypeVar("T")
+E = TypeVar("E", bound=BaseException)
 
 
 class _Missing:
@@ -116,6 +117,11 @@ class Context:
         self._index = 0
         self._in_step: str | None = None
         self._active = False
+        # Set when a durable call ends the attempt (suspend, non-determinism, lost lease,
+        # a durable call inside a step). User code may catch it (`except BaseException`,
+        # or `except Exception` for the FlowctlError ones), so the engine reads it back and
+        # every later durable call raises it again: the run never goes on past it.
+        self.halted: BaseException | None = None
         self._live = live or LiveRun(run.run_id, claim.fence, clock, run.exec_spent, run.timeout)
         self._children = children
         self._on_checkpoint = on_checkpoint
@@ -128,23 +134,35 @@ class Context:
                 f"ctx.{what}() called outside a running handler; durable calls work only while"
                 " flowctl runs the workflow"
             )
+        if self.halted is not None:
+            raise self.halted
         if self._in_step is not None:
-            raise DurableCallError(
-                f"ctx.{what}() called inside step {self._in_step!r}: steps do not nest; make"
-                " durable calls from the workflow function, not from a step"
+            raise self._halt(
+                DurableCallError(
+                    f"ctx.{what}() called inside step {self._in_step!r}: steps do not nest; make"
+                    " durable calls from the workflow function, not from a step"
+                )
             )
         if threading.current_thread() is not self._thread:
             raise DurableCallError(f"ctx.{what}() called from another thread than the handler's")
         self.check()
 
+    def _halt(self, exc: E) -> E:
+        """Remember what ends this attempt, so that catching it changes nothing."""
+        if self.halted is None:
+            self.halted = exc
+        return exc
+
     def _next_call(self, kind: CallKind, name: str) -> tuple[int, JournalEntry | None]:
         index, self._index = self._index, self._index + 1
         entry = self._journal.get(index)
         if entry is not None and (entry.kind, entry.name) != (kind, name):
-            raise NonDeterminismError(
-                f"run {self.run_id}: call #{index} was recorded as {entry.kind} {entry.name!r}"
-                f" but the workflow now makes {kind} {name!r}; let old runs finish, or guard"
-                " the change with ctx.version()"
+            raise self._halt(
+                NonDeterminismError(
+                    f"run {self.run_id}: call #{index} was recorded as {entry.kind}"
+                    f" {entry.name!r} but the workflow now makes {kind} {name!r}; let old runs"
+                    " finish, or guard the change with ctx.version()"
+                )
             )
         return index, entry
 
@@ -152,7 +170,7 @@ class Context:
         if not self._store.record_entry(
             self.run_id, self._fence, entry, self._clock.now(), event=event
         ):
-            raise LeaseLost(self.run_id)
+            raise self._halt(LeaseLost(self.run_id))
         self._journal[entry.call_index] = entry
         self._max_index = max(self._max_index, entry.call_index)
         if self._on_checkpoint is not None:
@@ -204,7 +222,7 @@ class Context:
                 raise rebuild_error(entry.value)
             if entry.state is EntryState.RETRYING:
                 if entry.wake_at is not None and entry.wake_at > self._clock.now():
-                    raise self._suspend_retry(entry)
+                    raise self._halt(self._suspend_retry(entry))
                 tries = entry.tries
         policy = options_of(fn).retry
         started = self._clock.monotonic()
@@ -229,7 +247,7 @@ class Context:
                     tries=tries,
                     duration=duration,
                 )
-                raise self._suspend_retry(retry) from None
+                raise self._halt(self._suspend_retry(retry)) from None
             failed = self._entry(
                 index, CallKind.STEP, name, EntryState.ERROR, error, tries=tries, duration=duration
             )
@@ -310,32 +328,36 @@ class Context:
             pending = self._entry(
                 index, CallKind.SLEEP, name, EntryState.PENDING, None, wake_at=wake_at
             )
-            raise Suspend(
-                RunStatus.SLEEPING,
-                wake_at,
-                pending,
-                (
-                    "sleep started",
-                    {
-                        "index": index,
-                        "wake_at": wake_at.isoformat(timespec="microseconds"),
-                        "for": format_duration(wake_at - now),
-                    },
-                ),
+            raise self._halt(
+                Suspend(
+                    RunStatus.SLEEPING,
+                    wake_at,
+                    pending,
+                    (
+                        "sleep started",
+                        {
+                            "index": index,
+                            "wake_at": wake_at.isoformat(timespec="microseconds"),
+                            "for": format_duration(wake_at - now),
+                        },
+                    ),
+                )
             )
         if entry.state is EntryState.DONE:
             return
         wake_at = entry.wake_at  # the recorded deadline stands across restarts and deploys
         assert wake_at is not None
         if wake_at > now:
-            raise Suspend(
-                RunStatus.SLEEPING,
-                wake_at,
-                None,
-                (
-                    "sleep resumed",
-                    {"index": index, "wake_at": wake_at.isoformat(timespec="microseconds")},
-                ),
+            raise self._halt(
+                Suspend(
+                    RunStatus.SLEEPING,
+                    wake_at,
+                    None,
+                    (
+                        "sleep resumed",
+                        {"index": index, "wake_at": wake_at.isoformat(timespec="microseconds")},
+                    ),
+                )
             )
         self._record(
             self._entry(
@@ -361,7 +383,7 @@ class Context:
             self.run_id, self._fence, name, index, self._clock.now()
         )
         if not ok:
-            raise LeaseLost(self.run_id)
+            raise self._halt(LeaseLost(self.run_id))
         if found:
             self._journal[index] = self._entry(
                 index,
@@ -398,11 +420,13 @@ class Context:
         data: dict[str, Any] = {"name": name, "index": index}
         if timeout_at is not None:
             data["timeout_at"] = timeout_at.isoformat(timespec="microseconds")
-        raise Suspend(
-            RunStatus.WAITING,
-            timeout_at,
-            pending if entry is None else entry,
-            ("waiting for signal", data),
+        raise self._halt(
+            Suspend(
+                RunStatus.WAITING,
+                timeout_at,
+                pending if entry is None else entry,
+                ("waiting for signal", data),
+            )
         )
 
     def _signal_value(self, name: str, value: Any, default: Any) -> Any:
@@ -440,11 +464,13 @@ class Context:
         pending = self._entry(
             index, CallKind.STEP, name, EntryState.PENDING, {"child_run_id": child_id}
         )
-        raise Suspend(
-            RunStatus.WAITING,
-            None,
-            pending,
-            ("waiting for child", {"child_run_id": child_id, "index": index}),
+        raise self._halt(
+            Suspend(
+                RunStatus.WAITING,
+                None,
+                pending,
+                ("waiting for child", {"child_run_id": child_id, "index": index}),
+            )
         )
 
     def now(self) -> datetime:
@@ -498,9 +524,11 @@ class Context:
         recorded = self._versions.get(change_id)
         if recorded is not None:
             if not min_version <= recorded <= max_version:
-                raise NonDeterminismError(
-                    f"run {self.run_id}: version {change_id!r} was recorded as {recorded}, outside"
-                    f" the supported range {min_version}..{max_version}"
+                raise self._halt(
+                    NonDeterminismError(
+                        f"run {self.run_id}: version {change_id!r} was recorded as {recorded}, outside"
+                        f" the supported range {min_version}..{max_version}"
+                    )
                 )
             return recorded
         at_frontier = self._index > self._max_index
@@ -508,7 +536,7 @@ class Context:
         if not self._store.record_version(
             self.run_id, self._fence, change_id, value, self._clock.now()
         ):
-            raise LeaseLost(self.run_id)
+            raise self._halt(LeaseLost(self.run_id))
         self._versions[change_id] = value
         return value
 

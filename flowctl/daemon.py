@@ -11,10 +11,10 @@ from __future__ import annotations
 import heapq
 import logging
 import os
+import queue
 import signal
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,7 +22,7 @@ from typing import Any
 from flowctl.clock import Clock
 from flowctl.context import LeaseLost, LiveRun
 from flowctl.engine import Engine, Outcome
-from flowctl.errors import Cancelled, DeadlineExceededError, ExecutionTimeoutError
+from flowctl.errors import Cancelled, DeadlineExceededError, ExecutionTimeoutError, UsageError
 from flowctl.identity import HOST, make_owner, owner_is_dead, proc_start
 from flowctl.model import Claim, JournalEntry, RunStatus, from_us, to_us
 from flowctl.store import Store
@@ -32,6 +32,18 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL = 0.05  # data_version is read at least this often
 WHEEL_SIZE = 512  # soonest wake times kept in memory; the rest stay in the index
 JUMP_THRESHOLD = 2.0  # seconds of disagreement between wall and monotonic time
+UNWIND_WAIT = 6.0  # after the grace period: time for interrupted handlers (and commands) to stop
+REAP_EVERY = 1.0  # seconds between checks for dead owners holding leases
+
+
+class DaemonStopping(LeaseLost):
+    """Tells a live handler the daemon is going away: stop and leave the run to be reclaimed.
+
+    A LeaseLost, so the engine abandons the run without writing an outcome: stopping a
+    daemon never invents a timeout, deadline or cancellation.
+    """
+
+    reason = "daemon stopping"
 
 
 # ---------------------------------------------------------------------------
@@ -41,8 +53,9 @@ JUMP_THRESHOLD = 2.0  # seconds of disagreement between wall and monotonic time
 class TimerWheel:
     """A min-heap of the soonest (run_at, run_id) pairs, refilled from the (status, run_at) index.
 
-    At most `size` entries are in memory; `horizon` is the last time loaded, beyond
-    which more may wait in the database. A million sleepers cost rows, not memory.
+    At most `size` entries are loaded at a time; `horizon` is the last time loaded,
+    beyond which more may wait in the database. A million sleepers cost rows, not
+    memory. Not thread-safe: the daemon guards it with a lock.
     """
 
     def __init__(self, size: int = WHEEL_SIZE) -> None:
@@ -59,7 +72,7 @@ class TimerWheel:
     def push(self, at: datetime, run_id: str) -> None:
         at_us = to_us(at)
         if self.horizon is not None and at_us > self.horizon:
-            return  # beyond what we hold; the index will bring it back
+            return  # beyond what we hold; the index brings it back at the next refill
         heapq.heappush(self._heap, (at_us, run_id))
 
     def next_at(self) -> int | None:
@@ -108,26 +121,30 @@ class Daemon:
         self.clock = clock
         self.config = config or DaemonConfig()
         if self.config.heartbeat >= self.config.lease:
-            from flowctl.errors import UsageError
-
             raise UsageError(
                 f"heartbeat ({self.config.heartbeat:g}s) must be shorter than the lease"
                 f" ({self.config.lease:g}s), or leases lapse while handlers run"
             )
+        if self.config.concurrency < 1:
+            raise UsageError(f"concurrency must be at least 1, got {self.config.concurrency}")
         self.engine = engine or Engine(store, clock)
         self.owner = make_owner()
         self.only_run_id = only_run_id
         self.on_checkpoint = on_checkpoint
         self.on_outcome = on_outcome
         self.wheel = TimerWheel()
+        self._wheel_lock = threading.Lock()
+        self._dirty = False  # our own write may have made a run due: refill the wheel
         self._live: dict[str, LiveRun] = {}
         self._silenced: set[str] = set()  # interrupted runs whose lease we let lapse
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._jobs: queue.SimpleQueue[tuple[Claim, LiveRun] | None] = queue.SimpleQueue()
+        self._workers: list[threading.Thread] = []
         self._stopping = False
         self._hard_stop = False
         self._data_version = -1
-        self._last_reap = 0.0
+        self._last_reap = float("-inf")
         self._last_wall: datetime | None = None
         self._last_mono = 0.0
         self._last_boot = 0.0
@@ -136,7 +153,11 @@ class Daemon:
     # -- one iteration, for tests and for the loop ------------------------------
 
     def tick(self) -> int:
-        """Claim every due run and execute them here, synchronously. Returns runs executed."""
+        """Claim every due run and execute them here, synchronously. Returns runs executed.
+
+        Overdue runs are claimed in deadline order, `concurrency` at a time.
+        """
+        self._watch_clock(self.clock.now())
         self._reap_dead_owners(force=True)
         done = 0
         while True:
@@ -150,112 +171,105 @@ class Daemon:
 
     # -- the real loop -------------------------------------------------------
 
-    def run_forever(
-        self,
-        *,
-        until_idle: bool = False,
-        stop_when: Callable[[], bool] | None = None,
-        install_signals: bool = False,
-        pool: ThreadPoolExecutor | None = None,
-    ) -> int:
-        """Serve until stopped (SIGTERM/SIGINT drain) or idle. Returns the exit code."""
+    def run_forever(self, *, until_idle: bool = False, install_signals: bool = False) -> int:
+        """Serve until stopped or, with `until_idle`, until nothing is running or due.
+
+        Returns the exit code: 0 after a drain (or idle), 1 after a second stop.
+        """
         if install_signals:
             self._install_signals()
-        if self.only_run_id is None:
-            self.store.register_daemon(
-                self.owner,
-                HOST,
-                os.getpid(),
-                proc_start(os.getpid()),
-                self.clock.now(),
-                {"concurrency": self.config.concurrency, "lease": self.config.lease},
-            )
-        executor = pool or ThreadPoolExecutor(
-            max_workers=self.config.concurrency, thread_name_prefix="flowctl-worker"
+        self.store.register_daemon(
+            self.owner,
+            HOST,
+            os.getpid(),
+            proc_start(os.getpid()),
+            self.clock.now(),
+            {"concurrency": self.config.concurrency, "lease": self.config.lease},
         )
+        # Concurrent workers share one connection: let their commits share one fsync.
+        self.store.set_group_commit(self.config.concurrency > 1)
+        for i in range(self.config.concurrency):
+            t = threading.Thread(target=self._worker, name=f"flowctl-worker-{i}", daemon=True)
+            t.start()
+            self._workers.append(t)
         hb = threading.Thread(target=self._heartbeat_loop, name="flowctl-heartbeat", daemon=True)
         hb.start()
-        drain_deadline: float | None = None
         try:
-            self._reap_dead_owners(force=True)
-            self.wheel.refill(self.store)
-            self._data_version = self.store.data_version()
-            while True:
-                if self._hard_stop:
-                    return 1
-                now = self.clock.now()
-                self._watch_clock(now)
-                if self._stopping:
-                    if drain_deadline is None:
-                        drain_deadline = self.clock.monotonic() + self.config.grace
-                        log.info("draining: %d run(s) still running", len(self._live))
-                    if not self._live:
-                        return 0
-                    if self.clock.monotonic() >= drain_deadline:
-                        log.warning(
-                            "grace period over; %d run(s) left to be reclaimed", len(self._live)
-                        )
-                        return 0
-                    self.clock.wait(self._wake, POLL_INTERVAL)
-                    self._wake.clear()
-                    continue
-                if stop_when is not None and stop_when():
-                    return 0
-                dv = self.store.data_version()
-                if dv != self._data_version or self.wheel.needs_refill():
-                    self._data_version = dv
-                    self.wheel.refill(self.store)
-                self._reap_dead_owners()
-                free = self.config.concurrency - len(self._live)
-                next_at = self.wheel.next_at()
-                now_us = to_us(now)
-                claimed_any = False
-                if free > 0 and next_at is not None and next_at <= now_us:
-                    claims = self._claim(now, min(free, self.config.claim_batch))
-                    claimed_any = bool(claims)
-                    for claim in claims:
-                        with self._lock:
-                            live = LiveRun(
-                                claim.run.run_id,
-                                claim.fence,
-                                self.clock,
-                                claim.run.exec_spent,
-                                claim.run.timeout,
-                            )
-                            self._live[claim.run.run_id] = live
-                        executor.submit(self._execute, claim, live)
-                    if not claims:
-                        self.wheel.pop_due(now_us)
-                        self.wheel.refill(self.store)
-                if until_idle and not claimed_any and not self._live:
-                    next_at = self.wheel.next_at()
-                    if next_at is None or next_at > to_us(self.clock.now()):
-                        return 0
-                timeout = POLL_INTERVAL
-                next_at = self.wheel.next_at()
-                if next_at is not None and free > 0:
-                    timeout = max(0.0, min(timeout, (next_at - to_us(self.clock.now())) / 1e6))
-                if claimed_any and len(self._live) < self.config.concurrency:
-                    timeout = 0.0
-                if timeout > 0:
-                    self.clock.wait(self._wake, timeout)
-                self._wake.clear()
+            return self._serve(until_idle)
         finally:
             self._stopping = True
-            if not self._hard_stop:
-                executor.shutdown(wait=not self._live)
-            if self.only_run_id is None:
-                try:
-                    self.store.unregister_daemon(self.owner)
-                except Exception:
-                    pass
+            for _ in self._workers:
+                self._jobs.put(None)
+            self.store.set_group_commit(False)
+            try:
+                self.store.unregister_daemon(self.owner)
+            except Exception:
+                log.exception("could not unregister the daemon")
+
+    def _serve(self, until_idle: bool) -> int:
+        self._reap_dead_owners(force=True)
+        self._refill()
+        drain_deadline: float | None = None
+        while True:
+            if self._hard_stop:
+                self._abandon("the daemon was stopped", unwind=0.0)
+                return 1
+            now = self.clock.now()
+            self._watch_clock(now)
+            if self._stopping:
+                if drain_deadline is None:
+                    drain_deadline = self.clock.monotonic() + self.config.grace
+                    log.info("draining: %d run(s) still running", len(self._live))
+                if not self._live:
+                    return 0
+                if self.clock.monotonic() >= drain_deadline:
+                    log.warning(
+                        "grace period of %gs over; %d run(s) left to be reclaimed",
+                        self.config.grace,
+                        len(self._live),
+                    )
+                    self._abandon("grace period over", unwind=UNWIND_WAIT)
+                    return 0
+                self.clock.wait(self._wake, POLL_INTERVAL)
+                self._wake.clear()
+                continue
+            dv = self.store.data_version()
+            if dv != self._data_version or self._dirty or self.wheel.needs_refill():
+                self._data_version = dv
+                self._refill()
+            self._reap_dead_owners()
+            free = self.config.concurrency - len(self._live)
+            now_us = to_us(now)
+            claimed = 0
+            if free > 0 and self._next_at() is not None and self._next_at() <= now_us:  # type: ignore[operator]
+                asked = min(free, self.config.claim_batch)
+                claims = self._claim(now, asked)
+                for claim in claims:
+                    self._dispatch(claim)
+                claimed = len(claims)
+                if claimed < asked:
+                    # Everything due at `now` is claimed (or ended): drop those entries.
+                    with self._wheel_lock:
+                        self.wheel.pop_due(now_us)
+            if until_idle and not claimed and not self._live:
+                next_at = self._next_at()
+                if (next_at is None or next_at > to_us(self.clock.now())) and not self._dirty:
+                    return 0
+            if claimed and len(self._live) < self.config.concurrency:
+                continue  # more may be due right now
+            timeout = POLL_INTERVAL
+            next_at = self._next_at()
+            if next_at is not None and len(self._live) < self.config.concurrency:
+                timeout = max(0.0, min(timeout, (next_at - to_us(self.clock.now())) / 1e6))
+            if timeout > 0:
+                self.clock.wait(self._wake, timeout)
+            self._wake.clear()
 
     def stop(self, *, drain: bool = True) -> None:
-        if self._stopping and drain:
+        """Drain (stop claiming, let running handlers finish); a second call stops at once."""
+        if self._stopping or not drain:
             self._hard_stop = True
         self._stopping = True
-        if not drain:
-            self._hard_stop = True
         self._wake.set()
 
     def _install_signals(self) -> None:
@@ -264,23 +278,50 @@ class Daemon:
                 log.warning("second signal: exiting now; running runs will be reclaimed")
                 os._exit(128 + signum)
             log.info("signal %s: draining (send again to exit at once)", signum)
-            self.stop(drain=True)
+            # Only a flag: the loop looks at it within POLL_INTERVAL. (Setting an Event from
+            # a signal handler can deadlock on the Event's own lock.)
+            self._stopping = True
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
 
     # -- internals ---------------------------------------------------------------
 
+    def _next_at(self) -> int | None:
+        with self._wheel_lock:
+            return self.wheel.next_at()
+
+    def _refill(self) -> None:
+        self._dirty = False
+        with self._wheel_lock:
+            self.wheel.refill(self.store)
+
     def _claim(self, now: datetime, limit: int) -> list[Claim]:
         lease_until = now + timedelta(seconds=self.config.lease)
         claims, ended = self.store.claim_due(
             self.owner, now, lease_until, limit, run_id=self.only_run_id
         )
-        if ended and self.on_outcome is not None:
-            for rid in ended:
-                run = self.store.get_run(rid)
-                self.on_outcome(Outcome(rid, run.status, error=run.error))
+        if ended:
+            self._dirty = True  # an ended child may have woken its parent
+            if self.on_outcome is not None:
+                for rid in ended:
+                    run = self.store.get_run(rid)
+                    self.on_outcome(Outcome(rid, run.status, error=run.error))
         return claims
+
+    def _dispatch(self, claim: Claim) -> None:
+        run = claim.run
+        live = LiveRun(run.run_id, claim.fence, self.clock, run.exec_spent, run.timeout)
+        with self._lock:
+            self._live[run.run_id] = live
+        self._jobs.put((claim, live))
+
+    def _worker(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            self._execute(*job)
 
     def _execute(self, claim: Claim, live: LiveRun | None = None) -> Outcome:
         run_id = claim.run.run_id
@@ -298,16 +339,74 @@ class Daemon:
                 self._live.pop(run_id, None)
                 self._silenced.discard(run_id)
         self.executed += 1
-        if outcome.run_at is not None and outcome.status in (
-            RunStatus.SLEEPING,
-            RunStatus.WAITING,
-            RunStatus.QUEUED,
-        ):
-            self.wheel.push(outcome.run_at, run_id)
+        if outcome.status is None and outcome.error is None:
+            self._note_lost(claim, live)
+        self._after(claim, outcome)
         if self.on_outcome is not None:
             self.on_outcome(outcome)
         self._wake.set()
         return outcome
+
+    def _after(self, claim: Claim, outcome: Outcome) -> None:
+        """Keep the wheel true after our own writes, which data_version does not report."""
+        status = outcome.status
+        if status is None:
+            return
+        with self._wheel_lock:
+            if outcome.run_at is not None and not status.is_terminal:
+                self.wheel.push(outcome.run_at, claim.run.run_id)
+            if status.is_terminal and claim.run.parent_run_id is not None:
+                self.wheel.push(self.clock.now(), claim.run.parent_run_id)
+        if status is RunStatus.WAITING and outcome.run_at is None:
+            self._dirty = True  # it may have started a child run, due now
+
+    def _note_lost(self, claim: Claim, live: LiveRun) -> None:
+        """Our write was refused (or would be): the fence moved on. Say so in the timeline."""
+        if isinstance(live.interruption(), DaemonStopping):
+            return  # released by _abandon, which writes its own note
+        run_id = claim.run.run_id
+        try:
+            now_run = self.store.get_run(run_id)
+            log.warning(
+                "run %s: lease lost (our fence %d, now %d held by %s); abandoned",
+                run_id,
+                claim.fence,
+                now_run.fence,
+                now_run.lease_owner,
+            )
+            self.store.add_event(
+                run_id,
+                "lease lost",
+                {
+                    "owner": self.owner,
+                    "fence": claim.fence,
+                    "current_fence": now_run.fence,
+                    "noticed_by": "heartbeat" if live.lost else "write",
+                    "note": "late write rejected by the fence; the run is another worker's now",
+                },
+                self.clock.now(),
+            )
+        except Exception:
+            log.exception("run %s: could not note the lost lease", run_id)
+
+    def _abandon(self, reason: str, *, unwind: float) -> None:
+        """Interrupt live handlers, give them `unwind` seconds, then release their leases."""
+        with self._lock:
+            lives = list(self._live.values())
+        for live in lives:
+            live.interrupt(DaemonStopping(reason))
+        give_up = self.clock.monotonic() + unwind
+        while self._live and self.clock.monotonic() < give_up:
+            self.clock.wait(self._wake, POLL_INTERVAL)
+            self._wake.clear()
+        held = [(live.run_id, live.fence) for live in lives]
+        try:
+            n = self.store.release_runs(self.owner, held, self.clock.now(), reason)
+        except Exception:
+            log.exception("could not release leases")
+            return
+        if n:
+            log.warning("released %d run(s) for another worker to reclaim (%s)", n, reason)
 
     def _heartbeat_loop(self) -> None:
         stop = threading.Event()
@@ -356,8 +455,9 @@ class Daemon:
                     self._silenced.add(reply.run_id)
 
     def _reap_dead_owners(self, *, force: bool = False) -> None:
+        """Leases held by a provably dead process (same host, pid gone) lapse now."""
         mono = self.clock.monotonic()
-        if not force and mono - self._last_reap < 1.0:
+        if not force and mono - self._last_reap < REAP_EVERY:
             return
         self._last_reap = mono
         now = self.clock.now()
@@ -366,7 +466,11 @@ class Daemon:
                 n = self.store.expire_owner(owner, now)
                 if n:
                     log.info("owner %s is gone: %d run(s) reclaimable now", owner, n)
-                    self._data_version = -1
+                    self._dirty = True
+        if force:
+            for d in self.store.daemons():
+                if d.owner != self.owner and owner_is_dead(d.owner):
+                    self.store.unregister_daemon(d.owner)
 
     def _watch_clock(self, now: datetime) -> None:
         """Detect wall-clock jumps and host suspend/resume; note them on affected runs."""
@@ -387,17 +491,19 @@ class Daemon:
         elif abs(jump) > JUMP_THRESHOLD:
             self._note_gap("clock jumped", prev_wall, now, {"jump_s": round(jump, 3)})
 
-    def _note_gap(
-        self, type_: str, before: datetime, after: datetime, data: dict[str, Any]
-    ) -> None:
+    def _note_gap(self, type_: str, before: datetime, after: datetime, data: dict[str, Any]) -> None:
+        """Write the gap to the timeline of every run whose due time it passed over."""
         lo, hi = (before, after) if before <= after else (after, before)
-        affected = [rid for at, rid in self.store.next_due(10_000) if to_us(lo) <= at <= to_us(hi)][
-            :1000
-        ]
-        data = {**data, "from": before.isoformat(), "to": after.isoformat()}
+        affected = self.store.runs_due_between(lo, hi, limit=10_000)
+        data = {
+            **data,
+            "from": before.isoformat(timespec="microseconds"),
+            "to": after.isoformat(timespec="microseconds"),
+        }
         log.warning("%s: %s (%d run(s) affected)", type_, data, len(affected))
         if affected:
             self.store.add_events(affected, type_, data, after)
+        self._dirty = True
 
 
 def _boottime(clock: Clock) -> float:
@@ -441,6 +547,7 @@ def drive_run(
     give_up = None if timeout is None else clock.monotonic() + timeout
     try:
         while True:
+            worker._reap_dead_owners()  # a dead daemon's lease on this run lapses at once
             run = store.get_run(run_id)
             if run.status.is_terminal:
                 return run
