@@ -181,7 +181,11 @@ def test_non_json_step_result_fails_the_run_clearly(tmp_path: Path, flow_file: P
     out = flowctl(db, "run", f"{flow_file}:bad_result", "--max-attempts", "1")
     assert out.returncode == 1
     assert "not JSON-serialisable" in out.stderr
-    assert counts(db)[1] == 0  # nothing journaled for the step
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT state, value FROM journal").fetchall()
+    conn.close()
+    assert len(rows) == 1 and rows[0][0] == "error"  # recorded as the step's error, never pickled
+    assert json.loads(rows[0][1])["type"] == "SerializationError"
 
 
 def test_naive_datetime_is_rejected(tmp_path: Path, flow_file: Path) -> None:
