@@ -8,6 +8,7 @@ gate, `_next_call`, which allocates the index and checks kind and name.
 
 from __future__ import annotations
 
+import json
 import random as _random
 import threading
 import traceback
@@ -20,15 +21,16 @@ from flowctl.clock import Clock
 from flowctl.durations import Duration, format_duration, parse_duration
 from flowctl.errors import (
     DurableCallError,
-    FlowctlError,
     Interrupt,
     NonDeterminismError,
+    SerializationError,
     SignalTimeoutError,
     StepFailedError,
     UsageError,
 )
 from flowctl.model import CallKind, Claim, EntryState, JournalEntry, RunStatus
 from flowctl.retry import options_of
+from flowctl.store import dumps
 
 if TYPE_CHECKING:
     from flowctl.store import Store
@@ -229,13 +231,21 @@ class Context:
         self._in_step = name
         try:
             result = fn(*args, **kwargs)
+            if self.halted is None:
+                # Return what replay will return: a tuple comes back as a list, int dict
+                # keys as strings, on the first run too. A value that is not JSON fails here.
+                result = json.loads(dumps(result, f"the result of step {name!r}"))
         except Interrupt:
             raise
         except Exception as exc:
+            if self.halted is not None:
+                # A durable call inside the step: a bug in the workflow, not a step failure.
+                raise self.halted from None
             duration = self._clock.monotonic() - started
             tries += 1
             error = error_dict(exc)
-            if tries < policy.max_attempts and policy.retryable(exc):
+            retryable = policy.retryable(exc) and not isinstance(exc, SerializationError)
+            if tries < policy.max_attempts and retryable:
                 wake_at = self._clock.now() + policy.delay(tries)
                 retry = self._entry(
                     index,
@@ -257,6 +267,8 @@ class Context:
             raise
         finally:
             self._in_step = None
+        if self.halted is not None:
+            raise self.halted  # the step swallowed the DurableCallError it caused
         duration = self._clock.monotonic() - started
         done = self._entry(
             index, CallKind.STEP, name, EntryState.DONE, result, tries=tries + 1, duration=duration
@@ -265,10 +277,13 @@ class Context:
         return result
 
     def _suspend_retry(self, entry: JournalEntry) -> Suspend:
-        assert entry.wake_at is not None
+        """Park the run until the step's backoff ends: a durable timer, no worker held."""
+        wake_at = entry.wake_at
+        if wake_at is None:
+            raise RuntimeError(f"run {self.run_id}: step retry #{entry.call_index} has no wake_at")
         return Suspend(
             RunStatus.QUEUED,
-            entry.wake_at,
+            wake_at,
             entry,
             (
                 "step retry scheduled",
@@ -276,7 +291,7 @@ class Context:
                     "name": entry.name,
                     "index": entry.call_index,
                     "try": entry.tries + 1,
-                    "at": entry.wake_at.isoformat(timespec="microseconds"),
+                    "at": wake_at.isoformat(timespec="microseconds"),
                     "error": _first(entry.value or {}),
                 },
             ),
@@ -345,23 +360,30 @@ class Context:
             )
         if entry.state is EntryState.DONE:
             return
-        wake_at = entry.wake_at  # the recorded deadline stands across restarts and deploys
-        assert wake_at is not None
-        if wake_at > now:
+        recorded = entry.wake_at  # the recorded deadline stands across restarts and deploys
+        if recorded is None:
+            raise RuntimeError(f"run {self.run_id}: sleep #{index} was journaled without wake_at")
+        if recorded > now:
             raise self._halt(
                 Suspend(
                     RunStatus.SLEEPING,
-                    wake_at,
+                    recorded,
                     None,
                     (
                         "sleep resumed",
-                        {"index": index, "wake_at": wake_at.isoformat(timespec="microseconds")},
+                        {"index": index, "wake_at": recorded.isoformat(timespec="microseconds")},
                     ),
                 )
             )
         self._record(
             self._entry(
-                index, CallKind.SLEEP, name, EntryState.DONE, None, wake_at=wake_at, resolved_at=now
+                index,
+                CallKind.SLEEP,
+                name,
+                EntryState.DONE,
+                None,
+                wake_at=recorded,
+                resolved_at=now,
             )
         )
 
@@ -579,6 +601,15 @@ class LiveRun:
             if self._interrupt is None:
                 self._interrupt = exc
 
+    def delivered(self) -> Interrupt | None:
+        """What the heartbeat told this handler (cancel, deadline, budget, lost lease), if anything.
+
+        Once told, the handler's end is that stop even if it returns normally, so whether a
+        cancelled run ends `cancelled` does not depend on when its handler next called ctx.
+        """
+        with self._lock:
+            return self._interrupt
+
     def interruption(self) -> Interrupt | None:
         from flowctl.errors import ExecutionTimeoutError
 
@@ -606,6 +637,12 @@ def error_dict(exc: BaseException, *, with_traceback: bool = True) -> dict[str, 
         "message": str(exc),
         "py_type": f"{cls.__module__}:{cls.__qualname__}",
     }
+    try:
+        # The constructor arguments, when JSON: KeyError('k') prints as "'k'", so the message
+        # alone cannot rebuild it, nor an error made from several arguments.
+        err["args"] = json.loads(json.dumps(list(exc.args), allow_nan=False))
+    except (TypeError, ValueError):
+        pass
     fields = getattr(exc, "error_fields", None)
     if callable(fields):
         err.update(fields())
@@ -639,13 +676,19 @@ def rebuild_error(err: dict[str, Any]) -> Exception:
                 cls = getattr(cls, part, None)
                 if cls is None:
                     break
-    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, FlowctlError):
-        try:
-            exc = cls(message)
-            if str(exc) == message or not message:
-                return exc  # type: ignore[no-any-return]
-        except Exception:
-            pass
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        # Rebuilt only when the new exception says exactly what the recorded one said, so a
+        # type whose constructor means something else falls back to StepFailedError.
+        attempts: list[list[Any]] = [[message]]
+        if isinstance(err.get("args"), list):
+            attempts.insert(0, err["args"])
+        for args in attempts:
+            try:
+                exc = cls(*args)
+            except Exception:
+                continue
+            if str(exc) == message:
+                return exc
     return StepFailedError(type_name, message)
 
 

@@ -25,6 +25,10 @@ _NUMBER = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*")
 
 Duration = str | int | float | timedelta
 
+# Ten years. Anything longer is almost surely a unit mistake, and far beyond it
+# timedelta overflows; numbers and strings share the limit so "90" and 90 agree.
+MAX_SECONDS = 3650 * 86400
+
 
 def parse_duration(value: Duration) -> timedelta:
     """Turn any accepted duration form into a timedelta (never negative unless given one)."""
@@ -33,16 +37,14 @@ def parse_duration(value: Duration) -> timedelta:
     if isinstance(value, bool):
         raise DurationError(value)
     if isinstance(value, int | float):
-        if not math.isfinite(value):
-            raise DurationError(value)
-        return timedelta(seconds=value)
+        return _as_timedelta(value, value)
     if not isinstance(value, str):
         raise DurationError(value)
     text = value.strip().lower()
     if not text:
         raise DurationError(value)
     if _NUMBER.fullmatch(text):
-        return timedelta(seconds=float(text))
+        return _as_timedelta(text, value)
     total = 0.0
     pos = 0
     while pos < len(text):
@@ -51,9 +53,18 @@ def parse_duration(value: Duration) -> timedelta:
             raise DurationError(value)
         total += float(match.group(1)) * _UNITS[match.group(2)]
         pos = match.end()
-    if total > 3650 * 86400:
-        raise DurationError(value)
-    return timedelta(seconds=total)
+    return _as_timedelta(total, value)
+
+
+def _as_timedelta(amount: str | float, given: object) -> timedelta:
+    """Seconds as a timedelta, or a DurationError quoting what the user gave."""
+    try:
+        seconds = float(amount)
+    except OverflowError:
+        raise DurationError(given) from None
+    if not math.isfinite(seconds) or abs(seconds) > MAX_SECONDS:
+        raise DurationError(given)
+    return timedelta(seconds=seconds)
 
 
 def format_duration(delta: timedelta | float) -> str:

@@ -19,6 +19,7 @@ from flowctl.errors import (
     DeadlineExceededError,
     ExecutionTimeoutError,
     FlowctlError,
+    Interrupt,
     NonDeterminismError,
 )
 from flowctl.model import Claim, JournalEntry, RunStatus
@@ -70,53 +71,22 @@ class Engine:
             on_checkpoint=on_checkpoint,
         )
         ctx._enter()
+        stop: BaseException | None
         try:
             inputs = run.input if isinstance(run.input, dict) else {}
             result = wf.handler(ctx, **inputs)
-        except Suspend as s:
-            ok = self.store.suspend_run(
-                run.run_id,
-                claim.fence,
-                s.status,
-                s.run_at,
-                self.clock.now(),
-                live.spent(),
-                s.entry,
-                s.event,
-            )
-            return Outcome(run.run_id, s.status if ok else None, run_at=s.run_at)
-        except LeaseLost:
-            log.info("run %s: lease lost (fence %s); abandoning", run.run_id, claim.fence)
-            return Outcome(run.run_id, None)
-        except Cancelled as e:
-            reason = self.store.get_run(run.run_id).cancel_reason
-            err = {
-                "type": "Cancelled",
-                "kind": "cancelled",
-                "message": reason or str(e) or "cancelled by operator",
-            }
-            return self._end(claim, live, RunStatus.CANCELLED, err)
-        except DeadlineExceededError as e:
-            err = {
-                "type": "DeadlineExceededError",
-                "kind": "deadline",
-                "message": str(e) or "deadline exceeded",
-            }
-            return self._end(claim, live, RunStatus.DEAD, err)
-        except ExecutionTimeoutError as e:
-            err = {
-                "type": "ExecutionTimeoutError",
-                "kind": "timeout",
-                "message": str(e) or "execution timeout",
-            }
-            return self._fail(claim, live, err)
-        except NonDeterminismError as e:
-            err = {**error_dict(e), "kind": "nondeterminism"}
-            return self._end(claim, live, RunStatus.DEAD, err)
-        except Exception as e:
-            return self._fail(claim, live, {**error_dict(e), "kind": "raised"})
+        except (Exception, Interrupt, Suspend) as e:
+            # What a durable call halted on wins over what user code made of it (caught it
+            # and raised something else, say).
+            stop = ctx.halted or e
+        else:
+            # A handler that swallowed a suspension or non-determinism error, or that was
+            # told by the heartbeat to stop, still ends that way.
+            stop = ctx.halted or live.delivered()
         finally:
             ctx._exit()
+        if stop is not None:
+            return self._stopped(claim, live, stop)
         try:
             ok = self.store.complete_run(
                 run.run_id, claim.fence, result, self.clock.now(), live.spent()
@@ -126,6 +96,51 @@ class Engine:
                 claim, live, {**error_dict(e, with_traceback=False), "kind": "raised"}
             )
         return Outcome(run.run_id, RunStatus.COMPLETED if ok else None, result=result)
+
+    def _stopped(self, claim: Claim, live: LiveRun, stop: BaseException) -> Outcome:
+        """Map how a handler stopped to its store transition."""
+        run = claim.run
+        if isinstance(stop, Suspend):
+            ok = self.store.suspend_run(
+                run.run_id,
+                claim.fence,
+                stop.status,
+                stop.run_at,
+                self.clock.now(),
+                live.spent(),
+                stop.entry,
+                stop.event,
+            )
+            return Outcome(run.run_id, stop.status if ok else None, run_at=stop.run_at)
+        if isinstance(stop, LeaseLost):
+            log.info("run %s: lease lost (fence %s); abandoning", run.run_id, claim.fence)
+            return Outcome(run.run_id, None)
+        if isinstance(stop, Cancelled):
+            reason = self.store.get_run(run.run_id).cancel_reason
+            err = {
+                "type": "Cancelled",
+                "kind": "cancelled",
+                "message": reason or str(stop) or "cancelled by operator",
+            }
+            return self._end(claim, live, RunStatus.CANCELLED, err)
+        if isinstance(stop, DeadlineExceededError):
+            err = {
+                "type": "DeadlineExceededError",
+                "kind": "deadline",
+                "message": str(stop) or "deadline exceeded",
+            }
+            return self._end(claim, live, RunStatus.DEAD, err)
+        if isinstance(stop, ExecutionTimeoutError):
+            err = {
+                "type": "ExecutionTimeoutError",
+                "kind": "timeout",
+                "message": str(stop) or "execution timeout",
+            }
+            return self._fail(claim, live, err)
+        if isinstance(stop, NonDeterminismError):
+            err = {**error_dict(stop), "kind": "nondeterminism"}
+            return self._end(claim, live, RunStatus.DEAD, err)
+        return self._fail(claim, live, {**error_dict(stop), "kind": "raised"})
 
     def _fail(self, claim: Claim, live: LiveRun, error: dict[str, Any]) -> Outcome:
         status = self.store.fail_attempt(

@@ -64,8 +64,13 @@ class RetryPolicy:
 
     def delay(self, tries_done: int, rng: _random.Random | None = None) -> timedelta:
         """The wait after `tries_done` failed tries (1 = after the first)."""
-        base = self.initial.total_seconds() * self.multiplier ** max(0, tries_done - 1)
-        base = min(base, self.max_backoff.total_seconds())
+        cap = self.max_backoff.total_seconds()
+        try:
+            base = min(
+                self.initial.total_seconds() * self.multiplier ** max(0, tries_done - 1), cap
+            )
+        except OverflowError:  # multiplier**n past float range, long after reaching the cap
+            base = cap
         if self.jitter:
             spread = base * self.jitter
             base += (rng or _random).uniform(-spread, spread)

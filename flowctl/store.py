@@ -13,10 +13,12 @@ cheaply, never ambiguous); JSON columns hold JSON text, never pickles.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,7 +27,13 @@ from typing import Any
 
 import sqlite_utils
 
-from flowctl.errors import FlowctlError, RunNotFoundError, SerializationError
+from flowctl.errors import (
+    FlowctlError,
+    RunNotFoundError,
+    ScheduleError,
+    ScheduleNotFoundError,
+    SerializationError,
+)
 from flowctl.model import (
     ACTIVE,
     CallKind,
@@ -41,6 +49,9 @@ from flowctl.model import (
 
 BUSY_TIMEOUT_MS = 10_000
 POISON_RECLAIMS = 5
+GROUP_MAX_WRITES = 256  # group commit: at most this many writes share one COMMIT
+GROUP_MAX_AGE = 0.005  # ... and a group stays open at most this long (seconds)
+_monotonic = time.monotonic
 
 # ---------------------------------------------------------------------------
 # Schema and migrations
@@ -162,7 +173,61 @@ def _migration_1(db: sqlite_utils.Database) -> None:
     )
 
 
-MIGRATIONS = [_migration_1]
+def _migration_2(db: sqlite_utils.Database) -> None:
+    """Schedules (issue 7): definitions, fire bookkeeping, and a history of every decision.
+
+    `spec` is ScheduleSpec.to_json(): the store keeps it opaque, the calendar lives in
+    schedule.py. `last_fire_at` is the latest scheduled fire time already handled (fired or
+    skipped), `next_fire_at` the soonest one not yet handled (NULL while paused): the daemon
+    sleeps until MIN(next_fire_at). `active_from` is when the current definition took effect
+    (creation, --replace, resume): fires at or before it are never considered, so a resume or
+    a redefinition never backfills. `revision` changes with every write, so a fire decided on
+    a stale read (another daemon fired, an operator paused) changes nothing.
+    """
+    db.execute(
+        """
+        CREATE TABLE schedules (
+            name TEXT PRIMARY KEY,
+            target TEXT NOT NULL,
+            cwd TEXT,
+            input TEXT NOT NULL,
+            spec TEXT NOT NULL,
+            paused INTEGER NOT NULL DEFAULT 0,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            active_from INTEGER NOT NULL,
+            last_fire_at INTEGER,
+            next_fire_at INTEGER,
+            revision INTEGER NOT NULL DEFAULT 1,
+            source TEXT NOT NULL CHECK (source IN ('cli', 'yaml', 'toml')),
+            origin TEXT
+        ) STRICT
+        """
+    )
+    db.execute(
+        "CREATE INDEX schedules_next ON schedules(next_fire_at) WHERE next_fire_at IS NOT NULL"
+    )
+    db.execute(
+        """
+        CREATE TABLE schedule_history (
+            seq INTEGER PRIMARY KEY,
+            schedule TEXT NOT NULL REFERENCES schedules(name) ON DELETE CASCADE,
+            fire_at INTEGER,
+            action TEXT NOT NULL CHECK (action IN ('fired', 'skipped-missed', 'skipped-overlap',
+                'queued-overlap', 'manual', 'error')),
+            run_id TEXT,
+            at INTEGER NOT NULL,
+            detail TEXT
+        ) STRICT
+        """
+    )
+    db.execute("CREATE INDEX schedule_history_name ON schedule_history(schedule, seq)")
+    # Overlap checks ("is a run of this schedule still active?") and agenda deadlines.
+    db.execute("CREATE INDEX runs_schedule ON runs(schedule, status) WHERE schedule IS NOT NULL")
+    db.execute("CREATE INDEX runs_deadline ON runs(deadline) WHERE deadline IS NOT NULL")
+
+
+MIGRATIONS = [_migration_1, _migration_2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -305,7 +370,9 @@ class DaemonInfo:
     info: dict[str, Any]
 
 
-def _event(run_id: str, at_us: int, type_: str, data: dict[str, Any] | None = None) -> tuple:
+def _event(
+    run_id: str, at_us: int, type_: str, data: dict[str, Any] | None = None
+) -> tuple[str, int, str, str | None]:
     return (run_id, at_us, type_, None if not data else json.dumps(data, separators=(",", ":")))
 
 
@@ -325,6 +392,17 @@ class Store:
         self._conn = _connect(self.path, durability)
         self.db = sqlite_utils.Database(self._conn)
         _migrate(self._conn, self.db)
+        # Group commit (see set_group_commit): writers in flight, the open group, its commit.
+        self._group_commit = False
+        self._gc = threading.Condition(threading.Lock())
+        self._gc_pending = 0
+        self._txn_open = False
+        self._group_id = 0
+        self._group_writes = 0
+        self._group_started = 0.0
+        self._committed_id = 0
+        self._group_errors: dict[int, BaseException] = {}
+        self._tl = threading.local()
 
     # -- plumbing ----------------------------------------------------------
 
@@ -338,17 +416,93 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def set_group_commit(self, on: bool) -> None:
+        """Let writers on several threads share one COMMIT, and so one fsync.
+
+        Each writer's statements run in a SAVEPOINT inside a shared BEGIN IMMEDIATE
+        transaction; the last writer in flight (or one that finds the group full or
+        old) commits it, and every `_write` returns only after the COMMIT that made its
+        changes durable. A failed writer rolls back its savepoint only. Durability is
+        unchanged; only the number of fsyncs drops. The daemon turns it on when it runs
+        several workers.
+        """
+        self._group_commit = on
+
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE ... COMMIT: take the write lock up front, so no deadlock on upgrade."""
+        if getattr(self._tl, "depth", 0):  # nested in this thread's write: part of it
+            yield self._conn
+            return
+        with self._gc:
+            self._gc_pending += 1
+        group = 0
         with self._lock:
-            _retry_locked(lambda: self._conn.execute("BEGIN IMMEDIATE"))
+            self._tl.depth = 1
             try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+                if not self._txn_open:
+                    _retry_locked(lambda: self._conn.execute("BEGIN IMMEDIATE"))
+                    self._txn_open = True
+                    self._group_id += 1
+                    self._group_writes = 0
+                    self._group_started = _monotonic()
+                shared = self._group_writes > 0 or self._group_commit
+                if shared:
+                    self._conn.execute("SAVEPOINT flowctl_write")
+                try:
+                    yield self._conn
+                except BaseException:
+                    if shared:
+                        self._conn.execute("ROLLBACK TO flowctl_write")
+                        self._conn.execute("RELEASE flowctl_write")
+                    else:
+                        self._conn.execute("ROLLBACK")
+                        self._txn_open = False
+                    raise
+                if shared:
+                    self._conn.execute("RELEASE flowctl_write")
+                self._group_writes += 1
+                group = self._group_id
+            finally:
+                self._tl.depth = 0
+                with self._gc:
+                    self._gc_pending -= 1
+                    last = self._gc_pending == 0
+                if self._txn_open and (
+                    last
+                    or not self._group_commit
+                    or self._group_writes >= GROUP_MAX_WRITES
+                    or _monotonic() - self._group_started >= GROUP_MAX_AGE
+                ):
+                    self._commit_group()
+        # Return only once the COMMIT that holds our changes is done.
+        with self._gc:
+            while self._committed_id < group:
+                self._gc.wait()
+            failed = self._group_errors.pop(group, None) if self._group_errors else None
+        if failed is not None:
+            raise FlowctlError(f"could not commit to {self.path}: {failed}") from failed
+
+    def _commit_group(self) -> None:
+        """COMMIT the open transaction (holding self._lock) and wake the writers waiting on it."""
+        group = self._group_id
+        try:
             self._conn.execute("COMMIT")
+        except BaseException as e:
+            try:
+                self._conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            if self._group_writes > 1 or self._group_commit:
+                with self._gc:
+                    self._group_errors[group] = e
+            else:
+                raise
+        finally:
+            self._txn_open = False
+            with self._gc:
+                self._committed_id = group
+                self._gc.notify_all()
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
@@ -369,60 +523,62 @@ class Store:
 
         Returns (run, created).
         """
-        now_us = to_us(now)
-        run_at = _us(new.run_at) if new.run_at is not None else now_us
+        with self._write() as c:
+            return self._insert_run(c, new, to_us(now))
+
+    def _insert_run(self, c: sqlite3.Connection, new: NewRun, now_us: int) -> tuple[Run, bool]:
+        """create_run inside the caller's transaction (a schedule fire creates its runs in the
+        same transaction that records the fire)."""
+        run_at = now_us if new.run_at is None else to_us(new.run_at)
         if new.deadline is not None:
             run_at = min(run_at, to_us(new.deadline))
-        with self._write() as c:
-            if new.key is not None:
-                row = c.execute(
-                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE key = ?", [new.key]
-                ).fetchone()
-                if row is not None:
-                    return _run_from_row(row), False
-            c.execute(
-                "INSERT INTO runs (run_id, workflow, target, kind, source, source_hash, source_path,"
-                " cwd, input, status, run_at, created_at, max_attempts, backoff, deadline,"
-                " timeout_us, key, parent_run_id, schedule, scheduled_at)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [
-                    new.run_id,
-                    new.workflow,
-                    new.target,
-                    new.kind,
-                    new.source,
-                    new.source_hash,
-                    new.source_path,
-                    new.cwd,
-                    dumps(new.input, "the input"),
-                    RunStatus.QUEUED,
-                    run_at,
-                    now_us,
-                    new.max_attempts,
-                    None if new.backoff is None else dumps(new.backoff),
-                    _us(new.deadline),
-                    None if new.timeout is None else round(new.timeout * 1e6),
-                    new.key,
-                    new.parent_run_id,
-                    new.schedule,
-                    _us(new.scheduled_at),
-                ],
-            )
-            data: dict[str, Any] = {"attempt": 1}
-            if run_at > now_us:
-                data["run_at"] = from_us(run_at).isoformat()
-            if new.parent_run_id:
-                data["parent"] = new.parent_run_id
-            if new.schedule:
-                data["schedule"] = new.schedule
-            c.execute(
-                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
-                _event(new.run_id, now_us, "created", data),
-            )
-            row = c.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [new.run_id]
-            ).fetchone()
-            return _run_from_row(row), True
+        if new.key is not None:
+            row = c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE key = ?", [new.key]).fetchone()
+            if row is not None:
+                return _run_from_row(row), False
+        c.execute(
+            "INSERT INTO runs (run_id, workflow, target, kind, source, source_hash, source_path,"
+            " cwd, input, status, run_at, created_at, max_attempts, backoff, deadline,"
+            " timeout_us, key, parent_run_id, schedule, scheduled_at)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [
+                new.run_id,
+                new.workflow,
+                new.target,
+                new.kind,
+                new.source,
+                new.source_hash,
+                new.source_path,
+                new.cwd,
+                dumps(new.input, "the input"),
+                RunStatus.QUEUED,
+                run_at,
+                now_us,
+                new.max_attempts,
+                None if new.backoff is None else dumps(new.backoff),
+                _us(new.deadline),
+                None if new.timeout is None else round(new.timeout * 1e6),
+                new.key,
+                new.parent_run_id,
+                new.schedule,
+                _us(new.scheduled_at),
+            ],
+        )
+        data: dict[str, Any] = {"attempt": 1}
+        if run_at > now_us:
+            data["run_at"] = from_us(run_at).isoformat(timespec="microseconds")
+        if new.parent_run_id:
+            data["parent"] = new.parent_run_id
+        if new.schedule:
+            data["schedule"] = new.schedule
+        c.execute(
+            "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+            _event(new.run_id, now_us, "created", data),
+        )
+        row = c.execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [new.run_id]
+        ).fetchone()
+        return _run_from_row(row), True
 
     def get_run(self, run_id: str) -> Run:
         rows = self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id])
@@ -609,6 +765,45 @@ class Store:
             c.execute("DELETE FROM daemons WHERE owner = ?", [owner])
             return cur.rowcount
 
+    def release_runs(
+        self, owner: str, held: Sequence[tuple[str, int]], now: datetime, reason: str
+    ) -> int:
+        """A stopping daemon hands back the runs (run_id, fence) it still holds: due now.
+
+        Fenced: a run another worker has claimed since is left alone.
+        """
+        now_us = to_us(now)
+        released = 0
+        with self._write() as c:
+            for run_id, fence in held:
+                cur = c.execute(
+                    "UPDATE runs SET lease_until = ?, run_at = ? WHERE run_id = ? AND fence = ?"
+                    " AND status = 'running' AND lease_owner = ?",
+                    [now_us, now_us, run_id, fence, owner],
+                )
+                if cur.rowcount == 1:
+                    released += 1
+                    c.execute(
+                        "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+                        _event(run_id, now_us, "released", {"by": owner, "reason": reason}),
+                    )
+        return released
+
+    def runs_due_between(self, lo: datetime, hi: datetime, *, limit: int) -> list[str]:
+        """Ids of active runs whose run_at lies in [lo, hi] (e.g. passed over by a clock jump)."""
+        out: list[str] = []
+        with self._lock:
+            for status in sorted(ACTIVE):
+                out.extend(
+                    r[0]
+                    for r in self._conn.execute(
+                        "SELECT run_id FROM runs WHERE status = ? AND run_at BETWEEN ? AND ?"
+                        " ORDER BY run_at LIMIT ?",
+                        [str(status), to_us(lo), to_us(hi), limit],
+                    )
+                )
+        return out[:limit]
+
     def claim_due(
         self,
         owner: str,
@@ -668,12 +863,11 @@ class Store:
         prev = run.status
         if prev not in ACTIVE or run.run_at is None or to_us(run.run_at) > now_us:
             return None
-        if prev is RunStatus.RUNNING:
-            # Lease lapsed (or the owner died): a crash reclaim, or an interrupted run ending.
-            if run.cancel_requested:
-                self._end(c, run, RunStatus.CANCELLED, _cancel_error(run.cancel_reason), now_us)
-                ended.append(rid)
-                return None
+        if prev is RunStatus.RUNNING and run.cancel_requested:
+            # Lease lapsed (or the owner died) on a run an operator cancelled: it ends here.
+            self._end(c, run, RunStatus.CANCELLED, _cancel_error(run.cancel_reason), now_us)
+            ended.append(rid)
+            return None
         if run.deadline is not None and to_us(run.deadline) <= now_us:
             err = {
                 "type": "DeadlineExceededError",
@@ -749,8 +943,16 @@ class Store:
             " AND state = 'pending' AND wake_at <= ?",
             [now_us, rid, now_us],
         )
-        claimed = _run_from_row(
-            c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [rid]).fetchone()
+        # The row as just written, without reading it back (one statement fewer per claim).
+        claimed = dataclasses.replace(
+            run,
+            status=RunStatus.RUNNING,
+            lease_owner=owner,
+            lease_until=from_us(lease_us),
+            run_at=from_us(lease_us),
+            fence=fence,
+            reclaims=reclaims,
+            started_at=run.started_at or from_us(now_us),
         )
         return Claim(run=claimed, fence=fence, owner=owner, woke_from=prev)
 
@@ -986,6 +1188,7 @@ class Store:
                 _event(run_id, now_us, "completed", {}),
             )
             _wake_parent(c, run_id, now_us)
+            _release_held(c, run_id, now_us)
             return True
 
     def fail_attempt(
@@ -1096,6 +1299,7 @@ class Store:
             _event(run.run_id, now_us, label, data),
         )
         _wake_parent(c, run.run_id, now_us)
+        _release_held(c, run.run_id, now_us)
 
     def end_run(
         self,
@@ -1222,9 +1426,12 @@ class Store:
                 raise InvalidStateError(
                     f"run {run_id} is {run.status}: only dead or cancelled runs can be redriven"
                 )
+            # Like a retry, start again at the first step error (a step waiting to retry
+            # gets a fresh budget too). Pending sleeps and signal waits are kept: a recorded
+            # deadline stands, a redrive is not a restart of the sleep.
             c.execute(
                 "DELETE FROM journal WHERE run_id = ? AND call_index >= (SELECT MIN(call_index)"
-                " FROM journal WHERE run_id = ? AND state IN ('error', 'pending', 'retrying'))",
+                " FROM journal WHERE run_id = ? AND state IN ('error', 'retrying'))",
                 [run_id, run_id],
             )
             c.execute(
@@ -1354,6 +1561,223 @@ class Store:
         )
         return {r[0]: (CallKind(r[1]), r[2]) for r in rows}
 
+    # -- schedules -----------------------------------------------------------
+    # Definitions, fires and history (issue 7). The calendar (which instants fire) is
+    # computed by flowctl.schedule / flowctl.scheduler; the store only records decisions,
+    # each fire in the same transaction as the run it creates.
+
+    def add_schedule(
+        self, new: NewSchedule, now: datetime, *, replace: bool = False
+    ) -> ScheduleRow:
+        """Insert a schedule, or with `replace` redefine an existing one.
+
+        A redefinition keeps the name's history, creation time, pause state and last fire, and
+        takes effect from `now` (active_from): it never backfills fires of the old definition.
+        """
+        now_us = to_us(now)
+        with self._write() as c:
+            row = c.execute("SELECT paused FROM schedules WHERE name = ?", [new.name]).fetchone()
+            if row is not None and not replace:
+                raise ScheduleError(
+                    f"schedule {new.name!r} already exists: use --replace to redefine it,"
+                    " or choose another name"
+                )
+            if row is None:
+                c.execute(
+                    "INSERT INTO schedules (name, target, cwd, input, spec, paused, created_at,"
+                    " updated_at, active_from, last_fire_at, next_fire_at, revision, source, origin)"
+                    " VALUES (?,?,?,?,?,0,?,?,?,NULL,?,1,?,?)",
+                    [
+                        new.name,
+                        new.target,
+                        new.cwd,
+                        dumps(new.input, "the schedule's input"),
+                        new.spec,
+                        now_us,
+                        now_us,
+                        now_us,
+                        _us(new.next_fire_at),
+                        new.source,
+                        new.origin,
+                    ],
+                )
+            else:
+                c.execute(
+                    "UPDATE schedules SET target = ?, cwd = ?, input = ?, spec = ?, updated_at = ?,"
+                    " active_from = ?, next_fire_at = CASE WHEN paused THEN NULL ELSE ? END,"
+                    " revision = revision + 1, source = ?, origin = ? WHERE name = ?",
+                    [
+                        new.target,
+                        new.cwd,
+                        dumps(new.input, "the schedule's input"),
+                        new.spec,
+                        now_us,
+                        now_us,
+                        _us(new.next_fire_at),
+                        new.source,
+                        new.origin,
+                        new.name,
+                    ],
+                )
+            return _schedule_row(c, new.name)
+
+    def get_schedule(self, name: str) -> ScheduleRow:
+        with self._lock:
+            return _schedule_row(self._conn, name)
+
+    def list_schedules(self) -> list[ScheduleRow]:
+        rows = self._read(f"SELECT {_SCHEDULE_COLUMNS} FROM schedules ORDER BY name")
+        return [_schedule_from_row(r) for r in rows]
+
+    def set_schedule_paused(
+        self, name: str, paused: bool, next_fire_at: datetime | None, now: datetime
+    ) -> ScheduleRow:
+        """Pause (no fires at all) or resume. A resume takes effect from `now`: fires that fell
+        in the pause are not missed fires, they are not fires."""
+        now_us = to_us(now)
+        with self._write() as c:
+            _schedule_row(c, name)  # raises when it does not exist
+            if paused:
+                c.execute(
+                    "UPDATE schedules SET paused = 1, next_fire_at = NULL, updated_at = ?,"
+                    " revision = revision + 1 WHERE name = ?",
+                    [now_us, name],
+                )
+            else:
+                c.execute(
+                    "UPDATE schedules SET paused = 0, next_fire_at = ?, active_from = ?,"
+                    " updated_at = ?, revision = revision + 1 WHERE name = ? AND paused = 1",
+                    [_us(next_fire_at), now_us, now_us, name],
+                )
+            return _schedule_row(c, name)
+
+    def remove_schedule(self, name: str) -> None:
+        """Delete a schedule and its history. Its runs stay, still naming it."""
+        with self._write() as c:
+            cur = c.execute("DELETE FROM schedules WHERE name = ?", [name])
+            if cur.rowcount == 0:
+                raise ScheduleNotFoundError(name)
+
+    def schedule_history(self, name: str, limit: int = 20) -> list[ScheduleEvent]:
+        """The most recent `limit` decisions for a schedule, oldest first."""
+        rows = self._read(
+            f"SELECT * FROM (SELECT {_HISTORY_COLUMNS}, h.seq FROM schedule_history h"
+            " LEFT JOIN runs r ON r.run_id = h.run_id WHERE h.schedule = ?"
+            " ORDER BY h.seq DESC LIMIT ?) ORDER BY seq",
+            [name, limit],
+        )
+        return [_history_from_row(r) for r in rows]
+
+    def last_schedule_events(self) -> dict[str, ScheduleEvent]:
+        """Each schedule's latest history row (for `schedule ls`), with its run's status."""
+        rows = self._read(
+            f"SELECT {_HISTORY_COLUMNS} FROM schedule_history h"
+            " LEFT JOIN runs r ON r.run_id = h.run_id"
+            " WHERE h.seq IN (SELECT MAX(seq) FROM schedule_history GROUP BY schedule)"
+        )
+        return {r[0]: _history_from_row(r) for r in rows}
+
+    def due_schedules(self, now: datetime) -> list[ScheduleRow]:
+        rows = self._read(
+            f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE next_fire_at <= ? AND paused = 0"
+            " ORDER BY next_fire_at",
+            [to_us(now)],
+        )
+        return [_schedule_from_row(r) for r in rows]
+
+    def next_schedule_fire(self) -> datetime | None:
+        """The soonest unhandled fire over all active schedules: when the daemon must wake."""
+        row = self._read(
+            "SELECT MIN(next_fire_at) FROM schedules WHERE next_fire_at IS NOT NULL AND paused = 0"
+        )
+        return _dt(row[0][0])
+
+    def fire_schedule(
+        self,
+        name: str,
+        revision: int,
+        plans: Sequence[FirePlan],
+        *,
+        overlap: str,
+        last_fire_at: datetime | None,
+        next_fire_at: datetime | None,
+        now: datetime,
+    ) -> list[FireOutcome] | None:
+        """Carry out one tick's decisions for a schedule in ONE transaction: create the runs
+        (idempotency key per fire), write the history, advance last/next fire.
+
+        Returns None, changing nothing, when the schedule changed since `revision` was read
+        (another daemon fired it, an operator paused or redefined it): the caller re-reads.
+        Because runs, history and bookkeeping commit together, a crash before the commit
+        leaves the fire due (it fires on restart) and a crash after leaves it done; and a run
+        whose key already exists is never created again.
+        """
+        now_us = to_us(now)
+        with self._write() as c:
+            row = c.execute(
+                "SELECT revision, paused FROM schedules WHERE name = ?", [name]
+            ).fetchone()
+            if row is None or row[0] != revision or row[1]:
+                return None
+            outcomes = [_fire_plan(self, c, name, plan, overlap, now_us) for plan in plans]
+            c.execute(
+                "UPDATE schedules SET last_fire_at = ?, next_fire_at = ?, revision = revision + 1"
+                " WHERE name = ?",
+                [_us(last_fire_at), _us(next_fire_at), name],
+            )
+            # Keep the newest HISTORY_KEEP rows: a 15-minute schedule adds 35,000 a year.
+            c.execute(
+                "DELETE FROM schedule_history WHERE schedule = ? AND seq < (SELECT seq FROM"
+                " schedule_history WHERE schedule = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)",
+                [name, name, HISTORY_KEEP - 1],
+            )
+            return outcomes
+
+    def trigger_schedule(
+        self, name: str, plan: FirePlan, *, overlap: str, now: datetime
+    ) -> FireOutcome:
+        """A manual fire (`flowctl schedule trigger`): like a scheduled one, under the same
+        overlap policy, but it does not move last/next fire."""
+        with self._write() as c:
+            _schedule_row(c, name)
+            return _fire_plan(self, c, name, plan, overlap, to_us(now))
+
+    def agenda_runs(self, until: datetime, limit: int) -> list[tuple[datetime, str, Run]]:
+        """(when, kind, run) for every active run's next due time and deadline up to `until`,
+        soonest first; overdue ones are included. Kinds: start, retry, wake, timeout, deadline.
+
+        Held runs (overlap=queue, run_at NULL) have no time and are not listed.
+        """
+        until_us = to_us(until)
+        out: list[tuple[datetime, str, Run]] = []
+        rows = self._read(
+            f"SELECT {_RUN_COLUMNS}, EXISTS (SELECT 1 FROM journal j WHERE j.run_id = runs.run_id"
+            " AND j.state = 'retrying') FROM runs WHERE status IN ('queued', 'sleeping', 'waiting')"
+            " AND run_at IS NOT NULL AND run_at <= ? ORDER BY run_at LIMIT ?",
+            [until_us, limit],
+        )
+        for r in rows:
+            run = _run_from_row(r)
+            assert run.run_at is not None
+            if run.status is RunStatus.SLEEPING:
+                kind = "wake"
+            elif run.status is RunStatus.WAITING:
+                kind = "timeout"
+            else:
+                kind = "retry" if (r[-1] or run.attempt > 1) else "start"
+            out.append((run.run_at, kind, run))
+        rows = self._read(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE deadline IS NOT NULL AND deadline <= ?"
+            " AND status IN ('queued', 'running', 'sleeping', 'waiting') ORDER BY deadline LIMIT ?",
+            [until_us, limit],
+        )
+        for r in rows:
+            run = _run_from_row(r)
+            assert run.deadline is not None
+            out.append((run.deadline, "deadline", run))
+        out.sort(key=lambda item: (item[0], item[2].run_id))
+        return out[:limit]
+
 
 def _iso_us(when: datetime | None) -> str | None:
     return None if when is None else when.isoformat(timespec="microseconds")
@@ -1464,3 +1888,217 @@ def _migrate(conn: sqlite3.Connection, db: sqlite_utils.Database) -> None:
         conn.execute("COMMIT")
 
     _retry_locked(run)
+
+
+# ---------------------------------------------------------------------------
+# Schedules: rows and the fire transaction's pieces
+
+
+@dataclass(frozen=True)
+class NewSchedule:
+    """A schedule definition to store; built by ops (CLI, sync)."""
+
+    name: str
+    target: str  # canonical workflow target (absolute path or module:function)
+    cwd: str | None
+    input: dict[str, Any]
+    spec: str  # ScheduleSpec.to_json()
+    source: str = "cli"  # cli | yaml | toml
+    origin: str | None = None  # the file that declares it (yaml/toml)
+    next_fire_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    name: str
+    target: str
+    cwd: str | None
+    input: dict[str, Any]
+    spec: str
+    paused: bool
+    created_at: datetime
+    updated_at: datetime
+    active_from: datetime
+    last_fire_at: datetime | None
+    next_fire_at: datetime | None
+    revision: int
+    source: str
+    origin: str | None
+
+
+@dataclass(frozen=True)
+class ScheduleEvent:
+    """One history row: what was decided for one fire time (or for a failure)."""
+
+    schedule: str
+    fire_at: datetime | None
+    action: str  # fired | skipped-missed | skipped-overlap | queued-overlap | manual | error
+    run_id: str | None
+    at: datetime
+    detail: str | None
+    run_status: RunStatus | None = None  # the run's status now, when there is a run
+
+
+@dataclass(frozen=True)
+class FirePlan:
+    """One decision handed to fire_schedule: `run` is set for fired/manual, None for
+    skipped-missed and error (history only)."""
+
+    fire_at: datetime | None
+    action: str
+    run: NewRun | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class FireOutcome:
+    fire_at: datetime | None
+    action: str  # as written to the history; "duplicate" when the key already had a run
+    run_id: str | None
+    created: bool
+    detail: str | None = None
+
+
+_SCHEDULE_COLUMNS = (
+    "name, target, cwd, input, spec, paused, created_at, updated_at, active_from, last_fire_at,"
+    " next_fire_at, revision, source, origin"
+)
+HISTORY_KEEP = 1000  # history rows kept per schedule
+_HISTORY_COLUMNS = "h.schedule, h.fire_at, h.action, h.run_id, h.at, h.detail, r.status"
+_ACTIVE_SQL = "('queued', 'running', 'sleeping', 'waiting')"
+# A run of a schedule that is active and not held behind another (overlap=queue). A held
+# run is queued with run_at NULL, which no claim and no timer wheel ever picks up.
+_RUNNING_OF_SCHEDULE = (
+    f"schedule = ? AND status IN {_ACTIVE_SQL} AND NOT (status = 'queued' AND run_at IS NULL)"
+)
+
+
+def _schedule_from_row(r: Sequence[Any]) -> ScheduleRow:
+    return ScheduleRow(
+        name=r[0],
+        target=r[1],
+        cwd=r[2],
+        input=json.loads(r[3]),
+        spec=r[4],
+        paused=bool(r[5]),
+        created_at=from_us(r[6]),
+        updated_at=from_us(r[7]),
+        active_from=from_us(r[8]),
+        last_fire_at=_dt(r[9]),
+        next_fire_at=_dt(r[10]),
+        revision=r[11],
+        source=r[12],
+        origin=r[13],
+    )
+
+
+def _schedule_row(c: sqlite3.Connection, name: str) -> ScheduleRow:
+    row = c.execute(f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE name = ?", [name]).fetchone()
+    if row is None:
+        raise ScheduleNotFoundError(name)
+    return _schedule_from_row(row)
+
+
+def _history_from_row(r: Sequence[Any]) -> ScheduleEvent:
+    return ScheduleEvent(
+        schedule=r[0],
+        fire_at=_dt(r[1]),
+        action=r[2],
+        run_id=r[3],
+        at=from_us(r[4]),
+        detail=r[5],
+        run_status=None if r[6] is None else RunStatus(r[6]),
+    )
+
+
+def _add_history(
+    c: sqlite3.Connection,
+    name: str,
+    fire_at: datetime | None,
+    action: str,
+    run_id: str | None,
+    now_us: int,
+    detail: str | None,
+) -> None:
+    c.execute(
+        "INSERT INTO schedule_history (schedule, fire_at, action, run_id, at, detail)"
+        " VALUES (?,?,?,?,?,?)",
+        [name, _us(fire_at), action, run_id, now_us, detail],
+    )
+
+
+def _fire_plan(
+    store: Store, c: sqlite3.Connection, name: str, plan: FirePlan, overlap: str, now_us: int
+) -> FireOutcome:
+    """Apply one fire decision inside the caller's transaction, under the overlap policy.
+
+    overlap=queue: the new run is created `queued` with run_at NULL ("held"); the
+    transaction that ends the schedule's running run releases the oldest held one
+    (_release_held), so held runs start one after another, in fire order.
+    """
+    if plan.run is None:
+        _add_history(c, name, plan.fire_at, plan.action, None, now_us, plan.detail)
+        return FireOutcome(plan.fire_at, plan.action, None, False, plan.detail)
+    new = plan.run
+    if new.key is not None:
+        row = c.execute("SELECT run_id FROM runs WHERE key = ?", [new.key]).fetchone()
+        if row is not None:
+            return FireOutcome(plan.fire_at, "duplicate", row[0], False, "already fired")
+    if overlap == "queue":
+        _release_next(c, name, now_us, after=None)  # self-heal: never hold behind nothing
+    active = c.execute(
+        f"SELECT run_id, status FROM runs WHERE {_RUNNING_OF_SCHEDULE}"
+        " ORDER BY created_at DESC LIMIT 1",
+        [name],
+    ).fetchone()
+    detail = plan.detail
+    if active is not None and overlap == "skip":
+        why = f"run {active[0]} is still {active[1]}"
+        if plan.action == "manual":
+            why = f"manual trigger: {why}"
+        _add_history(c, name, plan.fire_at, "skipped-overlap", None, now_us, why)
+        return FireOutcome(plan.fire_at, "skipped-overlap", None, False, why)
+    run, created = store._insert_run(c, new, now_us)
+    action = plan.action
+    if active is not None and overlap == "queue":
+        c.execute("UPDATE runs SET run_at = NULL WHERE run_id = ?", [run.run_id])
+        c.execute(
+            "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+            _event(run.run_id, now_us, "held", {"schedule": name, "behind": active[0]}),
+        )
+        held = f"held until run {active[0]} ends"
+        detail = f"{detail}; {held}" if detail else held
+        if action == "fired":
+            action = "queued-overlap"
+    _add_history(c, name, plan.fire_at, action, run.run_id, now_us, detail)
+    return FireOutcome(plan.fire_at, action, run.run_id, created, detail)
+
+
+def _release_next(c: sqlite3.Connection, schedule: str, now_us: int, after: str | None) -> None:
+    """Make the oldest held run of `schedule` due now, unless one of its runs still runs."""
+    if c.execute(f"SELECT 1 FROM runs WHERE {_RUNNING_OF_SCHEDULE} LIMIT 1", [schedule]).fetchone():
+        return
+    row = c.execute(
+        "SELECT run_id FROM runs WHERE schedule = ? AND status = 'queued' AND run_at IS NULL"
+        " ORDER BY scheduled_at, created_at, run_id LIMIT 1",
+        [schedule],
+    ).fetchone()
+    if row is None:
+        return
+    c.execute("UPDATE runs SET run_at = ? WHERE run_id = ?", [now_us, row[0]])
+    data = {"schedule": schedule, **({"after": after} if after else {})}
+    c.execute(
+        "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+        _event(row[0], now_us, "released", data),
+    )
+
+
+def _release_held(c: sqlite3.Connection, run_id: str, now_us: int) -> None:
+    """A run ended: if it belongs to a schedule with held runs (overlap=queue), start the next.
+
+    Called in the same transaction as every terminal transition, so no held run is ever
+    stranded and no two runs of a queue schedule ever overlap.
+    """
+    row = c.execute("SELECT schedule FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    if row is not None and row[0] is not None:
+        _release_next(c, row[0], now_us, after=run_id)

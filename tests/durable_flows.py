@@ -13,13 +13,19 @@ handler saw on each replay.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import flowctl
-from flowctl import RetryPolicy, SignalTimeoutError
+from flowctl import RetryPolicy, SignalTimeoutError, ops
+from flowctl.clock import Clock
+from flowctl.store import Store
+
+TESTS_DIR = str(Path(__file__).resolve().parent)
 
 CALLS: Counter[str] = Counter()
 KNOBS: dict[str, Any] = {}
@@ -34,6 +40,28 @@ def reset() -> None:
     HOOKS.clear()
     SEEN.clear()
     CAPTURED.clear()
+
+
+def start(
+    store: Store, clock: Clock, name: str, input: dict[str, Any] | None = None, **kw: Any
+) -> str:
+    """Queue a run of the workflow `name` defined in this module; returns its run id."""
+    started = ops.start(
+        store, f"durable_flows:{name}", input or {}, clock=clock, cwd=TESTS_DIR, **kw
+    )
+    return started.run.run_id
+
+
+def calls(store: Store, run_id: str) -> list[tuple[int, str, str, str]]:
+    """The journal as (index, kind, name, state) rows: what the run recorded, in order."""
+    return [
+        (e.call_index, str(e.kind), e.name, str(e.state)) for e in store.journal(run_id).values()
+    ]
+
+
+def events(store: Store, run_id: str) -> list[str]:
+    """The timeline's event types, in order."""
+    return [e.type for e in store.timeline(run_id)]
 
 
 def see(key: str, value: Any) -> None:
@@ -301,6 +329,8 @@ def busy_sleeper(ctx: Any) -> str:
 
 
 def cooperative(ctx: Any) -> str:
+    CAPTURED.append(ctx)
+
     def work() -> str:
         CALLS["work"] += 1
         HOOKS["work"]()
@@ -309,6 +339,23 @@ def cooperative(ctx: Any) -> str:
         return "not cancelled"
 
     return ctx.step("work", work)
+
+
+def one_step(ctx: Any) -> str:
+    ctx.step("work", effect, "work", 1)
+    return "done"
+
+
+def blocking(ctx: Any) -> str:
+    """A step whose body names the call that ran it, so a late write would show."""
+    result = ctx.step("block", lambda: effect("block", f"call {CALLS['block'] + 1}"))
+    ctx.step("after", effect, "after", 2)
+    return result
+
+
+@flowctl.workflow("custom_backoff", max_attempts=2, retry=RetryPolicy.make(backoff="30s"))
+def custom_backoff(ctx: Any) -> str:
+    return ctx.step("a", effect, "a", 1)
 
 
 def returns_when_cancelled(ctx: Any) -> str:
@@ -331,3 +378,30 @@ def values_and_signal(ctx: Any) -> dict[str, Any]:
         "random": ctx.random(),
         "signal": ctx.wait_signal("approved"),
     }
+
+
+def from_thread(ctx: Any) -> list[str]:
+    errors: list[str] = []
+
+    def call() -> None:
+        try:
+            ctx.now()
+        except Exception as e:
+            errors.append(f"{type(e).__name__}: {e}")
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    thread.join()
+    return errors
+
+
+def parent(ctx: Any) -> Any:
+    return ctx.child("durable_flows:two_steps", {"x": 1})
+
+
+def parent_catches(ctx: Any) -> str:
+    try:
+        ctx.child("durable_flows:three_steps")
+    except RuntimeError as e:
+        return f"child failed: {e}"
+    return "child completed"
