@@ -902,7 +902,10 @@ def schedule_add(
     tzname = info.spec.tz if info.spec else None
     nxt = info.row.next_fire_at
     typer.echo(f"{'replaced' if replace else 'added'} schedule {info.name}: {info.rule}")
-    typer.echo(f"next fire {_zoned(nxt, tzname)} ({_relative(nxt, st.clock.now())})")
+    if info.row.paused:
+        typer.echo(f"paused: no fires until `flowctl schedule resume {info.name}`")
+    else:
+        typer.echo(f"next fire {_zoned(nxt, tzname)} ({_relative(nxt, st.clock.now())})")
 
 
 @schedule_app.command("ls")
@@ -927,7 +930,8 @@ def schedule_ls(
         rows.append(
             [
                 i.name,
-                "paused" if i.row.paused else i.row.source,
+                ("paused" if i.row.paused else "active")
+                + ("" if i.row.source == "cli" else f" ({i.row.source})"),
                 i.rule,
                 "-" if nxt is None else f"{_zoned(nxt, tzname)} ({_relative(nxt, now)})",
                 _last_outcome(i.last, now),

@@ -32,6 +32,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "lease": (str, int, float),
     "heartbeat": (str, int, float),
     "grace": (str, int, float),
+    "schedules": dict,  # [schedules.NAME] tables, checked by `flowctl schedule sync`
 }
 
 _COMMENT = """# flowctl configuration. Paths are relative to this file.
@@ -93,6 +94,9 @@ def load_config(path: Path | None = None, start: Path | None = None) -> Config:
             )
             raise ConfigError(f"{path}: key {key!r} must be {names}, got {value!r}")
         values[key] = value
+    for name, table in values.get("schedules", {}).items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: schedules.{name} must be a table [schedules.{name}]")
     if values["durability"] not in ("full", "normal"):
         raise ConfigError(
             f'{path}: durability must be "full" or "normal", got {values["durability"]!r}'
