@@ -296,8 +296,10 @@ def run(
     if not started.created:
         if not as_json:
             typer.echo(f"run {run_obj.run_id} already exists for key {key!r} ({run_obj.status})")
+        if wait and not run_obj.status.is_terminal:
+            run_obj = _drive(st, run_obj, wait=True, quiet=as_json)
         if as_json:
-            _emit_json(_run_summary(run_obj))
+            _emit_json(_run_summary(run_obj, created=False))
         return
     if detach or run_at is not None:
         if as_json:
@@ -319,9 +321,11 @@ def run(
         raise typer.Exit(1)
 
 
-def _run_summary(run: Run) -> dict[str, Any]:
+def _run_summary(run: Run, *, created: bool = True) -> dict[str, Any]:
+    """What `flowctl run --json` prints; `created` is false when --key matched an earlier run."""
     return {
         "id": run.run_id,
+        "created": created,
         "workflow": run.workflow,
         "status": str(run.status),
         "result": run.result,

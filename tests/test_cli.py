@@ -88,7 +88,8 @@ def test_run_json_shape_and_typed_inputs(tmp_path: Path, flow_file: Path) -> Non
     out = flowctl(db, "run", f"{flow_file}:add", "-i", "a:=40", "-i", "b:=2", "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert set(data) == {"id", "workflow", "status", "result", "error", "run_at"}
+    assert set(data) == {"id", "created", "workflow", "status", "result", "error", "run_at"}
+    assert data["created"] is True
     assert data["status"] == "completed"
     assert data["result"] == 42
     assert data["workflow"] == "add"
@@ -222,6 +223,7 @@ def test_idempotency_key_returns_first_run(tmp_path: Path, flow_file: Path) -> N
         ).stdout
     )
     assert first["id"] == second["id"]
+    assert (first["created"], second["created"]) == (True, False)
     assert counts(db)[0] == 1
 
 
