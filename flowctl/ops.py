@@ -318,7 +318,9 @@ def why(detail: RunDetail, now: datetime) -> str:
     from flowctl.durations import format_duration
 
     if run.deadline is not None and run.deadline <= now and not run.status.is_terminal:
-        return f"{run.status}: deadline passed at {iso(run.deadline)}; the next daemon dead-letters it"
+        return (
+            f"{run.status}: deadline passed at {iso(run.deadline)}; the next daemon dead-letters it"
+        )
 
     def until(at: datetime | None) -> str:
         if at is None:

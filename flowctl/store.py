@@ -804,6 +804,17 @@ class Store:
                 )
         return out[:limit]
 
+    def cancels_requested(self, run_ids: Sequence[str]) -> list[str]:
+        """Which of these running runs an operator has asked to cancel (a read, no write)."""
+        if not run_ids:
+            return []
+        rows = self._read(
+            "SELECT run_id FROM runs WHERE status = 'running' AND cancel_requested = 1"
+            f" AND run_id IN ({','.join('?' * len(run_ids))})",
+            list(run_ids),
+        )
+        return [r[0] for r in rows]
+
     def claim_due(
         self,
         owner: str,
