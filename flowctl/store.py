@@ -227,7 +227,13 @@ def _migration_2(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX runs_deadline ON runs(deadline) WHERE deadline IS NOT NULL")
 
 
-MIGRATIONS = [_migration_1, _migration_2]
+def _migration_3(db: sqlite_utils.Database) -> None:
+    # Per-status listings (ls --status, the TUI's views) ordered without sorting every row.
+    db.execute("CREATE INDEX runs_status_finished ON runs(status, finished_at)")
+    db.execute("CREATE INDEX runs_status_created ON runs(status, created_at)")
+
+
+MIGRATIONS = [_migration_1, _migration_2, _migration_3]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -638,7 +644,7 @@ class Store:
             params.extend([pattern, pattern])
         orders = {
             "created_desc": "created_at DESC, run_id DESC",
-            "run_at": "run_at IS NULL, run_at, run_id",
+            "run_at": "run_at, run_id",
             "finished_desc": "finished_at DESC, run_id DESC",
         }
         sql = f"SELECT {_RUN_COLUMNS} FROM runs"
