@@ -494,6 +494,8 @@ def show(
             tb = r.error.get("traceback") or r.error.get("stderr_tail")
             if tb:
                 typer.echo("          " + "\n          ".join(str(tb).rstrip().splitlines()[-12:]))
+    for key, (value, _at) in detail.published.items():
+        typer.echo(f"published {key} = {json.dumps(value)}")
     for note in detail.notes:
         typer.echo(f"note      {note}")
     typer.echo("")

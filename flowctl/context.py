@@ -562,6 +562,20 @@ class Context:
         self._versions[change_id] = value
         return value
 
+    def publish(self, key: str, value: Any) -> None:
+        """Show a status value to operators (`flowctl show`, the TUI), e.g. progress.
+
+        Not a journaled call: it takes no call index. While replaying recorded history the
+        write is skipped, since the same code published the same value the first time.
+        """
+        self._guard("publish")
+        if not isinstance(key, str) or not key:
+            raise UsageError("ctx.publish() needs a non-empty string key")
+        if self._index <= self._max_index:
+            return
+        if not self._store.publish(self.run_id, self._fence, key, value, self._clock.now()):
+            raise self._halt(LeaseLost(self.run_id))
+
     # -- engine hooks ----------------------------------------------------------
 
     def _enter(self) -> None:

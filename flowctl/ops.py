@@ -253,6 +253,7 @@ class RunDetail:
     pending_signals: list[tuple[str, Any, datetime]]
     source_changed: bool | None  # None: unknown (no file recorded)
     notes: list[str] = field(default_factory=list)
+    published: dict[str, tuple[Any, datetime]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         checkpoints = [c.to_json() for c in self.checkpoints]
@@ -275,6 +276,7 @@ class RunDetail:
             ],
             "source_changed": self.source_changed,
             "notes": self.notes,
+            "published": {k: {"value": v, "at": iso(at)} for k, (v, at) in self.published.items()},
         }
 
 
@@ -309,6 +311,7 @@ def show_run(
         pending_signals=store.pending_signals(run.run_id),
         source_changed=changed,
         notes=notes,
+        published=store.published(run.run_id),
     )
 
 

@@ -233,7 +233,21 @@ def _migration_3(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX runs_status_created ON runs(status, created_at)")
 
 
-MIGRATIONS = [_migration_1, _migration_2, _migration_3]
+def _migration_4(db: sqlite_utils.Database) -> None:
+    db.execute(
+        """
+        CREATE TABLE published (
+            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+            key TEXT NOT NULL,
+            value TEXT,
+            at INTEGER NOT NULL,
+            PRIMARY KEY (run_id, key)
+        ) STRICT, WITHOUT ROWID
+        """
+    )
+
+
+MIGRATIONS = [_migration_1, _migration_2, _migration_3, _migration_4]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -1080,6 +1094,24 @@ class Store:
                 [run_id, change_id, version, to_us(now)],
             )
             return True
+
+    def publish(self, run_id: str, fence: int, key: str, value: Any, now: datetime) -> bool:
+        """Set a status value the run shows to operators (`ctx.publish`); last write wins."""
+        text = dumps(value, f"published value {key!r}")
+        with self._write() as c:
+            if not self._fenced(c, run_id, fence):
+                return False
+            c.execute(
+                "INSERT OR REPLACE INTO published (run_id, key, value, at) VALUES (?,?,?,?)",
+                [run_id, key, text, to_us(now)],
+            )
+            return True
+
+    def published(self, run_id: str) -> dict[str, tuple[Any, datetime]]:
+        rows = self._read(
+            "SELECT key, value, at FROM published WHERE run_id = ? ORDER BY key", [run_id]
+        )
+        return {r[0]: (_loads(r[1]), from_us(r[2])) for r in rows}
 
     def heartbeat(
         self,

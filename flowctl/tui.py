@@ -563,6 +563,11 @@ def render_detail(detail: ops.RunDetail, now: datetime, width: int = 80) -> Cont
                 parts.append(_section(f"{label} of step {failed[-1].name!r}"))
                 parts.append(_indent(str(step_error[key])[-TEXT_LIMIT:], width))
 
+    if detail.published:
+        parts.append(_section("Published"))
+        for key, (value, _at) in detail.published.items():
+            parts.append(_indent(f"{key} = {_compact_json(value, 120)}", width))
+
     if detail.pending_signals:
         parts.append(_section("Buffered signals"))
         for name, payload, sent_at in detail.pending_signals:

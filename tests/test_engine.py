@@ -741,3 +741,30 @@ def test_a_child_that_dies_raises_its_error_in_the_parent(
     entry = store.journal(rid)[0]
     assert entry.state is EntryState.ERROR
     assert entry.value["child_run_id"] != rid
+
+
+def test_publish_shows_a_status_value_and_replay_does_not_rewrite_it(tmp_path, fake_clock) -> None:
+    from flowctl import ops
+    from flowctl.testing import WorkflowEnvironment
+
+    (tmp_path / "pub.py").write_text(
+        "def progress(ctx):\n"
+        "    for i in range(3):\n"
+        "        ctx.step(f'part-{i}', lambda: i)\n"
+        "        ctx.publish('progress', f'{i + 1}/3')\n"
+        "        ctx.sleep('1h')\n"
+        "    return 'done'\n"
+    )
+    env = WorkflowEnvironment(tmp_path, cwd=tmp_path)
+    run_id = env.start("pub.py:progress")
+    detail = ops.show_run(env.store, run_id, clock=env.clock)
+    assert {k: v for k, (v, _) in detail.published.items()} == {"progress": "1/3"}
+    first_at = detail.published["progress"][1]
+    env.advance("1h")
+    detail = ops.show_run(env.store, run_id, clock=env.clock)
+    assert detail.published["progress"][0] == "2/3"
+    assert detail.to_json()["published"]["progress"]["value"] == "2/3"
+    assert detail.published["progress"][1] > first_at
+    env.advance("1h")
+    env.advance("1h")
+    assert env.get(run_id).result == "done"
