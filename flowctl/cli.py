@@ -217,16 +217,23 @@ def run(
     ctx: typer.Context,
     target: Annotated[
         str,
-        typer.Argument(help="file.py:function, module:function, file.yaml, or a workflow name."),
+        typer.Argument(
+            metavar="TARGET",
+            help="file.py:function, module:function, file.yaml, or a workflow name.",
+        ),
     ],
     inputs: Annotated[
         list[str] | None,
         typer.Option(
-            "-i", "--in-value", help="Input: key=value (string) or key:=JSON (typed). Repeatable."
+            "-i",
+            "--arg",
+            metavar="KEY=VALUE",
+            help="Input: key=value (string) or key:=JSON (typed). Repeatable.",
         ),
     ] = None,
     input_json: Annotated[
-        str | None, typer.Option("--input", help="The whole input as a JSON object.")
+        str | None,
+        typer.Option("--input", metavar="JSON", help="The whole input as a JSON object."),
     ] = None,
     wait: Annotated[
         bool,
@@ -236,30 +243,41 @@ def run(
         bool, typer.Option("--detach", help="Only queue the run; a daemon runs it.")
     ] = False,
     in_: Annotated[
-        str | None, typer.Option("--in", help="Start after a duration (queues the run), e.g. 10m.")
+        str | None,
+        typer.Option(
+            "--in", metavar="DURATION", help="Start after a duration (queues the run), e.g. 10m."
+        ),
     ] = None,
     at: Annotated[
-        str | None, typer.Option("--at", help="Start at a time (queues the run), ISO-8601.")
+        str | None,
+        typer.Option("--at", metavar="TIME", help="Start at a time (queues the run), ISO-8601."),
     ] = None,
     deadline: Annotated[
         str | None,
         typer.Option(
-            "--deadline", help="Give up on the whole run at this time or after this duration."
+            "--deadline",
+            metavar="TIME|DURATION",
+            help="Give up on the whole run at this time or after this duration.",
         ),
     ] = None,
     timeout: Annotated[
         str | None,
         typer.Option(
-            "--timeout", help="Execution budget per attempt (sleeping spends none), e.g. 30s."
+            "--timeout",
+            metavar="DURATION",
+            help="Execution budget per attempt (sleeping spends none), e.g. 30s.",
         ),
     ] = None,
     max_attempts: Annotated[
-        int | None, typer.Option("--max-attempts", help="Attempts in total (default 3).")
+        int | None,
+        typer.Option("--max-attempts", metavar="N", help="Attempts in total (default 3)."),
     ] = None,
     key: Annotated[
         str | None,
         typer.Option(
-            "--key", help="Idempotency key: a second run with the same key returns the first."
+            "--key",
+            metavar="KEY",
+            help="Idempotency key: a second run with the same key returns the first.",
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -861,10 +879,13 @@ def schedule_add(
     ] = None,
     inputs: Annotated[
         list[str] | None,
-        typer.Option("-i", "--in-value", help="Input: key=value or key:=JSON. Repeatable."),
+        typer.Option(
+            "-i", "--arg", metavar="KEY=VALUE", help="Input: key=value or key:=JSON. Repeatable."
+        ),
     ] = None,
     input_json: Annotated[
-        str | None, typer.Option("--input", help="The whole input as a JSON object.")
+        str | None,
+        typer.Option("--input", metavar="JSON", help="The whole input as a JSON object."),
     ] = None,
     missed: Annotated[str, typer.Option("--missed", help=_POLICY_HELP["missed"])] = "skip",
     max_missed: Annotated[
