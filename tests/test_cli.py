@@ -144,7 +144,7 @@ def test_failing_run_exits_one_with_error(tmp_path: Path, flow_file: Path) -> No
         (["ls", "--status", "sleepy"], "unknown status 'sleepy'"),
         (["ls", "--limit", "0"], "--limit must be at least 1"),
         (["daemon", "--lease", "1s", "--heartbeat", "2s"], "heartbeat (2s) must be shorter"),
-        (["run"], "Missing argument 'target'"),
+        (["run"], "Missing argument 'TARGET'"),
         (["frobnicate"], "No such command 'frobnicate'"),
     ],
 )
