@@ -23,7 +23,7 @@ from flowctl.errors import (
     NonDeterminismError,
 )
 from flowctl.model import Claim, JournalEntry, RunStatus
-from flowctl.store import NewRun, Store
+from flowctl.store import Store
 from flowctl.workflow import Loader
 
 log = logging.getLogger(__name__)
@@ -170,26 +170,9 @@ class _Children(ChildLauncher):
         existing = self.engine.store.get_run_by_key(key)
         if existing is not None:
             return existing.run_id
-        from flowctl.ids import new_run_id
         from flowctl.workflow import load_target
 
         wf = load_target(target, cwd=parent.cwd)
-        checked = wf.check_input(input)
-        new = NewRun(
-            run_id=new_run_id(),
-            workflow=wf.name,
-            target=wf.target,
-            kind=wf.kind,
-            input=checked,
-            source=wf.source,
-            source_hash=wf.source_hash,
-            source_path=wf.source_path,
-            cwd=wf.cwd,
-            max_attempts=wf.max_attempts or 3,
-            backoff=wf.retry.to_json() if wf.retry else None,
-            timeout=wf.timeout.total_seconds() if wf.timeout else None,
-            key=key,
-            parent_run_id=parent.run_id,
-        )
+        new = wf.new_run(wf.check_input(input), key=key, parent_run_id=parent.run_id)
         run, _ = self.engine.store.create_run(new, self.engine.clock.now())
         return run.run_id

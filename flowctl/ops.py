@@ -28,7 +28,6 @@ from flowctl.errors import (
     UsageError,
     ValidationError,
 )
-from flowctl.ids import new_run_id
 from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus, TimelineEvent, iso
 from flowctl.schedule import (
     Fire,
@@ -43,7 +42,6 @@ from flowctl.scheduler import Scheduler
 from flowctl.store import (
     DaemonInfo,
     FireOutcome,
-    NewRun,
     NewSchedule,
     ScheduleEvent,
     ScheduleRow,
@@ -158,7 +156,6 @@ def parse_statuses(values: list[str] | None) -> list[RunStatus] | None:
 class Started:
     run: Run
     created: bool  # False: an idempotency key matched an existing run
-    workflow: WorkflowDef
 
 
 def start(
@@ -181,10 +178,7 @@ def start(
     if key is not None:
         existing = store.get_run_by_key(key)
         if existing is not None:
-            wf = load_target(existing.target, cwd=existing.cwd) if existing.kind != "yaml" else None
-            return Started(
-                existing, False, wf or load_target(target, workflows_dir=workflows_dir, cwd=cwd)
-            )
+            return Started(existing, False)
     wf = load_target(target, workflows_dir=workflows_dir, cwd=cwd)
     checked = wf.check_input(dict(input or {}))
     if max_attempts is not None and max_attempts < 1:
@@ -195,27 +189,18 @@ def start(
     now = clock.now()
     if deadline is not None and deadline <= now:
         raise UsageError(f"--deadline {iso(deadline)} is already in the past")
-    new = NewRun(
-        run_id=new_run_id(),
-        workflow=wf.name,
-        target=wf.target,
-        kind=wf.kind,
-        input=checked,
-        source=wf.source,
-        source_hash=wf.source_hash,
-        source_path=wf.source_path,
-        cwd=wf.cwd,
+    new = wf.new_run(
+        checked,
         run_at=run_at,
-        max_attempts=max_attempts or wf.max_attempts or 3,
-        backoff=wf.retry.to_json() if wf.retry else None,
+        max_attempts=max_attempts,
         deadline=deadline,
-        timeout=budget.total_seconds() if budget is not None else None,
+        timeout=budget,
         key=key,
         schedule=schedule,
         scheduled_at=scheduled_at,
     )
     run, created = store.create_run(new, now)
-    return Started(run, created, wf)
+    return Started(run, created)
 
 
 # ---------------------------------------------------------------------------

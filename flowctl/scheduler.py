@@ -20,7 +20,6 @@ from typing import Any
 from flowctl.clock import Clock
 from flowctl.durations import format_duration
 from flowctl.errors import FlowctlError
-from flowctl.ids import new_run_id
 from flowctl.model import iso
 from flowctl.schedule import ScheduleSpec, due_fires, jitter_offset
 from flowctl.store import FireOutcome, FirePlan, NewRun, ScheduleRow, Store
@@ -66,24 +65,8 @@ def scheduled_run(
 ) -> NewRun:
     """What ops.start would build, for a schedule fire: the run pins the workflow's source,
     records the schedule and the fire time (`scheduled_at`, separate from when it starts)."""
-    wf = loaded.wf
-    return NewRun(
-        run_id=new_run_id(),
-        workflow=wf.name,
-        target=wf.target,
-        kind=wf.kind,
-        input=loaded.input,
-        source=wf.source,
-        source_hash=wf.source_hash,
-        source_path=wf.source_path,
-        cwd=wf.cwd,
-        run_at=run_at,
-        max_attempts=wf.max_attempts or 3,
-        backoff=wf.retry.to_json() if wf.retry else None,
-        timeout=wf.timeout.total_seconds() if wf.timeout else None,
-        key=key,
-        schedule=name,
-        scheduled_at=fire_at,
+    return loaded.wf.new_run(
+        loaded.input, run_at=run_at, key=key, schedule=name, scheduled_at=fire_at
     )
 
 

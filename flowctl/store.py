@@ -595,10 +595,7 @@ class Store:
             "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
             _event(new.run_id, now_us, "created", data),
         )
-        row = c.execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [new.run_id]
-        ).fetchone()
-        return _run_from_row(row), True
+        return _load_run(c, new.run_id), True
 
     def get_run(self, run_id: str) -> Run:
         rows = self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id])
@@ -889,8 +886,7 @@ class Store:
         lease_us: int,
         ended: list[str],
     ) -> Claim | None:
-        row = c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [rid]).fetchone()
-        run = _run_from_row(row)
+        run = _load_run(c, rid)
         prev = run.status
         if prev not in ACTIVE or run.run_at is None or to_us(run.run_at) > now_us:
             return None
@@ -1433,12 +1429,7 @@ class Store:
 
         now_us = to_us(now)
         with self._write() as c:
-            row = c.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
-            ).fetchone()
-            if row is None:
-                raise RunNotFoundError(run_id)
-            run = _run_from_row(row)
+            run = _load_run(c, run_id)
             if run.status.is_terminal:
                 raise InvalidStateError(f"run {run_id} is already {run.status}; nothing to cancel")
             data = {"by": by, **({"reason": reason} if reason else {})}
@@ -1465,12 +1456,7 @@ class Store:
 
         now_us = to_us(now)
         with self._write() as c:
-            row = c.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
-            ).fetchone()
-            if row is None:
-                raise RunNotFoundError(run_id)
-            run = _run_from_row(row)
+            run = _load_run(c, run_id)
             if run.status not in (RunStatus.DEAD, RunStatus.CANCELLED):
                 raise InvalidStateError(
                     f"run {run_id} is {run.status}: only dead or cancelled runs can be redriven"
@@ -1493,9 +1479,7 @@ class Store:
                 "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
                 _event(run_id, now_us, "redriven", {"by": by, "was": str(run.status)}),
             )
-            return _run_from_row(
-                c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]).fetchone()
-            )
+            return _load_run(c, run_id)
 
     def wake_now(self, run_id: str, by: str, now: datetime) -> Run:
         """End a sleep early (operator action); the recorded wake_at is kept for history."""
@@ -1503,12 +1487,7 @@ class Store:
 
         now_us = to_us(now)
         with self._write() as c:
-            row = c.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
-            ).fetchone()
-            if row is None:
-                raise RunNotFoundError(run_id)
-            run = _run_from_row(row)
+            run = _load_run(c, run_id)
             if run.status not in (RunStatus.SLEEPING, RunStatus.QUEUED):
                 raise InvalidStateError(
                     f"run {run_id} is {run.status}: only sleeping or queued runs can be woken"
@@ -1525,9 +1504,7 @@ class Store:
                     run_id, now_us, "woken by operator", {"by": by, "was_due": _iso_us(run.run_at)}
                 ),
             )
-            return _run_from_row(
-                c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]).fetchone()
-            )
+            return _load_run(c, run_id)
 
     # -- daemons registry ---------------------------------------------------
 
@@ -1826,6 +1803,14 @@ class Store:
             out.append((run.deadline, "deadline", run))
         out.sort(key=lambda item: (item[0], item[2].run_id))
         return out[:limit]
+
+
+def _load_run(c: sqlite3.Connection, run_id: str) -> Run:
+    """The run as it is inside this transaction."""
+    row = c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    if row is None:
+        raise RunNotFoundError(run_id)
+    return _run_from_row(row)
 
 
 def _iso_us(when: datetime | None) -> str | None:

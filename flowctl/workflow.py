@@ -11,13 +11,14 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from flowctl.durations import Duration, parse_duration
 from flowctl.errors import FlowctlError, InputError, TargetError
 from flowctl.retry import RetryPolicy
+from flowctl.store import NewRun
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -89,6 +90,45 @@ class WorkflowDef:
 
     def check_input(self, raw: dict[str, Any]) -> dict[str, Any]:
         return self.validate(raw) if self.validate is not None else raw
+
+    def new_run(
+        self,
+        input: dict[str, Any],
+        *,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        deadline: datetime | None = None,
+        timeout: timedelta | None = None,
+        key: str | None = None,
+        parent_run_id: str | None = None,
+        schedule: str | None = None,
+        scheduled_at: datetime | None = None,
+    ) -> NewRun:
+        """The row for a new run of this workflow: its pinned source and its defaults,
+        overridden by what the caller gives. `input` must already be checked."""
+        from flowctl.ids import new_run_id
+
+        budget = timeout if timeout is not None else self.timeout
+        return NewRun(
+            run_id=new_run_id(),
+            workflow=self.name,
+            target=self.target,
+            kind=self.kind,
+            input=input,
+            source=self.source,
+            source_hash=self.source_hash,
+            source_path=self.source_path,
+            cwd=self.cwd,
+            run_at=run_at,
+            max_attempts=max_attempts or self.max_attempts or 3,
+            backoff=self.retry.to_json() if self.retry else None,
+            deadline=deadline,
+            timeout=budget.total_seconds() if budget is not None else None,
+            key=key,
+            parent_run_id=parent_run_id,
+            schedule=schedule,
+            scheduled_at=scheduled_at,
+        )
 
 
 def _sha256(text: str) -> str:
