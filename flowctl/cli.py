@@ -365,9 +365,10 @@ def _drive(st: State, run_obj: Run, *, wait: bool, quiet: bool) -> Run:
 
     cfg = _daemon_config(st, concurrency=1)
     try:
-        return drive_run(
+        final: Run = drive_run(
             st.store, st.clock, run_obj.run_id, cfg, wait=wait, on_checkpoint=on_checkpoint
         )
+        return final
     except KeyboardInterrupt:
         typer.echo(
             f"\ninterrupted: run {run_obj.run_id} is left to `flowctl daemon`, which resumes it",
@@ -402,7 +403,7 @@ def _daemon_config(st: State, **overrides: Any) -> Any:
     from flowctl.daemon import DaemonConfig
 
     cfg = st.config
-    values = {
+    values: dict[str, Any] = {
         "concurrency": int(cfg.get("concurrency")),
         "lease": parse_duration(cfg.get("lease")).total_seconds(),
         "heartbeat": parse_duration(cfg.get("heartbeat")).total_seconds(),

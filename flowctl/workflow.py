@@ -313,7 +313,8 @@ def load_target(
             raise TargetError(
                 f"module {left} has no function {fn_name!r}{_suggest(module, fn_name)}"
             )
-        source_path = Path(module.__file__) if getattr(module, "__file__", None) else None
+        module_file: str | None = getattr(module, "__file__", None)
+        source_path = Path(module_file) if module_file else None
         return _python_def(fn, target, source_path, str(base))
     if workflows_dir is not None:
         found = discover(workflows_dir).get(target)
