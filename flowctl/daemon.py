@@ -25,6 +25,7 @@ from flowctl.engine import Engine, Outcome
 from flowctl.errors import Cancelled, DeadlineExceededError, ExecutionTimeoutError, UsageError
 from flowctl.identity import HOST, make_owner, owner_is_dead, proc_start
 from flowctl.model import Claim, JournalEntry, RunStatus, from_us, to_us
+from flowctl.scheduler import Scheduler
 from flowctl.store import Store
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,7 @@ class Daemon:
         self._silenced: set[str] = set()  # interrupted runs whose lease we let lapse
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self.serving = threading.Event()  # set once run_forever's loop is under way
         self._jobs: queue.SimpleQueue[tuple[Claim, LiveRun] | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._stopping = False
@@ -149,6 +151,9 @@ class Daemon:
         self._last_mono = 0.0
         self._last_boot = 0.0
         self.executed = 0
+        # Schedules fire from the daemon, never from a one-run worker (`flowctl run --wait`).
+        self.scheduler = Scheduler(store, clock) if only_run_id is None else None
+        self._next_fire: datetime | None = None  # soonest schedule fire not yet handled
 
     # -- one iteration, for tests and for the loop ------------------------------
 
@@ -159,6 +164,8 @@ class Daemon:
         """
         self._watch_clock(self.clock.now())
         self._reap_dead_owners(force=True)
+        if self.scheduler is not None:
+            self.scheduler.tick(self.clock.now())
         done = 0
         while True:
             now = self.clock.now()
@@ -209,6 +216,7 @@ class Daemon:
     def _serve(self, until_idle: bool) -> int:
         self._reap_dead_owners(force=True)
         self._refill()
+        self._next_fire = self.scheduler.next_fire() if self.scheduler is not None else None
         drain_deadline: float | None = None
         while True:
             if self._hard_stop:
@@ -235,13 +243,24 @@ class Daemon:
                 continue
             dv = self.store.data_version()
             if dv != self._data_version or self._dirty or self.wheel.needs_refill():
+                changed = dv != self._data_version
                 self._data_version = dv
                 self._refill()
+                if changed and self._live:
+                    self._pass_cancels()
+                if self.scheduler is not None:  # `schedule add/pause/resume` by another process
+                    self._next_fire = self.scheduler.next_fire()
+            self.serving.set()  # clocks, data_version and the wheel all read at least once
+            fire_due = self._next_fire is not None and self._next_fire <= now
+            if fire_due and self.scheduler is not None:
+                self._next_fire = self.scheduler.tick(now)
+                self._refill()  # the runs it created are our own writes: data_version is silent
             self._reap_dead_owners()
             free = self.config.concurrency - len(self._live)
             now_us = to_us(now)
             claimed = 0
-            if free > 0 and self._next_at() is not None and self._next_at() <= now_us:  # type: ignore[operator]
+            due_at = self._next_at()
+            if free > 0 and due_at is not None and due_at <= now_us:
                 asked = min(free, self.config.claim_batch)
                 claims = self._claim(now, asked)
                 for claim in claims:
@@ -261,6 +280,9 @@ class Daemon:
             next_at = self._next_at()
             if next_at is not None and len(self._live) < self.config.concurrency:
                 timeout = max(0.0, min(timeout, (next_at - to_us(self.clock.now())) / 1e6))
+            if self._next_fire is not None:
+                until_fire = (self._next_fire - self.clock.now()).total_seconds()
+                timeout = max(0.0, min(timeout, until_fire))
             if timeout > 0:
                 self.clock.wait(self._wake, timeout)
             self._wake.clear()
@@ -357,6 +379,8 @@ class Daemon:
                 self.wheel.push(outcome.run_at, claim.run.run_id)
             if status.is_terminal and claim.run.parent_run_id is not None:
                 self.wheel.push(self.clock.now(), claim.run.parent_run_id)
+        if status.is_terminal and claim.run.schedule is not None:
+            self._dirty = True  # overlap=queue: its end may have released the next held run
         if status is RunStatus.WAITING and outcome.run_at is None:
             self._dirty = True  # it may have started a child run, due now
 
@@ -421,6 +445,19 @@ class Daemon:
             except Exception:
                 log.exception("heartbeat failed")
 
+    def _pass_cancels(self) -> None:
+        """Another process wrote: tell live handlers of cancellations now, not at the next
+        heartbeat (a read; the heartbeat would tell them too)."""
+        with self._lock:
+            held = [rid for rid in self._live if rid not in self._silenced]
+        for rid in self.store.cancels_requested(held):
+            with self._lock:
+                live = self._live.get(rid)
+                if live is None:
+                    continue
+                live.interrupt(Cancelled("cancel requested by operator"))
+                self._silenced.add(rid)
+
     def heartbeat_once(self) -> None:
         """Extend our leases and pass cancellations, deadlines and timeouts to live handlers."""
         with self._lock:
@@ -473,9 +510,18 @@ class Daemon:
                     self.store.unregister_daemon(d.owner)
 
     def _watch_clock(self, now: datetime) -> None:
-        """Detect wall-clock jumps and host suspend/resume; note them on affected runs."""
-        mono = self.clock.monotonic()
-        boot = _boottime(self.clock)
+        """Detect wall-clock jumps and host suspend/resume; note them on affected runs.
+
+        `now` is only a hint: the three clocks are sampled here together, again if the
+        host was suspended between the samples, so a suspend is never mistaken for a jump.
+        """
+        for _ in range(3):
+            boot0 = _boottime(self.clock)
+            mono = self.clock.monotonic()
+            now = self.clock.now()
+            boot = _boottime(self.clock)
+            if boot - boot0 < JUMP_THRESHOLD / 2:
+                break
         if self._last_wall is None:
             self._last_wall, self._last_mono, self._last_boot = now, mono, boot
             return
@@ -491,7 +537,9 @@ class Daemon:
         elif abs(jump) > JUMP_THRESHOLD:
             self._note_gap("clock jumped", prev_wall, now, {"jump_s": round(jump, 3)})
 
-    def _note_gap(self, type_: str, before: datetime, after: datetime, data: dict[str, Any]) -> None:
+    def _note_gap(
+        self, type_: str, before: datetime, after: datetime, data: dict[str, Any]
+    ) -> None:
         """Write the gap to the timeline of every run whose due time it passed over."""
         lo, hi = (before, after) if before <= after else (after, before)
         affected = self.store.runs_due_between(lo, hi, limit=10_000)

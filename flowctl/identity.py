@@ -10,13 +10,19 @@ HOST = socket.gethostname()
 
 
 def proc_start(pid: int) -> str | None:
-    """The kernel's start time of `pid` (clock ticks since boot), None if it is gone."""
+    """The kernel's start time of `pid` (clock ticks since boot), None if it is gone.
+
+    A zombie (killed, not yet reaped by its parent) counts as gone: it will never
+    write again.
+    """
     try:
         with open(f"/proc/{pid}/stat") as f:
             data = f.read()
     except OSError:
         return None
     fields = data[data.rfind(")") + 2 :].split()
+    if not fields or fields[0] in ("Z", "X"):
+        return None
     return fields[19] if len(fields) > 19 else None
 
 

@@ -1,0 +1,338 @@
+"""Daemon figures with a real `flowctl daemon` process: throughput, wake lateness, idle cost
+with many sleepers, a burst of simultaneous deadlines, resume after a restart.
+
+    .venv/bin/python benchmarks/daemon.py                 # full sizes (a few minutes)
+    .venv/bin/python benchmarks/daemon.py --quick         # smaller sizes
+    .venv/bin/python benchmarks/daemon.py --only lateness # one part: throughput, lateness,
+                                                          # idle, burst, restart
+
+Figures are read back from what the daemon recorded (timeline events, journal rows), not
+from a stopwatch around the process. Prints figures, not pass/fail; the targets (issue 3)
+are printed beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from flowctl import ops  # noqa: E402
+from flowctl.clock import SystemClock  # noqa: E402
+from flowctl.daemon import Daemon, DaemonConfig  # noqa: E402
+from flowctl.ids import new_run_id  # noqa: E402
+from flowctl.store import Store  # noqa: E402
+
+FLOWS = str(ROOT / "benchmarks" / "flows.py")
+CLOCK = SystemClock()
+
+
+# ---------------------------------------------------------------------------
+# helpers
+
+
+def spawn(db: Path, *args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
+    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flowctl",
+            "--db",
+            str(db),
+            "daemon",
+            "--log-level",
+            "warning",
+            *args,
+        ],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        cwd=str(ROOT),
+    )
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def read(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(str(db), timeout=30)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"gave up waiting for {what} after {timeout:g}s")
+        time.sleep(0.05)
+
+
+def count(db: Path, status: str) -> int:
+    return int(read(db, "SELECT COUNT(*) FROM runs WHERE status = ?", (status,))[0][0])
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def lateness(db: Path, kind: str = "sleeping") -> list[float]:
+    rows = read(db, "SELECT data FROM timeline WHERE type = 'woke'")
+    return [
+        float(d["late_ms"])
+        for d in (json.loads(r[0]) for r in rows)
+        if d.get("from") == kind and "late_ms" in d
+    ]
+
+
+def clone_sleepers(db: Path, n: int, wake_at_s: float) -> None:
+    """Make one real sleeping run through the API, then copy its rows n times in one
+    transaction: realistic rows, inserted fast. (Benchmark set-up only.)"""
+    with Store(db) as store:
+        run = ops.start(store, f"{FLOWS}:sleeper", {"at": wake_at_s}, clock=CLOCK).run
+        Daemon(store, CLOCK, DaemonConfig(concurrency=1)).tick()
+    conn = sqlite3.connect(str(db), timeout=30, isolation_level=None)
+    try:
+        run_row = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run.run_id,))
+        run_cols = [d[0] for d in run_row.description]
+        run_vals = list(run_row.fetchone())
+        j = conn.execute("SELECT * FROM journal WHERE run_id = ?", (run.run_id,))
+        j_cols = [d[0] for d in j.description]
+        j_rows = [list(r) for r in j.fetchall()]
+        assert run_vals[run_cols.index("status")] == "sleeping", "template did not fall asleep"
+        id_at = run_cols.index("run_id")
+        jid_at = j_cols.index("run_id")
+        runs, journal = [], []
+        for _ in range(n):
+            rid = new_run_id()
+            v = list(run_vals)
+            v[id_at] = rid
+            runs.append(v)
+            for jr in j_rows:
+                jr = list(jr)
+                jr[jid_at] = rid
+                journal.append(jr)
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(
+            f"INSERT INTO runs ({','.join(run_cols)}) VALUES ({','.join('?' * len(run_cols))})",
+            runs,
+        )
+        conn.executemany(
+            f"INSERT INTO journal ({','.join(j_cols)}) VALUES ({','.join('?' * len(j_cols))})",
+            journal,
+        )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def proc_cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_status(pid: int) -> dict[str, str]:
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            out[k] = v.strip()
+    return out
+
+
+# ---------------------------------------------------------------------------
+# the figures
+
+
+def throughput(tmp: Path, n: int, concurrencies: list[int]) -> None:
+    print(f"throughput: {n:,} three-step workflows enqueued with the Python API, then run by")
+    print("  `flowctl daemon --until-idle` (synchronous=FULL, the default durability)")
+    for c in concurrencies:
+        db = tmp / f"throughput-{c}.db"
+        with Store(db) as store:
+            t = time.perf_counter()
+            for i in range(n):
+                ops.start(store, f"{FLOWS}:three", {"n": i}, clock=CLOCK)
+            enq = time.perf_counter() - t
+        t = time.perf_counter()
+        proc = spawn(db, "--concurrency", str(c), "--until-idle")
+        code = proc.wait(timeout=600)
+        wall = time.perf_counter() - t
+        assert code == 0, f"daemon exited {code}"
+        done = count(db, "completed")
+        assert done == n, f"only {done} of {n} completed"
+        ((first, last),) = read(
+            db,
+            "SELECT (SELECT MIN(at) FROM timeline WHERE type = 'claimed'),"
+            " (SELECT MAX(at) FROM timeline WHERE type = 'completed')",
+        )
+        busy = (last - first) / 1e6
+        print(
+            f"  concurrency {c:>2}: {n / busy:7,.0f} runs/s  {3 * n / busy:7,.0f} steps/s"
+            f"   (first claim to last completion {busy:.2f} s; with process start-up"
+            f" {n / wall:,.0f} runs/s; enqueue {n / enq:,.0f} runs/s)"
+        )
+    print("  target: >= 1,000 workflows/s at a chosen concurrency")
+
+
+def wake_lateness(tmp: Path, n: int, spread: float, concurrency: int) -> None:
+    db = tmp / "lateness.db"
+    Store(db).close()
+    proc = spawn(db, "--concurrency", str(concurrency))
+    try:
+        lead = 2.0 + n / 800  # time to enqueue them and let each fall asleep first
+        base = time.time() + lead
+        with Store(db) as store:
+            for i in range(n):
+                at = base + spread * i / n
+                ops.start(store, f"{FLOWS}:sleeper", {"at": at}, clock=CLOCK)
+        asleep_by = time.time()
+        wait_for(lambda: count(db, "completed") == n, lead + spread + 60, "the sleepers")
+    finally:
+        stop(proc)
+    late = lateness(db)
+    assert len(late) == n, f"{len(late)} wakes for {n} sleepers"
+    print(
+        f"wake lateness: {n:,} sleepers, deadlines spread evenly over {spread:g} s,"
+        f" concurrency {concurrency} (all asleep {base - asleep_by:.1f} s before the first deadline)"
+    )
+    print(
+        f"  p50 {pct(late, 0.5):.1f} ms   p99 {pct(late, 0.99):.1f} ms   max {max(late):.1f} ms"
+        "   (lateness = recorded resume time minus recorded deadline; target p99 < 20 ms)"
+    )
+
+
+def idle_cost(tmp: Path, n: int, seconds: float) -> None:
+    db = tmp / "idle.db"
+    t = time.perf_counter()
+    clone_sleepers(db, n, time.time() + 86400)
+    made = time.perf_counter() - t
+    assert count(db, "sleeping") == n + 1
+    proc = spawn(db)
+    try:
+        wait_for(lambda: read(db, "SELECT COUNT(*) FROM daemons")[0][0] == 1, 30, "the daemon")
+        time.sleep(1.0)  # settle after start-up
+        cpu0, t0 = proc_cpu_s(proc.pid), time.monotonic()
+        time.sleep(seconds)
+        cpu1, t1 = proc_cpu_s(proc.pid), time.monotonic()
+        st = proc_status(proc.pid)
+    finally:
+        stop(proc)
+    rss_mb = int(st["VmRSS"].split()[0]) / 1024
+    hwm_mb = int(st["VmHWM"].split()[0]) / 1024
+    cpu_pct = 100 * (cpu1 - cpu0) / (t1 - t0)
+    print(f"idle: daemon with {n + 1:,} sleeping runs (rows inserted in {made:.1f} s)")
+    print(
+        f"  RSS {rss_mb:.0f} MB (peak {hwm_mb:.0f} MB), {st['Threads']} threads,"
+        f" CPU {cpu_pct:.2f}% over {t1 - t0:.0f} s   (target: RSS < 100 MB, idle CPU < 1%)"
+    )
+
+
+def burst(tmp: Path, n: int, concurrency: int) -> None:
+    db = tmp / "burst.db"
+    Store(db).close()
+    proc = spawn(db, "--concurrency", str(concurrency))
+    try:
+        wait_for(lambda: read(db, "SELECT COUNT(*) FROM daemons")[0][0] == 1, 30, "the daemon")
+        due = time.time() + 3.0 + n / 20_000
+        clone_sleepers(db, n - 1, due)
+        wait_for(lambda: count(db, "completed") == n, 600, "the burst")
+    finally:
+        stop(proc)
+    ((last,),) = read(db, "SELECT MAX(finished_at) FROM runs")
+    took = last / 1e6 - due
+    late = lateness(db)
+    print(f"burst: {n:,} sleepers whose deadlines all pass at once, concurrency {concurrency}")
+    print(
+        f"  all woken and finished {took:.2f} s after the deadline ({n / took:,.0f} runs/s);"
+        f" wake lateness p50 {pct(late, 0.5):.0f} ms, max {max(late):.0f} ms"
+    )
+
+
+def restart(tmp: Path, n: int) -> None:
+    db = tmp / "restart.db"
+    clone_sleepers(db, n - 1, time.time() + 0.5)
+    time.sleep(1.0)  # every deadline passes while no daemon runs
+    spawned = time.time()
+    proc = spawn(db, "--concurrency", "8")
+    try:
+        wait_for(lambda: count(db, "completed") == n, 120, "the overdue sleepers")
+        ((started,),) = read(db, "SELECT started_at FROM daemons")
+    finally:
+        stop(proc)
+    ((first, last),) = read(
+        db, "SELECT MIN(at), MAX(at) FROM timeline WHERE type IN ('woke', 'completed')"
+    )
+    print(f"restart: {n:,} sleepers overdue when a daemon starts")
+    print(
+        f"  first resumed {(first - started) / 1000:.0f} ms after the daemon started serving"
+        f" ({first / 1000 - spawned * 1000:.0f} ms after the process was spawned, incl. Python"
+        f" start-up); all done {(last - started) / 1e6:.2f} s after it started"
+        "   (target: within 200 ms of a restart)"
+    )
+
+
+PARTS = ("throughput", "lateness", "idle", "burst", "restart")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--only", choices=PARTS, action="append", help="run only these parts")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        action="append",
+        help="throughput at these concurrencies (default 1, 8, 16, 32)",
+    )
+    args = parser.parse_args()
+    q = args.quick
+    parts = args.only or PARTS
+    shown = " ".join(sys.argv[1:])
+    print(f"reproduce: .venv/bin/python benchmarks/daemon.py {shown}".rstrip())
+    print(
+        f"python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, {os.cpu_count()} CPU(s)\n"
+    )
+    with tempfile.TemporaryDirectory(prefix="flowctl-bench-") as d:
+        tmp = Path(d)
+        if "throughput" in parts:
+            throughput(tmp, 1000 if q else 5000, args.concurrency or [1, 8, 16, 32])
+            print()
+        if "lateness" in parts:
+            wake_lateness(tmp, 500 if q else 2000, 5.0 if q else 10.0, 8)
+            print()
+        if "idle" in parts:
+            idle_cost(tmp, 20_000 if q else 100_000, 5.0 if q else 20.0)
+            print()
+        if "burst" in parts:
+            burst(tmp, 2000 if q else 10_000, 16)
+            print()
+        if "restart" in parts:
+            restart(tmp, 200 if q else 1000)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""Workflows the benchmarks run (targets `benchmarks/flows.py:NAME`)."""
+
+from __future__ import annotations
+
+from flowctl import workflow
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@workflow
+def three(ctx, n: int = 0) -> int:
+    """The throughput workload: three trivial steps."""
+    a = ctx.step("one", add, n, 1)
+    b = ctx.step("two", add, a, 1)
+    return ctx.step("three", add, b, 1)
+
+
+@workflow
+def many(ctx, n: int = 1000, nap: float = 60.0) -> int:
+    """n journaled steps, then a sleep: resuming it replays all n."""
+    total = 0
+    for i in range(n):
+        total = ctx.step(f"s{i}", add, total, 1)
+    ctx.sleep(nap)
+    return total
+
+
+@workflow
+def sleeper(ctx, at: float) -> int:
+    """Sleep until an epoch time, then one step."""
+    ctx.sleep_until(at)
+    return ctx.step("after", add, 1, 1)

@@ -1,0 +1,1 @@
+"""Crash and concurrency tests with real daemon processes (marked `crash`)."""

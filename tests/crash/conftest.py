@@ -1,0 +1,117 @@
+"""Real `flowctl daemon` processes for the crash tests, and independent reads of the file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowctl import ops
+from flowctl.clock import SystemClock
+from flowctl.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+FLOWS = "tests/crash/flows.py"
+
+
+class Daemons:
+    """Starts `python -m flowctl daemon` in its own session (so a test can signal its whole
+    process group, as a terminal's Ctrl-C or a service manager would); kills leftovers."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, db: Path, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.tmp_path / f"daemon-{len(self.procs)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "flowctl",
+                "--db",
+                str(db),
+                "daemon",
+                "--log-level",
+                "info",
+                *args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=str(ROOT),
+            start_new_session=True,
+        )
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def log(self, proc: subprocess.Popen[bytes]) -> str:
+        return (self.tmp_path / f"daemon-{self.procs.index(proc)}.log").read_text()
+
+    def cleanup(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGCONT)
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+
+
+@pytest.fixture
+def daemons(tmp_path: Path) -> Iterator[Daemons]:
+    d = Daemons(tmp_path)
+    yield d
+    d.cleanup()
+
+
+def start_runs(db: Path, name: str, inputs: list[dict[str, Any]]) -> list[str]:
+    with Store(db) as store:
+        return [
+            ops.start(store, f"{FLOWS}:{name}", i, clock=SystemClock(), cwd=str(ROOT)).run.run_id
+            for i in inputs
+        ]
+
+
+def read(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Read the file as an independent observer (its own connection, no flowctl code)."""
+    conn = sqlite3.connect(str(db), timeout=30)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def statuses(db: Path) -> dict[str, str]:
+    return dict(read(db, "SELECT run_id, status FROM runs"))  # type: ignore[arg-type]
+
+
+def timeline(db: Path, run_id: str, type_: str | None = None) -> list[dict[str, Any]]:
+    rows = read(db, "SELECT at, type, data FROM timeline WHERE run_id = ? ORDER BY seq", (run_id,))
+    return [
+        {"at_us": at, "type": t, **json.loads(data or "{}")}
+        for at, t, data in rows
+        if type_ is None or t == type_
+    ]
+
+
+def holds_write_lock(db: Path) -> bool:
+    """True when some process holds the database's write lock right now."""
+    conn = sqlite3.connect(str(db), timeout=0.05, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        conn.close()
