@@ -1,7 +1,7 @@
 """Onboarding: welcome now, tips after a day, a check-in after a week.
 
-    flowctl run workflows/onboarding.py:onboarding -i user=42    # exits; the run sleeps 24h
-    flowctl run onboarding -i user=42                            # the same, found by name
+flowctl run workflows/onboarding.py:onboarding -i user=42    # exits; the run sleeps 24h
+flowctl run onboarding -i user=42                            # the same, found by name
 """
 
 from pathlib import Path
