@@ -23,9 +23,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlite_utils
+if TYPE_CHECKING:
+    import sqlite_utils
 
 from flowctl.errors import (
     FlowctlError,
@@ -410,8 +411,7 @@ class Store:
         self.durability = durability
         self._lock = threading.RLock()
         self._conn = _connect(self.path, durability)
-        self.db = sqlite_utils.Database(self._conn)
-        _migrate(self._conn, self.db)
+        _migrate(self._conn)
         # Group commit (see set_group_commit): writers in flight, the open group, its commit.
         self._group_commit = False
         self._gc = threading.Condition(threading.Lock())
@@ -1899,10 +1899,13 @@ def _connect(path: str, durability: str) -> sqlite3.Connection:
     return conn
 
 
-def _migrate(conn: sqlite3.Connection, db: sqlite_utils.Database) -> None:
+def _migrate(conn: sqlite3.Connection) -> None:
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     if version == SCHEMA_VERSION:
-        return
+        return  # the common case: no sqlite-utils import on a command's start-up path
+    import sqlite_utils
+
+    db = sqlite_utils.Database(conn)
     if version > SCHEMA_VERSION:
         raise FlowctlError(
             f"database schema version {version} is newer than this flowctl understands"
