@@ -637,7 +637,9 @@ def test_run_forever_wakes_for_schedule_fires(
 def test_migration_2_upgrades_a_version_1_database(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path)
-    store_module._migration_1(store_module.sqlite_utils.Database(conn))
+    import sqlite_utils
+
+    store_module._migration_1(sqlite_utils.Database(conn))
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     conn.close()
