@@ -354,6 +354,7 @@ def _run_summary(run: Run, *, created: bool = True) -> dict[str, Any]:
 
 def _drive(st: State, run_obj: Run, *, wait: bool, quiet: bool) -> Run:
     from flowctl.daemon import drive_run
+    from flowctl.engine import Outcome
     from flowctl.model import JournalEntry
 
     def on_checkpoint(entry: JournalEntry) -> None:
@@ -363,11 +364,40 @@ def _drive(st: State, run_obj: Run, *, wait: bool, quiet: bool) -> Run:
         mark = "✓" if entry.state is EntryState.DONE else "✗"
         typer.echo(f"  {mark} {entry.name}{took}")
 
+    printed: set[int] = set()
+
+    def on_step(entry: JournalEntry) -> None:
+        printed.add(entry.call_index)
+        on_checkpoint(entry)
+
+    def on_outcome(outcome: Outcome) -> None:
+        # Say why the terminal goes quiet when --wait waits through a sleep or a retry.
+        if quiet or not wait or outcome.run_at is None:
+            return
+        until = f"{_local(outcome.run_at)} ({_relative(outcome.run_at, st.clock.now())})"
+        if outcome.status is RunStatus.SLEEPING:
+            typer.echo(f"  … sleeping until {until}")
+        elif outcome.status is RunStatus.WAITING:
+            typer.echo(f"  … waiting for a signal, timeout {until}")
+        elif outcome.status is RunStatus.QUEUED:
+            typer.echo(f"  ↻ retrying at {until}")
+
     cfg = _daemon_config(st, concurrency=1)
     try:
         final: Run = drive_run(
-            st.store, st.clock, run_obj.run_id, cfg, wait=wait, on_checkpoint=on_checkpoint
+            st.store,
+            st.clock,
+            run_obj.run_id,
+            cfg,
+            wait=wait,
+            on_checkpoint=on_step,
+            on_outcome=on_outcome,
         )
+        if not quiet:
+            # Steps a daemon ran while we waited: shown once the run is back with us.
+            for entry in st.store.journal(run_obj.run_id).values():
+                if entry.kind == "step" and entry.call_index not in printed:
+                    on_checkpoint(entry)
         return final
     except KeyboardInterrupt:
         typer.echo(

@@ -571,6 +571,7 @@ def drive_run(
     *,
     wait: bool,
     on_checkpoint: Callable[[JournalEntry], None] | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
     engine: Engine | None = None,
     timeout: float | None = None,
 ) -> Any:
@@ -587,6 +588,7 @@ def drive_run(
         engine=engine,
         only_run_id=run_id,
         on_checkpoint=on_checkpoint,
+        on_outcome=on_outcome,
     )
     stop = threading.Event()
     hb = threading.Thread(target=_heartbeat_until, args=(worker, stop), daemon=True)
