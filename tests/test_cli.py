@@ -78,8 +78,9 @@ def test_run_hello_completes_and_prints_each_step(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].strip().startswith("✓ greet")
-    assert lines[1].strip().startswith("✓ shout")
-    assert '"greeting": "hello, ana"' in lines[2]
+    assert lines[1].strip().startswith("… sleeping until ")
+    assert lines[2].strip().startswith("✓ shout")
+    assert '"greeting": "hello, ana"' in lines[3]
     assert oct(db.stat().st_mode & 0o777) == "0o600"
 
 
