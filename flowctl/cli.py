@@ -783,11 +783,14 @@ def validate(
     problems: list[str] = []
     for path in files:
         try:
-            load_target(str(path))
+            wf = load_target(str(path))
         except ValidationError as e:
             problems.extend(e.problems)
+            continue
         except FlowctlError as e:
             problems.append(f"{path}: {e}")
+            continue
+        problems.extend(ops.yaml_schedules(wf, path)[1])
     if problems:
         for p in problems:
             typer.echo(p, err=True)

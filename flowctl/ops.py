@@ -845,6 +845,38 @@ def _declared(
     return _Declared(name, where, source, origin, wf.target, wf.cwd, data, options)
 
 
+def yaml_schedules(
+    wf: WorkflowDef, path: Path, *, default_tz: str | None = None
+) -> tuple[list[_Declared], list[str]]:
+    """The schedules a YAML workflow's `schedule:` block declares, and the problems in it."""
+    found: list[_Declared] = []
+    problems: list[str] = []
+    if wf.schedule is None:
+        return found, problems
+    many = isinstance(wf.schedule, list)
+    items = wf.schedule if many else [wf.schedule]
+    for i, item in enumerate(items):
+        where = f"{path}: schedule[{i}]" if many else f"{path}: schedule"
+        default = wf.name if not many else f"{wf.name}-{i + 1}"
+        name = item.get("name", default) if isinstance(item, dict) else default
+        try:
+            found.append(
+                _declared(
+                    item,
+                    where,
+                    name=name,
+                    allowed=SCHEDULE_KEYS,
+                    source="yaml",
+                    origin=str(path.resolve()),
+                    wf=wf,
+                    default_tz=default_tz,
+                )
+            )
+        except FlowctlError as e:
+            problems.append(str(e))
+    return found, problems
+
+
 def declared_schedules(
     *,
     workflows_dir: str | Path | None,
@@ -867,29 +899,9 @@ def declared_schedules(
             except FlowctlError as e:
                 problems.append(f"{path}: {e}")
                 continue
-            if wf.schedule is None:
-                continue
-            many = isinstance(wf.schedule, list)
-            items = wf.schedule if many else [wf.schedule]
-            for i, item in enumerate(items):
-                where = f"{path}: schedule[{i}]" if many else f"{path}: schedule"
-                default = wf.name if not many else f"{wf.name}-{i + 1}"
-                name = item.get("name", default) if isinstance(item, dict) else default
-                try:
-                    found.append(
-                        _declared(
-                            item,
-                            where,
-                            name=name,
-                            allowed=SCHEDULE_KEYS,
-                            source="yaml",
-                            origin=str(path.resolve()),
-                            wf=wf,
-                            default_tz=default_tz,
-                        )
-                    )
-                except FlowctlError as e:
-                    problems.append(str(e))
+            yaml_found, yaml_problems = yaml_schedules(wf, path, default_tz=default_tz)
+            found.extend(yaml_found)
+            problems.extend(yaml_problems)
     toml_root = Path(toml_path).parent if toml_path is not None else Path.cwd()
     for name, item in (toml_schedules or {}).items():
         where = f"{toml_path}: schedules.{name}"

@@ -139,3 +139,16 @@ def test_cancel_really_stops_a_running_command(tmp_path: Path) -> None:
     daemon.stop()
     thread.join(5)
     assert store.get_run(run_id).error["message"] == "test"
+
+
+def test_validate_checks_the_schedule_block(tmp_path: Path) -> None:
+    path = tmp_path / "sched.yaml"
+    path.write_text(
+        "name: sched\nschedule:\n  cron: '0 9 * * MON-FRY'\n  tz: Europe/Paris\n"
+        "steps:\n  - run: [echo, hi]\n"
+    )
+    out = _cli(tmp_path / "f.db", "validate", str(path), cwd=tmp_path)
+    assert out.returncode == 2
+    assert f"{path}: schedule: invalid cron expression '0 9 * * MON-FRY'" in out.stderr
+    path.write_text(path.read_text().replace("MON-FRY", "MON-FRI"))
+    assert _cli(tmp_path / "f.db", "validate", str(path), cwd=tmp_path).returncode == 0
