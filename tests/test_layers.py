@@ -9,7 +9,7 @@ import sys
 def test_core_does_not_load_front_ends() -> None:
     code = (
         "import sys, flowctl.engine, flowctl.daemon, flowctl.ops, flowctl.client, flowctl.testing; "
-        "print(sorted(m for m in ('typer', 'textual', 'flowctl.cli', 'flowctl.tui') if m in sys.modules))"
+        "print(sorted(m for m in ('typer', 'textual', 'flowctl.cli', 'flowctl.tui', 'flowctl.tui_render', 'flowctl.tui_views', 'flowctl.tui_widgets', 'flowctl.tui_screens') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
