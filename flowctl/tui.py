@@ -345,6 +345,7 @@ class FlowctlApp(App[None]):
             for run_id, cells in rendered.items():
                 table.add_row(*cells, key=run_id)
             table.scroll_y = scroll_y
+            table.refresh(layout=True)  # new rows may widen auto-sized columns: re-measure now
             if ids:
                 index = ids.index(selected) if selected in ids else min(old_index, len(ids) - 1)
                 table.move_cursor(row=max(index, 0))
