@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.text import Text
 
-from flowctl import ops
+from flowctl import ops, schedule_ops
 from flowctl.clock import Clock
 from flowctl.durations import format_duration
 from flowctl.model import Run, RunStatus
@@ -238,12 +238,12 @@ VIEWS_BY_KEY = {v.key: v for v in VIEWS}
 
 
 # ---------------------------------------------------------------------------
-# Schedules: listed when this build's ops has them
+# Schedules: listed when this build's schedule_ops has them
 
 
 def list_schedule_dicts(store: Store, clock: Clock) -> list[dict[str, Any]] | None:
-    """Schedules as plain dicts, or None while this build has no `ops.list_schedules`."""
-    list_schedules = getattr(ops, "list_schedules", None)
+    """Schedules as plain dicts, or None while this build has no `schedule_ops.list_schedules`."""
+    list_schedules = getattr(schedule_ops, "list_schedules", None)
     if list_schedules is None:
         return None
     takes_clock = "clock" in inspect.signature(list_schedules).parameters
@@ -264,8 +264,8 @@ SCHEDULE_FIELDS = ("name", "rule", "next_fire_at", "last_fire_at", "paused", "ta
 
 
 def schedules_available() -> bool:
-    """Whether this build's ops can list schedules; the Schedules view says so when not."""
-    return getattr(ops, "list_schedules", None) is not None
+    """Whether this build's schedule_ops can list schedules; the Schedules view says so when not."""
+    return getattr(schedule_ops, "list_schedules", None) is not None
 
 
 # ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from flowctl import ops
+from flowctl import ops, schedule_ops
 from flowctl import store as store_module
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
@@ -72,8 +72,12 @@ def slow(flows: Path) -> str:
     return f"{flows}:slow"
 
 
-def add(store: Store, clock: FakeClock, name: str, target: str, **options: Any) -> ops.ScheduleInfo:
-    return ops.add_schedule(store, name, target, options.pop("input", None), clock=clock, **options)
+def add(
+    store: Store, clock: FakeClock, name: str, target: str, **options: Any
+) -> schedule_ops.ScheduleInfo:
+    return schedule_ops.add_schedule(
+        store, name, target, options.pop("input", None), clock=clock, **options
+    )
 
 
 def runs_of(store: Store, name: str) -> list[Any]:
@@ -208,7 +212,7 @@ def test_a_crash_inside_the_fire_transaction_neither_fires_nor_loses_the_fire(
 def test_a_stale_revision_writes_nothing(store: Store, fake_clock: FakeClock, quick: str) -> None:
     add(store, fake_clock, "hourly", quick, cron="0 * * * *", tz="UTC")
     row = store.get_schedule("hourly")
-    ops.pause_schedule(store, "hourly", clock=fake_clock)
+    schedule_ops.pause_schedule(store, "hourly", clock=fake_clock)
     out = store.fire_schedule(
         "hourly",
         row.revision,
@@ -543,11 +547,11 @@ def test_pause_and_resume_never_backfill(
         missed="all",
         overlap="allow",
     )
-    paused = ops.pause_schedule(store, "hourly", clock=fake_clock)
+    paused = schedule_ops.pause_schedule(store, "hourly", clock=fake_clock)
     assert paused.row.paused and paused.row.next_fire_at is None
     step_until(daemon, fake_clock, utc(2026, 3, 29, 3, 30), timedelta(minutes=30))
     assert runs_of(store, "hourly") == []
-    resumed = ops.resume_schedule(store, "hourly", clock=fake_clock)
+    resumed = schedule_ops.resume_schedule(store, "hourly", clock=fake_clock)
     assert resumed.row.next_fire_at == utc(2026, 3, 29, 4)
     step_until(daemon, fake_clock, utc(2026, 3, 29, 4), timedelta(minutes=30))
     assert [r.scheduled_at for r in runs_of(store, "hourly")] == [utc(2026, 3, 29, 4)]
@@ -558,14 +562,14 @@ def test_trigger_fires_now_once_per_trigger_without_moving_the_calendar(
 ) -> None:
     add(store, fake_clock, "hourly", quick, cron="0 * * * *", tz="UTC", overlap="allow")
     before = store.get_schedule("hourly")
-    first = ops.trigger_schedule(store, "hourly", clock=fake_clock)
-    same = ops.trigger_schedule(store, "hourly", clock=fake_clock)  # a retried trigger
+    first = schedule_ops.trigger_schedule(store, "hourly", clock=fake_clock)
+    same = schedule_ops.trigger_schedule(store, "hourly", clock=fake_clock)  # a retried trigger
     assert first.outcome.created and first.run is not None
     assert not same.outcome.created and same.outcome.run_id == first.run.run_id
     assert first.run.key == f"schedule:hourly:manual:{iso(fake_clock.now())}"
     assert first.run.scheduled_at == fake_clock.now()
     fake_clock.advance(timedelta(seconds=5))
-    ops.trigger_schedule(store, "hourly", clock=fake_clock)
+    schedule_ops.trigger_schedule(store, "hourly", clock=fake_clock)
     daemon.tick()
     assert [r.status for r in runs_of(store, "hourly")] == [RunStatus.COMPLETED] * 2
     assert history(store, "hourly") == ["manual", "manual"]
@@ -577,10 +581,10 @@ def test_trigger_follows_overlap_skip(
     store: Store, fake_clock: FakeClock, daemon: Daemon, slow: str
 ) -> None:
     add(store, fake_clock, "s", slow, cron="0 0 1 1 *", tz="UTC")
-    ops.trigger_schedule(store, "s", clock=fake_clock)
+    schedule_ops.trigger_schedule(store, "s", clock=fake_clock)
     daemon.tick()
     fake_clock.advance(timedelta(seconds=1))
-    second = ops.trigger_schedule(store, "s", clock=fake_clock)
+    second = schedule_ops.trigger_schedule(store, "s", clock=fake_clock)
     assert second.run is None and second.outcome.action == "skipped-overlap"
     assert "still sleeping" in (second.outcome.detail or "")
 
@@ -677,8 +681,8 @@ def test_yaml_schedules_sync_add_update_remove(
     )
     add(store, fake_clock, "by-hand", quick, cron="0 * * * *", tz="UTC")
 
-    def sync() -> ops.SyncReport:
-        return ops.sync_schedules(store, clock=fake_clock, workflows_dir=folder)
+    def sync() -> schedule_ops.SyncReport:
+        return schedule_ops.sync_schedules(store, clock=fake_clock, workflows_dir=folder)
 
     report = sync()
     assert sorted(report.added) == ["multi-1", "multi-night", "ping"]
@@ -711,8 +715,8 @@ def test_sync_is_all_or_nothing(store: Store, fake_clock: FakeClock, tmp_path: P
     folder.mkdir()
     (folder / "good.yaml").write_text(_yaml("good", "schedule:\n  every: 1h\n"))
     (folder / "bad.yaml").write_text(_yaml("bad", "schedule:\n  cron: '0 25 * * *'\n"))
-    with pytest.raises(ops.ValidationError) as err:
-        ops.sync_schedules(store, clock=fake_clock, workflows_dir=folder)
+    with pytest.raises(schedule_ops.ValidationError) as err:
+        schedule_ops.sync_schedules(store, clock=fake_clock, workflows_dir=folder)
     assert "bad.yaml: schedule: invalid cron expression '0 25 * * *'" in err.value.problems[0]
     assert store.list_schedules() == []
 
@@ -724,8 +728,8 @@ def test_sync_refuses_a_name_added_by_hand(
     folder.mkdir()
     (folder / "ping.yaml").write_text(_yaml("ping", "schedule:\n  every: 1h\n"))
     add(store, fake_clock, "ping", quick, every="2h")
-    with pytest.raises(ops.ValidationError, match="was added with `flowctl schedule add`"):
-        ops.sync_schedules(store, clock=fake_clock, workflows_dir=folder)
+    with pytest.raises(schedule_ops.ValidationError, match="was added with `flowctl schedule add`"):
+        schedule_ops.sync_schedules(store, clock=fake_clock, workflows_dir=folder)
     assert store.get_schedule("ping").source == "cli"
 
 
@@ -735,11 +739,11 @@ def test_declared_schedules_cannot_be_replaced_or_removed_from_the_cli(
     folder = tmp_path / "workflows"
     folder.mkdir()
     (folder / "ping.yaml").write_text(_yaml("ping", "schedule:\n  every: 1h\n"))
-    ops.sync_schedules(store, clock=fake_clock, workflows_dir=folder)
-    with pytest.raises(ops.ScheduleError, match=r"declared in .*ping\.yaml"):
-        ops.remove_schedule(store, "ping")
-    with pytest.raises(ops.ScheduleError, match="declared in"):
+    schedule_ops.sync_schedules(store, clock=fake_clock, workflows_dir=folder)
+    with pytest.raises(schedule_ops.ScheduleError, match=r"declared in .*ping\.yaml"):
+        schedule_ops.remove_schedule(store, "ping")
+    with pytest.raises(schedule_ops.ScheduleError, match="declared in"):
         add(store, fake_clock, "ping", quick, every="1h", replace=True)
-    ops.pause_schedule(store, "ping", clock=fake_clock)  # pausing one is fine
-    ops.sync_schedules(store, clock=fake_clock, workflows_dir=folder)
+    schedule_ops.pause_schedule(store, "ping", clock=fake_clock)  # pausing one is fine
+    schedule_ops.sync_schedules(store, clock=fake_clock, workflows_dir=folder)
     assert store.get_schedule("ping").paused  # and a sync keeps it paused

@@ -23,7 +23,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 from textual.worker import WorkerCancelled
 
-from flowctl import ops
+from flowctl import ops, schedule_ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
@@ -434,7 +434,7 @@ async def test_pages_load_on_demand(store: Store, fake_clock: FakeClock) -> None
 async def test_schedules_view_placeholder_without_schedule_support(
     seeded: Seeded, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delattr(ops, "list_schedules", raising=False)  # a build without schedules
+    monkeypatch.delattr(schedule_ops, "list_schedules", raising=False)  # a build without schedules
     app = FlowctlApp(store=seeded.store, clock=seeded.clock)
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("7")
@@ -445,7 +445,7 @@ async def test_schedules_view_placeholder_without_schedule_support(
 
 @pilot_test
 async def test_schedules_view_lists_schedules(seeded: Seeded) -> None:
-    ops.add_schedule(
+    schedule_ops.add_schedule(
         seeded.store,
         "nightly",
         f"{seeded.flows}:quick",
