@@ -391,6 +391,16 @@ class DaemonInfo:
     info: dict[str, Any]
 
 
+def _add_event(
+    c: sqlite3.Connection, run_id: str, at_us: int, type_: str, data: dict[str, Any] | None = None
+) -> None:
+    """Append one timeline event inside the caller's transaction."""
+    c.execute(
+        "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+        _event(run_id, at_us, type_, data),
+    )
+
+
 def _event(
     run_id: str, at_us: int, type_: str, data: dict[str, Any] | None = None
 ) -> tuple[str, int, str, str | None]:
@@ -591,10 +601,7 @@ class Store:
             data["parent"] = new.parent_run_id
         if new.schedule:
             data["schedule"] = new.schedule
-        c.execute(
-            "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
-            _event(new.run_id, now_us, "created", data),
-        )
+        _add_event(c, new.run_id, now_us, "created", data)
         return _load_run(c, new.run_id), True
 
     def get_run(self, run_id: str) -> Run:
@@ -800,10 +807,7 @@ class Store:
                 )
                 if cur.rowcount == 1:
                     released += 1
-                    c.execute(
-                        "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
-                        _event(run_id, now_us, "released", {"by": owner, "reason": reason}),
-                    )
+                    _add_event(c, run_id, now_us, "released", {"by": owner, "reason": reason})
         return released
 
     def runs_due_between(self, lo: datetime, hi: datetime, *, limit: int) -> list[str]:
@@ -1026,10 +1030,7 @@ class Store:
             )
             c.execute("UPDATE runs SET reclaims = 0 WHERE run_id = ? AND reclaims != 0", [run_id])
             if event is not None:
-                c.execute(
-                    "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
-                    _event(run_id, now_us, event[0], event[1]),
-                )
+                _add_event(c, run_id, now_us, event[0], event[1])
             return True
 
     def consume_signal(
@@ -1073,10 +1074,7 @@ class Store:
                 ],
             )
             c.execute("UPDATE runs SET reclaims = 0 WHERE run_id = ?", [run_id])
-            c.execute(
-                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
-                _event(run_id, now_us, "signal received", {"name": name, "index": call_index}),
-            )
+            _add_event(c, run_id, now_us, "signal received", {"name": name, "index": call_index})
             return True, value["payload"], True
 
     def record_version(
@@ -1200,10 +1198,7 @@ class Store:
                 " exec_spent_us = ?, reclaims = 0 WHERE run_id = ?",
                 [str(status), at, round(exec_spent * 1e6), run_id],
             )
-            c.execute(
-                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
-                _event(run_id, now_us, event[0], event[1]),
-            )
+            _add_event(c, run_id, now_us, event[0], event[1])
             # A buffered signal that arrived while we ran must not be missed.
             if status is RunStatus.WAITING and entry is not None:
                 has = c.execute(
@@ -1228,10 +1223,7 @@ class Store:
             )
             if cur.rowcount != 1:
                 return False
-            c.execute(
-                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
-                _event(run_id, now_us, "completed", {}),
-            )
+            _add_event(c, run_id, now_us, "completed", {})
             _wake_parent(c, run_id, now_us)
             _release_held(c, run_id, now_us)
             return True
@@ -1339,10 +1331,7 @@ class Store:
         )
         label = "dead-lettered" if status is RunStatus.DEAD else str(status)
         data = {} if error is None else {"kind": error.get("kind"), "error": _first_line(error)}
-        c.execute(
-            "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
-            _event(run.run_id, now_us, label, data),
-        )
+        _add_event(c, run.run_id, now_us, label, data)
         _wake_parent(c, run.run_id, now_us)
         _release_held(c, run.run_id, now_us)
 
@@ -1374,10 +1363,7 @@ class Store:
 
     def add_event(self, run_id: str, type_: str, data: dict[str, Any], now: datetime) -> None:
         with self._write() as c:
-            c.execute(
-                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
-                _event(run_id, to_us(now), type_, data),
-            )
+            _add_event(c, run_id, to_us(now), type_, data)
 
     def add_events(
         self, run_ids: Sequence[str], type_: str, data: dict[str, Any], now: datetime
@@ -1414,10 +1400,7 @@ class Store:
                 "UPDATE runs SET run_at = ? WHERE run_id = ? AND status = 'waiting'",
                 [now_us, run_id],
             )
-            c.execute(
-                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
-                _event(run_id, now_us, "signal sent", {"name": name}),
-            )
+            _add_event(c, run_id, now_us, "signal sent", {"name": name})
             return status
 
     def request_cancel(self, run_id: str, reason: str | None, by: str, now: datetime) -> RunStatus:
@@ -1438,10 +1421,7 @@ class Store:
                     "UPDATE runs SET cancel_requested = 1, cancel_reason = ? WHERE run_id = ?",
                     [reason, run_id],
                 )
-                c.execute(
-                    "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
-                    _event(run_id, now_us, "cancel requested", data),
-                )
+                _add_event(c, run_id, now_us, "cancel requested", data)
                 return RunStatus.RUNNING
             c.execute(
                 "UPDATE runs SET cancel_requested = 1, cancel_reason = ? WHERE run_id = ?",
@@ -1475,10 +1455,7 @@ class Store:
                 " reclaims = 0, lease_owner = NULL, lease_until = NULL WHERE run_id = ?",
                 [now_us, run_id],
             )
-            c.execute(
-                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
-                _event(run_id, now_us, "redriven", {"by": by, "was": str(run.status)}),
-            )
+            _add_event(c, run_id, now_us, "redriven", {"by": by, "was": str(run.status)})
             return _load_run(c, run_id)
 
     def wake_now(self, run_id: str, by: str, now: datetime) -> Run:
@@ -1498,11 +1475,8 @@ class Store:
                 [now_us, run_id],
             )
             c.execute("UPDATE runs SET run_at = ? WHERE run_id = ?", [now_us, run_id])
-            c.execute(
-                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
-                _event(
-                    run_id, now_us, "woken by operator", {"by": by, "was_due": _iso_us(run.run_at)}
-                ),
+            _add_event(
+                c, run_id, now_us, "woken by operator", {"by": by, "was_due": _iso_us(run.run_at)}
             )
             return _load_run(c, run_id)
 
@@ -2099,10 +2073,7 @@ def _fire_plan(
     action = plan.action
     if active is not None and overlap == "queue":
         c.execute("UPDATE runs SET run_at = NULL WHERE run_id = ?", [run.run_id])
-        c.execute(
-            "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
-            _event(run.run_id, now_us, "held", {"schedule": name, "behind": active[0]}),
-        )
+        _add_event(c, run.run_id, now_us, "held", {"schedule": name, "behind": active[0]})
         held = f"held until run {active[0]} ends"
         detail = f"{detail}; {held}" if detail else held
         if action == "fired":
@@ -2124,10 +2095,7 @@ def _release_next(c: sqlite3.Connection, schedule: str, now_us: int, after: str 
         return
     c.execute("UPDATE runs SET run_at = ? WHERE run_id = ?", [now_us, row[0]])
     data = {"schedule": schedule, **({"after": after} if after else {})}
-    c.execute(
-        "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
-        _event(row[0], now_us, "released", data),
-    )
+    _add_event(c, row[0], now_us, "released", data)
 
 
 def _release_held(c: sqlite3.Connection, run_id: str, now_us: int) -> None:
