@@ -611,11 +611,15 @@ def redrive(
 def wake(
     ctx: typer.Context,
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run as JSON.")] = False,
 ) -> None:
     """End a sleep early (recorded as an operator action).  Example: flowctl wake 01jd"""
     st = _state(ctx)
     run_obj = ops.wake_now(st.store, run_ref, clock=st.clock)
-    typer.echo(f"woke {run_obj.run_id}: due now")
+    if as_json:
+        _emit_json(_run_json(run_obj))
+    else:
+        typer.echo(f"woke {run_obj.run_id}: due now")
 
 
 # ---------------------------------------------------------------------------
@@ -710,7 +714,10 @@ def status(
 
 @app.command()
 def validate(
-    files: Annotated[list[Path], typer.Argument(help="YAML workflow files.")],
+    files: Annotated[list[Path], typer.Argument(metavar="FILE...", help="YAML workflow files.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help='Print {"ok": bool, "problems": [...]} on stdout.')
+    ] = False,
 ) -> None:
     """Check YAML workflows; every mistake with file:line:column.  Example: flowctl validate workflows/*.yaml"""
     from flowctl.errors import ValidationError
@@ -728,11 +735,15 @@ def validate(
             problems.append(f"{path}: {e}")
             continue
         problems.extend(yaml_schedules(wf, path)[1])
-    if problems:
+    if as_json:
+        _emit_json({"ok": not problems, "problems": problems})
+    elif problems:
         for p in problems:
             typer.echo(p, err=True)
+    else:
+        typer.echo(f"ok: {len(files)} file(s) valid")
+    if problems:
         raise typer.Exit(2)
-    typer.echo(f"ok: {len(files)} file(s) valid")
 
 
 @app.command()

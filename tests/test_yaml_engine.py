@@ -152,3 +152,13 @@ def test_validate_checks_the_schedule_block(tmp_path: Path) -> None:
     assert f"{path}: schedule: invalid cron expression '0 9 * * MON-FRY'" in out.stderr
     path.write_text(path.read_text().replace("MON-FRY", "MON-FRI"))
     assert _cli(tmp_path / "f.db", "validate", str(path), cwd=tmp_path).returncode == 0
+
+
+def test_validate_json_lists_problems(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nsteps: []\n")
+    out = _cli(tmp_path / "f.db", "validate", "--json", str(bad), cwd=tmp_path)
+    assert out.returncode == 2
+    data = json.loads(out.stdout)
+    assert data["ok"] is False
+    assert len(data["problems"]) == 1 and data["problems"][0].startswith(f"{bad}:2:")
