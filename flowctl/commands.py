@@ -9,11 +9,13 @@ from the group outlives the step.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import selectors
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -135,6 +137,7 @@ def run_command(
             env=env,
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=_die_with(os.getpid()) if _PRCTL is not None else None,
         )
     except FileNotFoundError as exc:
         raise CommandFailedError(127, f"{argv[0]}: command not found", argv=cmd) from exc
@@ -236,6 +239,37 @@ def _pump(sel: selectors.BaseSelector, wait: float, idle: threading.Event) -> No
             key.data.add(data)
         else:
             sel.unregister(key.fileobj)
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return fn
+
+
+_PRCTL = _load_prctl()  # looked up once, never inside a forked child
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """Runs in the forked child: SIGKILL it when the worker that started it dies.
+
+    The command has its own session so a Ctrl-C aimed at the daemon's group does not
+    reach it; this keeps a `kill -9` of the daemon from leaving it running as an orphan
+    beside the copy a reclaiming worker starts.
+    """
+
+    def set_death_signal() -> None:
+        if _PRCTL is not None:
+            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the worker died before the signal was armed
+            os._exit(137)
+
+    return set_death_signal
 
 
 def _pidfd(pid: int) -> int | None:
