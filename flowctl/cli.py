@@ -752,7 +752,7 @@ def tui(ctx: typer.Context) -> None:
     from flowctl.tui import FlowctlApp  # lazy: `flowctl ls` must not pay for Textual
 
     st = _state(ctx)
-    FlowctlApp(store=st.store, clock=st.clock).run()
+    FlowctlApp(store=st.store, clock=st.clock, view="auto").run()
 
 
 # ---------------------------------------------------------------------------

@@ -101,6 +101,14 @@ class ActionDone(Message):
         self.error = error
 
 
+def _first_busy_view(store: Store) -> str:
+    counts = store.count_by_status()
+    for view in VIEWS:
+        if view.statuses and any(counts.get(s, 0) for s in view.statuses):
+            return view.key
+    return VIEWS[0].key
+
+
 # ---------------------------------------------------------------------------
 # The header line: it reads the app's own state, so it lives with the app
 
@@ -152,11 +160,13 @@ class FlowctlApp(App[None]):
         Binding("q", "quit", "Quit"),
     ]
 
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock, *, view: str = VIEWS[0].key) -> None:
+        """`view="auto"` opens on the first view with runs in it: what runs, waits, sleeps
+        or died comes before what is done."""
         super().__init__()
         self.store = store
         self.clock = clock
-        self.view = VIEWS[0].key
+        self.view = _first_busy_view(store) if view == "auto" else view
         self.workflow: str | None = None
         self.search: str | None = None
         self.limit = PAGE_SIZE
