@@ -121,7 +121,7 @@ VIEWS: tuple[View, ...] = (
         (
             RUN_ID,
             WORKFLOW,
-            Column("wakes_in", "WAKES IN", _until_cell, live=True, width=10),
+            Column("wakes_in", "WAKES IN", _until_cell, live=True, width=12),
             Column("wake_at", "WAKE AT (UTC)", lambda r, now: table_cell(to_minute(r.run.run_at))),
             INPUT,
         ),
@@ -141,7 +141,7 @@ VIEWS: tuple[View, ...] = (
                 "WAITING FOR",
                 lambda r, now: table_cell(r.waiting_for or "?", limit=28),
             ),
-            Column("timeout_in", "TIMEOUT IN", _until_cell, live=True, width=10),
+            Column("timeout_in", "TIMEOUT IN", _until_cell, live=True, width=12),
             INPUT,
         ),
     ),
@@ -155,7 +155,7 @@ VIEWS: tuple[View, ...] = (
         (
             RUN_ID,
             WORKFLOW,
-            Column("due_in", "DUE IN", _until_cell, live=True, width=10),
+            Column("due_in", "DUE IN", _until_cell, live=True, width=12),
             ATTEMPT,
             INPUT,
         ),
