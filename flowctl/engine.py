@@ -24,6 +24,7 @@ from flowctl.errors import (
 )
 from flowctl.model import Claim, JournalEntry, RunStatus
 from flowctl.store import Store
+from flowctl.transitions import ErrorKind
 from flowctl.workflow import Loader
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class Engine:
             wf = self.loader.for_run(run.target, run.kind, run.cwd, source, run.source_hash)
         except FlowctlError as e:
             return self._fail(
-                claim, live, {"type": type(e).__name__, "kind": "load", "message": str(e)}
+                claim, live, {"type": type(e).__name__, "kind": ErrorKind.LOAD, "message": str(e)}
             )
         ctx = Context(
             self.store,
@@ -93,7 +94,7 @@ class Engine:
             )
         except FlowctlError as e:
             return self._fail(
-                claim, live, {**error_dict(e, with_traceback=False), "kind": "raised"}
+                claim, live, {**error_dict(e, with_traceback=False), "kind": ErrorKind.RAISED}
             )
         return Outcome(run.run_id, RunStatus.COMPLETED if ok else None, result=result)
 
@@ -119,28 +120,28 @@ class Engine:
             reason = self.store.get_run(run.run_id).cancel_reason
             err = {
                 "type": "Cancelled",
-                "kind": "cancelled",
+                "kind": ErrorKind.CANCELLED,
                 "message": reason or str(stop) or "cancelled by operator",
             }
             return self._end(claim, live, RunStatus.CANCELLED, err)
         if isinstance(stop, DeadlineExceededError):
             err = {
                 "type": "DeadlineExceededError",
-                "kind": "deadline",
+                "kind": ErrorKind.DEADLINE,
                 "message": str(stop) or "deadline exceeded",
             }
             return self._end(claim, live, RunStatus.DEAD, err)
         if isinstance(stop, ExecutionTimeoutError):
             err = {
                 "type": "ExecutionTimeoutError",
-                "kind": "timeout",
+                "kind": ErrorKind.TIMEOUT,
                 "message": str(stop) or "execution timeout",
             }
             return self._fail(claim, live, err)
         if isinstance(stop, NonDeterminismError):
-            err = {**error_dict(stop), "kind": "nondeterminism"}
+            err = {**error_dict(stop), "kind": ErrorKind.NONDETERMINISM}
             return self._end(claim, live, RunStatus.DEAD, err)
-        return self._fail(claim, live, {**error_dict(stop), "kind": "raised"})
+        return self._fail(claim, live, {**error_dict(stop), "kind": ErrorKind.RAISED})
 
     def _fail(self, claim: Claim, live: LiveRun, error: dict[str, Any]) -> Outcome:
         status = self.store.fail_attempt(

@@ -47,6 +47,7 @@ from flowctl.model import (
     from_us,
     to_us,
 )
+from flowctl.transitions import Action, ErrorKind, error_kind, guard
 
 BUSY_TIMEOUT_MS = 10_000
 POISON_RECLAIMS = 5
@@ -902,7 +903,7 @@ class Store:
         if run.deadline is not None and to_us(run.deadline) <= now_us:
             err = {
                 "type": "DeadlineExceededError",
-                "kind": "deadline",
+                "kind": ErrorKind.DEADLINE,
                 "message": f"deadline {run.deadline.isoformat()} passed",
             }
             self._end(c, run, RunStatus.DEAD, err, now_us)
@@ -911,7 +912,7 @@ class Store:
         if prev is RunStatus.RUNNING and run.timeout is not None and run.exec_spent >= run.timeout:
             err = {
                 "type": "ExecutionTimeoutError",
-                "kind": "timeout",
+                "kind": ErrorKind.TIMEOUT,
                 "message": f"attempt {run.attempt} used its execution budget of {run.timeout:g}s",
             }
             self._fail(c, run, err, now_us, retry_at=None, timeline_extra={"lease": "lapsed"})
@@ -923,7 +924,7 @@ class Store:
             if reclaims >= POISON_RECLAIMS:
                 err = {
                     "type": "PoisonRunError",
-                    "kind": "poison",
+                    "kind": ErrorKind.POISON,
                     "message": f"reclaimed {reclaims} times from a dead worker without a new"
                     " checkpoint; it may be killing its worker",
                 }
@@ -1276,11 +1277,10 @@ class Store:
             retry_at = None
         if run.deadline is not None and retry_at is not None and retry_at >= to_us(run.deadline):
             retry_at = to_us(run.deadline)  # the claim at the deadline dead-letters it
-        kind = error.get("kind", "raised")
-        label = {"timeout": "timed out", "deadline": "deadline exceeded"}.get(kind, "failed")
-        data = {"attempt": run.attempt, "kind": kind, "error": _first_line(error)}
+        kind = error_kind(error)
+        data = {"attempt": run.attempt, "kind": str(kind), "error": _first_line(error)}
         data.update(timeline_extra or {})
-        events = [_event(run.run_id, now_us, label, data)]
+        events = [_event(run.run_id, now_us, kind.label, data)]
         if retry_at is not None:
             # A new attempt starts from the first recorded step error: checkpoints before it stand.
             c.execute(
@@ -1308,7 +1308,7 @@ class Store:
             c.executemany("INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)", events)
             return RunStatus.QUEUED
         c.executemany("INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)", events)
-        if run.attempt >= run.max_attempts and kind not in ("deadline", "nondeterminism", "poison"):
+        if run.attempt >= run.max_attempts and kind.retryable:
             error = {
                 **error,
                 "dead_reason": f"attempts exhausted ({run.attempt}/{run.max_attempts})",
@@ -1386,12 +1386,7 @@ class Store:
             if row is None:
                 raise RunNotFoundError(run_id)
             status = RunStatus(row[0])
-            if status.is_terminal:
-                from flowctl.errors import InvalidStateError
-
-                raise InvalidStateError(
-                    f"run {run_id} is {status}: signals go to queued, running, sleeping or waiting runs"
-                )
+            guard(Action.SIGNAL, run_id, status)
             c.execute(
                 "INSERT INTO signals (run_id, name, payload, sent_at) VALUES (?,?,?,?)",
                 [run_id, name, text, now_us],
@@ -1408,13 +1403,10 @@ class Store:
 
         Returns the status after the call (cancelled, or running when only requested).
         """
-        from flowctl.errors import InvalidStateError
-
         now_us = to_us(now)
         with self._write() as c:
             run = _load_run(c, run_id)
-            if run.status.is_terminal:
-                raise InvalidStateError(f"run {run_id} is already {run.status}; nothing to cancel")
+            guard(Action.CANCEL, run_id, run.status)
             data = {"by": by, **({"reason": reason} if reason else {})}
             if run.status is RunStatus.RUNNING:
                 c.execute(
@@ -1432,15 +1424,10 @@ class Store:
 
     def redrive(self, run_id: str, by: str, now: datetime) -> Run:
         """Put a dead (or cancelled) run back in the queue with a fresh attempt budget."""
-        from flowctl.errors import InvalidStateError
-
         now_us = to_us(now)
         with self._write() as c:
             run = _load_run(c, run_id)
-            if run.status not in (RunStatus.DEAD, RunStatus.CANCELLED):
-                raise InvalidStateError(
-                    f"run {run_id} is {run.status}: only dead or cancelled runs can be redriven"
-                )
+            guard(Action.REDRIVE, run_id, run.status)
             # Like a retry, start again at the first step error (a step waiting to retry
             # gets a fresh budget too). Pending sleeps and signal waits are kept: a recorded
             # deadline stands, a redrive is not a restart of the sleep.
@@ -1460,15 +1447,10 @@ class Store:
 
     def wake_now(self, run_id: str, by: str, now: datetime) -> Run:
         """End a sleep early (operator action); the recorded wake_at is kept for history."""
-        from flowctl.errors import InvalidStateError
-
         now_us = to_us(now)
         with self._write() as c:
             run = _load_run(c, run_id)
-            if run.status not in (RunStatus.SLEEPING, RunStatus.QUEUED):
-                raise InvalidStateError(
-                    f"run {run_id} is {run.status}: only sleeping or queued runs can be woken"
-                )
+            guard(Action.WAKE, run_id, run.status)
             c.execute(
                 "UPDATE journal SET state = 'done', resolved_at = ? WHERE run_id = ? AND kind = 'sleep'"
                 " AND state = 'pending'",
@@ -1800,7 +1782,7 @@ def _first_line(error: dict[str, Any]) -> str:
 def _cancel_error(reason: str | None, by: str | None = None) -> dict[str, Any]:
     err: dict[str, Any] = {
         "type": "Cancelled",
-        "kind": "cancelled",
+        "kind": ErrorKind.CANCELLED,
         "message": reason or "cancelled by operator",
     }
     if by:

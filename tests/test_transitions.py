@@ -1,0 +1,99 @@
+"""The run state machine as pure functions: every verdict checked without a database."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from flowctl.errors import InvalidStateError
+from flowctl.model import RunStatus
+from flowctl.transitions import (
+    GUARDS,
+    Action,
+    ErrorKind,
+    error_kind,
+    guard,
+    parked_run_at,
+    refusal,
+)
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def test_error_kinds_are_the_recorded_strings() -> None:
+    assert {k.value for k in ErrorKind} == {
+        "raised",
+        "timeout",
+        "deadline",
+        "cancelled",
+        "nondeterminism",
+        "poison",
+        "non_retryable",
+        "load",
+    }
+    assert ErrorKind.RAISED == "raised"  # a StrEnum: equal to the JSON it is stored as
+
+
+def test_only_raised_timeout_and_load_failures_may_be_retried() -> None:
+    assert {k for k in ErrorKind if k.retryable} == {
+        ErrorKind.RAISED,
+        ErrorKind.TIMEOUT,
+        ErrorKind.LOAD,
+    }
+
+
+def test_error_kind_of_a_recorded_error() -> None:
+    assert error_kind({"kind": "deadline"}) is ErrorKind.DEADLINE
+    assert error_kind({"type": "ValueError"}) is ErrorKind.RAISED  # recorded before kinds
+    assert error_kind(None) is ErrorKind.RAISED
+    assert error_kind({"kind": "from-the-future"}) is ErrorKind.RAISED
+
+
+@pytest.mark.parametrize(
+    ("action", "accepted"),
+    [
+        (Action.SIGNAL, {"queued", "running", "sleeping", "waiting"}),
+        (Action.CANCEL, {"queued", "running", "sleeping", "waiting"}),
+        (Action.REDRIVE, {"dead", "cancelled"}),
+        (Action.WAKE, {"sleeping", "queued"}),
+    ],
+)
+def test_each_action_accepts_exactly_its_statuses(action: Action, accepted: set[str]) -> None:
+    # Statuses added later (paused) are checked against the table, not listed here.
+    for status in RunStatus:
+        if status.value in accepted:
+            assert refusal(action, "r1", status) is None
+            guard(action, "r1", status)
+        elif status in GUARDS[action].accepts:
+            continue
+        else:
+            why = refusal(action, "r1", status)
+            assert why is not None and "\n" not in why
+            assert why.startswith("run r1 is ") and str(status) in why
+            with pytest.raises(InvalidStateError, match=f"^run r1 is .*{status}"):
+                guard(action, "r1", status)
+
+
+def test_refusals_say_what_is_accepted() -> None:
+    assert refusal(Action.REDRIVE, "r9", RunStatus.COMPLETED) == (
+        "run r9 is completed: only dead or cancelled runs can be redriven"
+    )
+    assert refusal(Action.CANCEL, "r9", RunStatus.DEAD) == (
+        "run r9 is already dead; nothing to cancel"
+    )
+
+
+def test_parked_run_at_is_the_earliest_time_clamped_to_the_deadline() -> None:
+    wake = T0 + timedelta(seconds=30)
+    deadline = T0 + timedelta(seconds=2)
+    assert parked_run_at(wake, deadline=deadline) == deadline
+    assert parked_run_at(wake, deadline=None) == wake
+    assert parked_run_at(wake, deadline=T0 + timedelta(hours=1)) == wake
+    # waiting for a signal with no timeout: due only at the deadline, or never
+    assert parked_run_at(None, deadline=deadline) == deadline
+    assert parked_run_at(None, deadline=None) is None
+    # a signal timeout and a retry time: the earliest wins
+    assert parked_run_at(wake, T0 + timedelta(seconds=5), deadline=None) == T0 + timedelta(
+        seconds=5
+    )
