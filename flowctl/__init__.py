@@ -8,6 +8,7 @@ from flowctl.errors import (
     ExecutionTimeoutError,
     FlowctlError,
     NonDeterminismError,
+    NonRetryableError,
     SignalTimeoutError,
     StepFailedError,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "ExecutionTimeoutError",
     "FlowctlError",
     "NonDeterminismError",
+    "NonRetryableError",
     "RetryPolicy",
     "SignalTimeoutError",
     "StepFailedError",

@@ -27,6 +27,8 @@ from flowctl.errors import (
     SignalTimeoutError,
     StepFailedError,
     UsageError,
+    is_non_retryable,
+    mark_non_retryable,
 )
 from flowctl.model import CallKind, Claim, EntryState, JournalEntry, RunStatus
 from flowctl.retry import options_of
@@ -214,7 +216,7 @@ class Context:
         """
         self._guard("step")
         if not isinstance(name, str) or not name:
-            raise UsageError("ctx.step() needs a non-empty step name as its first argument")
+            raise _misuse("ctx.step() needs a non-empty step name as its first argument")
         index, entry = self._next_call(CallKind.STEP, name)
         tries = 0
         if entry is not None:
@@ -243,9 +245,12 @@ class Context:
                 raise self.halted from None
             duration = self._clock.monotonic() - started
             tries += 1
+            # A result that is not JSON: the same code returns the same value again.
+            final = policy.final(exc) or isinstance(exc, SerializationError)
+            if final:
+                mark_non_retryable(exc)
             error = error_dict(exc)
-            retryable = policy.retryable(exc) and not isinstance(exc, SerializationError)
-            if tries < policy.max_attempts and retryable:
+            if tries < policy.max_attempts and not final and policy.retryable(exc):
                 wake_at = self._clock.now() + policy.delay(tries)
                 retry = self._entry(
                     index,
@@ -300,7 +305,7 @@ class Context:
     def sleep(self, duration: Duration, *, name: str = "sleep") -> None:
         """Sleep durably: the deadline is recorded first; a restart never restarts it."""
         self._guard("sleep")
-        delta = parse_duration(duration)
+        delta = _duration(duration)
         self._sleep(name, lambda now: now + delta)
 
     def sleep_until(self, when: datetime | float | int, *, name: str = "sleep") -> None:
@@ -308,7 +313,7 @@ class Context:
         self._guard("sleep_until")
         if isinstance(when, datetime):
             if when.tzinfo is None or when.utcoffset() is None:
-                raise UsageError(
+                raise _misuse(
                     f"ctx.sleep_until() needs a timezone-aware datetime, got naive {when.isoformat()};"
                     " use e.g. datetime(..., tzinfo=UTC) or ZoneInfo('Europe/Paris')"
                 )
@@ -316,7 +321,7 @@ class Context:
         elif isinstance(when, int | float) and not isinstance(when, bool):
             target = datetime.fromtimestamp(when, UTC)
         else:
-            raise UsageError(
+            raise _misuse(
                 f"ctx.sleep_until() takes an aware datetime or epoch seconds, got {type(when).__name__}"
             )
         self._sleep(name, lambda now: target)
@@ -397,7 +402,7 @@ class Context:
         """
         self._guard("wait_signal")
         if not isinstance(name, str) or not name:
-            raise UsageError("ctx.wait_signal() needs a signal name")
+            raise _misuse("ctx.wait_signal() needs a signal name")
         index, entry = self._next_call(CallKind.SIGNAL, name)
         if entry is not None and entry.state is EntryState.DONE:
             return self._signal_value(name, entry.value, default)
@@ -418,7 +423,7 @@ class Context:
             return payload
         now = self._clock.now()
         if entry is None:
-            timeout_at = None if timeout is None else now + parse_duration(timeout)
+            timeout_at = None if timeout is None else now + _duration(timeout)
         else:
             timeout_at = entry.wake_at  # the recorded timeout stands
         if timeout_at is not None and timeout_at <= now:
@@ -540,7 +545,7 @@ class Context:
         """
         self._guard("version")
         if min_version > max_version:
-            raise UsageError(
+            raise _misuse(
                 f"ctx.version({change_id!r}): min {min_version} is above max {max_version}"
             )
         recorded = self._versions.get(change_id)
@@ -570,7 +575,7 @@ class Context:
         """
         self._guard("publish")
         if not isinstance(key, str) or not key:
-            raise UsageError("ctx.publish() needs a non-empty string key")
+            raise _misuse("ctx.publish() needs a non-empty string key")
         if self._index <= self._max_index:
             return
         if not self._store.publish(self.run_id, self._fence, key, value, self._clock.now()):
@@ -660,13 +665,21 @@ def error_dict(exc: BaseException, *, with_traceback: bool = True) -> dict[str, 
     fields = getattr(exc, "error_fields", None)
     if callable(fields):
         err.update(fields())
+    if is_non_retryable(exc):
+        err["non_retryable"] = True
     if with_traceback and exc.__traceback__ is not None:
         err["traceback"] = "".join(traceback.format_exception(cls, exc, exc.__traceback__))[-8000:]
     return err
 
 
 def rebuild_error(err: dict[str, Any]) -> Exception:
-    """The recorded error as the same exception type when it can be rebuilt, else StepFailedError."""
+    """The recorded error as the same exception type when it can be rebuilt, else
+    StepFailedError; one recorded as non-retryable stays so on replay."""
+    exc = _rebuild(err)
+    return mark_non_retryable(exc) if err.get("non_retryable") is True else exc
+
+
+def _rebuild(err: dict[str, Any]) -> Exception:
     from flowctl.errors import CommandFailedError, CommandTimeoutError
 
     type_name = str(err.get("type", "Error"))
@@ -704,6 +717,19 @@ def rebuild_error(err: dict[str, Any]) -> Exception:
             if str(exc) == message:
                 return exc
     return StepFailedError(type_name, message)
+
+
+def _misuse(message: str) -> UsageError:
+    """A durable call used wrongly: the same code does the same again, so no retry can fix it."""
+    return mark_non_retryable(UsageError(message))
+
+
+def _duration(value: Duration) -> timedelta:
+    """parse_duration, with a bad duration flagged as an error no retry can fix."""
+    try:
+        return parse_duration(value)
+    except UsageError as exc:
+        raise mark_non_retryable(exc) from None
 
 
 def _first(error: dict[str, Any]) -> str:

@@ -19,8 +19,11 @@ from flowctl.errors import (
     DeadlineExceededError,
     ExecutionTimeoutError,
     FlowctlError,
+    InputError,
     Interrupt,
     NonDeterminismError,
+    SerializationError,
+    is_non_retryable,
 )
 from flowctl.model import Claim, JournalEntry, RunStatus
 from flowctl.store import Store
@@ -63,6 +66,11 @@ class Engine:
             return self._fail(
                 claim, live, {"type": type(e).__name__, "kind": ErrorKind.LOAD, "message": str(e)}
             )
+        inputs = run.input if isinstance(run.input, dict) else {}
+        try:
+            wf.check_binds(inputs)
+        except InputError as e:
+            return self._end(claim, live, RunStatus.DEAD, _non_retryable(e, claim))
         ctx = Context(
             self.store,
             claim,
@@ -74,7 +82,6 @@ class Engine:
         ctx._enter()
         stop: BaseException | None
         try:
-            inputs = run.input if isinstance(run.input, dict) else {}
             result = wf.handler(ctx, **inputs)
         except (Exception, Interrupt, Suspend) as e:
             # What a durable call halted on wins over what user code made of it (caught it
@@ -92,6 +99,9 @@ class Engine:
             ok = self.store.complete_run(
                 run.run_id, claim.fence, result, self.clock.now(), live.spent()
             )
+        except SerializationError as e:  # a result that is not JSON: the same code returns it again
+            err = _non_retryable(e, claim, with_traceback=False)
+            return self._end(claim, live, RunStatus.DEAD, err)
         except FlowctlError as e:
             return self._fail(
                 claim, live, {**error_dict(e, with_traceback=False), "kind": ErrorKind.RAISED}
@@ -141,6 +151,8 @@ class Engine:
         if isinstance(stop, NonDeterminismError):
             err = {**error_dict(stop), "kind": ErrorKind.NONDETERMINISM}
             return self._end(claim, live, RunStatus.DEAD, err)
+        if is_non_retryable(stop):
+            return self._end(claim, live, RunStatus.DEAD, _non_retryable(stop, claim))
         return self._fail(claim, live, {**error_dict(stop), "kind": ErrorKind.RAISED})
 
     def _fail(self, claim: Claim, live: LiveRun, error: dict[str, Any]) -> Outcome:
@@ -159,6 +171,20 @@ class Engine:
             claim.run.run_id, claim.fence, status, error, self.clock.now(), live.spent()
         )
         return Outcome(claim.run.run_id, status if ok else None, error=error)
+
+
+def _non_retryable(
+    exc: BaseException, claim: Claim, *, with_traceback: bool = True
+) -> dict[str, Any]:
+    """The recorded error of a run that ends `dead` at once: retrying runs the same code on
+    the same input and journal, so it would fail the same way."""
+    return {
+        **error_dict(exc, with_traceback=with_traceback),
+        "kind": ErrorKind.NON_RETRYABLE,
+        "attempt": claim.run.attempt,
+        "non_retryable": True,
+        "dead_reason": "not retried: no retry can fix this error",
+    }
 
 
 class _Children(ChildLauncher):

@@ -7,6 +7,10 @@ what was wrong and what is accepted. `exit_code` is what the CLI exits with:
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+E = TypeVar("E", bound=BaseException)
+
 
 class FlowctlError(Exception):
     """An error the user can act on. str(e) is one line and is shown as-is."""
@@ -65,6 +69,13 @@ class ScheduleNotFoundError(FlowctlError):
 
 class InvalidStateError(FlowctlError):
     """An operator action that does not fit the run's status (e.g. redrive a completed run)."""
+
+
+class NonRetryableError(FlowctlError):
+    """Raise it (or a subclass) when no retry can fix the error: the run ends `dead` at once.
+
+    Raised from a step, the step's retry policy does not retry it either.
+    """
 
 
 class NonDeterminismError(FlowctlError):
@@ -150,3 +161,24 @@ class CommandTimeoutError(FlowctlError):
 
 class ScheduleError(UsageError):
     """A bad schedule: cron expression, time zone, interval or policy."""
+
+
+# ---------------------------------------------------------------------------
+# Errors no retry can fix
+
+_MARK = "__flowctl_non_retryable__"
+
+
+def mark_non_retryable(exc: E) -> E:
+    """Flag one raised exception as one no retry can fix (a bad duration given to ctx.sleep,
+    a step result that is not JSON, an input that does not bind), keeping its own type."""
+    setattr(exc, _MARK, True)
+    return exc
+
+
+def is_non_retryable(exc: BaseException) -> bool:
+    """True for errors that end a run `dead` at once, spending no attempt or backoff:
+    NonRetryableError, a durable call used wrongly, non-determinism, or a flagged error."""
+    return isinstance(exc, NonRetryableError | DurableCallError | NonDeterminismError) or (
+        getattr(exc, _MARK, False) is True
+    )

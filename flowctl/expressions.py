@@ -30,7 +30,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from flowctl.errors import FlowctlError
+from flowctl.errors import NonRetryableError
 
 # What `${{ steps.ID.<attr> }}` may name, per step kind, and which attrs allow deeper paths.
 STEP_ATTRS: dict[str, tuple[str, ...]] = {
@@ -52,8 +52,11 @@ _PATH = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
 _FALSE_WORDS = frozenset({"", "false", "0", "no", "off", "null"})
 
 
-class ExpressionError(FlowctlError):
-    """A `${{ }}` value that cannot be resolved while the workflow runs."""
+class ExpressionError(NonRetryableError):
+    """A `${{ }}` value that cannot be resolved while the workflow runs.
+
+    Non-retryable: it is computed from the input and recorded results, which a new attempt
+    replays unchanged, so it would fail the same way."""
 
 
 @dataclass(frozen=True)

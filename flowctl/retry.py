@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from flowctl.durations import Duration, parse_duration
-from flowctl.errors import UsageError
+from flowctl.errors import UsageError, is_non_retryable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -20,8 +20,9 @@ class RetryPolicy:
 
     `max_attempts` counts every try, the first included. The wait before try n+1 is
     initial * multiplier**(n-1), capped at `max_backoff`, then spread by +/- `jitter`
-    (a fraction). Exceptions listed in `non_retryable` (or not in `retry_on`, when
-    given) fail at once.
+    (a fraction). Exceptions not in `retry_on` fail the step at once (the run's own attempts
+    still apply); exceptions listed in `non_retryable`, and NonRetryableError, are final:
+    the step is not retried and the run ends `dead` at once.
     """
 
     max_attempts: int = 3
@@ -77,9 +78,15 @@ class RetryPolicy:
         return timedelta(seconds=max(0.0, base))
 
     def retryable(self, exc: BaseException) -> bool:
-        if isinstance(exc, self.non_retryable):
+        """Whether this policy tries again after `exc`; NonRetryableError never is."""
+        if self.final(exc):
             return False
         return isinstance(exc, self.retry_on)
+
+    def final(self, exc: BaseException) -> bool:
+        """An error no retry can fix: listed in `non_retryable`, or one flowctl knows is final
+        (NonRetryableError, a durable call used wrongly). It ends the run `dead` at once."""
+        return is_non_retryable(exc) or isinstance(exc, self.non_retryable)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -91,6 +91,21 @@ class WorkflowDef:
     def check_input(self, raw: dict[str, Any]) -> dict[str, Any]:
         return self.validate(raw) if self.validate is not None else raw
 
+    def check_binds(self, input: dict[str, Any]) -> None:
+        """Raise InputError unless a stored run's input binds to the handler as it is now
+        (checked before it runs: the handler may have changed since the run was started)."""
+        self.check_input(dict(input))
+        try:
+            sig = inspect.signature(self.handler)
+        except (TypeError, ValueError):
+            return  # a callable without a signature: nothing to check it against
+        try:
+            sig.bind(None, **input)
+        except TypeError as e:
+            raise InputError(
+                f"the input of run of workflow {self.name} does not fit: {e}"
+            ) from None
+
     def new_run(
         self,
         input: dict[str, Any],

@@ -27,6 +27,7 @@ from flowctl.errors import (
     NonDeterminismError,
     StepFailedError,
     UsageError,
+    mark_non_retryable,
 )
 from flowctl.expressions import (
     STEP_ATTRS,
@@ -349,7 +350,10 @@ class _Runner:
             try:
                 when = parse_duration(value) if step.kind == "sleep" else parse_when(value)
             except UsageError as exc:
-                raise UsageError(f"step {step.id!r}: {step.kind}: {exc}") from None
+                # Rendered from the input and recorded results: a retry renders it again.
+                raise mark_non_retryable(
+                    UsageError(f"step {step.id!r}: {step.kind}: {exc}")
+                ) from None
             if isinstance(when, timedelta):
                 ctx.sleep(when)
             else:

@@ -191,7 +191,7 @@ def test_a_step_that_exhausts_its_retries_fails_the_attempt(
 
 @pytest.mark.parametrize(
     ("exc", "status", "entry_state"),
-    [(KeyError, RunStatus.QUEUED, "error"), (RuntimeError, RunStatus.QUEUED, "retrying")],
+    [(KeyError, RunStatus.DEAD, "error"), (RuntimeError, RunStatus.QUEUED, "retrying")],
 )
 def test_non_retryable_step_errors_fail_at_once(
     store: Store,
@@ -208,10 +208,11 @@ def test_non_retryable_step_errors_fail_at_once(
     run = store.get_run(rid)
     assert CALLS == {"picky": 1}
     assert run.status is status
-    if entry_state == "error":  # no step retry: the run's attempt failed
-        assert (run.attempt, run.run_at) == (2, T0 + SECOND)
-        assert store.journal(rid) == {}
+    if entry_state == "error":  # listed as non-retryable: no retry at all, the run is dead
+        assert (run.attempt, run.run_at) == (1, None)
+        assert calls(store, rid) == [(0, "step", "picky", "error")]
         assert error_of(store, rid)["type"] == "KeyError"
+        assert run.error is not None and run.error["kind"] == "non_retryable"
     else:  # retried by the step's policy, in the same attempt
         assert (run.attempt, run.run_at) == (1, T0 + 10 * SECOND)
         assert calls(store, rid) == [(0, "step", "picky", "retrying")]
@@ -681,9 +682,10 @@ def test_a_step_result_that_is_not_json_fails_the_step_with_a_clear_error(
     assert error_of(store, rid) == {
         "type": "SerializationError",
         "message": message,
-        "kind": "raised",
+        "kind": "non_retryable",
         "attempt": 1,
-        "dead_reason": "attempts exhausted (1/1)",
+        "non_retryable": True,
+        "dead_reason": "not retried: no retry can fix this error",
     }
     entry = store.journal(rid)[0]
     assert (entry.state, entry.value["type"], entry.value["message"]) == (
