@@ -1,32 +1,91 @@
-"""The CLI: exit codes, one-line errors, --json shapes, and nothing written on bad input."""
+"""The CLI: exit codes, one-line errors, --json shapes, and nothing written on bad input.
+
+Every case runs in-process through `flowctl.cli.main`, the console script's own entry point
+(so click's usage errors get the same one-line treatment as in a shell), inside typer's
+CliRunner isolation, on a fake clock. The few things only a real process shows (start-up,
+signals, exit codes as a shell sees them) are in tests/test_cli_process.py.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
 import sys
+import threading
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from flowctl import cli
+from flowctl.clock import FakeClock
 from tests.conftest import ROOT
 
 HELLO = str(ROOT / "examples" / "hello.py") + ":hello"
+START = datetime(2026, 3, 27, 12, 0, tzinfo=UTC)
 
 
-def flowctl(
-    db: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flowctl", "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        cwd=str(cwd or ROOT),
-        env={**os.environ, **(env or {})},
-        timeout=60,
-    )
+class CliClock(FakeClock):
+    """Fake time that the CLI's own thread moves on when it waits.
+
+    `flowctl run --wait` waits through a durable sleep on its clock; here that wait jumps the
+    clock forward instead of taking real time, so a 2-second sleep passes at once. Other
+    threads (the heartbeat) wait as on any FakeClock: they wake when the time comes.
+    """
+
+    def __init__(self, start: datetime) -> None:
+        super().__init__(start)
+        self._owner = threading.get_ident()
+
+    def wait(self, event: threading.Event, timeout: float | None) -> bool:
+        if threading.get_ident() == self._owner and timeout is not None and not event.is_set():
+            self.advance(timeout)
+            return event.is_set()
+        return super().wait(event, timeout)
+
+
+@dataclass
+class Ran:
+    """What a shell would see of one `flowctl` invocation."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+Flowctl = Callable[..., Ran]
+
+
+@pytest.fixture
+def flowctl(monkeypatch: pytest.MonkeyPatch) -> Flowctl:
+    """`flowctl(db, *args)` runs `flowctl --db DB ARGS...`; `flowctl(None, ...)` omits --db.
+
+    The working directory is the repository root (tests that need another one chdir).
+    """
+    clock = CliClock(START)
+    monkeypatch.setattr(cli, "SystemClock", lambda: clock)
+    monkeypatch.chdir(ROOT)
+    runner = CliRunner()
+
+    def run(db: Path | None, *args: str) -> Ran:
+        argv = ["flowctl", *(["--db", str(db)] if db is not None else []), *args]
+        monkeypatch.setattr(sys, "argv", argv)
+        with runner.isolation() as (out, err, _mixed):
+            try:
+                cli.main()
+                code = 0  # pragma: no cover - main() always exits
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            return Ran(code, out.getvalue().decode(), err.getvalue().decode())
+
+    return run
 
 
 def counts(db: Path) -> tuple[int, int, int]:
@@ -72,7 +131,7 @@ def flow_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_run_hello_completes_and_prints_each_step(tmp_path: Path) -> None:
+def test_run_hello_completes_and_prints_each_step(tmp_path: Path, flowctl: Flowctl) -> None:
     db = tmp_path / "f.db"
     out = flowctl(db, "run", HELLO, "-i", "name=ana", "--wait")
     assert out.returncode == 0, out.stderr
@@ -84,7 +143,7 @@ def test_run_hello_completes_and_prints_each_step(tmp_path: Path) -> None:
     assert oct(db.stat().st_mode & 0o777) == "0o600"
 
 
-def test_run_json_shape_and_typed_inputs(tmp_path: Path, flow_file: Path) -> None:
+def test_run_json_shape_and_typed_inputs(tmp_path: Path, flow_file: Path, flowctl: Flowctl) -> None:
     db = tmp_path / "f.db"
     out = flowctl(db, "run", f"{flow_file}:add", "-i", "a:=40", "-i", "b:=2", "--json")
     assert out.returncode == 0, out.stderr
@@ -96,7 +155,9 @@ def test_run_json_shape_and_typed_inputs(tmp_path: Path, flow_file: Path) -> Non
     assert data["workflow"] == "add"
 
 
-def test_run_that_sleeps_exits_zero_and_says_until_when(tmp_path: Path, flow_file: Path) -> None:
+def test_run_that_sleeps_exits_zero_and_says_until_when(
+    tmp_path: Path, flow_file: Path, flowctl: Flowctl
+) -> None:
     db = tmp_path / "f.db"
     out = flowctl(db, "run", f"{flow_file}:sleepy")
     assert out.returncode == 0, out.stderr
@@ -113,7 +174,9 @@ def test_run_that_sleeps_exits_zero_and_says_until_when(tmp_path: Path, flow_fil
     assert {"at", "type"} <= set(shown["timeline"][0])
 
 
-def test_failing_run_exits_one_with_error(tmp_path: Path, flow_file: Path) -> None:
+def test_failing_run_exits_one_with_error(
+    tmp_path: Path, flow_file: Path, flowctl: Flowctl
+) -> None:
     db = tmp_path / "f.db"
     out = flowctl(db, "run", f"{flow_file}:boom", "--max-attempts", "1")
     assert out.returncode == 1
@@ -150,7 +213,7 @@ def test_failing_run_exits_one_with_error(tmp_path: Path, flow_file: Path) -> No
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(
-    tmp_path: Path, flow_file: Path, args: list[str], needle: str
+    tmp_path: Path, flow_file: Path, flowctl: Flowctl, args: list[str], needle: str
 ) -> None:
     db = tmp_path / "f.db"
     flowctl(db, "ls")  # create the schema so row counts are comparable
@@ -165,7 +228,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
 
 
 @pytest.mark.parametrize("args", [["show", "zzzz"], ["signal", "zzzz", "go"], ["cancel", "zz"]])
-def test_unknown_run_is_one_line_exit_1(tmp_path: Path, args: list[str]) -> None:
+def test_unknown_run_is_one_line_exit_1(tmp_path: Path, flowctl: Flowctl, args: list[str]) -> None:
     db = tmp_path / "f.db"
     flowctl(db, "ls")
     before = counts(db)
@@ -178,7 +241,9 @@ def test_unknown_run_is_one_line_exit_1(tmp_path: Path, args: list[str]) -> None
     assert counts(db) == before
 
 
-def test_non_json_step_result_fails_the_run_clearly(tmp_path: Path, flow_file: Path) -> None:
+def test_non_json_step_result_fails_the_run_clearly(
+    tmp_path: Path, flow_file: Path, flowctl: Flowctl
+) -> None:
     db = tmp_path / "f.db"
     out = flowctl(db, "run", f"{flow_file}:bad_result", "--max-attempts", "1")
     assert out.returncode == 1
@@ -190,28 +255,27 @@ def test_non_json_step_result_fails_the_run_clearly(tmp_path: Path, flow_file: P
     assert json.loads(rows[0][1])["type"] == "SerializationError"
 
 
-def test_naive_datetime_is_rejected(tmp_path: Path, flow_file: Path) -> None:
+def test_naive_datetime_is_rejected(tmp_path: Path, flow_file: Path, flowctl: Flowctl) -> None:
     db = tmp_path / "f.db"
     out = flowctl(db, "run", f"{flow_file}:naive", "--max-attempts", "1")
     assert out.returncode == 1
     assert "timezone-aware" in out.stderr
 
 
-def test_flowctl_db_env_is_used(tmp_path: Path, flow_file: Path) -> None:
+def test_flowctl_db_env_is_used(
+    tmp_path: Path, flow_file: Path, flowctl: Flowctl, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = tmp_path / "env.db"
-    out = subprocess.run(
-        [sys.executable, "-m", "flowctl", "run", f"{flow_file}:add", "-i", "a:=1"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "FLOWCTL_DB": str(db)},
-        cwd=tmp_path,
-        timeout=60,
-    )
+    monkeypatch.setenv("FLOWCTL_DB", str(db))
+    monkeypatch.chdir(tmp_path)
+    out = flowctl(None, "run", f"{flow_file}:add", "-i", "a:=1")
     assert out.returncode == 0, out.stderr
     assert counts(db)[0] == 1
 
 
-def test_idempotency_key_returns_first_run(tmp_path: Path, flow_file: Path) -> None:
+def test_idempotency_key_returns_first_run(
+    tmp_path: Path, flow_file: Path, flowctl: Flowctl
+) -> None:
     db = tmp_path / "f.db"
     first = json.loads(
         flowctl(
@@ -228,7 +292,9 @@ def test_idempotency_key_returns_first_run(tmp_path: Path, flow_file: Path) -> N
     assert counts(db)[0] == 1
 
 
-def test_detach_in_and_at_queue_without_running(tmp_path: Path, flow_file: Path) -> None:
+def test_detach_in_and_at_queue_without_running(
+    tmp_path: Path, flow_file: Path, flowctl: Flowctl
+) -> None:
     db = tmp_path / "f.db"
     out = flowctl(db, "run", f"{flow_file}:add", "-i", "a:=1", "--in", "10m", "--json")
     data = json.loads(out.stdout)
@@ -240,83 +306,55 @@ def test_detach_in_and_at_queue_without_running(tmp_path: Path, flow_file: Path)
     assert counts(db)[1] == 0
 
 
-def test_init_writes_config_and_refuses_overwrite(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "flowctl", "init"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=60,
-    )
+def test_init_writes_config_and_refuses_overwrite(
+    tmp_path: Path, flowctl: Flowctl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = flowctl(None, "init")
     assert out.returncode == 0, out.stderr
-    import tomllib
-
     data = tomllib.loads((tmp_path / "flowctl.toml").read_text())
     assert data["durability"] == "full"
     assert data["db"] == ".flowctl/flowctl.db"
-    again = subprocess.run(
-        [sys.executable, "-m", "flowctl", "init"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=60,
-    )
+    again = flowctl(None, "init")
     assert again.returncode == 2
     assert "already exists" in again.stderr
     # the default database now lives next to flowctl.toml
     sub = tmp_path / "sub"
     sub.mkdir()
-    subprocess.run(
-        [sys.executable, "-m", "flowctl", "ls"],
-        capture_output=True,
-        text=True,
-        cwd=sub,
-        timeout=60,
-        env={k: v for k, v in os.environ.items() if k != "FLOWCTL_DB"},
-    )
+    monkeypatch.chdir(sub)
+    monkeypatch.delenv("FLOWCTL_DB", raising=False)
+    flowctl(None, "ls")
     assert (tmp_path / ".flowctl" / "flowctl.db").exists()
 
 
-def test_bad_config_key_is_named(tmp_path: Path) -> None:
+def test_bad_config_key_is_named(
+    tmp_path: Path, flowctl: Flowctl, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "flowctl.toml").write_text("concurency = 4\n")
-    out = subprocess.run(
-        [sys.executable, "-m", "flowctl", "ls"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=60,
-    )
+    monkeypatch.chdir(tmp_path)
+    out = flowctl(None, "ls")
     assert out.returncode == 2
     assert "unknown key 'concurency'" in out.stderr
     assert "did you mean 'concurrency'" in out.stderr
     assert "flowctl.toml" in out.stderr
 
 
-def test_workflows_lists_and_runs_by_name(tmp_path: Path, flow_file: Path) -> None:
+def test_workflows_lists_and_runs_by_name(
+    tmp_path: Path, flow_file: Path, flowctl: Flowctl, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "flowctl.toml").write_text('workflows = "."\n')
-    env = {k: v for k, v in os.environ.items() if k != "FLOWCTL_DB"}
-    listed = subprocess.run(
-        [sys.executable, "-m", "flowctl", "workflows", "--json"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=60,
-        env=env,
-    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FLOWCTL_DB", raising=False)
+    listed = flowctl(None, "workflows", "--json")
     names = {w["name"]: w["kind"] for w in json.loads(listed.stdout)}
     assert names["add"] == "python"
-    out = subprocess.run(
-        [sys.executable, "-m", "flowctl", "run", "add", "-i", "a:=5", "--json"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=60,
-        env=env,
-    )
+    out = flowctl(None, "run", "add", "-i", "a:=5", "--json")
     assert json.loads(out.stdout)["result"] == 6
 
 
-def test_cancel_signal_redrive_round_trip(tmp_path: Path, flow_file: Path) -> None:
+def test_cancel_signal_redrive_round_trip(
+    tmp_path: Path, flow_file: Path, flowctl: Flowctl
+) -> None:
     db = tmp_path / "f.db"
     run_id = json.loads(flowctl(db, "run", f"{flow_file}:sleepy", "--json").stdout)["id"]
     out = flowctl(db, "cancel", run_id, "--reason", "duplicate")
@@ -335,20 +373,13 @@ def test_cancel_signal_redrive_round_trip(tmp_path: Path, flow_file: Path) -> No
     assert timeline[-2:] == ["cancelled", "redriven"]
 
 
-def test_every_command_has_help() -> None:
+def test_every_command_has_help(flowctl: Flowctl) -> None:
     from typer.main import get_command
 
-    from flowctl.cli import app
-
-    group = get_command(app)
+    group = get_command(cli.app)
     assert group.commands
     for name, cmd in group.commands.items():
         assert cmd.help, f"`flowctl {name}` has no help text"
-        out = subprocess.run(
-            [sys.executable, "-m", "flowctl", name, "--help"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        out = flowctl(None, name, "--help")
         assert out.returncode == 0, (name, out.stderr)
         assert "Usage:" in out.stdout
