@@ -155,26 +155,61 @@ class Daemon:
         self.scheduler = Scheduler(store, clock) if only_run_id is None else None
         self._next_fire: datetime | None = None  # soonest schedule fire not yet handled
 
-    # -- one iteration, for tests and for the loop ------------------------------
+    # -- the loop body -------------------------------------------------------
 
     def tick(self) -> int:
-        """Claim every due run and execute them here, synchronously. Returns runs executed.
+        """The serving loop's body: refill the wheel if another process wrote, fire due
+        schedules, reap dead owners, claim what the wheel says is due and dispatch it,
+        again while slots are free and claims succeed. Returns the runs claimed.
 
-        Overdue runs are claimed in deadline order, `concurrency` at a time.
+        `run_forever()` is this, repeated, plus waiting. Without a worker pool (tests,
+        `flowctl.testing`) claimed runs execute here, synchronously, so one call runs
+        everything due at the current time.
         """
-        self._watch_clock(self.clock.now())
-        self._reap_dead_owners(force=True)
-        if self.scheduler is not None:
-            self.scheduler.tick(self.clock.now())
-        done = 0
-        while True:
-            now = self.clock.now()
-            claims = self._claim(now, self.config.concurrency)
-            if not claims:
-                return done
-            for claim in claims:
-                self._execute(claim)
-                done += 1
+        claimed = 0
+        with self.store.own_writes():
+            while True:
+                n = self._pass()
+                claimed += n
+                if not n or self._free() <= 0:
+                    return claimed
+
+    def _pass(self) -> int:
+        now = self.clock.now()
+        self._watch_clock(now)
+        dv = self.store.data_version()
+        if dv != self._data_version or self._dirty or self.wheel.needs_refill():
+            changed = dv != self._data_version
+            self._data_version = dv
+            self._refill()
+            if changed and self._live:
+                self._pass_cancels()
+            if self.scheduler is not None:  # `schedule add/pause/resume` by another process
+                self._next_fire = self.scheduler.next_fire()
+        if self.scheduler is not None and self._next_fire is not None and self._next_fire <= now:
+            self._next_fire = self.scheduler.tick(now)
+            self._refill()  # the runs it created are our own writes: data_version is silent
+        self._reap_dead_owners()
+        if self._dirty:
+            self._refill()
+        free = self._free()
+        due_at = self._next_at()
+        now_us = to_us(now)
+        if free <= 0 or due_at is None or due_at > now_us:
+            return 0
+        asked = min(free, self.config.claim_batch)
+        claims = self._claim(now, asked)
+        if len(claims) < asked:
+            # Everything due at `now` is claimed (or ended): drop those entries.
+            with self._wheel_lock:
+                self.wheel.pop_due(now_us)
+        for claim in claims:
+            self._dispatch(claim)
+        return len(claims)
+
+    def _free(self) -> int:
+        with self._lock:
+            return self.config.concurrency - len(self._live)
 
     # -- the real loop -------------------------------------------------------
 
@@ -202,7 +237,8 @@ class Daemon:
         hb = threading.Thread(target=self._heartbeat_loop, name="flowctl-heartbeat", daemon=True)
         hb.start()
         try:
-            return self._serve(until_idle)
+            with self.store.own_writes():
+                return self._serve(until_idle)
         finally:
             self._stopping = True
             for _ in self._workers:
@@ -215,15 +251,11 @@ class Daemon:
 
     def _serve(self, until_idle: bool) -> int:
         self._reap_dead_owners(force=True)
-        self._refill()
-        self._next_fire = self.scheduler.next_fire() if self.scheduler is not None else None
         drain_deadline: float | None = None
         while True:
             if self._hard_stop:
                 self._abandon("the daemon was stopped", unwind=0.0)
                 return 1
-            now = self.clock.now()
-            self._watch_clock(now)
             if self._stopping:
                 if drain_deadline is None:
                     drain_deadline = self.clock.monotonic() + self.config.grace
@@ -238,54 +270,31 @@ class Daemon:
                     )
                     self._abandon("grace period over", unwind=UNWIND_WAIT)
                     return 0
-                self.clock.wait(self._wake, POLL_INTERVAL)
+                self.clock.wait(
+                    self._wake, min(POLL_INTERVAL, drain_deadline - self.clock.monotonic())
+                )
                 self._wake.clear()
                 continue
-            dv = self.store.data_version()
-            if dv != self._data_version or self._dirty or self.wheel.needs_refill():
-                changed = dv != self._data_version
-                self._data_version = dv
-                self._refill()
-                if changed and self._live:
-                    self._pass_cancels()
-                if self.scheduler is not None:  # `schedule add/pause/resume` by another process
-                    self._next_fire = self.scheduler.next_fire()
+            claimed = self.tick()
             self.serving.set()  # clocks, data_version and the wheel all read at least once
-            fire_due = self._next_fire is not None and self._next_fire <= now
-            if fire_due and self.scheduler is not None:
-                self._next_fire = self.scheduler.tick(now)
-                self._refill()  # the runs it created are our own writes: data_version is silent
-            self._reap_dead_owners()
-            free = self.config.concurrency - len(self._live)
-            now_us = to_us(now)
-            claimed = 0
-            due_at = self._next_at()
-            if free > 0 and due_at is not None and due_at <= now_us:
-                asked = min(free, self.config.claim_batch)
-                claims = self._claim(now, asked)
-                for claim in claims:
-                    self._dispatch(claim)
-                claimed = len(claims)
-                if claimed < asked:
-                    # Everything due at `now` is claimed (or ended): drop those entries.
-                    with self._wheel_lock:
-                        self.wheel.pop_due(now_us)
-            if until_idle and not claimed and not self._live:
+            if until_idle and not claimed and not self._live and not self._dirty:
                 next_at = self._next_at()
-                if (next_at is None or next_at > to_us(self.clock.now())) and not self._dirty:
+                if next_at is None or next_at > to_us(self.clock.now()):
                     return 0
-            if claimed and len(self._live) < self.config.concurrency:
-                continue  # more may be due right now
-            timeout = POLL_INTERVAL
-            next_at = self._next_at()
-            if next_at is not None and len(self._live) < self.config.concurrency:
-                timeout = max(0.0, min(timeout, (next_at - to_us(self.clock.now())) / 1e6))
-            if self._next_fire is not None:
-                until_fire = (self._next_fire - self.clock.now()).total_seconds()
-                timeout = max(0.0, min(timeout, until_fire))
-            if timeout > 0:
-                self.clock.wait(self._wake, timeout)
-            self._wake.clear()
+            self._wait_for_work()
+
+    def _wait_for_work(self) -> None:
+        """Until the next due time, a schedule fire, a worker finishing (the wake event) or
+        the next data_version read, whichever is first."""
+        timeout = POLL_INTERVAL
+        next_at = self._next_at()
+        if next_at is not None and self._free() > 0:
+            timeout = min(timeout, (next_at - to_us(self.clock.now())) / 1e6)
+        if self._next_fire is not None:
+            timeout = min(timeout, (self._next_fire - self.clock.now()).total_seconds())
+        if timeout > 0:
+            self.clock.wait(self._wake, timeout)
+        self._wake.clear()
 
     def stop(self, *, drain: bool = True) -> None:
         """Drain (stop claiming, let running handlers finish); a second call stops at once."""
@@ -336,14 +345,18 @@ class Daemon:
         live = LiveRun(run.run_id, claim.fence, self.clock, run.exec_spent, run.timeout)
         with self._lock:
             self._live[run.run_id] = live
-        self._jobs.put((claim, live))
+        if self._workers:
+            self._jobs.put((claim, live))
+        else:  # no worker pool (tests, flowctl.testing): the loop body executes it here
+            self._execute(claim, live)
 
     def _worker(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            self._execute(*job)
+        with self.store.own_writes():
+            while True:
+                job = self._jobs.get()
+                if job is None:
+                    return
+                self._execute(*job)
 
     def _execute(self, claim: Claim, live: LiveRun | None = None) -> Outcome:
         run_id = claim.run.run_id
@@ -361,8 +374,12 @@ class Daemon:
                 self._live.pop(run_id, None)
                 self._silenced.discard(run_id)
         self.executed += 1
-        if outcome.status is None and outcome.error is None:
-            self._note_lost(claim, live)
+        if outcome.status is None:
+            # Nothing written: the row still holds a lease (ours, lapsing, or another's now).
+            # Refill, so our own timer reclaims it when that lease lapses.
+            self._dirty = True
+            if outcome.error is None:
+                self._note_lost(claim, live)
         self._after(claim, outcome)
         if self.on_outcome is not None:
             self.on_outcome(outcome)
@@ -433,6 +450,10 @@ class Daemon:
             log.warning("released %d run(s) for another worker to reclaim (%s)", n, reason)
 
     def _heartbeat_loop(self) -> None:
+        with self.store.own_writes():
+            self._heartbeats()
+
+    def _heartbeats(self) -> None:
         stop = threading.Event()
         while not self._hard_stop:
             self.clock.wait(stop, self.config.heartbeat)

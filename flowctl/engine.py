@@ -112,7 +112,7 @@ class Engine:
         """Map how a handler stopped to its store transition."""
         run = claim.run
         if isinstance(stop, Suspend):
-            ok = self.store.suspend_run(
+            applied = self.store.suspend_run(
                 run.run_id,
                 claim.fence,
                 stop.status,
@@ -122,7 +122,10 @@ class Engine:
                 stop.entry,
                 stop.event,
             )
-            return Outcome(run.run_id, stop.status if ok else None, run_at=stop.run_at)
+            if applied is None:
+                return Outcome(run.run_id, None)
+            # The store's run_at (clamped to the deadline), not the one the handler asked for.
+            return Outcome(run.run_id, applied.status, run_at=applied.run_at)
         if isinstance(stop, LeaseLost):
             log.info("run %s: lease lost (fence %s); abandoning", run.run_id, claim.fence)
             return Outcome(run.run_id, None)
@@ -156,13 +159,12 @@ class Engine:
         return self._fail(claim, live, {**error_dict(stop), "kind": ErrorKind.RAISED})
 
     def _fail(self, claim: Claim, live: LiveRun, error: dict[str, Any]) -> Outcome:
-        status = self.store.fail_attempt(
+        applied = self.store.fail_attempt(
             claim.run.run_id, claim.fence, error, self.clock.now(), live.spent(), retry_at=None
         )
-        run_at = None
-        if status is RunStatus.QUEUED:
-            run_at = self.store.get_run(claim.run.run_id).run_at
-        return Outcome(claim.run.run_id, status, run_at=run_at, error=error)
+        if applied is None:
+            return Outcome(claim.run.run_id, None, error=error)
+        return Outcome(claim.run.run_id, applied.status, run_at=applied.run_at, error=error)
 
     def _end(
         self, claim: Claim, live: LiveRun, status: RunStatus, error: dict[str, Any]

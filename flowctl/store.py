@@ -47,10 +47,19 @@ from flowctl.model import (
     from_us,
     to_us,
 )
-from flowctl.transitions import Action, ErrorKind, error_kind, guard
+from flowctl.transitions import (
+    Action,
+    Applied,
+    ClaimAction,
+    cancel_error,
+    claim_verdict,
+    error_kind,
+    guard,
+    next_attempt,
+    parked_run_at,
+)
 
 BUSY_TIMEOUT_MS = 10_000
-POISON_RECLAIMS = 5
 GROUP_MAX_WRITES = 256  # group commit: at most this many writes share one COMMIT
 GROUP_MAX_AGE = 0.005  # ... and a group stays open at most this long (seconds)
 _monotonic = time.monotonic
@@ -434,6 +443,7 @@ class Store:
         self._committed_id = 0
         self._group_errors: dict[int, BaseException] = {}
         self._tl = threading.local()
+        self._foreign_writes = 0  # commits made outside own_writes() (see data_version)
 
     # -- plumbing ----------------------------------------------------------
 
@@ -458,6 +468,21 @@ class Store:
         several workers.
         """
         self._group_commit = on
+
+    @contextlib.contextmanager
+    def own_writes(self) -> Iterator[None]:
+        """Mark this thread's writes as the caller's own while the block runs.
+
+        The daemon wraps its loop and workers in this: it keeps its wheel true from what
+        its writes return, so they need not show in data_version(). Writes through this
+        same Store from any other thread (a test, a client, the TUI in the same process)
+        do, as another connection's commits would.
+        """
+        self._tl.own = getattr(self._tl, "own", 0) + 1
+        try:
+            yield
+        finally:
+            self._tl.own -= 1
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -494,6 +519,8 @@ class Store:
                     self._conn.execute("RELEASE flowctl_write")
                 self._group_writes += 1
                 group = self._group_id
+                if not getattr(self._tl, "own", 0):
+                    self._foreign_writes += 1
             finally:
                 self._tl.depth = 0
                 with self._gc:
@@ -540,9 +567,11 @@ class Store:
             return self._conn.execute(sql, params).fetchall()
 
     def data_version(self) -> int:
-        """Changes when another connection commits; a read of a few microseconds."""
+        """Changes when another connection commits, or when this Store is written outside
+        own_writes(); a read of a few microseconds."""
         with self._lock:
-            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+            pragma = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+            return (pragma << 32) | (self._foreign_writes & 0xFFFFFFFF)
 
     def integrity_check(self) -> str:
         return str(self._read("PRAGMA integrity_check")[0][0])
@@ -895,42 +924,18 @@ class Store:
         prev = run.status
         if prev not in ACTIVE or run.run_at is None or to_us(run.run_at) > now_us:
             return None
-        if prev is RunStatus.RUNNING and run.cancel_requested:
-            # Lease lapsed (or the owner died) on a run an operator cancelled: it ends here.
-            self._end(c, run, RunStatus.CANCELLED, _cancel_error(run.cancel_reason), now_us)
+        verdict = claim_verdict(run, from_us(now_us))
+        if verdict.action is ClaimAction.END:
+            assert verdict.status is not None
+            self._end(c, run, verdict.status, verdict.error, now_us)
             ended.append(rid)
             return None
-        if run.deadline is not None and to_us(run.deadline) <= now_us:
-            err = {
-                "type": "DeadlineExceededError",
-                "kind": ErrorKind.DEADLINE,
-                "message": f"deadline {run.deadline.isoformat()} passed",
-            }
-            self._end(c, run, RunStatus.DEAD, err, now_us)
+        if verdict.action is ClaimAction.FAIL:
+            assert verdict.error is not None
+            self._fail(c, run, verdict.error, now_us, timeline_extra={"lease": "lapsed"})
             ended.append(rid)
             return None
-        if prev is RunStatus.RUNNING and run.timeout is not None and run.exec_spent >= run.timeout:
-            err = {
-                "type": "ExecutionTimeoutError",
-                "kind": ErrorKind.TIMEOUT,
-                "message": f"attempt {run.attempt} used its execution budget of {run.timeout:g}s",
-            }
-            self._fail(c, run, err, now_us, retry_at=None, timeline_extra={"lease": "lapsed"})
-            ended.append(rid)
-            return None
-        reclaims = run.reclaims
-        if prev is RunStatus.RUNNING:
-            reclaims += 1
-            if reclaims >= POISON_RECLAIMS:
-                err = {
-                    "type": "PoisonRunError",
-                    "kind": ErrorKind.POISON,
-                    "message": f"reclaimed {reclaims} times from a dead worker without a new"
-                    " checkpoint; it may be killing its worker",
-                }
-                self._end(c, run, RunStatus.DEAD, err, now_us)
-                ended.append(rid)
-                return None
+        reclaims = verdict.reclaims
         fence = run.fence + 1
         c.execute(
             "UPDATE runs SET status = 'running', lease_owner = ?, lease_until = ?, run_at = ?,"
@@ -1160,10 +1165,12 @@ class Store:
         exec_spent: float,
         entry: JournalEntry | None,
         event: tuple[str, dict[str, Any]],
-    ) -> bool:
+    ) -> Applied | None:
         """Park a run (sleeping, waiting, or queued for a step retry), journaling its pending call.
 
-        Clears the lease: a suspended run holds no worker.
+        Clears the lease: a suspended run holds no worker. Returns what it applied (the
+        effective run_at: `run_at` clamped to the deadline, or now if a signal it waits
+        for is already buffered), or None when the lease is lost.
         """
         now_us = to_us(now)
         with self._write() as c:
@@ -1172,11 +1179,8 @@ class Store:
                 [run_id, fence],
             ).fetchone()
             if row is None:
-                return False
-            deadline = row[0]
-            at = _us(run_at)
-            if deadline is not None:
-                at = deadline if at is None else min(at, deadline)
+                return None
+            at = _us(parked_run_at(run_at, deadline=_dt(row[0])))
             if entry is not None:
                 c.execute(
                     f"INSERT OR REPLACE INTO journal ({_ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -1207,8 +1211,9 @@ class Store:
                     [run_id, entry.name],
                 ).fetchone()
                 if has:
-                    c.execute("UPDATE runs SET run_at = ? WHERE run_id = ?", [now_us, run_id])
-            return True
+                    at = now_us
+                    c.execute("UPDATE runs SET run_at = ? WHERE run_id = ?", [at, run_id])
+            return Applied(status, _dt(at))
 
     def complete_run(
         self, run_id: str, fence: int, result: Any, now: datetime, exec_spent: float
@@ -1237,9 +1242,10 @@ class Store:
         now: datetime,
         exec_spent: float,
         retry_at: datetime | None,
-    ) -> RunStatus | None:
-        """End the current attempt with `error`: queue the next attempt at `retry_at`, or
-        dead-letter the run. Returns the new status, or None when the lease is lost."""
+    ) -> Applied | None:
+        """End the current attempt with `error`: queue the next attempt at `retry_at` (or
+        after the run's backoff), or dead-letter the run. Returns what it applied, or None
+        when the lease is lost."""
         now_us = to_us(now)
         with self._write() as c:
             row = c.execute(
@@ -1263,25 +1269,18 @@ class Store:
         error: dict[str, Any],
         now_us: int,
         *,
-        retry_at: int | None,
+        retry_at: int | None = None,
         timeline_extra: dict[str, Any] | None = None,
-    ) -> RunStatus:
-        """Retry (retry_at given, or computed from the run's backoff) or dead-letter."""
-        error = {**error, "attempt": run.attempt}
-        if retry_at is None and run.attempt < run.max_attempts:
-            from flowctl.retry import DEFAULT_RUN_RETRY, RetryPolicy
-
-            policy = RetryPolicy.from_json(run.backoff) if run.backoff else DEFAULT_RUN_RETRY
-            retry_at = now_us + round(policy.delay(run.attempt).total_seconds() * 1e6)
-        if run.attempt >= run.max_attempts:
-            retry_at = None
-        if run.deadline is not None and retry_at is not None and retry_at >= to_us(run.deadline):
-            retry_at = to_us(run.deadline)  # the claim at the deadline dead-letters it
+    ) -> Applied:
+        """Apply next_attempt(): queue the next attempt, or dead-letter the run."""
+        verdict = next_attempt(run, error, from_us(now_us), retry_at=_dt(retry_at))
+        error = verdict.error
         kind = error_kind(error)
         data = {"attempt": run.attempt, "kind": str(kind), "error": _first_line(error)}
         data.update(timeline_extra or {})
         events = [_event(run.run_id, now_us, kind.label, data)]
-        if retry_at is not None:
+        if verdict.retry_at is not None:
+            at = to_us(verdict.retry_at)
             # A new attempt starts from the first recorded step error: checkpoints before it stand.
             c.execute(
                 "DELETE FROM journal WHERE run_id = ? AND call_index >= (SELECT MIN(call_index)"
@@ -1292,7 +1291,7 @@ class Store:
                 "UPDATE runs SET status = 'queued', run_at = ?, attempt = attempt + 1, error = ?,"
                 " exec_spent_us = 0, lease_owner = NULL, lease_until = NULL, reclaims = 0"
                 " WHERE run_id = ?",
-                [retry_at, dumps(error), run.run_id],
+                [at, dumps(error), run.run_id],
             )
             events.append(
                 _event(
@@ -1301,20 +1300,15 @@ class Store:
                     "retry scheduled",
                     {
                         "attempt": run.attempt + 1,
-                        "at": from_us(retry_at).isoformat(timespec="microseconds"),
+                        "at": from_us(at).isoformat(timespec="microseconds"),
                     },
                 )
             )
             c.executemany("INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)", events)
-            return RunStatus.QUEUED
+            return Applied(RunStatus.QUEUED, from_us(at))
         c.executemany("INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)", events)
-        if run.attempt >= run.max_attempts and kind.retryable:
-            error = {
-                **error,
-                "dead_reason": f"attempts exhausted ({run.attempt}/{run.max_attempts})",
-            }
         self._end(c, run, RunStatus.DEAD, error, now_us)
-        return RunStatus.DEAD
+        return Applied(RunStatus.DEAD, None)
 
     def _end(
         self,
@@ -1419,7 +1413,7 @@ class Store:
                 "UPDATE runs SET cancel_requested = 1, cancel_reason = ? WHERE run_id = ?",
                 [reason, run_id],
             )
-            self._end(c, run, RunStatus.CANCELLED, _cancel_error(reason, by), now_us)
+            self._end(c, run, RunStatus.CANCELLED, cancel_error(reason, by), now_us)
             return RunStatus.CANCELLED
 
     def redrive(self, run_id: str, by: str, now: datetime) -> Run:
@@ -1777,17 +1771,6 @@ def _first_line(error: dict[str, Any]) -> str:
     msg = str(error.get("message") or "")
     first = msg.splitlines()[0] if msg else ""
     return f"{error.get('type', 'Error')}: {first}" if first else str(error.get("type", "Error"))
-
-
-def _cancel_error(reason: str | None, by: str | None = None) -> dict[str, Any]:
-    err: dict[str, Any] = {
-        "type": "Cancelled",
-        "kind": ErrorKind.CANCELLED,
-        "message": reason or "cancelled by operator",
-    }
-    if by:
-        err["by"] = by
-    return err
 
 
 def _wake_parent(c: sqlite3.Connection, run_id: str, now_us: int) -> None:

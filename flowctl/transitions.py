@@ -16,9 +16,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from flowctl.errors import InvalidStateError
-from flowctl.model import RunStatus
+from flowctl.model import Run, RunStatus
+from flowctl.retry import DEFAULT_RUN_RETRY, RetryPolicy
+
+POISON_RECLAIMS = 5  # reclaims from a dead worker without a new checkpoint: poison
 
 
 class ErrorKind(StrEnum):
@@ -129,3 +133,119 @@ def parked_run_at(*candidates: datetime | None, deadline: datetime | None) -> da
     """
     times = [t for t in (*candidates, deadline) if t is not None]
     return min(times) if times else None
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a store wrote for a transition: the run's new status and its effective run_at.
+
+    The daemon's timer wheel takes this run_at, never its own guess (the store's own
+    commits do not move data_version, so nothing else would correct the wheel).
+    """
+
+    status: RunStatus
+    run_at: datetime | None
+
+
+# ---------------------------------------------------------------------------
+# Claiming a due run
+
+
+class ClaimAction(StrEnum):
+    CLAIM = "claim"  # lease it to the claimer
+    END = "end"  # end it here, terminally (status and error given)
+    FAIL = "fail"  # end this attempt as failed (retried or dead-lettered by next_attempt)
+
+
+@dataclass(frozen=True)
+class ClaimVerdict:
+    action: ClaimAction
+    status: RunStatus | None = None  # END: the terminal status
+    error: dict[str, Any] | None = None  # END / FAIL: the error recorded
+    reclaims: int = 0  # CLAIM: reclaims from a dead worker since the last checkpoint
+    reclaimed: bool = False  # CLAIM: taken over from a worker whose lease lapsed
+
+
+def claim_verdict(run: Run, now: datetime) -> ClaimVerdict:
+    """What claiming this due run does. Checked in this order, each one final:
+
+    cancelled while its worker died -> cancelled; deadline passed -> dead (deadline);
+    execution budget spent by a dead worker -> failed attempt (timeout); reclaimed
+    POISON_RECLAIMS times without a new checkpoint -> dead (poison); else claimed.
+    """
+    lapsed = run.status is RunStatus.RUNNING  # a due running run: its lease lapsed
+    if lapsed and run.cancel_requested:
+        return ClaimVerdict(ClaimAction.END, RunStatus.CANCELLED, cancel_error(run.cancel_reason))
+    if run.deadline is not None and run.deadline <= now:
+        return ClaimVerdict(ClaimAction.END, RunStatus.DEAD, deadline_error(run.deadline))
+    if lapsed and run.timeout is not None and run.exec_spent >= run.timeout:
+        err = {
+            "type": "ExecutionTimeoutError",
+            "kind": ErrorKind.TIMEOUT,
+            "message": f"attempt {run.attempt} used its execution budget of {run.timeout:g}s",
+        }
+        return ClaimVerdict(ClaimAction.FAIL, error=err)
+    reclaims = run.reclaims + 1 if lapsed else run.reclaims
+    if lapsed and reclaims >= POISON_RECLAIMS:
+        err = {
+            "type": "PoisonRunError",
+            "kind": ErrorKind.POISON,
+            "message": f"reclaimed {reclaims} times from a dead worker without a new"
+            " checkpoint; it may be killing its worker",
+        }
+        return ClaimVerdict(ClaimAction.END, RunStatus.DEAD, err)
+    return ClaimVerdict(ClaimAction.CLAIM, reclaims=reclaims, reclaimed=lapsed)
+
+
+def cancel_error(reason: str | None, by: str | None = None) -> dict[str, Any]:
+    err: dict[str, Any] = {
+        "type": "Cancelled",
+        "kind": ErrorKind.CANCELLED,
+        "message": reason or "cancelled by operator",
+    }
+    if by:
+        err["by"] = by
+    return err
+
+
+def deadline_error(deadline: datetime) -> dict[str, Any]:
+    return {
+        "type": "DeadlineExceededError",
+        "kind": ErrorKind.DEADLINE,
+        "message": f"deadline {deadline.isoformat()} passed",
+    }
+
+
+# ---------------------------------------------------------------------------
+# After a failed attempt
+
+
+@dataclass(frozen=True)
+class NextAttempt:
+    """Retry at `retry_at` (the next attempt is queued), or dead-letter (`retry_at` None)."""
+
+    retry_at: datetime | None
+    error: dict[str, Any]  # as recorded: with the attempt, and why it is dead if it is
+
+
+def next_attempt(
+    run: Run, error: dict[str, Any], now: datetime, *, retry_at: datetime | None = None
+) -> NextAttempt:
+    """After attempt `run.attempt` failed with `error`: when the next attempt starts, if any.
+
+    A retryable kind with attempts left is retried after the run's backoff (or at
+    `retry_at`), clamped to the deadline: the claim at the deadline dead-letters it.
+    Anything else is dead now; exhausted attempts say so in `dead_reason`.
+    """
+    kind = error_kind(error)
+    error = {**error, "attempt": run.attempt}
+    if not kind.retryable:
+        return NextAttempt(None, error)
+    if run.attempt >= run.max_attempts:
+        return NextAttempt(
+            None, {**error, "dead_reason": f"attempts exhausted ({run.attempt}/{run.max_attempts})"}
+        )
+    if retry_at is None:
+        policy = RetryPolicy.from_json(run.backoff) if run.backoff else DEFAULT_RUN_RETRY
+        retry_at = now + policy.delay(run.attempt)
+    return NextAttempt(parked_run_at(retry_at, deadline=run.deadline), error)

@@ -43,6 +43,7 @@ from flowctl.model import (
     to_us,
 )
 from flowctl.store import SCHEMA_VERSION, HeartbeatReply, NewRun, Store
+from flowctl.transitions import Applied
 
 T0 = datetime(2026, 3, 29, 0, 59, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
@@ -430,7 +431,7 @@ def test_every_write_with_a_stale_fence_changes_nothing(store: Store, db_path: P
     now = T0 + LEASE + SECOND
     pending = JournalEntry(rid, 0, CallKind.SLEEP, "sleep", EntryState.PENDING, wake_at=now)
     assert store.record_entry(rid, 1, step_entry(rid, 0, "late"), now) is False
-    assert store.suspend_run(rid, 1, RunStatus.SLEEPING, now, now, 1.0, pending, ("x", {})) is False
+    assert store.suspend_run(rid, 1, RunStatus.SLEEPING, now, now, 1.0, pending, ("x", {})) is None
     assert store.complete_run(rid, 1, "late", now, 1.0) is False
     assert store.fail_attempt(rid, 1, {"type": "E", "message": "m"}, now, 1.0, None) is None
     assert store.end_run(rid, 1, RunStatus.CANCELLED, None, now, 1.0) is False
@@ -458,9 +459,11 @@ def test_suspending_clears_the_lease_and_waits_no_longer_than_the_deadline(store
     claim = claim_one(store, OWNER_A, T0)
     wake = T0 + 3600 * SECOND
     pending = JournalEntry(rid, 0, CallKind.SLEEP, "sleep", EntryState.PENDING, wake_at=wake)
-    assert store.suspend_run(
+    applied = store.suspend_run(
         rid, claim.fence, RunStatus.SLEEPING, wake, T0, 2.5, pending, ("sleep started", {})
     )
+    # What it applied is what it returns: the wheel takes this run_at, not the wake time.
+    assert applied == Applied(RunStatus.SLEEPING, T0 + 60 * SECOND)
     run = store.get_run(rid)
     assert (run.status, run.run_at, run.lease_owner, run.lease_until, run.exec_spent) == (
         RunStatus.SLEEPING,

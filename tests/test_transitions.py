@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from flowctl.errors import InvalidStateError
-from flowctl.model import RunStatus
+from flowctl.model import Run, RunStatus
 from flowctl.transitions import (
     GUARDS,
     Action,
+    ClaimAction,
+    ClaimVerdict,
     ErrorKind,
+    NextAttempt,
+    claim_verdict,
     error_kind,
     guard,
+    next_attempt,
     parked_run_at,
     refusal,
 )
@@ -97,3 +103,71 @@ def test_parked_run_at_is_the_earliest_time_clamped_to_the_deadline() -> None:
     assert parked_run_at(wake, T0 + timedelta(seconds=5), deadline=None) == T0 + timedelta(
         seconds=5
     )
+
+
+def a_run(**kw: Any) -> Run:
+    base: dict[str, Any] = {
+        "run_id": "r1",
+        "workflow": "wf",
+        "target": "wf.py:wf",
+        "kind": "python",
+        "status": RunStatus.QUEUED,
+        "input": {},
+        "created_at": T0,
+        "run_at": T0,
+    }
+    return Run(**{**base, **kw})
+
+
+def test_claim_verdicts_in_order() -> None:
+    now = T0 + timedelta(seconds=10)
+    past = T0 + timedelta(seconds=5)
+    assert claim_verdict(a_run(), now) == ClaimVerdict(ClaimAction.CLAIM)
+    # cancelled while its worker died: cancelled, even past its deadline
+    v = claim_verdict(a_run(status=RunStatus.RUNNING, cancel_requested=True, deadline=past), now)
+    assert (v.action, v.status, v.error and v.error["kind"]) == (
+        ClaimAction.END,
+        RunStatus.CANCELLED,
+        "cancelled",
+    )
+    # a queued run past its deadline is dead, never claimed
+    v = claim_verdict(a_run(deadline=past), now)
+    assert (v.action, v.status, v.error and v.error["kind"]) == (
+        ClaimAction.END,
+        RunStatus.DEAD,
+        "deadline",
+    )
+    # a dead worker spent the budget: the attempt failed with a timeout
+    v = claim_verdict(a_run(status=RunStatus.RUNNING, timeout=2.0, exec_spent=2.5), now)
+    assert (v.action, v.error and v.error["kind"]) == (ClaimAction.FAIL, "timeout")
+    # a lapsed lease is a reclaim; the fifth without a checkpoint is poison
+    v = claim_verdict(a_run(status=RunStatus.RUNNING, reclaims=3), now)
+    assert (v.action, v.reclaims, v.reclaimed) == (ClaimAction.CLAIM, 4, True)
+    v = claim_verdict(a_run(status=RunStatus.RUNNING, reclaims=4), now)
+    assert (v.action, v.status, v.error and v.error["kind"]) == (
+        ClaimAction.END,
+        RunStatus.DEAD,
+        "poison",
+    )
+
+
+def test_next_attempt_retries_with_backoff_clamped_to_the_deadline() -> None:
+    err = {"type": "ValueError", "message": "m", "kind": "raised"}
+    first = next_attempt(a_run(attempt=1), err, T0)
+    assert first == NextAttempt(T0 + timedelta(seconds=1), {**err, "attempt": 1})
+    second = next_attempt(a_run(attempt=2), err, T0)
+    assert second.retry_at == T0 + timedelta(seconds=2)  # 1 s doubling
+    clamped = next_attempt(a_run(attempt=1, deadline=T0 + timedelta(milliseconds=300)), err, T0)
+    assert clamped.retry_at == T0 + timedelta(milliseconds=300)
+    given = next_attempt(a_run(), err, T0, retry_at=T0 + timedelta(hours=1))
+    assert given.retry_at == T0 + timedelta(hours=1)
+
+
+def test_next_attempt_dead_letters_when_exhausted_or_not_retryable() -> None:
+    err = {"type": "ValueError", "message": "m", "kind": "raised"}
+    done = next_attempt(a_run(attempt=3, max_attempts=3), err, T0)
+    assert done.retry_at is None
+    assert done.error["dead_reason"] == "attempts exhausted (3/3)"
+    for kind in ("deadline", "nondeterminism", "poison", "non_retryable", "cancelled"):
+        v = next_attempt(a_run(attempt=1), {**err, "kind": kind}, T0)
+        assert v.retry_at is None and "dead_reason" not in v.error
