@@ -19,7 +19,7 @@ from flowctl.durations import parse_duration
 from flowctl.errors import DurationError, InputError, InvalidStateError, UsageError
 from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus, TimelineEvent, iso
 from flowctl.store import DaemonInfo, Store
-from flowctl.workflow import WorkflowDef, discover, load_target
+from flowctl.workflow import WorkflowEntry, discover, load_target
 
 STATUS_NAMES = ", ".join(s.value for s in RunStatus)
 
@@ -434,7 +434,7 @@ def status(store: Store, *, clock: Clock, window: timedelta = timedelta(hours=1)
     return StatusReport(store.path, store.count_by_status(), daemons, lateness)
 
 
-def list_workflows(workflows_dir: str | Path) -> list[WorkflowDef]:
+def list_workflows(workflows_dir: str | Path) -> list[WorkflowEntry]:
     return sorted(discover(workflows_dir).values(), key=lambda w: w.name)
 
 

@@ -7,6 +7,8 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import logging
+import stat
 import sys
 import threading
 from collections.abc import Callable
@@ -265,12 +267,7 @@ def _yaml_def(path: Path, text: str | None = None) -> WorkflowDef:
 
     resolved = path.resolve()
     if text is None:
-        try:
-            text = resolved.read_text()
-        except FileNotFoundError:
-            raise TargetError(f"workflow file {path} does not exist") from None
-        except OSError as e:
-            raise TargetError(f"cannot read {path}: {e.strerror}") from None
+        text = yamlflow.read_yaml_text(path)
     wf = yamlflow.load_yaml(text, str(path))
     return WorkflowDef(
         name=wf.name,
@@ -332,9 +329,18 @@ def load_target(
         source_path = Path(module_file) if module_file else None
         return _python_def(fn, target, source_path, str(base))
     if workflows_dir is not None:
-        found = discover(workflows_dir).get(target)
-        if found is not None:
-            return found
+        entry = discover(workflows_dir).get(target)
+        if entry is not None:
+            if entry.kind == "yaml":
+                return _yaml_def(Path(entry.target))
+            return load_target(entry.target, cwd=str(Path(workflows_dir).resolve()))
+    if target.endswith(".py"):
+        path = Path(target) if Path(target).is_absolute() else base / target
+        text = _read_for_discovery(path) if path.is_file() else None
+        names = [e.target.rpartition(":")[2] for e in _python_entries(path, text or "")]
+        form = f"{target}:{names[0]}" if len(names) == 1 else f"{target}:FUNCTION"
+        found = f" ({target} has @workflow functions: {', '.join(names)})" if len(names) > 1 else ""
+        raise TargetError(f"{target!r} names a file, not a function: use {form}{found}")
     folder = f" in {workflows_dir}" if workflows_dir else ""
     raise TargetError(
         f"unknown workflow {target!r}{folder}: give file.py:function, module:function, a .yaml file,"
@@ -350,41 +356,153 @@ def _suggest(module: Any, name: str) -> str:
     return f" (did you mean {hint[0]!r}?)" if hint else ""
 
 
-def discover(workflows_dir: str | Path) -> dict[str, WorkflowDef]:
-    """Every workflow in a folder: YAML files by their `name`, Python @workflow functions."""
+# ---------------------------------------------------------------------------
+# Discovery: what is in the workflows folder, found by reading, never by running
+
+# Larger files are skipped by discovery (a workflow file is a few KiB).
+MAX_DISCOVERY_BYTES = 1024 * 1024
+
+log = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+
+@dataclass(frozen=True)
+class WorkflowEntry:
+    """A workflow found in the workflows folder: enough to list it and to load it by name.
+    Finding it executed nothing: YAML is parsed under the loader's guards, Python is read
+    as source (an AST pass for @workflow), and only the one file being run is imported."""
+
+    name: str
+    kind: str  # "python" | "yaml"
+    target: str  # what load_target takes: the YAML path, or `/abs/file.py:function`
+    source_path: str
+    description: str = ""
+
+
+def discover(workflows_dir: str | Path) -> dict[str, WorkflowEntry]:
+    """Every workflow in a folder, by name: YAML files by their `name:` (else the file's
+    stem), Python functions decorated with @workflow. The first file (sorted) wins a name."""
     folder = Path(workflows_dir)
-    found: dict[str, WorkflowDef] = {}
+    found: dict[str, WorkflowEntry] = {}
     if not folder.is_dir():
         return found
+    _warn_if_writable_by_others(folder, "workflows folder")
     for path in sorted(folder.iterdir()):
-        if path.suffix in YAML_SUFFIXES:
-            try:
-                wf = _yaml_def(path)
-            except FlowctlError:
-                continue
-            found.setdefault(wf.name, wf)
-        elif path.suffix == ".py" and not path.name.startswith("_"):
-            try:
-                module = _import_file(path)
-            except FlowctlError:
-                continue
-            for attr in vars(module).values():
-                opts = getattr(attr, "__flowctl_workflow__", None)
-                if (
-                    isinstance(opts, WorkflowOptions)
-                    and getattr(attr, "__module__", None) == module.__name__
-                ):
-                    fn_name = attr.__name__
-                    found.setdefault(
-                        opts.name,
-                        _python_def(
-                            attr,
-                            f"{path.resolve()}:{fn_name}",
-                            path.resolve(),
-                            str(folder.resolve()),
-                        ),
-                    )
+        is_yaml = path.suffix in YAML_SUFFIXES
+        is_python = path.suffix == ".py" and not path.name.startswith("_")
+        if not (is_yaml or is_python) or not path.is_file():
+            continue
+        text = _read_for_discovery(path)
+        if text is None:
+            continue
+        _warn_if_writable_by_others(path, "workflow file")
+        entries = _yaml_entries(path, text) if is_yaml else _python_entries(path, text)
+        for entry in entries:
+            found.setdefault(entry.name, entry)
     return found
+
+
+def _read_for_discovery(path: Path) -> str | None:
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_DISCOVERY_BYTES + 1)
+        if len(data) > MAX_DISCOVERY_BYTES:
+            _warn_once(
+                path, "warning: skipping %s: larger than %d KiB", MAX_DISCOVERY_BYTES // 1024
+            )
+            return None
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        _warn_once(path, "warning: skipping %s: not UTF-8")
+        return None
+    except OSError:
+        return None
+
+
+def _yaml_entries(path: Path, text: str) -> list[WorkflowEntry]:
+    from flowctl import yamlflow
+
+    name, description = yamlflow.peek_yaml(text, str(path))
+    if name is None:
+        return []
+    resolved = str(path.resolve())
+    return [WorkflowEntry(name, "yaml", resolved, resolved, description)]
+
+
+def _python_entries(path: Path, text: str) -> list[WorkflowEntry]:
+    """Top-level functions decorated with `@workflow`, `@workflow("name")`,
+    `@workflow(name=...)` or `@flowctl.workflow...`, read from the source."""
+    import ast
+
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    resolved = path.resolve()
+    entries = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for deco in node.decorator_list:
+            name = _workflow_name(deco, node.name)
+            if name is not None:
+                doc = (ast.get_docstring(node) or "").strip().splitlines()
+                entries.append(
+                    WorkflowEntry(
+                        name,
+                        "python",
+                        f"{resolved}:{node.name}",
+                        str(resolved),
+                        doc[0] if doc else "",
+                    )
+                )
+                break
+    return entries
+
+
+def _workflow_name(deco: Any, fn_name: str) -> str | None:
+    """The workflow name a decorator gives, or None when it is not @workflow."""
+    import ast
+
+    def is_workflow(expr: ast.expr) -> bool:
+        return (isinstance(expr, ast.Name) and expr.id == "workflow") or (
+            isinstance(expr, ast.Attribute) and expr.attr == "workflow"
+        )
+
+    if is_workflow(deco):
+        return fn_name
+    if isinstance(deco, ast.Call) and is_workflow(deco.func):
+        given: ast.expr | None = deco.args[0] if deco.args else None
+        for kw in deco.keywords:
+            if kw.arg == "name":
+                given = kw.value
+        if isinstance(given, ast.Constant) and isinstance(given.value, str) and given.value:
+            return given.value
+        return fn_name
+    return None
+
+
+def _warn_if_writable_by_others(path: Path, what: str) -> None:
+    """Anyone who can write a workflow can run code as whoever runs it: say so, once."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if mode & stat.S_IWOTH:
+        _warn_once(
+            path,
+            f"warning: {what} %s is writable by other users, who could make it run code as you;"
+            " fix with: chmod o-w %s",
+            path,
+        )
+
+
+def _warn_once(path: Path, message: str, *args: Any) -> None:
+    """Log a warning about `path` once per process (discovery runs on every lookup)."""
+    key = f"{path.resolve()}\0{message}"
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message, path, *args)
 
 
 class Loader:
