@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -421,6 +421,13 @@ def _event(
 # The store
 
 
+class CommitStats(NamedTuple):
+    """Counters of Store.commit_stats(): COMMITs made, and the writes they made durable."""
+
+    commits: int
+    writes: int
+
+
 class Store:
     """One SQLite file. Thread-safe: calls are serialised on one connection."""
 
@@ -442,6 +449,8 @@ class Store:
         self._group_started = 0.0
         self._committed_id = 0
         self._group_errors: dict[int, BaseException] = {}
+        self._commits = 0  # COMMITs done and the writes they held: see commit_stats()
+        self._writes_committed = 0
         self._tl = threading.local()
         self._foreign_writes = 0  # commits made outside own_writes() (see data_version)
 
@@ -546,6 +555,8 @@ class Store:
         group = self._group_id
         try:
             self._conn.execute("COMMIT")
+            self._commits += 1
+            self._writes_committed += self._group_writes
         except BaseException as e:
             try:
                 self._conn.execute("ROLLBACK")
@@ -575,6 +586,31 @@ class Store:
 
     def integrity_check(self) -> str:
         return str(self._read("PRAGMA integrity_check")[0][0])
+
+    def pragmas(self) -> dict[str, int | str]:
+        """This connection's settings as SQLite reports them (they are per connection, so no
+        other connection can see them): what `_connect` promised, for diagnostics and tests."""
+        with self._lock:
+            return {
+                name: self._conn.execute(f"PRAGMA {name}").fetchone()[0]
+                for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+            }
+
+    def pending_writes(self) -> int:
+        """Writers in flight on this store: inside a write or queued for the connection.
+
+        Group commit commits when this drops to zero, so a test can see writers line up.
+        """
+        with self._gc:
+            return self._gc_pending
+
+    def commit_stats(self) -> CommitStats:
+        """COMMITs this store has made and the writes they made durable, since it opened.
+
+        With group commit on, `writes` grows faster than `commits`: that is the fsyncs saved.
+        """
+        with self._lock:
+            return CommitStats(self._commits, self._writes_committed)
 
     # -- runs: create and read --------------------------------------------
 

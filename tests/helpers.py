@@ -28,3 +28,12 @@ def query(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, .
         return conn.execute(sql, params).fetchall()
     finally:
         conn.close()
+
+
+def execute(db: Path, sql: str, params: tuple[Any, ...] = ()) -> int:
+    """Write the database file directly, as another process would; returns rows changed."""
+    conn = sqlite3.connect(str(db), timeout=10, isolation_level=None)
+    try:
+        return conn.execute(sql, params).rowcount
+    finally:
+        conn.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 import durable_flows as flows
 import pytest
 from durable_flows import CALLS, KNOBS, SEEN, calls, events, start
+from helpers import execute
 
 from flowctl import ops
 from flowctl.clock import FakeClock
@@ -43,12 +44,14 @@ def _fresh_flows() -> Iterator[None]:
 def nudge_due(store: Store, run_id: str, at: datetime) -> None:
     """Make a run claimable before its wake time, as a second daemon with a fast clock might.
 
-    Nothing in flowctl's own API does this on purpose, hence the raw write.
+    Nothing in flowctl's own API does this on purpose, hence the raw write, made the way
+    another process would make it: on its own connection to the file.
     """
-    with store._write() as c:
-        c.execute(
-            "UPDATE runs SET run_at = ? WHERE run_id = ?", [int(at.timestamp() * 1e6), run_id]
-        )
+    execute(
+        Path(store.path),
+        "UPDATE runs SET run_at = ? WHERE run_id = ?",
+        (int(at.timestamp() * 1e6), run_id),
+    )
 
 
 # ---------------------------------------------------------------- ctx.step

@@ -9,6 +9,7 @@ workflow file itself.
 from __future__ import annotations
 
 import collections
+import sqlite3
 import sys
 import threading
 import time
@@ -522,12 +523,13 @@ def test_a_worker_that_lost_its_lease_has_its_late_write_rejected_and_noted(
     db_path: Path, store: Store, fake_clock: FakeClock, flows: str, hooks: Hooks, serve: Any
 ) -> None:
     run_id = start(store, fake_clock, flows, "held_once", key="late")
-    slow = Daemon(store, fake_clock, DaemonConfig(concurrency=1, lease=15, heartbeat=1))
+    # The slow worker is paused (think SIGSTOP): its own time stands still, so it sends no
+    # more heartbeats, while everyone else's time moves past its lease.
+    paused = FakeClock(fake_clock.now())
+    slow = Daemon(store, paused, DaemonConfig(concurrency=1, lease=15, heartbeat=1))
     s = serve(slow)
     assert hooks.entered["late"].wait(5)
     first_fence = store.get_run(run_id).fence
-    # The slow worker is paused (think SIGSTOP) past its lease: its lease lapses.
-    slow._silenced.add(run_id)  # no more heartbeats for it
     fake_clock.advance(16)
     with Store(db_path) as other_db:
         fast = Daemon(other_db, fake_clock)
@@ -625,14 +627,7 @@ def test_group_commit_shares_one_commit_and_each_write_is_durable_when_it_return
     db_path: Path, store: Store, fake_clock: FakeClock, flows: str
 ) -> None:
     ids = [start(store, fake_clock, flows, "quick") for _ in range(8)]
-    commits = []
-    real_commit = store._commit_group
-
-    def counting_commit() -> None:
-        commits.append(store._group_writes)
-        real_commit()
-
-    store._commit_group = counting_commit  # type: ignore[method-assign]
+    before = store.commit_stats()
     store.set_group_commit(True)
     durable_on_return: list[bool] = []
     errors: list[BaseException] = []
@@ -652,18 +647,26 @@ def test_group_commit_shares_one_commit_and_each_write_is_durable_when_it_return
         except BaseException as e:
             errors.append(e)
 
-    with store._lock:  # hold the connection while all eight writers queue up
+    # Another connection holds the write lock while all eight writers queue up behind it.
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
         threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
         for t in threads:
             t.start()
-        wait_until(lambda: store._gc_pending == 8)
+        wait_until(lambda: store.pending_writes() == 8)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
     for t in threads:
         t.join(5)
     store.set_group_commit(False)
+    after = store.commit_stats()
     assert errors == []
     assert durable_on_return == [True] * 8
-    assert sum(commits) == 8  # eight good writes (the failed one rolled back to its savepoint)
-    assert len(commits) < 8  # ... sharing fewer COMMITs than writes
+    # eight good writes (the failed one rolled back to its savepoint) ...
+    assert after.writes - before.writes == 8
+    assert after.commits - before.commits < 8  # ... sharing fewer COMMITs than writes
     rows = query(db_path, "SELECT data FROM timeline WHERE type = 'probe'")
     assert len(rows) == 8 and all("bad" not in r[0] for r in rows)
 

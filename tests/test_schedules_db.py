@@ -643,7 +643,7 @@ def test_migration_2_upgrades_a_version_1_database(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     import sqlite_utils
 
-    store_module._migration_1(sqlite_utils.Database(conn))
+    store_module.MIGRATIONS[0](sqlite_utils.Database(conn))
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     conn.close()

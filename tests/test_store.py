@@ -112,8 +112,11 @@ def test_a_new_database_is_migrated_from_empty(store: Store, db_path: Path) -> N
     assert set(CORE_TABLES) <= set(tables)
     for name in CORE_TABLES:
         assert tables[name].rstrip().endswith(("STRICT", "STRICT, WITHOUT ROWID")), name
-    assert store._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
-    assert store._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000
+    settings = store.pragmas()
+    assert settings["journal_mode"] == "wal"
+    assert settings["synchronous"] == 2  # FULL: the default durability
+    assert settings["foreign_keys"] == 1
+    assert settings["busy_timeout"] == 10_000
 
 
 @pytest.mark.parametrize("old", range(1, SCHEMA_VERSION))

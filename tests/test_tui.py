@@ -161,7 +161,8 @@ def detail_text(app: FlowctlApp) -> str:
 
 
 def listed(app: FlowctlApp) -> list[str]:
-    return [row.run.run_id for row in app._rows]
+    """The run ids the table shows, top to bottom."""
+    return [str(row.key.value) for row in app.query_one("#table", RunTable).ordered_rows]
 
 
 VIEW_KEYS = {
@@ -216,9 +217,9 @@ async def test_dead_run_detail_shows_the_whole_error(seeded: Seeded) -> None:
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("5")
         await settle(pilot)
-        dead_row = app._rows[0]
-        assert dead_row.run.run_id == seeded.ids["dead"][0]
-        cell = app.query_one("#table", RunTable).get_cell(dead_row.run.run_id, "error").plain
+        dead_id = listed(app)[0]
+        assert dead_id == seeded.ids["dead"][0]
+        cell = app.query_one("#table", RunTable).get_cell(dead_id, "error").plain
         assert cell == "RuntimeError: upstream returned 503 for dan"
         text = detail_text(app)
         assert "retry later" in text  # the full message, not only its first line
@@ -472,7 +473,7 @@ async def test_no_color_is_respected(seeded: Seeded, monkeypatch: pytest.MonkeyP
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         assert app.no_color
-        assert any(isinstance(f, Monochrome) for f in app._filters)
+        assert any(isinstance(f, Monochrome) for f in app.get_line_filters())
 
 
 # ---------------------------------------------------------------------------
