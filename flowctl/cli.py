@@ -454,7 +454,8 @@ def show(
     if r.status.is_terminal:
         typer.echo(f"status    {r.status} at {_local(r.finished_at)}")
     else:
-        typer.echo(f"status    {r.status} — {ops.why(detail, now)}")
+        answer = ops.explain_detail(detail, now)
+        typer.echo(f"status    {r.status} — {answer.message if answer else ops.why(detail, now)}")
     typer.echo(f"input     {json.dumps(r.input)}")
     typer.echo(f"attempt   {r.attempt}/{r.max_attempts}")
     typer.echo(f"created   {_local(r.created_at)}")
@@ -510,6 +511,26 @@ def show(
     for e in detail.timeline:
         data = " ".join(f"{k}={v}" for k, v in e.data.items())
         typer.echo(f"  {_local(e.at)}.{e.at.microsecond // 1000:03d}  {e.type:<20} {data}")
+
+
+@app.command()
+def why(
+    ctx: typer.Context,
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print {reason, message, ...facts} as JSON.")
+    ] = False,
+) -> None:
+    """Say in one line why a run is not running (sleeping until T, no daemon, paused …).
+
+    Example: flowctl why 01jd --json
+    """
+    st = _state(ctx)
+    answer = ops.why_run(st.store, run_ref, clock=st.clock)
+    if as_json:
+        _emit_json(answer.to_json())
+    else:
+        typer.echo(f"{answer.run_id} ({answer.status}): {answer.message}")
 
 
 # ---------------------------------------------------------------------------

@@ -245,7 +245,7 @@ class Daemon:
                 self._jobs.put(None)
             self.store.set_group_commit(False)
             try:
-                self.store.unregister_daemon(self.owner)
+                self.store.unregister_daemon(self.owner, self.clock.now())
             except Exception:
                 log.exception("could not unregister the daemon")
 

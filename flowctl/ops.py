@@ -16,7 +16,8 @@ from typing import Any
 
 from flowctl.clock import Clock
 from flowctl.durations import parse_duration
-from flowctl.errors import DurationError, InputError, InvalidStateError, UsageError
+from flowctl.errors import DurationError, FlowctlError, InputError, InvalidStateError, UsageError
+from flowctl.explain import DaemonFact, OperatorEvent, Why, WhyFacts, explain
 from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus, TimelineEvent, iso
 from flowctl.store import DaemonInfo, Store
 from flowctl.workflow import WorkflowEntry, discover, load_target
@@ -213,6 +214,7 @@ class RunDetail:
     source_changed: bool | None  # None: unknown (no file recorded)
     notes: list[str] = field(default_factory=list)
     published: dict[str, tuple[Any, datetime]] = field(default_factory=dict)
+    why_facts: WhyFacts | None = None  # what `why` reads; re-explained as the clock moves
 
     def to_json(self) -> dict[str, Any]:
         checkpoints = [c.to_json() for c in self.checkpoints]
@@ -271,6 +273,7 @@ def show_run(
         source_changed=changed,
         notes=notes,
         published=store.published(run.run_id),
+        why_facts=why_facts(store, run.run_id),
     )
 
 
@@ -320,6 +323,86 @@ def why(detail: RunDetail, now: datetime) -> str:
     if run.status is RunStatus.DEAD and run.error:
         return f"dead: {run.error.get('type')}: {str(run.error.get('message', '')).splitlines()[0] if run.error.get('message') else ''}"
     return str(run.status)
+
+
+def explain_detail(detail: RunDetail, now: datetime) -> Why | None:
+    """What `flowctl why` says of the run shown, re-explained at `now`."""
+    return None if detail.why_facts is None else explain(detail.why_facts, now)
+
+
+def why_facts(store: Store, ref: str) -> WhyFacts:
+    """Read from the store everything `explain` needs to say why a run is not running."""
+    from flowctl.identity import owner_alive, owner_is_dead
+
+    run = store.find_run(ref)
+    entries = list(store.journal(run.run_id).values())
+    pending = next(
+        (e for e in reversed(entries) if e.state in (EntryState.PENDING, EntryState.RETRYING)),
+        None,
+    )
+    done = next(
+        (e for e in reversed(entries) if e.state in (EntryState.DONE, EntryState.ERROR)), None
+    )
+    daemons = tuple(
+        DaemonFact(
+            d.owner,
+            d.host,
+            d.pid,
+            owner_alive(d.owner),
+            int(d.info.get("concurrency", 1)),
+            store.held_count(d.owner),
+        )
+        for d in store.daemons()
+    )
+    active = not run.status.is_terminal
+    child = None
+    if pending is not None and pending.kind is CallKind.STEP and isinstance(pending.value, dict):
+        child_id = pending.value.get("child_run_id")
+        if isinstance(child_id, str):
+            try:
+                child = store.get_run(child_id)
+            except FlowctlError:
+                child = None
+    buffered = (
+        pending is not None
+        and pending.kind is CallKind.SIGNAL
+        and any(name == pending.name for name, _, _ in store.pending_signals(run.run_id))
+    )
+
+    def operator(types: list[str]) -> OperatorEvent | None:
+        ev = store.last_event(run.run_id, types)
+        return None if ev is None else OperatorEvent(ev.at, ev.data.get("by"))
+
+    return WhyFacts(
+        run=run,
+        pending=pending,
+        last_checkpoint=done,
+        daemons=daemons,
+        daemon_last_seen=(
+            store.daemon_last_seen() if active and not any(d.alive for d in daemons) else None
+        ),
+        due_ahead=(
+            store.due_ahead(run.run_id, run.run_at) if active and run.run_at is not None else 0
+        ),
+        lease_owner_gone=(
+            run.status is RunStatus.RUNNING
+            and run.lease_owner is not None
+            and owner_is_dead(run.lease_owner)
+        ),
+        cancel_requested=(
+            operator(["cancel requested"])
+            if run.status is RunStatus.RUNNING and run.cancel_requested
+            else None
+        ),
+        child=child,
+        buffered_signal=buffered,
+        db=store.path,
+    )
+
+
+def why_run(store: Store, ref: str, *, clock: Clock) -> Why:
+    """`flowctl why RUN`: the one reason the run is where it is, with its facts."""
+    return explain(why_facts(store, ref), clock.now())
 
 
 # ---------------------------------------------------------------------------

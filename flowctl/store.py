@@ -258,7 +258,12 @@ def _migration_4(db: sqlite_utils.Database) -> None:
     )
 
 
-MIGRATIONS = [_migration_1, _migration_2, _migration_3, _migration_4]
+def _migration_5(db: sqlite_utils.Database) -> None:
+    """Facts about the database itself, e.g. when a daemon last ran (`flowctl why`)."""
+    db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT")
+
+
+MIGRATIONS = [_migration_1, _migration_2, _migration_3, _migration_4, _migration_5]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -1511,9 +1516,28 @@ class Store:
                 [owner, host, pid, proc_start, now_us, now_us, dumps(info)],
             )
 
-    def unregister_daemon(self, owner: str) -> None:
+    def unregister_daemon(self, owner: str, now: datetime | None = None) -> None:
+        """Forget a daemon, remembering when it was last seen (`now`, else its last heartbeat)."""
         with self._write() as c:
+            row = c.execute("SELECT seen_at FROM daemons WHERE owner = ?", [owner]).fetchone()
+            if row is not None:
+                seen = row[0] if now is None else max(row[0], to_us(now))
+                c.execute(
+                    "INSERT INTO meta (key, value) VALUES ('daemon_last_seen', ?) ON CONFLICT(key)"
+                    " DO UPDATE SET value = MAX(CAST(value AS INTEGER), CAST(excluded.value AS"
+                    " INTEGER))",
+                    [str(seen)],
+                )
             c.execute("DELETE FROM daemons WHERE owner = ?", [owner])
+
+    def daemon_last_seen(self) -> datetime | None:
+        """When a daemon was last seen on this database: a stopped one's last moment, or the
+        latest heartbeat of one still registered."""
+        rows = self._read(
+            "SELECT MAX(v) FROM (SELECT CAST(value AS INTEGER) AS v FROM meta"
+            " WHERE key = 'daemon_last_seen' UNION ALL SELECT MAX(seen_at) FROM daemons)"
+        )
+        return _dt(rows[0][0])
 
     def daemons(self) -> list[DaemonInfo]:
         rows = self._read(
@@ -1523,6 +1547,32 @@ class Store:
             DaemonInfo(r[0], r[1], r[2], r[3], from_us(r[4]), from_us(r[5]), _loads(r[6]) or {})
             for r in rows
         ]
+
+    def due_ahead(self, run_id: str, run_at: datetime) -> int:
+        """How many runs the claim order (run_at, then run id) puts before one due at run_at."""
+        at_us = to_us(run_at)
+        total = 0
+        for status in ("queued", "sleeping", "waiting", "running"):
+            total += int(
+                self._read(
+                    "SELECT COUNT(*) FROM runs WHERE status = ? AND run_at <= ?"
+                    " AND (run_at < ? OR run_id < ?)",
+                    [status, at_us, at_us, run_id],
+                )[0][0]
+            )
+        return total
+
+    def last_event(self, run_id: str, types: Sequence[str]) -> TimelineEvent | None:
+        """The run's newest timeline event of one of these types."""
+        rows = self._read(
+            f"SELECT run_id, at, type, data FROM timeline WHERE run_id = ? AND type IN"
+            f" ({','.join('?' * len(types))}) ORDER BY seq DESC LIMIT 1",
+            [run_id, *types],
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return TimelineEvent(r[0], from_us(r[1]), r[2], _loads(r[3]) or {})
 
     def held_count(self, owner: str) -> int:
         return int(
