@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -351,9 +353,12 @@ class _Declared:
     options: dict[str, Any]  # parse_spec keyword arguments, without anchor
 
 
+Where = Callable[[str | None], str]
+
+
 def _declared(
     item: Any,
-    where: str,
+    where: Where,
     *,
     name: str,
     allowed: tuple[str, ...],
@@ -363,32 +368,73 @@ def _declared(
     default_tz: str | None,
 ) -> _Declared:
     """Check one declared schedule (YAML entry or TOML table); raise ScheduleError naming
-    where it is. The spec is parsed here, so a bad one is caught before anything is written."""
+    where the fault is: `where(field)` renders the place of a field (None: the entry, and
+    "key:FIELD" a key). The spec is parsed here, so a bad one is caught before anything
+    is written."""
     if not isinstance(item, dict):
-        raise ScheduleError(f"{where}: expected a mapping, got {type(item).__name__}")
+        raise ScheduleError(f"{where(None)}: expected a mapping, got {type(item).__name__}")
     unknown = [k for k in item if k not in allowed]
     if unknown:
         raise ScheduleError(
-            f"{where}: unknown key {unknown[0]!r}; use {', '.join(k for k in allowed)}"
+            f"{where('key:' + unknown[0])}: unknown key {unknown[0]!r};"
+            f" use {', '.join(k for k in allowed)}"
         )
-    _check_schedule_name(name)
+    try:
+        _check_schedule_name(name)
+    except ScheduleError as e:
+        raise ScheduleError(f"{where('name')}: {e}") from None
     data = item.get("input", {})
     if not isinstance(data, dict):
-        raise ScheduleError(f"{where}.input: expected a mapping of inputs, got {data!r}")
+        raise ScheduleError(f"{where('input')}: expected a mapping of inputs, got {data!r}")
     options = {k: item[k] for k in SCHEDULE_KEYS[1:] if k in item and k != "input"}
     options.setdefault("tz", default_tz)
     try:
-        parse_spec(**options, anchor=datetime(2000, 1, 1, tzinfo=UTC))
+        parse_spec(**options, anchor=_ANCHOR)
+    except UsageError as e:
+        raise ScheduleError(f"{where(_field_at_fault(options))}: {e}") from None
+    try:
         wf.check_input(dict(data))
     except UsageError as e:
-        raise ScheduleError(f"{where}: {e}") from None
-    return _Declared(name, where, source, origin, wf.target, wf.cwd, data, options)
+        raise ScheduleError(f"{where('input')}: {e}") from None
+    return _Declared(name, where(None), source, origin, wf.target, wf.cwd, data, options)
+
+
+_ANCHOR = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def _field_at_fault(options: dict[str, Any]) -> str | None:
+    """The one field that parse_spec refuses on its own, tried against a valid rest;
+    None when the fault is in the combination (neither or both of cron and every)."""
+    for key, value in options.items():
+        if value is None:
+            continue
+        trial = {"every": value} if key == "every" else {"cron": "* * * * *", key: value}
+        try:
+            parse_spec(**{"tz": "UTC", **trial}, anchor=_ANCHOR)
+        except UsageError:
+            return key
+    return None
+
+
+def _yaml_where(path: Path, wf: WorkflowDef, index: int, many: bool) -> Where:
+    """`path:line:col: schedule[1].cron` for a field of a YAML `schedule:` entry."""
+    places = wf.schedule_places[index] if index < len(wf.schedule_places) else {}
+
+    def where(field: str | None) -> str:
+        label = f"schedule[{index}]" if many else "schedule"
+        if field:
+            label += "." + field.removeprefix("key:")
+        line, col = places.get(field or "", places.get("", (1, 1)))
+        return f"{path}:{line}:{col}: {label}"
+
+    return where
 
 
 def yaml_schedules(
     wf: WorkflowDef, path: Path, *, default_tz: str | None = None
 ) -> tuple[list[_Declared], list[str]]:
-    """The schedules a YAML workflow's `schedule:` block declares, and the problems in it."""
+    """The schedules a YAML workflow's `schedule:` block declares, and the problems in it,
+    each at its file:line:column."""
     found: list[_Declared] = []
     problems: list[str] = []
     if wf.schedule is None:
@@ -396,14 +442,13 @@ def yaml_schedules(
     many = isinstance(wf.schedule, list)
     items = wf.schedule if many else [wf.schedule]
     for i, item in enumerate(items):
-        where = f"{path}: schedule[{i}]" if many else f"{path}: schedule"
         default = wf.name if not many else f"{wf.name}-{i + 1}"
         name = item.get("name", default) if isinstance(item, dict) else default
         try:
             found.append(
                 _declared(
                     item,
-                    where,
+                    _yaml_where(path, wf, i, many),
                     name=name,
                     allowed=SCHEDULE_KEYS,
                     source="yaml",
@@ -415,6 +460,11 @@ def yaml_schedules(
         except FlowctlError as e:
             problems.append(str(e))
     return found, problems
+
+
+def _toml_where(entry: str, field: str | None) -> str:
+    """`flowctl.toml: schedules.NAME.cron` (TOML values carry no positions)."""
+    return f"{entry}.{field.removeprefix('key:')}" if field else entry
 
 
 def declared_schedules(
@@ -454,7 +504,7 @@ def declared_schedules(
             found.append(
                 _declared(
                     item,
-                    where,
+                    partial(_toml_where, where),
                     name=name,
                     allowed=TOML_SCHEDULE_KEYS,
                     source="toml",

@@ -87,6 +87,7 @@ class WorkflowDef:
     retry: RetryPolicy | None = None
     validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     schedule: Any = None
+    schedule_places: list[dict[str, tuple[int, int]]] = field(default_factory=list)
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -281,6 +282,7 @@ def _yaml_def(path: Path, text: str | None = None) -> WorkflowDef:
         max_attempts=wf.max_attempts,
         validate=lambda raw: yamlflow.convert_inputs(wf, raw),
         schedule=wf.schedule,
+        schedule_places=wf.schedule_places,
         description=wf.description or "",
     )
 

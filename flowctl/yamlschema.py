@@ -144,6 +144,18 @@ def to_plain(node: Node) -> Any:
     return node.value
 
 
+def schedule_places(entry: Node) -> dict[str, tuple[int, int]]:
+    """Where one `schedule:` entry and each of its fields stand, so the schedule checks (run
+    later, against the cron and time zone code) can point at file:line:column too. Keys:
+    "" the entry, FIELD its value, "key:FIELD" the key itself."""
+    places = {"": (entry.line, entry.column)}
+    if entry.is_map:
+        for key, child in entry.value.items():
+            places[key] = (child.line, child.column)
+            places[f"key:{key}"] = (child.key_line, child.key_column)
+    return places
+
+
 # ---------------------------------------------------------------------------------------
 # Validation
 
@@ -162,6 +174,7 @@ class _Validator:
         self.step_infos: dict[str, StepRef] = {}
         self.signals: dict[str, list[int]] = {}
         self.default_retry: dict[str, Any] | None = None
+        self.schedule_places: list[dict[str, tuple[int, int]]] = []
 
     # -- small helpers ------------------------------------------------------------------
 
@@ -274,6 +287,7 @@ class _Validator:
             env=env,
             defaults=defaults,
             schedule=schedule,
+            schedule_places=self.schedule_places,
             max_attempts=max_attempts,
         )
 
@@ -431,10 +445,12 @@ class _Validator:
 
     def schedule_block(self, node: Node) -> Any:
         items = node.value if node.is_list else [node]
+        self.schedule_places = []
         for i, item in enumerate(items):
             if not item.is_map:
                 where = f"schedule[{i}]" if node.is_list else "schedule"
                 self.bad(item, where, f"expected a mapping, got {describe(item.value)}")
+            self.schedule_places.append(schedule_places(item))
         return to_plain(node)
 
     # -- steps --------------------------------------------------------------------------

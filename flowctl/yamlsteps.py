@@ -124,6 +124,7 @@ class YamlWorkflow:
     env: dict[str, str] = field(default_factory=dict)
     defaults: Defaults = field(default_factory=Defaults)
     schedule: Any = None
+    schedule_places: list[dict[str, tuple[int, int]]] = field(default_factory=list)
     max_attempts: int | None = None
 
     def handler(self, ctx: StepContext, /, **input: Any) -> dict[str, Any]:

@@ -400,8 +400,11 @@ def test_bad_declarations_change_nothing(invoke: Any, home: Path, db: Path) -> N
     before = counts(db)
     result = invoke("schedule", "sync", code=2)
     lines = result.stderr.splitlines()
-    assert any("ping.yaml: schedule: invalid overlap policy 'sometimes'" in line for line in lines)
-    assert any("schedules.broken: invalid cron expression '0 9 * *'" in line for line in lines)
+    assert any(
+        "ping.yaml:4:12: schedule.overlap: invalid overlap policy 'sometimes'" in line
+        for line in lines
+    )
+    assert any("schedules.broken.cron: invalid cron expression '0 9 * *'" in line for line in lines)
     assert lines[-1] == "flowctl: schedule sync: nothing changed"
     assert counts(db) == before
 

@@ -717,7 +717,9 @@ def test_sync_is_all_or_nothing(store: Store, fake_clock: FakeClock, tmp_path: P
     (folder / "bad.yaml").write_text(_yaml("bad", "schedule:\n  cron: '0 25 * * *'\n"))
     with pytest.raises(schedule_ops.ValidationError) as err:
         schedule_ops.sync_schedules(store, clock=fake_clock, workflows_dir=folder)
-    assert "bad.yaml: schedule: invalid cron expression '0 25 * * *'" in err.value.problems[0]
+    assert (
+        "bad.yaml:3:9: schedule.cron: invalid cron expression '0 25 * * *'" in err.value.problems[0]
+    )
     assert store.list_schedules() == []
 
 

@@ -149,7 +149,7 @@ def test_validate_checks_the_schedule_block(tmp_path: Path) -> None:
     )
     out = _cli(tmp_path / "f.db", "validate", str(path), cwd=tmp_path)
     assert out.returncode == 2
-    assert f"{path}: schedule: invalid cron expression '0 9 * * MON-FRY'" in out.stderr
+    assert f"{path}:3:9: schedule.cron: invalid cron expression '0 9 * * MON-FRY'" in out.stderr
     path.write_text(path.read_text().replace("MON-FRY", "MON-FRI"))
     assert _cli(tmp_path / "f.db", "validate", str(path), cwd=tmp_path).returncode == 0
 
