@@ -628,6 +628,71 @@ def redrive(
         typer.echo(f"{len(runs)} run(s) redriven")
 
 
+def _start_copy(st: State, new: Run, origin: str, index: int, wait: bool, as_json: bool) -> None:
+    """Render a fork or rerun; with --wait, drive it here as `run --wait` does."""
+    copied = len(st.store.journal(new.run_id))
+    final = _drive(st, new, wait=True, quiet=as_json) if wait else new
+    if as_json:
+        _emit_json(
+            {**_run_summary(final), "forked_from": origin, "from_index": index, "copied": copied}
+        )
+    elif wait:
+        _print_end(final, st.clock.now())
+    else:
+        typer.echo(
+            f"queued {new.run_id} ({new.workflow}): forked from {origin} at call #{index},"
+            f" {copied} checkpoint(s) copied"
+        )
+    if final.status in (RunStatus.DEAD, RunStatus.CANCELLED):
+        raise typer.Exit(1)
+
+
+_FORK_INPUT = typer.Option(
+    "--input", metavar="JSON", help="Input as a JSON object (default: the original's)."
+)
+_FORK_WAIT = typer.Option("--wait", help="Run it here, in the foreground, until it ends.")
+
+
+@app.command()
+def fork(
+    ctx: typer.Context,
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
+    from_index: Annotated[
+        int,
+        typer.Option(
+            "--from", metavar="INDEX", help="Copy the checkpoints before this call index."
+        ),
+    ],
+    input_json: Annotated[str | None, _FORK_INPUT] = None,
+    wait: Annotated[bool, _FORK_WAIT] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the new run as JSON.")] = False,
+) -> None:
+    """Start a new run of the same workflow from a call index of an earlier one; the
+    original is left as it was.  Example: flowctl fork 01jd --from 3 --wait"""
+    st = _state(ctx)
+    data = ops.parse_inputs(None, input_json) if input_json is not None else None
+    new = ops.fork(st.store, run_ref, from_index, clock=st.clock, input=data)
+    origin = st.store.find_run(run_ref).run_id
+    _start_copy(st, new, origin, from_index, wait, as_json)
+
+
+@app.command()
+def rerun(
+    ctx: typer.Context,
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
+    input_json: Annotated[str | None, _FORK_INPUT] = None,
+    wait: Annotated[bool, _FORK_WAIT] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the new run as JSON.")] = False,
+) -> None:
+    """Start the same workflow again with the same input (a fork from 0).
+    Example: flowctl rerun 01jd --wait"""
+    st = _state(ctx)
+    data = ops.parse_inputs(None, input_json) if input_json is not None else None
+    new = ops.rerun(st.store, run_ref, clock=st.clock, input=data)
+    origin = st.store.find_run(run_ref).run_id
+    _start_copy(st, new, origin, 0, wait, as_json)
+
+
 @app.command()
 def wake(
     ctx: typer.Context,

@@ -178,6 +178,48 @@ def start(
     return Started(run, created)
 
 
+def fork(
+    store: Store,
+    ref: str,
+    from_index: int,
+    *,
+    clock: Clock,
+    input: dict[str, Any] | None = None,
+    by: str | None = None,
+) -> Run:
+    """A new run of the same target with the checkpoints before `from_index` copied.
+
+    Queued now; the original run is left as it was. The input is the original's unless
+    one is given. `from_index` 0 copies nothing (a rerun); the journal's length keeps every
+    checkpoint. Nothing is written when anything is wrong.
+    """
+    origin = store.find_run(ref)
+    journal = store.journal(origin.run_id)
+    size = max(journal, default=-1) + 1
+    if not 0 <= from_index <= size:
+        raise UsageError(
+            f"--from {from_index} is outside the journal of run {origin.run_id}: use 0..{size}"
+            f" (0 starts over, {size} keeps every checkpoint)"
+        )
+    wf = load_target(origin.target, cwd=origin.cwd)
+    checked = wf.check_input(dict(origin.input if input is None else input))
+    timeout = timedelta(seconds=origin.timeout) if origin.timeout is not None else None
+    new = wf.new_run(checked, max_attempts=origin.max_attempts, timeout=timeout)
+    return store.fork_run(new, origin.run_id, from_index, clock.now(), by=by or _actor())
+
+
+def rerun(
+    store: Store,
+    ref: str,
+    *,
+    clock: Clock,
+    input: dict[str, Any] | None = None,
+    by: str | None = None,
+) -> Run:
+    """`flowctl rerun RUN`: a fork from call index 0, so nothing is copied."""
+    return fork(store, ref, 0, clock=clock, input=input, by=by)
+
+
 # ---------------------------------------------------------------------------
 # Reading
 

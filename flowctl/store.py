@@ -627,6 +627,44 @@ class Store:
         with self._write() as c:
             return self._insert_run(c, new, to_us(now))
 
+    def fork_run(
+        self, new: NewRun, origin: str, upto: int, now: datetime, *, by: str | None = None
+    ) -> Run:
+        """Create `new` with the journal rows of run `origin` before call index `upto`.
+
+        One transaction: the run, its copied checkpoints and the version markers the origin
+        recorded up to the last copied checkpoint appear together or not at all. The origin
+        is only read.
+        """
+        now_us = to_us(now)
+        with self._write() as c:
+            _load_run(c, origin)  # raises when it does not exist
+            run, _ = self._insert_run(c, new, now_us)
+            copied = c.execute(
+                f"INSERT INTO journal ({_ENTRY_COLUMNS}) SELECT ?, call_index, kind, name, state,"
+                " value, wake_at, recorded_at, resolved_at, tries, duration_us FROM journal"
+                " WHERE run_id = ? AND call_index < ?",
+                [run.run_id, origin, upto],
+            ).rowcount
+            # A version marker takes no call index: it belongs to the copied part when it was
+            # recorded no later than the last checkpoint copied.
+            last = c.execute(
+                "SELECT recorded_at FROM journal WHERE run_id = ? AND call_index = ?",
+                [origin, upto - 1],
+            ).fetchone()
+            if last is not None:
+                c.execute(
+                    "INSERT INTO versions (run_id, change_id, version, recorded_at) SELECT ?,"
+                    " change_id, version, recorded_at FROM versions WHERE run_id = ?"
+                    " AND recorded_at <= ?",
+                    [run.run_id, origin, last[0]],
+                )
+            data: dict[str, Any] = {"from_run": origin, "from_index": upto, "checkpoints": copied}
+            if by:
+                data["by"] = by
+            _add_event(c, run.run_id, now_us, "forked", data)
+            return run
+
     def _insert_run(self, c: sqlite3.Connection, new: NewRun, now_us: int) -> tuple[Run, bool]:
         """create_run inside the caller's transaction (a schedule fire creates its runs in the
         same transaction that records the fire)."""

@@ -394,4 +394,4 @@ def test_why_of_an_unknown_run_is_one_line_exit_1(invoke: Any) -> None:
 
 
 def test_why_help_has_an_example(invoke: Any) -> None:
-    assert "Example: flowctl why" in invoke("why", "--help").stdout
+    assert "Example: flowctl why 01jd --json" in " ".join(invoke("why", "--help").stdout.split())
