@@ -230,7 +230,7 @@ def run(
     if in_ is not None:
         run_at = clock.now() + parse_duration(in_)
     elif at is not None:
-        run_at = ops.parse_time(at, clock, flag="--at")
+        run_at = ops.parse_start_at(at, clock)
     deadline_at = ops.parse_when(deadline, clock, flag="--deadline") if deadline else None
     if timeout is not None:
         parse_duration(timeout)
@@ -404,8 +404,15 @@ def ls(
     """List runs, newest first.  Example: flowctl ls --status sleeping --json"""
     st = _state(ctx)
     runs = ops.list_runs(st.store, statuses=status, workflow=workflow, search=search, limit=limit)
+    cut = ""
+    if len(runs) == limit:
+        total = ops.count_listed(st.store, statuses=status, workflow=workflow, search=search)
+        if total > limit:
+            cut = f"{limit:,} of {total:,} shown; --limit N for more"
     if as_json:
         _emit_json([_run_json(r) for r in runs])
+        if cut:
+            typer.echo(cut, err=True)  # stdout stays one JSON document
         return
     if not runs:
         typer.echo("no runs")
@@ -431,6 +438,8 @@ def ls(
             ]
         )
     _table(["RUN", "WORKFLOW", "STATUS", "ATTEMPT", "CREATED", "NEXT/ENDED", "ERROR"], rows)
+    if cut:
+        typer.echo(cut)
 
 
 @app.command()
@@ -610,12 +619,7 @@ def redrive(
     if all_ == (run_ref is not None):
         raise UsageError("give a RUN, or --all with optional --workflow/--since filters")
     if all_:
-        since_at = None
-        if since:
-            try:
-                since_at = st.clock.now() - parse_duration(since)
-            except FlowctlError:
-                since_at = ops.parse_time(since, st.clock, flag="--since")
+        since_at = ops.parse_since(since, st.clock) if since else None
         runs = ops.redrive_many(st.store, clock=st.clock, workflow=workflow, since=since_at)
     else:
         runs = [ops.redrive(st.store, run_ref or "", clock=st.clock)]
@@ -761,6 +765,14 @@ def daemon(
         cfg.lease,
         cfg.heartbeat,
     )
+    for other in ops.other_live_daemons(st.store, d.owner):
+        logging.getLogger("flowctl").info(
+            "daemon pid %d on %s already serves this database; this one shares the work"
+            " (each run is claimed by one of them)",
+            other.pid,
+            other.host,
+        )
+        break
     code = d.run_forever(until_idle=until_idle, install_signals=True)
     raise typer.Exit(code)
 

@@ -433,9 +433,15 @@ def agenda(
     from flowctl import schedule_ops
 
     st = _state(ctx)
-    items = schedule_ops.agenda(st.store, clock=st.clock, until=until, limit=limit)
+    items = schedule_ops.agenda(st.store, clock=st.clock, until=until, limit=limit + 1)
+    cut = ""
+    if len(items) > limit:
+        items = items[:limit]
+        cut = f"{limit:,} shown, more follow within {until}; --limit N for more"
     if as_json:
         _emit_json([i.to_json() for i in items])
+        if cut:
+            typer.echo(cut, err=True)  # stdout stays one JSON document
         return
     if not items:
         typer.echo(f"nothing scheduled in the next {until}")
@@ -452,3 +458,5 @@ def agenda(
         for i in items
     ]
     _table(["WHEN", "", "KIND", "RUN / SCHEDULE", "WHAT"], rows)
+    if cut:
+        typer.echo(cut)

@@ -20,8 +20,9 @@ for _seconds, _names in (
     for _name in _names:
         _UNITS[_name] = _seconds
 
-_PART = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-z]+)\s*,?")
-_NUMBER = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*")
+# ASCII digits only: `\d` and float() also take fullwidth or Arabic-Indic digits.
+_PART = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*([a-z]+)\s*,?", re.ASCII)
+_NUMBER = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*", re.ASCII)
 
 Duration = str | int | float | timedelta
 

@@ -107,6 +107,37 @@ def parse_when(text: str, clock: Clock, *, flag: str) -> datetime:
         ) from None
 
 
+def parse_start_at(text: str, clock: Clock) -> datetime:
+    """`run --at`: `now`, or an ISO time that has not passed (a past one is a typo, not
+    a wish to start at once: say `now` for that)."""
+    if text.strip().lower() == "now":
+        return clock.now()
+    when = parse_time(text, clock, flag="--at")
+    if when < clock.now():
+        raise UsageError(
+            f"--at {text!r} is in the past ({when.isoformat()}); give a later time, or --at now"
+        )
+    return when
+
+
+def parse_since(text: str, clock: Clock, *, flag: str = "--since") -> datetime:
+    """A duration ago ("2h", "2h ago", "3 days") or an ISO time."""
+    spoken = text.strip()
+    if spoken.lower().endswith(" ago"):
+        spoken = spoken[:-4]
+    try:
+        return clock.now() - parse_duration(spoken)
+    except DurationError:
+        pass
+    try:
+        return parse_time(text, clock, flag=flag)
+    except UsageError:
+        raise UsageError(
+            f"{flag} {text!r} is neither a duration ago (2h, 7d, '3 days ago') nor an ISO-8601"
+            " time (2026-12-01T09:00Z)"
+        ) from None
+
+
 def parse_statuses(values: list[str] | None) -> list[RunStatus] | None:
     if not values:
         return None
@@ -222,6 +253,19 @@ def rerun(
 
 # ---------------------------------------------------------------------------
 # Reading
+
+
+def count_listed(
+    store: Store,
+    *,
+    statuses: list[str] | None = None,
+    workflow: str | None = None,
+    search: str | None = None,
+) -> int:
+    """How many runs `list_runs` would give with no limit, so a cut list can say so."""
+    counts = count_runs(store, workflow=workflow, search=search)
+    wanted = parse_statuses(statuses)
+    return sum(n for s, n in counts.items() if wanted is None or s in wanted)
 
 
 def list_runs(
@@ -540,6 +584,13 @@ class StatusReport:
             ],
             "wake_lateness": self.lateness,
         }
+
+
+def other_live_daemons(store: Store, owner: str) -> list[DaemonInfo]:
+    """Daemons registered on this database, not `owner`, whose process may still run."""
+    from flowctl.identity import owner_alive
+
+    return [d for d in store.daemons() if d.owner != owner and owner_alive(d.owner)]
 
 
 def status(store: Store, *, clock: Clock, window: timedelta = timedelta(hours=1)) -> StatusReport:
