@@ -269,7 +269,7 @@ def test_agenda_lists_every_future_wake_in_time_order(
     assert set(items[0]) == {"at", "kind", "run_id", "workflow", "schedule", "detail"}
     longer = json.loads(invoke("agenda", "--until", "6h", "--json").output)
     assert ("deadline", later.run_id) in [(i["kind"], i["run_id"]) for i in longer]
-    assert len(json.loads(invoke("agenda", "--until", "6h", "-n", "3", "--json").output)) == 3
+    assert len(json.loads(invoke("agenda", "--until", "6h", "-n", "3", "--json").stdout)) == 3
     text = invoke("agenda", "--until", "4h").output.splitlines()
     assert text[0].split() == ["WHEN", "KIND", "RUN", "/", "SCHEDULE", "WHAT"]
     assert "start" in text[1] and later.run_id in text[1]
