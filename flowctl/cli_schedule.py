@@ -433,7 +433,9 @@ def agenda(
     from flowctl import schedule_ops
 
     st = _state(ctx)
-    items = schedule_ops.agenda(st.store, clock=st.clock, until=until, limit=limit + 1)
+    # one more than asked for, to know whether the list is cut (agenda checks limit >= 1)
+    asked = limit + 1 if limit >= 1 else limit
+    items = schedule_ops.agenda(st.store, clock=st.clock, until=until, limit=asked)
     cut = ""
     if len(items) > limit:
         items = items[:limit]
