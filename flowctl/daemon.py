@@ -137,7 +137,7 @@ class Daemon:
         self._wheel_lock = threading.Lock()
         self._dirty = False  # our own write may have made a run due: refill the wheel
         self._live: dict[str, LiveRun] = {}
-        self._silenced: set[str] = set()  # interrupted runs whose lease we let lapse
+        self._silenced: set[str] = set()  # runs whose lease we no longer extend (lost to another)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self.serving = threading.Event()  # set once run_forever's loop is under way
@@ -474,10 +474,8 @@ class Daemon:
         for rid in self.store.cancels_requested(held):
             with self._lock:
                 live = self._live.get(rid)
-                if live is None:
-                    continue
+            if live is not None:
                 live.interrupt(Cancelled("cancel requested by operator"))
-                self._silenced.add(rid)
 
     def heartbeat_once(self) -> None:
         """Extend our leases and pass cancellations, deadlines and timeouts to live handlers."""
@@ -505,12 +503,16 @@ class Daemon:
                 exc = DeadlineExceededError("the run's deadline passed")
             elif reply.timeout:
                 exc = ExecutionTimeoutError(f"execution budget of {live.timeout:g}s used up")
-            if exc is not None:
-                live.interrupt(exc)  # type: ignore[arg-type]
+            if exc is None:
+                continue
+            live.interrupt(exc)  # type: ignore[arg-type]
+            if reply.lost:
                 with self._lock:
-                    # Stop extending its lease: a handler that ignores the interrupt is cleaned up
-                    # by recovery once the lease lapses.
-                    self._silenced.add(reply.run_id)
+                    self._silenced.add(reply.run_id)  # another worker's now: nothing to extend
+            # Otherwise keep extending the lease: a Python step cannot be interrupted, so the
+            # run stays `running` (cancel requested, deadline passed, budget spent) while its
+            # handler still runs here, and nobody else may claim it. It ends as told when the
+            # handler stops, or, if this daemon dies, at the reclaim (claim_verdict).
 
     def _reap_dead_owners(self, *, force: bool = False) -> None:
         """Leases held by a provably dead process (same host, pid gone) lapse now."""
