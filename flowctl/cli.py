@@ -101,15 +101,20 @@ def _describe_value(value: Any) -> str:
 
 @app.command()
 def init(
+    ctx: typer.Context,
     force: Annotated[
         bool, typer.Option("--force", help="Overwrite an existing flowctl.toml.")
     ] = False,
 ) -> None:
-    """Create flowctl.toml here with the documented defaults.  Example: flowctl init"""
+    """Create flowctl.toml here with the documented defaults, and its database.  Example: flowctl init"""
     from flowctl.config import write_default_config
 
     path = write_default_config(Path.cwd(), force=force)
     typer.echo(f"wrote {path}")
+    st = _state(ctx)  # its config is read now, so the database is the one flowctl.toml names
+    existed = st.db_path.exists()
+    st.open_store(create=True)
+    typer.echo(f"{'using existing' if existed else 'created'} database {st.db_path}")
 
 
 @app.command()
@@ -235,7 +240,7 @@ def run(
     if timeout is not None:
         parse_duration(timeout)
     started = ops.start(
-        st.store,
+        st.open_store(create=True),
         target,
         data,
         clock=clock,
@@ -755,11 +760,12 @@ def daemon(
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
     )
-    _sync_at_daemon_start(st)  # YAML `schedule:` blocks and flowctl.toml [schedules.*]
-    d = Daemon(st.store, st.clock, cfg)
+    created = not st.db_path.exists()
+    d = Daemon(st.open_store(create=True), st.clock, cfg)
     logging.getLogger("flowctl").info(
-        "daemon %s on %s (concurrency %d, lease %gs, heartbeat %gs)",
+        "daemon %s %s %s (concurrency %d, lease %gs, heartbeat %gs)",
         d.owner,
+        "created a new database at" if created else "on",
         st.db_path,
         cfg.concurrency,
         cfg.lease,
@@ -773,6 +779,7 @@ def daemon(
             other.host,
         )
         break
+    _sync_at_daemon_start(st)  # YAML `schedule:` blocks and flowctl.toml [schedules.*]
     code = d.run_forever(until_idle=until_idle, install_signals=True)
     raise typer.Exit(code)
 

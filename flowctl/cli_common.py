@@ -54,8 +54,31 @@ class State:
 
     @property
     def store(self) -> Store:
+        """The database of a command that reads (or changes what exists): it must exist, and
+        nothing is created. One this process cannot write opens read-only, and says so;
+        a write to it is then one line ("read-only database: ...")."""
         if self._store is None:
-            self._store = Store(self.db_path, durability=str(self.config.get("durability")))
+            self._store = Store(
+                self.db_path,
+                durability=str(self.config.get("durability")),
+                create=False,
+                allow_read_only=True,
+            )
+            if self._store.read_only:
+                typer.echo(
+                    f"flowctl: note: {self.db_path} is read-only here: opened for reading only",
+                    err=True,
+                )
+        return self._store
+
+    def open_store(self, *, create: bool) -> Store:
+        """The database of a command that creates work (`run`, `init`, `daemon`, `schedule
+        add/sync`): with `create`, a missing file (and folder, 0700) is created; it must be
+        writable. Returns the store that `store` returns from then on."""
+        if self._store is None:
+            self._store = Store(
+                self.db_path, durability=str(self.config.get("durability")), create=create
+            )
         return self._store
 
 

@@ -85,7 +85,7 @@ def _sync_declared(st: State) -> schedule_ops.SyncReport:
     from flowctl import schedule_ops
 
     return schedule_ops.sync_schedules(
-        st.store,
+        st.open_store(create=True),
         clock=st.clock,
         workflows_dir=st.config.workflows_dir(),
         toml_schedules=st.config.values.get("schedules"),
@@ -162,7 +162,7 @@ def schedule_add(
     st = _state(ctx)
     data = ops.parse_inputs(inputs, input_json)
     info = schedule_ops.add_schedule(
-        st.store,
+        st.open_store(create=True),
         name,
         target,
         data,

@@ -120,8 +120,16 @@ def xdg_state_db() -> Path:
 
 
 def resolve_db(explicit: str | None, config: Config) -> Path:
-    """--db, then FLOWCTL_DB, then flowctl.toml's db (next to the file), then the XDG state dir."""
-    if explicit:
+    """--db, then FLOWCTL_DB, then flowctl.toml's db (next to the file), then the XDG state dir.
+
+    An explicit but empty path is a usage error, never a silent fall-back to the default.
+    """
+    if explicit is not None:
+        if not explicit.strip():
+            raise ConfigError(
+                "--db is empty: give a database file (e.g. --db ./flowctl.db), or leave --db"
+                " out for the default"
+            )
         return Path(explicit).expanduser()
     env = os.environ.get("FLOWCTL_DB")
     if env:

@@ -182,3 +182,38 @@ def is_non_retryable(exc: BaseException) -> bool:
     return isinstance(exc, NonRetryableError | DurableCallError | NonDeterminismError) or (
         getattr(exc, _MARK, False) is True
     )
+
+
+class DatabaseError(FlowctlError):
+    """A database file flowctl cannot use as it is: missing, foreign, newer, corrupt, full,
+    read-only or gone. The message names the file and says what to do."""
+
+
+class DatabaseNotFoundError(DatabaseError):
+    """A command that only reads was given a database that does not exist (none is created)."""
+
+    def __init__(self, path: object) -> None:
+        super().__init__(
+            f"no flowctl database at {path}: create one with `flowctl init` or by starting a run"
+            " (`flowctl run ...`), or give the right one with --db or FLOWCTL_DB"
+        )
+        self.path = path
+
+
+class ReadOnlyDatabaseError(DatabaseError):
+    """A write to a database this process can only read."""
+
+
+class DatabaseCorruptError(DatabaseError):
+    """SQLite found a malformed page (SQLITE_CORRUPT / SQLITE_NOTADB), on open or later."""
+
+
+class DiskFullError(DatabaseError):
+    """SQLITE_FULL: the disk (or the database's page limit) has no room for a write.
+
+    Nothing committed is lost: the failed transaction was rolled back whole.
+    """
+
+
+class DatabaseGoneError(DatabaseError):
+    """The daemon's database file was deleted or replaced under it."""

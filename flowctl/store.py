@@ -29,7 +29,12 @@ if TYPE_CHECKING:
     import sqlite_utils
 
 from flowctl.errors import (
+    DatabaseCorruptError,
+    DatabaseError,
+    DatabaseNotFoundError,
+    DiskFullError,
     FlowctlError,
+    ReadOnlyDatabaseError,
     RunNotFoundError,
     ScheduleError,
     ScheduleNotFoundError,
@@ -60,6 +65,10 @@ from flowctl.transitions import (
 )
 
 BUSY_TIMEOUT_MS = 10_000
+APPLICATION_ID = 0x464C4F57  # "FLOW" in the SQLite header: the flowctl schema marker
+QUICK_CHECK_MAX_BYTES = 32 * 2**20  # files up to this size get PRAGMA quick_check on open
+WAL_BOUND_PAGES = 256  # checkpoint the WAL when it grows past this many pages ...
+WAL_BOUND_BYTES = 2**20  # ... and truncate it back to this size after a checkpoint
 GROUP_MAX_WRITES = 256  # group commit: at most this many writes share one COMMIT
 GROUP_MAX_AGE = 0.005  # ... and a group stays open at most this long (seconds)
 _monotonic = time.monotonic
@@ -436,14 +445,34 @@ class CommitStats(NamedTuple):
 class Store:
     """One SQLite file. Thread-safe: calls are serialised on one connection."""
 
-    def __init__(self, path: str | os.PathLike[str], *, durability: str = "full") -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: str = "full",
+        create: bool = True,
+        allow_read_only: bool = False,
+    ) -> None:
+        """Open (with `create`, create) the database at `path`.
+
+        Refuses, changing nothing, a file that is not flowctl's, has a newer or invalid
+        schema, or is corrupt. Without `create` a missing file is a DatabaseNotFoundError
+        and nothing is created. With `allow_read_only` a file this process cannot write is
+        opened read-only (`read_only` is then True and every write raises
+        ReadOnlyDatabaseError); without it that is the error at once.
+        """
         self.path = str(path)
+        if not self.path:
+            raise FlowctlError("the database path is empty: give a file name")
         if durability not in ("full", "normal"):
             raise FlowctlError(f"durability must be 'full' or 'normal', got {durability!r}")
         self.durability = durability
         self._lock = threading.RLock()
-        self._conn = _connect(self.path, durability)
-        _migrate(self._conn)
+        self._conn, self.read_only = _open(
+            self.path, durability, create=create, allow_read_only=allow_read_only
+        )
+        # The open file's identity: the daemon compares it with the path's (file_replaced).
+        self._identity = _identity(self.path)
         # Group commit (see set_group_commit): writers in flight, the open group, its commit.
         self._group_commit = False
         self._gc = threading.Condition(threading.Lock())
@@ -483,6 +512,31 @@ class Store:
         """
         self._group_commit = on
 
+    def file_replaced(self) -> str | None:
+        """None while the path still names the file this store has open; else one line
+        saying it was deleted or replaced (a stat: cheap enough for a periodic check)."""
+        if self._identity is None:
+            return None
+        try:
+            now = _identity(self.path, strict=True)
+        except FileNotFoundError:
+            return f"database file {self.path} was deleted"
+        except OSError as e:
+            return f"database file {self.path} cannot be read any more: {e.strerror}"
+        if now != self._identity:
+            return f"database file {self.path} was replaced by another file"
+        return None
+
+    def _fault(self, e: sqlite3.Error) -> FlowctlError:
+        """An SQLite error as one line; after a full disk, shrink the WAL so that recovery
+        needs little free space."""
+        fault = _fault(e, self.path)
+        if isinstance(fault, DiskFullError):
+            with self._lock, contextlib.suppress(sqlite3.Error):
+                if not self._conn.in_transaction:
+                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return fault
+
     @contextlib.contextmanager
     def own_writes(self) -> Iterator[None]:
         """Mark this thread's writes as the caller's own while the block runs.
@@ -500,10 +554,29 @@ class Store:
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE ... COMMIT: take the write lock up front, so no deadlock on upgrade."""
+        """BEGIN IMMEDIATE ... COMMIT: take the write lock up front, so no deadlock on upgrade.
+
+        SQLite errors about the file (full, read-only, corrupt) come out as one-line
+        DatabaseErrors; a failed transaction is rolled back whole, so nothing half-written
+        is ever committed.
+        """
         if getattr(self._tl, "depth", 0):  # nested in this thread's write: part of it
             yield self._conn
             return
+        if self.read_only:
+            raise ReadOnlyDatabaseError(
+                f"read-only database: {self.path} (opened read-only: this process cannot write it)"
+            )
+        try:
+            with self._write_txn() as conn:
+                yield conn
+        except sqlite3.DatabaseError as e:
+            if isinstance(e, sqlite3.IntegrityError | sqlite3.ProgrammingError):
+                raise
+            raise self._fault(e) from None
+
+    @contextlib.contextmanager
+    def _write_txn(self) -> Iterator[sqlite3.Connection]:
         with self._gc:
             self._gc_pending += 1
         group = 0
@@ -521,13 +594,8 @@ class Store:
                     self._conn.execute("SAVEPOINT flowctl_write")
                 try:
                     yield self._conn
-                except BaseException:
-                    if shared:
-                        self._conn.execute("ROLLBACK TO flowctl_write")
-                        self._conn.execute("RELEASE flowctl_write")
-                    else:
-                        self._conn.execute("ROLLBACK")
-                        self._txn_open = False
+                except BaseException as e:
+                    self._undo(shared, e)
                     raise
                 if shared:
                     self._conn.execute("RELEASE flowctl_write")
@@ -553,7 +621,28 @@ class Store:
                 self._gc.wait()
             failed = self._group_errors.pop(group, None) if self._group_errors else None
         if failed is not None:
+            if isinstance(failed, sqlite3.Error):
+                raise self._fault(failed) from failed
             raise FlowctlError(f"could not commit to {self.path}: {failed}") from failed
+
+    def _undo(self, shared: bool, error: BaseException) -> None:
+        """Roll back a failed writer (holding self._lock): its savepoint in a shared group,
+        else the transaction. When SQLite already rolled the whole transaction back (a full
+        disk, an I/O error), every writer of the group is told its write failed."""
+        if self._conn.in_transaction:
+            if shared:
+                self._conn.execute("ROLLBACK TO flowctl_write")
+                self._conn.execute("RELEASE flowctl_write")
+            else:
+                self._conn.execute("ROLLBACK")
+                self._txn_open = False
+            return
+        self._txn_open = False
+        if shared and self._group_writes:
+            with self._gc:
+                self._group_errors[self._group_id] = error
+                self._committed_id = self._group_id
+                self._gc.notify_all()
 
     def _commit_group(self) -> None:
         """COMMIT the open transaction (holding self._lock) and wake the writers waiting on it."""
@@ -563,10 +652,9 @@ class Store:
             self._commits += 1
             self._writes_committed += self._group_writes
         except BaseException as e:
-            try:
-                self._conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
+            if self._conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("ROLLBACK")
             if self._group_writes > 1 or self._group_commit:
                 with self._gc:
                     self._group_errors[group] = e
@@ -578,15 +666,27 @@ class Store:
                 self._committed_id = group
                 self._gc.notify_all()
 
-    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection for reads, under the lock; a corrupt page or a vanished file
+        comes out as one line, not a traceback."""
         with self._lock:
-            return self._conn.execute(sql, params).fetchall()
+            try:
+                yield self._conn
+            except sqlite3.DatabaseError as e:
+                if isinstance(e, sqlite3.IntegrityError | sqlite3.ProgrammingError):
+                    raise
+                raise self._fault(e) from None
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._reading() as c:
+            return c.execute(sql, params).fetchall()
 
     def data_version(self) -> int:
         """Changes when another connection commits, or when this Store is written outside
         own_writes(); a read of a few microseconds."""
-        with self._lock:
-            pragma = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        with self._reading() as c:
+            pragma = int(c.execute("PRAGMA data_version").fetchone()[0])
             return (pragma << 32) | (self._foreign_writes & 0xFFFFFFFF)
 
     def integrity_check(self) -> str:
@@ -868,10 +968,10 @@ class Store:
     def next_due(self, limit: int) -> list[tuple[int, str]]:
         """The soonest (run_at µs, run_id) pairs over every claimable status, in order."""
         out: list[tuple[int, str]] = []
-        with self._lock:
+        with self._reading() as c:
             for status in ACTIVE:
                 out.extend(
-                    self._conn.execute(
+                    c.execute(
                         "SELECT run_at, run_id FROM runs WHERE status = ? AND run_at IS NOT NULL"
                         " ORDER BY run_at LIMIT ?",
                         [str(status), limit],
@@ -922,11 +1022,11 @@ class Store:
     def runs_due_between(self, lo: datetime, hi: datetime, *, limit: int) -> list[str]:
         """Ids of active runs whose run_at lies in [lo, hi] (e.g. passed over by a clock jump)."""
         out: list[str] = []
-        with self._lock:
+        with self._reading() as c:
             for status in sorted(ACTIVE):
                 out.extend(
                     r[0]
-                    for r in self._conn.execute(
+                    for r in c.execute(
                         "SELECT run_id FROM runs WHERE status = ? AND run_at BETWEEN ? AND ?"
                         " ORDER BY run_at LIMIT ?",
                         [str(status), to_us(lo), to_us(hi), limit],
@@ -1722,8 +1822,8 @@ class Store:
             return _schedule_row(c, new.name)
 
     def get_schedule(self, name: str) -> ScheduleRow:
-        with self._lock:
-            return _schedule_row(self._conn, name)
+        with self._reading() as c:
+            return _schedule_row(c, name)
 
     def list_schedules(self) -> list[ScheduleRow]:
         rows = self._read(f"SELECT {_SCHEDULE_COLUMNS} FROM schedules ORDER BY name")
@@ -1910,6 +2010,20 @@ def _wake_parent(c: sqlite3.Connection, run_id: str, now_us: int) -> None:
 # Connecting
 
 
+def _identity(path: str, *, strict: bool = False) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`; None for ':memory:' (or, unless strict, a
+    file that cannot be stat-ed)."""
+    if path == ":memory:":
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        if strict:
+            raise
+        return None
+    return st.st_dev, st.st_ino
+
+
 def _retry_locked(fn: Any, timeout_s: float = BUSY_TIMEOUT_MS / 1000) -> Any:
     """Retry `fn` while SQLite says the database is locked or busy, up to the busy timeout.
 
@@ -1933,61 +2047,290 @@ def _retry_locked(fn: Any, timeout_s: float = BUSY_TIMEOUT_MS / 1000) -> Any:
 
 
 def _connect(path: str, durability: str) -> sqlite3.Connection:
-    if path != ":memory:":
-        parent = Path(path).parent
-        parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-            os.close(fd)
-        except OSError as e:
-            raise FlowctlError(f"cannot open database {path}: {e.strerror}") from None
+    """The read-write connection, with every pragma set in one place.
+
+    Called only once _inspect has found the file new, empty or flowctl's own, so the WAL
+    switch never touches another application's file.
+    """
     try:
         conn = sqlite3.connect(
             path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
         )
     except sqlite3.Error as e:
-        raise FlowctlError(f"cannot open database {path}: {e}") from None
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        raise DatabaseError(f"cannot open database {path}: {e}") from None
     try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         mode = _retry_locked(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
-    except sqlite3.DatabaseError as e:
+        if path != ":memory:" and str(mode).lower() != "wal":
+            raise DatabaseError(f"cannot switch {path} to WAL mode (got {mode!r})")
+        conn.execute(f"PRAGMA synchronous = {'FULL' if durability == 'full' else 'NORMAL'}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA temp_store = MEMORY")
+        # A small WAL: checkpointed every WAL_BOUND_PAGES pages and truncated back to
+        # WAL_BOUND_BYTES afterwards, so a full disk is recovered from with little free space.
+        conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_BOUND_PAGES}")
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_BOUND_BYTES}")
+    except sqlite3.Error as e:
         conn.close()
-        raise FlowctlError(f"{path} is not a flowctl database ({e})") from None
-    if path != ":memory:" and str(mode).lower() != "wal":
+        raise _fault(e, path) from None
+    except BaseException:
         conn.close()
-        raise FlowctlError(f"cannot switch {path} to WAL mode (got {mode!r})")
-    conn.execute(f"PRAGMA synchronous = {'FULL' if durability == 'full' else 'NORMAL'}")
-    conn.execute("PRAGMA foreign_keys = ON")
-    conn.execute("PRAGMA temp_store = MEMORY")
+        raise
     return conn
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """A connection that cannot write: `mode=ro`, or `immutable=1` where SQLite could not
+    even create the WAL's shared-memory file (a read-only folder or filesystem: no one can
+    write there, so nothing can change under us)."""
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
+    if not (wal.exists() and shm.exists()) and not os.access(path.parent, os.W_OK):
+        uri += "&immutable=1"
+    try:
+        conn = sqlite3.connect(
+            uri,
+            uri=True,
+            timeout=BUSY_TIMEOUT_MS / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA temp_store = MEMORY")
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as e:
+        raise _fault(e, str(path)) from None
+    return conn
+
+
+def _inspect(path: Path) -> int:
+    """Decide, without changing one byte, whether `path` may be opened: returns its schema
+    version (0 for a new or empty SQLite file) or raises a one-line DatabaseError.
+
+    flowctl's own files carry APPLICATION_ID in the header; files written before the
+    marker existed are recognised by their version and their runs/journal tables. Small
+    files get a `PRAGMA quick_check` here, so corruption is reported on open by every
+    command, reads included.
+    """
+    wal = Path(f"{path}-wal")
+    has_wal = wal.exists() and wal.stat().st_size > 0
+    if path.stat().st_size == 0 and not has_wal:
+        return 0
+    # With no WAL to read, look with immutable=1: no lock, no -shm, no -wal is created.
+    uri = f"{path.resolve().as_uri()}?mode=ro" + ("" if has_wal else "&immutable=1")
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as e:
+        raise _fault(e, str(path)) from None
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        run_columns = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
+        if app_id != APPLICATION_ID:
+            legacy = (
+                app_id == 0
+                and {"runs", "journal", "timeline"} <= tables
+                and {"fence", "lease_owner", "run_at"} <= run_columns
+            )
+            if not legacy:
+                if app_id == 0 and version == 0 and not tables:
+                    return 0  # an empty SQLite database: ours to initialise
+                shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+                what = f"its own tables: {shown}" if tables else f"application id {app_id}"
+                raise DatabaseError(
+                    f"{path} is not a flowctl database (another application's SQLite file with"
+                    f" {what}); flowctl leaves it untouched: give --db a new or flowctl file"
+                )
+        if version > SCHEMA_VERSION:
+            raise DatabaseError(
+                f"database schema version {version} is newer than this flowctl understands"
+                f" ({SCHEMA_VERSION}); upgrade flowctl"
+            )
+        if version < 1:
+            raise DatabaseError(
+                f"{path} has an invalid flowctl schema version {version} (valid: 1 to"
+                f" {SCHEMA_VERSION}); it was changed by hand: restore a copy"
+            )
+        if path.stat().st_size + (wal.stat().st_size if has_wal else 0) <= QUICK_CHECK_MAX_BYTES:
+            _quick_check(conn, str(path))
+    except sqlite3.Error as e:
+        raise _fault(e, str(path)) from None
+    finally:
+        conn.close()
+    return version
+
+
+def _quick_check(conn: sqlite3.Connection, path: str) -> None:
+    rows = conn.execute("PRAGMA quick_check(3)").fetchall()
+    if [r[0] for r in rows] != ["ok"]:
+        raise DatabaseCorruptError(
+            f"database disk image is malformed: {path} ({rows[0][0]}); restore a copy, or try"
+            f" `sqlite3 {path} .recover`"
+        )
+
+
+def _fault(e: sqlite3.Error, path: str) -> DatabaseError:
+    """One line for an SQLite error about the file itself (not a bug in a statement)."""
+    name = getattr(e, "sqlite_errorname", "")
+    if name.startswith("SQLITE_NOTADB"):
+        return DatabaseError(f"{path} is not a flowctl database ({e})")
+    if name.startswith("SQLITE_CORRUPT"):
+        return DatabaseCorruptError(
+            f"database disk image is malformed: {path}; restore a copy, or try"
+            f" `sqlite3 {path} .recover`"
+        )
+    if name.startswith("SQLITE_FULL"):
+        return DiskFullError(f"database or disk is full: {_free_space(path)}")
+    if name.startswith("SQLITE_READONLY"):
+        return ReadOnlyDatabaseError(f"read-only database: {path}")
+    if name.startswith("SQLITE_CANTOPEN"):
+        return DatabaseError(f"cannot open database {path}: {e}")
+    return DatabaseError(f"database {path}: {e}")
+
+
+def _free_space(path: str) -> str:
+    """'N MB free on MOUNT' for the filesystem that holds `path`."""
+    folder = Path(path).resolve().parent
+    try:
+        st = os.statvfs(folder)
+        mount = folder
+        dev = folder.stat().st_dev
+        while mount.parent != mount and mount.parent.stat().st_dev == dev:
+            mount = mount.parent
+    except OSError:
+        return f"free space unknown on {folder}"
+    return f"{st.f_bavail * st.f_frsize / 1e6:.1f} MB free on {mount} (database {path})"
+
+
+def _make_folder(folder: Path) -> None:
+    """Create the database folder and any missing parents, each 0700 whatever the umask."""
+    missing: list[Path] = []
+    here = folder
+    while not here.exists():
+        missing.append(here)
+        if here.parent == here:
+            break
+        here = here.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700)
+            os.chmod(d, 0o700)
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise DatabaseError(
+                f"cannot create the database folder {d}: {e.strerror}; give --db a path"
+                " in a folder you can write"
+            ) from None
+    if not folder.is_dir():
+        raise DatabaseError(f"cannot use {folder} as the database folder: it is not a folder")
+
+
+def _writable(path: Path) -> bool:
+    """Can this process write the file and the WAL beside it? (Tried, not guessed from the
+    mode bits: root, immutable files and read-only mounts all answer truthfully.)"""
+    try:
+        os.close(os.open(path, os.O_RDWR))
+    except OSError:
+        return False
+    if os.access(path.parent, os.W_OK | os.X_OK):
+        return True
+    return all(os.access(f"{path}{s}", os.W_OK) for s in ("-wal", "-shm"))
+
+
+def _make_private(path: Path) -> None:
+    """The database, its WAL and SHM are 0600: they hold every input in plain text."""
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        with contextlib.suppress(OSError):
+            if p.stat().st_mode & 0o777 != 0o600:
+                os.chmod(p, 0o600)
+
+
+def _open(
+    path: str, durability: str, *, create: bool, allow_read_only: bool
+) -> tuple[sqlite3.Connection, bool]:
+    """Open `path` as a flowctl database: (connection, read_only).
+
+    Nothing is written before the file is known to be new, empty or flowctl's own at a
+    schema this flowctl understands. A missing file is created only with `create`; a
+    file this process cannot write is opened read-only only with `allow_read_only`.
+    """
+    if path == ":memory:":
+        conn = _connect(path, durability)
+        _migrate(conn)
+        return conn, False
+    p = Path(path)
+    if p.is_dir():
+        raise DatabaseError(f"{path} is a folder; --db takes a database file")
+    if not p.exists():
+        if not create:
+            raise DatabaseNotFoundError(path)
+        _make_folder(p.parent)
+        try:
+            os.close(os.open(p, os.O_CREAT | os.O_RDWR, 0o600))
+        except OSError as e:
+            raise DatabaseError(f"cannot create database {path}: {e.strerror}") from None
+        version = 0
+    else:
+        version = _inspect(p)
+    if not _writable(p):
+        if not allow_read_only:
+            raise ReadOnlyDatabaseError(
+                f"read-only database: {path} (this process cannot write it or its folder)"
+            )
+        if version != SCHEMA_VERSION:
+            raise ReadOnlyDatabaseError(
+                f"read-only database: {path} has schema version {version}, older than this"
+                f" flowctl's {SCHEMA_VERSION}; open it once with write access to upgrade it"
+            )
+        return _connect_read_only(p), True
+    _make_private(p)  # before the WAL and SHM exist: SQLite gives them the file's mode
+    conn = _connect(path, durability)
+    try:
+        _migrate(conn)
+    except sqlite3.Error as e:
+        conn.close()
+        raise _fault(e, path) from None
+    except BaseException:
+        conn.close()
+        raise
+    _make_private(p)
+    return conn, False
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    if version == SCHEMA_VERSION:
+    if version == SCHEMA_VERSION and _has_marker(conn):
         return  # the common case: no sqlite-utils import on a command's start-up path
     import sqlite_utils
 
     db = sqlite_utils.Database(conn)
-    if version > SCHEMA_VERSION:
-        raise FlowctlError(
-            f"database schema version {version} is newer than this flowctl understands"
-            f" ({SCHEMA_VERSION}); upgrade flowctl"
-        )
 
     def run() -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
             current = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            if current > SCHEMA_VERSION or current < 0:  # changed since _inspect looked
+                raise DatabaseError(
+                    f"database schema version {current} is not one this flowctl understands"
+                    f" (1 to {SCHEMA_VERSION})"
+                )
             for i in range(current, SCHEMA_VERSION):
                 MIGRATIONS[i](db)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
 
     _retry_locked(run)
+
+
+def _has_marker(conn: sqlite3.Connection) -> bool:
+    return int(conn.execute("PRAGMA application_id").fetchone()[0]) == APPLICATION_ID
 
 
 # ---------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from flowctl import cli
 from flowctl.clock import FakeClock
+from flowctl.store import Store
 from tests.conftest import ROOT
 
 HELLO = str(ROOT / "examples" / "hello.py") + ":hello"
@@ -216,7 +217,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     tmp_path: Path, flow_file: Path, flowctl: Flowctl, args: list[str], needle: str
 ) -> None:
     db = tmp_path / "f.db"
-    flowctl(db, "ls")  # create the schema so row counts are comparable
+    Store(db).close()  # create the schema so row counts are comparable (`ls` creates nothing)
     before = counts(db)
     out = flowctl(db, *[a.replace("{flow}", str(flow_file)) for a in args])
     assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
@@ -230,7 +231,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
 @pytest.mark.parametrize("args", [["show", "zzzz"], ["signal", "zzzz", "go"], ["cancel", "zz"]])
 def test_unknown_run_is_one_line_exit_1(tmp_path: Path, flowctl: Flowctl, args: list[str]) -> None:
     db = tmp_path / "f.db"
-    flowctl(db, "ls")
+    Store(db).close()
     before = counts(db)
     out = flowctl(db, *args)
     assert out.returncode == 1

@@ -330,7 +330,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     assert counts(db) == before
 
 
-def test_unknown_schedule_names_it(invoke: Any) -> None:
+def test_unknown_schedule_names_it(invoke: Any, db: Path) -> None:
+    Store(db).close()  # these commands create no database: give them one
     for verb in ("show", "pause", "resume", "rm", "trigger"):
         result = invoke("schedule", verb, "ghost", code=1)
         assert result.stderr == ("flowctl: no schedule named 'ghost': see `flowctl schedule ls`\n")
