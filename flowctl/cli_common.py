@@ -27,10 +27,15 @@ from flowctl.store import Store
 class _Group(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         try:
-            return super().invoke(ctx)
+            rv = super().invoke(ctx)
         except FlowctlError as e:
             typer.echo(f"flowctl: {e}", err=True)
             raise typer.Exit(e.exit_code) from None
+        root = ctx.parent is None  # `schedule ...` is a group inside this one: say it once
+        note = ctx.obj.read_only_note() if root and isinstance(ctx.obj, State) else None
+        if note:  # said after the output, so a failed write says only its own one line
+            typer.echo(note, err=True)
+        return rv
 
 
 class State:
@@ -64,12 +69,13 @@ class State:
                 create=False,
                 allow_read_only=True,
             )
-            if self._store.read_only:
-                typer.echo(
-                    f"flowctl: note: {self.db_path} is read-only here: opened for reading only",
-                    err=True,
-                )
         return self._store
+
+    def read_only_note(self) -> str | None:
+        """What a successful command says when it could only read its database."""
+        if self._store is None or not self._store.read_only:
+            return None
+        return f"flowctl: note: {self.db_path} is read-only here: opened for reading only"
 
     def open_store(self, *, create: bool) -> Store:
         """The database of a command that creates work (`run`, `init`, `daemon`, `schedule

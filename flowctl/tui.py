@@ -123,6 +123,7 @@ class HeaderLine(Static):
         left = Content.assemble(
             (" flowctl ", "bold reverse"),
             f" {Path(app.store.path).name}",
+            ("  read-only" if getattr(app.store, "read_only", False) else "", "bold $warning"),
             ("  workflow: ", "dim"),
             (app.workflow or "all", "bold $accent" if app.workflow else ""),
             ("  search: ", "dim"),
