@@ -408,6 +408,7 @@ def ls(
 ) -> None:
     """List runs, newest first.  Example: flowctl ls --status sleeping --json"""
     st = _state(ctx)
+    ops.parse_statuses(status)  # bad input is exit 2 before the database is looked for
     runs = ops.list_runs(st.store, statuses=status, workflow=workflow, search=search, limit=limit)
     cut = ""
     if len(runs) == limit:

@@ -431,8 +431,10 @@ def agenda(
 ) -> None:
     """Every future wake, start, retry, timeout, deadline and schedule fire, in time order.  Example: flowctl agenda --until 7d"""
     from flowctl import schedule_ops
+    from flowctl.durations import parse_duration
 
     st = _state(ctx)
+    parse_duration(until)  # bad input is exit 2 before the database is looked for
     # one more than asked for, to know whether the list is cut (agenda checks limit >= 1)
     asked = limit + 1 if limit >= 1 else limit
     items = schedule_ops.agenda(st.store, clock=st.clock, until=until, limit=asked)
