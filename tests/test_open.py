@@ -29,7 +29,7 @@ from flowctl import store as store_module
 from flowctl.clock import SystemClock
 from flowctl.errors import DatabaseNotFoundError
 from flowctl.store import APPLICATION_ID, SCHEMA_VERSION, NewRun, Store
-from flowctl.tui import FlowctlApp
+from flowctl.tui import FlowctlApp, RunTable
 from tests.conftest import ROOT
 
 # ---------------------------------------------------------------- helpers
@@ -454,7 +454,8 @@ def test_the_tui_opens_a_read_only_database_and_says_so(ro_folder: Path) -> None
                         await worker.wait()
                 await pilot.pause()
             seen.append(str(app.query_one("HeaderLine").render()))
-            seen.extend(row.run.run_id for row in app._rows)
+            table = app.query_one("#table", RunTable)
+            seen.extend(str(row.key.value) for row in table.ordered_rows)
 
     asyncio.run(scenario())
     store.close()
