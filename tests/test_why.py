@@ -388,6 +388,7 @@ def test_why_command_text_and_json(invoke: Any, fake_clock: FakeClock, flows: Pa
 
 
 def test_why_of_an_unknown_run_is_one_line_exit_1(invoke: Any) -> None:
+    Store(invoke.db).close()  # `why` creates no database: give it one
     result = invoke("why", "nope", code=1)
     assert result.stderr == "flowctl: no run matches 'nope': give a run id or a unique prefix\n"
     assert result.stdout == ""
