@@ -347,9 +347,7 @@ def show_run(
     if run.deadline is not None and run.deadline <= now and not run.status.is_terminal:
         notes.append(f"deadline passed at {iso(run.deadline)}; the next daemon will dead-letter it")
     if changed:
-        notes.append(
-            f"{run.source_path} changed since this run started; the run keeps its pinned definition"
-        )
+        notes.append(source_changed_note(run))
     return RunDetail(
         run=run,
         checkpoints=list(journal.values()),
@@ -360,6 +358,25 @@ def show_run(
         notes=notes,
         published=store.published(run.run_id),
         why_facts=why_facts(store, run.run_id),
+    )
+
+
+def source_changed_note(run: Run) -> str:
+    """What is true of a run whose workflow file changed since it started.
+
+    A YAML run replays the definition pinned when it started. A Python run has no pinned
+    copy: its next replay imports the file as it is now, so a change to the calls it makes
+    before its journal frontier stops it with a non-determinism error.
+    """
+    if run.kind == "yaml":
+        return (
+            f"{run.source_path} changed since this run started; the run keeps its pinned"
+            " definition (new runs use the new file)"
+        )
+    return (
+        f"{run.source_path} changed since this run started; the run replays the new code, and"
+        " a replay that meets a different call than its journal holds ends it dead with a"
+        " non-determinism error (guard such changes with ctx.version())"
     )
 
 
