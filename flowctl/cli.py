@@ -366,6 +366,8 @@ def _print_end(run: Run, now: datetime) -> None:
             typer.echo(f"  last error: {_first_error_line(run)}")
     elif run.status is RunStatus.RUNNING:
         typer.echo(f"running {run.run_id} in another worker")
+    elif run.status is RunStatus.PAUSED:
+        typer.echo(f"paused {run.run_id} (`flowctl resume {run.run_id}` resumes it)")
     else:
         typer.echo(f"{run.status} {run.run_id}: {_first_error_line(run)}", err=True)
 
@@ -701,6 +703,91 @@ def rerun(
     new = ops.rerun(st.store, run_ref, clock=st.clock, input=data)
     origin = st.store.find_run(run_ref).run_id
     _start_copy(st, new, origin, 0, wait, as_json)
+
+
+def _pause_targets(run_ref: str | None, workflow: str | None) -> None:
+    if (run_ref is None) == (workflow is None):
+        raise UsageError("give a RUN, or --workflow W for every run of a workflow")
+
+
+def _say_paused(run: Run, now: datetime) -> str:
+    if run.status is RunStatus.RUNNING:
+        return (
+            f"pause requested for {run.run_id}: it parks at its next durable call"
+            " (nothing is interrupted)"
+        )
+    tail = f"; its deadline {_local(run.deadline)} still runs" if run.deadline else ""
+    return f"paused {run.run_id} ({run.workflow}){tail}"
+
+
+def _say_resumed(run: Run, now: datetime) -> str:
+    if run.status is RunStatus.RUNNING:
+        return f"resumed {run.run_id}: the pause it was asked for is withdrawn"
+    if run.run_at is None:
+        return f"resumed {run.run_id}: {run.status}"
+    when = (
+        "due now"
+        if run.run_at <= now
+        else f"due {_local(run.run_at)} ({_relative(run.run_at, now)})"
+    )
+    return f"resumed {run.run_id}: {run.status}, {when}"
+
+
+_PAUSE_WORKFLOW = typer.Option("--workflow", "-w", help="Every run of this workflow instead.")
+
+
+@app.command()
+def pause(
+    ctx: typer.Context,
+    run_ref: Annotated[
+        str | None, typer.Argument(metavar="[RUN]", help="Run id or unique prefix.")
+    ] = None,
+    workflow: Annotated[str | None, _PAUSE_WORKFLOW] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
+) -> None:
+    """Pause a run: never claimed until resumed; its deadline still runs. A running run
+    parks at its next durable call.  Example: flowctl pause 01jd"""
+    st = _state(ctx)
+    _pause_targets(run_ref, workflow)
+    if workflow is not None:
+        runs = ops.pause_workflow(st.store, workflow, clock=st.clock)
+    else:
+        runs = [ops.pause(st.store, run_ref or "", clock=st.clock)]
+    if as_json:
+        _emit_json([_run_json(r) for r in runs] if workflow is not None else _run_json(runs[0]))
+        return
+    now = st.clock.now()
+    for r in runs:
+        typer.echo(_say_paused(r, now))
+    if workflow is not None:
+        typer.echo(f"{len(runs)} run(s) of {workflow} paused")
+
+
+@app.command()
+def resume(
+    ctx: typer.Context,
+    run_ref: Annotated[
+        str | None, typer.Argument(metavar="[RUN]", help="Run id or unique prefix.")
+    ] = None,
+    workflow: Annotated[str | None, _PAUSE_WORKFLOW] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
+) -> None:
+    """Resume a paused run: due at once if its wake passed, else at its wake.
+    Example: flowctl resume 01jd"""
+    st = _state(ctx)
+    _pause_targets(run_ref, workflow)
+    if workflow is not None:
+        runs = ops.resume_workflow(st.store, workflow, clock=st.clock)
+    else:
+        runs = [ops.resume(st.store, run_ref or "", clock=st.clock)]
+    if as_json:
+        _emit_json([_run_json(r) for r in runs] if workflow is not None else _run_json(runs[0]))
+        return
+    now = st.clock.now()
+    for r in runs:
+        typer.echo(_say_resumed(r, now))
+    if workflow is not None:
+        typer.echo(f"{len(runs)} run(s) of {workflow} resumed")
 
 
 @app.command()

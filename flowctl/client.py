@@ -123,3 +123,11 @@ class Client:
 
     def redrive(self, run_id: str) -> Run:
         return ops.redrive(self.store, run_id, clock=self.clock)
+
+    def pause(self, run_id: str) -> Run:
+        """Pause a run (a running one parks at its next durable call); see `flowctl pause`."""
+        return ops.pause(self.store, run_id, clock=self.clock)
+
+    def resume(self, run_id: str) -> Run:
+        """Resume a paused run: due at once if its wake passed, else at its wake."""
+        return ops.resume(self.store, run_id, clock=self.clock)

@@ -150,6 +150,12 @@ class Context:
         if threading.current_thread() is not self._thread:
             raise DurableCallError(f"ctx.{what}() called from another thread than the handler's")
         self.check()
+        if self._live.pause_requested:
+            # An operator paused the run: park it here, before this call; nothing in flight
+            # is interrupted, and the replay after resume reaches this call again.
+            raise self._halt(
+                Suspend(RunStatus.PAUSED, None, None, ("pause reached", {"index": self._index}))
+            )
 
     def _halt(self, exc: E) -> E:
         """Remember what ends this attempt, so that catching it changes nothing."""
@@ -609,11 +615,20 @@ class LiveRun:
         self._spent_before = spent_before
         self.timeout = timeout
         self._interrupt: Interrupt | None = None
+        self._pause = False
         self.lost = False
         self._lock = threading.Lock()
 
     def spent(self) -> float:
         return self._spent_before + (self._clock.monotonic() - self._started)
+
+    @property
+    def pause_requested(self) -> bool:
+        """Told by the heartbeat that an operator paused the run: park at the next durable call."""
+        return self._pause
+
+    def request_pause(self) -> None:
+        self._pause = True
 
     def interrupt(self, exc: Interrupt) -> None:
         with self._lock:

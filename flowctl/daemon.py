@@ -471,6 +471,11 @@ class Daemon:
         heartbeat (a read; the heartbeat would tell them too)."""
         with self._lock:
             held = [rid for rid in self._live if rid not in self._silenced]
+        for rid in self.store.pauses_requested(held):
+            with self._lock:
+                live = self._live.get(rid)
+            if live is not None:
+                live.request_pause()
         for rid in self.store.cancels_requested(held):
             with self._lock:
                 live = self._live.get(rid)
@@ -503,6 +508,8 @@ class Daemon:
                 exc = DeadlineExceededError("the run's deadline passed")
             elif reply.timeout:
                 exc = ExecutionTimeoutError(f"execution budget of {live.timeout:g}s used up")
+            if reply.pause and exc is None:
+                live.request_pause()  # not an interrupt: it parks at its next durable call
             if exc is None:
                 continue
             live.interrupt(exc)  # type: ignore[arg-type]

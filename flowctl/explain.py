@@ -225,8 +225,8 @@ def explain(facts: WhyFacts, now: datetime) -> Why:
                 " ends cancelled when the handler stops (a Python step is not interrupted)",
                 **lease,
             )
-        if facts.pause_requested is not None:
-            ev = facts.pause_requested
+        if facts.pause_requested is not None or run.pause_requested:
+            ev = facts.pause_requested or OperatorEvent(now, None)
             return out(
                 "pause_requested",
                 f"pause requested at {when(ev.at, now)}{_by(ev)}; it still runs{at} in {owner}"
@@ -256,7 +256,7 @@ def explain(facts: WhyFacts, now: datetime) -> Why:
         )
 
     # -- paused -----------------------------------------------------------------------
-    if facts.paused is not None:
+    if run.status is RunStatus.PAUSED:
         ev = facts.paused
         since = f" since {when(ev.at, now)}{_by(ev)}" if ev else ""
         wake = facts.paused_wake

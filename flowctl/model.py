@@ -13,6 +13,7 @@ class RunStatus(StrEnum):
     RUNNING = "running"
     SLEEPING = "sleeping"
     WAITING = "waiting"  # for a signal
+    PAUSED = "paused"  # by an operator: never claimed; its deadline still runs
     COMPLETED = "completed"
     DEAD = "dead"  # dead-lettered; `flowctl redrive` revives it
     CANCELLED = "cancelled"
@@ -24,6 +25,9 @@ class RunStatus(StrEnum):
 
 TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.DEAD, RunStatus.CANCELLED})
 ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.SLEEPING, RunStatus.WAITING})
+# Statuses whose run_at the daemon acts on: the active ones, and paused runs, parked with
+# run_at = their deadline so the claim at the deadline dead-letters them (never executed).
+DUE = ACTIVE | {RunStatus.PAUSED}
 
 
 class CallKind(StrEnum):
@@ -98,6 +102,9 @@ class Run:
     source_hash: str | None = None
     source_path: str | None = None
     backoff: dict[str, Any] | None = None
+    pause_requested: bool = False  # running: it parks as paused at its next durable call
+    paused_status: RunStatus | None = None  # paused: the status resume gives back
+    paused_run_at: datetime | None = None  # paused: when it was due (its wake), kept for resume
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -123,6 +130,9 @@ class Run:
             "lease_until": iso(self.lease_until),
             "fence": self.fence,
             "cancel_requested": self.cancel_requested,
+            "pause_requested": self.pause_requested,
+            "paused_status": None if self.paused_status is None else str(self.paused_status),
+            "paused_run_at": iso(self.paused_run_at),
             "key": self.key,
             "parent_run_id": self.parent_run_id,
             "schedule": self.schedule,

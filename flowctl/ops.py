@@ -18,7 +18,16 @@ from flowctl.clock import Clock
 from flowctl.durations import parse_duration
 from flowctl.errors import DurationError, FlowctlError, InputError, InvalidStateError, UsageError
 from flowctl.explain import DaemonFact, OperatorEvent, Why, WhyFacts, explain
-from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus, TimelineEvent, iso
+from flowctl.model import (
+    ACTIVE,
+    CallKind,
+    EntryState,
+    JournalEntry,
+    Run,
+    RunStatus,
+    TimelineEvent,
+    iso,
+)
 from flowctl.store import DaemonInfo, Store
 from flowctl.workflow import WorkflowEntry, discover, load_target
 
@@ -497,6 +506,13 @@ def why_facts(store: Store, ref: str) -> WhyFacts:
             if run.status is RunStatus.RUNNING and run.cancel_requested
             else None
         ),
+        pause_requested=(
+            operator(["pause requested"])
+            if run.status is RunStatus.RUNNING and run.pause_requested
+            else None
+        ),
+        paused=operator(["paused"]) if run.status is RunStatus.PAUSED else None,
+        paused_wake=run.paused_run_at,
         child=child,
         buffered_signal=buffered,
         db=store.path,
@@ -569,6 +585,73 @@ def redrive_many(
 def wake_now(store: Store, ref: str, *, clock: Clock, by: str | None = None) -> Run:
     run = store.find_run(ref)
     return store.wake_now(run.run_id, by or _actor(), clock.now())
+
+
+def pause(store: Store, ref: str, *, clock: Clock, by: str | None = None) -> Run:
+    """Pause a run: a parked one at once, a running one at its next durable call.
+
+    A paused run is never claimed; its deadline keeps running and dead-letters it.
+    """
+    run = store.find_run(ref)
+    return store.request_pause(run.run_id, by or _actor(), clock.now())
+
+
+def resume(store: Store, ref: str, *, clock: Clock, by: str | None = None) -> Run:
+    """Resume a paused run (due at once if its wake passed, else at its wake), or withdraw
+    the pause a running run was asked for. Any other run is refused (exit 1)."""
+    run = store.find_run(ref)
+    return store.resume(run.run_id, by or _actor(), clock.now())
+
+
+def _each_of_workflow(
+    store: Store, workflow: str, statuses: list[RunStatus], act: Any
+) -> list[Run]:
+    """Apply `act(run)` to every run of `workflow` in `statuses`; a run whose status moved
+    on meanwhile (the action refuses it) is skipped."""
+    out: list[Run] = []
+    seen: set[str] = set()
+    while True:
+        batch = [
+            r
+            for r in store.list_runs(statuses=statuses, workflow=workflow, limit=500)
+            if r.run_id not in seen
+        ]
+        if not batch:
+            return out
+        for run in batch:
+            seen.add(run.run_id)
+            try:
+                out.append(act(run))
+            except InvalidStateError:
+                continue
+
+
+def pause_workflow(
+    store: Store, workflow: str, *, clock: Clock, by: str | None = None
+) -> list[Run]:
+    """`pause --workflow W`: every active run of W (queued, running, sleeping, waiting)."""
+    who = by or _actor()
+    return _each_of_workflow(
+        store,
+        workflow,
+        sorted(ACTIVE),
+        lambda r: store.request_pause(r.run_id, who, clock.now()) if not r.pause_requested else r,
+    )
+
+
+def resume_workflow(
+    store: Store, workflow: str, *, clock: Clock, by: str | None = None
+) -> list[Run]:
+    """`resume --workflow W`: every paused run of W, and every pause W's running runs were
+    asked for."""
+    who = by or _actor()
+
+    def act(run: Run) -> Run:
+        if run.status is RunStatus.RUNNING and not run.pause_requested:
+            raise InvalidStateError("not paused")
+        return store.resume(run.run_id, who, clock.now())
+
+    return _each_of_workflow(store, workflow, [RunStatus.PAUSED, RunStatus.RUNNING], act)
 
 
 # ---------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from flowctl.errors import (
     SerializationError,
 )
 from flowctl.model import (
-    ACTIVE,
+    DUE,
     CallKind,
     Claim,
     EntryState,
@@ -62,6 +62,8 @@ from flowctl.transitions import (
     guard,
     next_attempt,
     parked_run_at,
+    pause,
+    resume,
 )
 
 BUSY_TIMEOUT_MS = 10_000
@@ -272,7 +274,22 @@ def _migration_5(db: sqlite_utils.Database) -> None:
     db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT")
 
 
-MIGRATIONS = [_migration_1, _migration_2, _migration_3, _migration_4, _migration_5]
+def _migration_6(db: sqlite_utils.Database) -> None:
+    """Pause and resume (issue 10). `status` is free text, so 'paused' needs no constraint
+    change; a paused run keeps the status and run_at that resume gives back."""
+    db.execute("ALTER TABLE runs ADD COLUMN pause_requested INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE runs ADD COLUMN paused_status TEXT")
+    db.execute("ALTER TABLE runs ADD COLUMN paused_run_at INTEGER")
+
+
+MIGRATIONS = [
+    _migration_1,
+    _migration_2,
+    _migration_3,
+    _migration_4,
+    _migration_5,
+    _migration_6,
+]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -307,7 +324,8 @@ _RUN_COLUMNS = (
     "run_id, workflow, target, kind, status, input, created_at, run_at, started_at, finished_at,"
     " attempt, max_attempts, deadline, timeout_us, exec_spent_us, result, error, lease_owner,"
     " lease_until, fence, reclaims, cancel_requested, cancel_reason, key, parent_run_id,"
-    " schedule, scheduled_at, cwd, source_hash, source_path, backoff"
+    " schedule, scheduled_at, cwd, source_hash, source_path, backoff, pause_requested,"
+    " paused_status, paused_run_at"
 )
 
 
@@ -344,6 +362,9 @@ def _run_from_row(r: Sequence[Any]) -> Run:
         source_hash=r[28],
         source_path=r[29],
         backoff=_loads(r[30]),
+        pause_requested=bool(r[31]),
+        paused_status=None if r[32] is None else RunStatus(r[32]),
+        paused_run_at=_dt(r[33]),
     )
 
 
@@ -402,6 +423,7 @@ class HeartbeatReply:
     cancel: bool = False
     deadline: bool = False
     timeout: bool = False
+    pause: bool = False  # an operator asked to pause it: park at the next durable call
 
 
 @dataclass(frozen=True)
@@ -969,7 +991,7 @@ class Store:
         """The soonest (run_at µs, run_id) pairs over every claimable status, in order."""
         out: list[tuple[int, str]] = []
         with self._reading() as c:
-            for status in ACTIVE:
+            for status in DUE:
                 out.extend(
                     c.execute(
                         "SELECT run_at, run_id FROM runs WHERE status = ? AND run_at IS NOT NULL"
@@ -1023,7 +1045,7 @@ class Store:
         """Ids of active runs whose run_at lies in [lo, hi] (e.g. passed over by a clock jump)."""
         out: list[str] = []
         with self._reading() as c:
-            for status in sorted(ACTIVE):
+            for status in sorted(DUE):
                 out.extend(
                     r[0]
                     for r in c.execute(
@@ -1067,12 +1089,12 @@ class Store:
             if run_id is not None:
                 candidates = c.execute(
                     "SELECT run_id FROM runs WHERE run_id = ? AND status IN"
-                    " ('queued','sleeping','waiting','running') AND run_at <= ?",
+                    " ('queued','sleeping','waiting','running','paused') AND run_at <= ?",
                     [run_id, now_us],
                 ).fetchall()
             else:
                 candidates = []
-                for status in ("queued", "sleeping", "waiting", "running"):
+                for status in ("queued", "sleeping", "waiting", "running", "paused"):
                     candidates.extend(
                         c.execute(
                             "SELECT run_at, run_id FROM runs WHERE status = ? AND run_at <= ?"
@@ -1101,9 +1123,16 @@ class Store:
     ) -> Claim | None:
         run = _load_run(c, rid)
         prev = run.status
-        if prev not in ACTIVE or run.run_at is None or to_us(run.run_at) > now_us:
+        if prev not in DUE or run.run_at is None or to_us(run.run_at) > now_us:
             return None
         verdict = claim_verdict(run, from_us(now_us))
+        if verdict.action is ClaimAction.SKIP:
+            return None
+        if verdict.action is ClaimAction.PAUSE:
+            # Its worker died with a pause requested: the pause takes effect here.
+            self._park_paused(c, run, RunStatus.QUEUED, now_us, now_us)
+            ended.append(rid)
+            return None
         if verdict.action is ClaimAction.END:
             assert verdict.status is not None
             self._end(c, run, verdict.status, verdict.error, now_us)
@@ -1311,14 +1340,14 @@ class Store:
             c.execute("UPDATE daemons SET seen_at = ? WHERE owner = ?", [now_us, owner])
             for run_id, fence, spent in held:
                 row = c.execute(
-                    "SELECT fence, status, cancel_requested, deadline, timeout_us FROM runs"
-                    " WHERE run_id = ?",
+                    "SELECT fence, status, cancel_requested, deadline, timeout_us,"
+                    " pause_requested FROM runs WHERE run_id = ?",
                     [run_id],
                 ).fetchone()
                 if row is None or row[0] != fence or row[1] != "running":
                     replies.append(HeartbeatReply(run_id, lost=True))
                     continue
-                _, _, cancel, deadline, timeout_us = row
+                _, _, cancel, deadline, timeout_us, pause_requested = row
                 spent_us = round(spent * 1e6)
                 c.execute(
                     "UPDATE runs SET lease_until = ?, run_at = ?, exec_spent_us = ? WHERE run_id = ?",
@@ -1330,6 +1359,7 @@ class Store:
                         cancel=bool(cancel),
                         deadline=deadline is not None and deadline <= now_us,
                         timeout=timeout_us is not None and spent_us >= timeout_us,
+                        pause=bool(pause_requested),
                     )
                 )
         return replies
@@ -1354,11 +1384,14 @@ class Store:
         now_us = to_us(now)
         with self._write() as c:
             row = c.execute(
-                "SELECT deadline FROM runs WHERE run_id = ? AND fence = ? AND status = 'running'",
+                "SELECT deadline, pause_requested FROM runs WHERE run_id = ? AND fence = ?"
+                " AND status = 'running'",
                 [run_id, fence],
             ).fetchone()
             if row is None:
                 return None
+            if status is RunStatus.PAUSED:  # stopped at a durable call to honour a pause
+                status, run_at = RunStatus.QUEUED, now
             at = _us(parked_run_at(run_at, deadline=_dt(row[0])))
             if entry is not None:
                 c.execute(
@@ -1392,6 +1425,8 @@ class Store:
                 if has:
                     at = now_us
                     c.execute("UPDATE runs SET run_at = ? WHERE run_id = ?", [at, run_id])
+            if row[1]:  # a pause was requested: it takes effect at this durable call
+                return self._park_paused(c, _load_run(c, run_id), status, at, now_us)
             return Applied(status, _dt(at))
 
     def complete_run(
@@ -1402,8 +1437,8 @@ class Store:
         with self._write() as c:
             cur = c.execute(
                 "UPDATE runs SET status = 'completed', result = ?, error = NULL, finished_at = ?,"
-                " run_at = NULL, lease_owner = NULL, lease_until = NULL, exec_spent_us = ?"
-                " WHERE run_id = ? AND fence = ? AND status = 'running'",
+                " run_at = NULL, lease_owner = NULL, lease_until = NULL, exec_spent_us = ?,"
+                " pause_requested = 0 WHERE run_id = ? AND fence = ? AND status = 'running'",
                 [result_text, now_us, round(exec_spent * 1e6), run_id, fence],
             )
             if cur.rowcount != 1:
@@ -1484,10 +1519,94 @@ class Store:
                 )
             )
             c.executemany("INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)", events)
+            if run.pause_requested:  # it stopped: the requested pause takes effect now
+                return self._park_paused(c, _load_run(c, run.run_id), RunStatus.QUEUED, at, now_us)
             return Applied(RunStatus.QUEUED, from_us(at))
         c.executemany("INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)", events)
         self._end(c, run, RunStatus.DEAD, error, now_us)
         return Applied(RunStatus.DEAD, None)
+
+    def _park_paused(
+        self,
+        c: sqlite3.Connection,
+        run: Run,
+        status: RunStatus,
+        at_us: int | None,
+        now_us: int,
+        *,
+        by: str | None = None,
+    ) -> Applied:
+        """Park `run` paused inside the caller's transaction: `status` and `at_us` are what
+        resume gives back; meanwhile run_at is its deadline (for the deadline check only)."""
+        parked = pause(status, _dt(at_us), run.deadline)
+        if by is None:  # a requested pause taking effect: who asked for it
+            asked = c.execute(
+                "SELECT data FROM timeline WHERE run_id = ? AND type = 'pause requested'"
+                " ORDER BY seq DESC LIMIT 1",
+                [run.run_id],
+            ).fetchone()
+            by = (_loads(asked[0]) or {}).get("by") if asked else None
+        c.execute(
+            "UPDATE runs SET status = 'paused', paused_status = ?, paused_run_at = ?, run_at = ?,"
+            " pause_requested = 0, lease_owner = NULL, lease_until = NULL WHERE run_id = ?",
+            [str(parked.paused_status), _us(parked.paused_run_at), _us(parked.run_at), run.run_id],
+        )
+        data: dict[str, Any] = {"by": by, "was": str(status)}
+        if parked.paused_run_at is not None:
+            data["due"] = from_us(to_us(parked.paused_run_at)).isoformat(timespec="microseconds")
+        _add_event(c, run.run_id, now_us, "paused", data)
+        return Applied(RunStatus.PAUSED, parked.run_at)
+
+    def request_pause(self, run_id: str, by: str, now: datetime) -> Run:
+        """Pause a run: parked at once unless running; a running run is asked to park at its
+        next durable call (nothing is interrupted). Pausing it again changes nothing."""
+        now_us = to_us(now)
+        with self._write() as c:
+            run = _load_run(c, run_id)
+            guard(Action.PAUSE, run_id, run.status)
+            if run.status is RunStatus.RUNNING:
+                if not run.pause_requested:
+                    c.execute("UPDATE runs SET pause_requested = 1 WHERE run_id = ?", [run_id])
+                    _add_event(c, run_id, now_us, "pause requested", {"by": by})
+            else:
+                self._park_paused(c, run, run.status, _us(run.run_at), now_us, by=by)
+            return _load_run(c, run_id)
+
+    def resume(self, run_id: str, by: str, now: datetime) -> Run:
+        """Give a paused run back its status, due at once if its wake passed meanwhile, else
+        at its wake; for a running run, withdraw the pause it was asked for."""
+        now_us = to_us(now)
+        with self._write() as c:
+            run = _load_run(c, run_id)
+            guard(Action.RESUME, run_id, run.status, pause_requested=run.pause_requested)
+            if run.status is RunStatus.RUNNING:
+                c.execute("UPDATE runs SET pause_requested = 0 WHERE run_id = ?", [run_id])
+                _add_event(c, run_id, now_us, "resumed", {"by": by, "was": "pause requested"})
+                return _load_run(c, run_id)
+            back = resume(run, from_us(now_us))
+            c.execute(
+                "UPDATE runs SET status = ?, run_at = ?, paused_status = NULL,"
+                " paused_run_at = NULL WHERE run_id = ?",
+                [str(back.status), _us(back.run_at), run_id],
+            )
+            data: dict[str, Any] = {"by": by, "status": str(back.status)}
+            if back.run_at is not None:
+                data["due"] = back.run_at.isoformat(timespec="microseconds")
+            _add_event(c, run_id, now_us, "resumed", data)
+            if run.schedule is not None and back.run_at is None:
+                _release_next(c, run.schedule, now_us, after=None)  # a held run: never stranded
+            return _load_run(c, run_id)
+
+    def pauses_requested(self, run_ids: Sequence[str]) -> list[str]:
+        """Which of these running runs an operator has asked to pause (a read, no write)."""
+        if not run_ids:
+            return []
+        rows = self._read(
+            "SELECT run_id FROM runs WHERE status = 'running' AND pause_requested = 1"
+            f" AND run_id IN ({','.join('?' * len(run_ids))})",
+            list(run_ids),
+        )
+        return [r[0] for r in rows]
 
     def _end(
         self,
@@ -1499,7 +1618,8 @@ class Store:
     ) -> None:
         c.execute(
             "UPDATE runs SET status = ?, error = ?, finished_at = ?, run_at = NULL, lease_owner = NULL,"
-            " lease_until = NULL WHERE run_id = ?",
+            " lease_until = NULL, pause_requested = 0, paused_status = NULL, paused_run_at = NULL"
+            " WHERE run_id = ?",
             [str(status), None if error is None else dumps(error), now_us, run.run_id],
         )
         label = "dead-lettered" if status is RunStatus.DEAD else str(status)
@@ -1566,6 +1686,11 @@ class Store:
             )
             c.execute(
                 "UPDATE runs SET run_at = ? WHERE run_id = ? AND status = 'waiting'",
+                [now_us, run_id],
+            )
+            c.execute(  # paused while waiting: due at once when resumed
+                "UPDATE runs SET paused_run_at = ? WHERE run_id = ? AND status = 'paused'"
+                " AND paused_status = 'waiting'",
                 [now_us, run_id],
             )
             _add_event(c, run_id, now_us, "signal sent", {"name": name})
@@ -1968,7 +2093,8 @@ class Store:
             out.append((run.run_at, kind, run))
         rows = self._read(
             f"SELECT {_RUN_COLUMNS} FROM runs WHERE deadline IS NOT NULL AND deadline <= ?"
-            " AND status IN ('queued', 'running', 'sleeping', 'waiting') ORDER BY deadline LIMIT ?",
+            " AND status IN ('queued', 'running', 'sleeping', 'waiting', 'paused')"
+            " ORDER BY deadline LIMIT ?",
             [until_us, limit],
         )
         for r in rows:
@@ -1998,10 +2124,15 @@ def _first_line(error: dict[str, Any]) -> str:
 
 
 def _wake_parent(c: sqlite3.Connection, run_id: str, now_us: int) -> None:
-    """A child run ended: its waiting parent becomes due."""
+    """A child run ended: its waiting parent becomes due (when resumed, if it is paused)."""
     c.execute(
         "UPDATE runs SET run_at = ? WHERE status = 'waiting' AND run_id ="
         " (SELECT parent_run_id FROM runs WHERE run_id = ?)",
+        [now_us, run_id],
+    )
+    c.execute(
+        "UPDATE runs SET paused_run_at = ? WHERE status = 'paused' AND paused_status = 'waiting'"
+        " AND run_id = (SELECT parent_run_id FROM runs WHERE run_id = ?)",
         [now_us, run_id],
     )
 
@@ -2408,11 +2539,12 @@ _SCHEDULE_COLUMNS = (
 )
 HISTORY_KEEP = 1000  # history rows kept per schedule
 _HISTORY_COLUMNS = "h.schedule, h.fire_at, h.action, h.run_id, h.at, h.detail, r.status"
-_ACTIVE_SQL = "('queued', 'running', 'sleeping', 'waiting')"
+_ACTIVE_SQL = "('queued', 'running', 'sleeping', 'waiting', 'paused')"
 # A run of a schedule that is active and not held behind another (overlap=queue). A held
 # run is queued with run_at NULL, which no claim and no timer wheel ever picks up.
 _RUNNING_OF_SCHEDULE = (
     f"schedule = ? AND status IN {_ACTIVE_SQL} AND NOT (status = 'queued' AND run_at IS NULL)"
+    " AND NOT (status = 'paused' AND paused_status = 'queued' AND paused_run_at IS NULL)"
 )
 
 

@@ -72,6 +72,8 @@ class Action(StrEnum):
     CANCEL = "cancel"
     REDRIVE = "redrive"
     WAKE = "wake"
+    PAUSE = "pause"
+    RESUME = "resume"
 
 
 @dataclass(frozen=True)
@@ -102,20 +104,33 @@ GUARDS: dict[Action, Guard] = {
         _statuses((RunStatus.SLEEPING, RunStatus.QUEUED)),
         "run {run_id} is {status}: only sleeping or queued runs can be woken",
     ),
+    Action.PAUSE: Guard(
+        _statuses((RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.SLEEPING, RunStatus.WAITING)),
+        "run {run_id} is {status}: only queued, running, sleeping or waiting runs can be paused",
+    ),
+    # A running run is accepted only while a pause is requested (resume withdraws it).
+    Action.RESUME: Guard(
+        _statuses((RunStatus.PAUSED, RunStatus.RUNNING)),
+        "run {run_id} is {status}, not paused: only a paused run can be resumed",
+    ),
 }
 
 
-def refusal(action: Action, run_id: str, status: RunStatus) -> str | None:
+def refusal(
+    action: Action, run_id: str, status: RunStatus, *, pause_requested: bool = False
+) -> str | None:
     """The one-line reason `action` is refused for a run in `status`, or None if accepted."""
     g = GUARDS[action]
-    if status in g.accepts:
+    if status in g.accepts and not (
+        action is Action.RESUME and status is RunStatus.RUNNING and not pause_requested
+    ):
         return None
     return g.refusal.format(run_id=run_id, status=status)
 
 
-def guard(action: Action, run_id: str, status: RunStatus) -> None:
+def guard(action: Action, run_id: str, status: RunStatus, *, pause_requested: bool = False) -> None:
     """Raise InvalidStateError (one line, exit 1) unless `action` accepts `status`."""
-    why = refusal(action, run_id, status)
+    why = refusal(action, run_id, status, pause_requested=pause_requested)
     if why is not None:
         raise InvalidStateError(why)
 
@@ -148,6 +163,40 @@ class Applied:
 
 
 # ---------------------------------------------------------------------------
+# Pausing and resuming
+
+
+@dataclass(frozen=True)
+class Paused:
+    """How a run is parked paused: the status and due time resume gives back, and the
+    run_at the daemon sees meanwhile (its deadline, for the deadline check only)."""
+
+    paused_status: RunStatus
+    paused_run_at: datetime | None
+    run_at: datetime | None
+
+
+def pause(status: RunStatus, run_at: datetime | None, deadline: datetime | None) -> Paused:
+    """Park a queued, sleeping or waiting run (or one that stopped at a durable call, given
+    as queued and due now) as paused. Its wake time may pass meanwhile; its deadline runs on.
+    """
+    return Paused(status, run_at, deadline)
+
+
+def resume(paused: Run, now: datetime) -> Applied:
+    """What resuming a paused run gives back: its status, due at once if its wake passed
+    while paused, else at its wake (a held or signal-waiting run with no time stays
+    untimed); never later than its deadline."""
+    status = paused.paused_status or RunStatus.QUEUED
+    at = paused.paused_run_at
+    if at is None and status is RunStatus.QUEUED:
+        return Applied(status, None)  # held behind a schedule's active run: released in turn
+    if at is not None and at < now:
+        at = now
+    return Applied(status, parked_run_at(at, deadline=paused.deadline))
+
+
+# ---------------------------------------------------------------------------
 # Claiming a due run
 
 
@@ -155,6 +204,8 @@ class ClaimAction(StrEnum):
     CLAIM = "claim"  # lease it to the claimer
     END = "end"  # end it here, terminally (status and error given)
     FAIL = "fail"  # end this attempt as failed (retried or dead-lettered by next_attempt)
+    PAUSE = "pause"  # park it paused: a pause was requested and its worker died
+    SKIP = "skip"  # leave it as it is: a paused run is never claimed
 
 
 @dataclass(frozen=True)
@@ -170,7 +221,8 @@ def claim_verdict(run: Run, now: datetime) -> ClaimVerdict:
     """What claiming this due run does. Checked in this order, each one final:
 
     cancelled while its worker died -> cancelled; deadline passed -> dead (deadline);
-    execution budget spent by a dead worker -> failed attempt (timeout); reclaimed
+    paused -> left alone (it is due only for its deadline); pause requested while its worker
+    died -> paused; execution budget spent by a dead worker -> failed attempt (timeout); reclaimed
     POISON_RECLAIMS times without a new checkpoint -> dead (poison); else claimed.
     """
     lapsed = run.status is RunStatus.RUNNING  # a due running run: its lease lapsed
@@ -178,6 +230,10 @@ def claim_verdict(run: Run, now: datetime) -> ClaimVerdict:
         return ClaimVerdict(ClaimAction.END, RunStatus.CANCELLED, cancel_error(run.cancel_reason))
     if run.deadline is not None and run.deadline <= now:
         return ClaimVerdict(ClaimAction.END, RunStatus.DEAD, deadline_error(run.deadline))
+    if run.status is RunStatus.PAUSED:
+        return ClaimVerdict(ClaimAction.SKIP)
+    if lapsed and run.pause_requested:
+        return ClaimVerdict(ClaimAction.PAUSE)
     if lapsed and run.timeout is not None and run.exec_spent >= run.timeout:
         err = {
             "type": "ExecutionTimeoutError",

@@ -67,6 +67,13 @@ def _until_cell(row: Row, now: datetime) -> Text:
     return table_cell(text, "bold" if text.startswith("late") else "")
 
 
+def _due_on_resume(run: Run, now: datetime) -> str:
+    """When `flowctl resume` would make a paused run due: at once once its wake passed."""
+    if run.paused_run_at is not None and run.paused_run_at <= now:
+        return "at once"
+    return countdown(run.paused_run_at, now)
+
+
 RUN_ID = Column("run_id", "RUN ID", lambda r, now: table_cell(r.run.run_id))
 WORKFLOW = Column("workflow", "WORKFLOW", lambda r, now: table_cell(r.run.workflow, limit=24))
 ATTEMPT = Column(
@@ -227,6 +234,38 @@ VIEWS: tuple[View, ...] = (
                 "created",
                 "CREATED",
                 lambda r, now: table_cell(ago(r.run.created_at, now)),
+                live=True,
+                width=12,
+            ),
+            INPUT,
+        ),
+    ),
+    View(
+        "paused",
+        "9",
+        "Paused",
+        "Pause",
+        (RunStatus.PAUSED,),
+        "created_desc",
+        (
+            RUN_ID,
+            WORKFLOW,
+            Column(
+                "was",
+                "WAS",
+                lambda r, now: table_cell(str(r.run.paused_status or "")),
+            ),
+            Column(
+                "due_on_resume",
+                "DUE ON RESUME",
+                lambda r, now: table_cell(_due_on_resume(r.run, now)),
+                live=True,
+                width=13,
+            ),
+            Column(
+                "deadline_in",
+                "DEADLINE IN",
+                lambda r, now: table_cell(countdown(r.run.deadline, now)),
                 live=True,
                 width=12,
             ),

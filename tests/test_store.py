@@ -126,8 +126,16 @@ def test_a_database_at_each_older_version_migrates_forward_keeping_its_runs(
     with monkeypatch.context() as m:
         m.setattr(store_module, "MIGRATIONS", store_module.MIGRATIONS[:old])
         m.setattr(store_module, "SCHEMA_VERSION", old)
-        with Store(db_path) as older:
-            new_run(older)
+        Store(db_path).close()
+    # The run is written as that version's code wrote it: only the columns it had.
+    conn = sqlite3.connect(db_path)
+    with conn:
+        conn.execute(
+            "INSERT INTO runs (run_id, workflow, target, kind, input, status, run_at, created_at)"
+            " VALUES ('r1', 'wf', 'wf.py:wf', 'python', '{\"n\":1}', 'queued', ?, ?)",
+            [to_us(T0), to_us(T0)],
+        )
+    conn.close()
     assert user_version(db_path) == old
     with Store(db_path) as current:
         assert current.get_run("r1").input == {"n": 1}
