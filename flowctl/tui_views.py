@@ -60,6 +60,9 @@ class View:
     statuses: tuple[RunStatus, ...] | None  # None: every status (no filter, so the index serves it)
     order: str  # a Store.list_runs order
     columns: tuple[Column, ...]
+    # Tabbed only while it has runs or is open (its key always works): a rare state does not
+    # crowd the tab bar of an 80-column terminal.
+    optional: bool = False
 
 
 def _until_cell(row: Row, now: datetime) -> Text:
@@ -271,6 +274,7 @@ VIEWS: tuple[View, ...] = (
             ),
             INPUT,
         ),
+        optional=True,
     ),
 )
 VIEWS_BY_KEY = {v.key: v for v in VIEWS}

@@ -38,6 +38,8 @@ class ViewBar(Static):
         out = []
         for view in VIEWS:
             n = self.counts.get(view.key)
+            if view.optional and not n and view.key != self.active:
+                continue
             if names == "full":
                 name = f" {view.title}"
             elif names == "short" or view.key == self.active:

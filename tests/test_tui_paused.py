@@ -68,3 +68,18 @@ def test_paused_view_lists_paused_runs_with_their_count(
     ops.pause(store, other, clock=fake_clock)
     fake_clock.advance(timedelta(hours=2))
     assert FlowctlApp(store=store, clock=fake_clock, view="auto").view == "paused"
+    # with nothing paused the tab is not shown (its key still opens the view)
+    for rid in (sleeper, other):
+        ops.resume(store, rid, clock=fake_clock)
+
+    async def nothing_paused() -> None:
+        app = FlowctlApp(store=store, clock=fake_clock)
+        async with app.run_test(size=(140, 30)) as pilot:
+            await _settle(app, pilot)
+            assert "Paused" not in str(app.query_one("#views").render())
+            await pilot.press("9")
+            await _settle(app, pilot)
+            assert app.view == "paused"
+            assert "9 Paused 0" in str(app.query_one("#views").render())
+
+    asyncio.run(nothing_paused())
