@@ -237,6 +237,7 @@ class Context:
         policy = options_of(fn).retry
         started = self._clock.monotonic()
         self._in_step = name
+        self._live.current_step = f"#{index} {name!r}"
         try:
             result = fn(*args, **kwargs)
             if self.halted is None:
@@ -278,6 +279,7 @@ class Context:
             raise
         finally:
             self._in_step = None
+            self._live.current_step = None
         if self.halted is not None:
             raise self.halted  # the step swallowed the DurableCallError it caused
         duration = self._clock.monotonic() - started
@@ -616,6 +618,7 @@ class LiveRun:
         self.timeout = timeout
         self._interrupt: Interrupt | None = None
         self._pause = False
+        self.current_step: str | None = None  # the step the handler is inside, for `why`
         self.lost = False
         self._lock = threading.Lock()
 

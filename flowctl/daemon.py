@@ -494,6 +494,7 @@ class Daemon:
             [(rid, live.fence, live.spent()) for rid, live in held],
             now + timedelta(seconds=self.config.lease),
             now,
+            steps={rid: live.current_step for rid, live in held},
         )
         lives = dict(held)
         for reply in replies:

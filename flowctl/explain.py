@@ -214,23 +214,27 @@ def explain(facts: WhyFacts, now: datetime) -> Why:
     # -- running ----------------------------------------------------------------------
     if run.status is RunStatus.RUNNING:
         owner = _owner_text(run, facts)
-        at = _after_checkpoint(facts.last_checkpoint)
-        lease = {"lease_owner": run.lease_owner, "lease_until": iso(run.lease_until)}
+        doing = _doing(facts.last_checkpoint, run.current_step)
+        lease = {
+            "lease_owner": run.lease_owner,
+            "lease_until": iso(run.lease_until),
+            "step": run.current_step,
+        }
         if facts.cancel_requested is not None or run.cancel_requested:
             ev = facts.cancel_requested
             since = f" at {when(ev.at, now)}{_by(ev)}" if ev else ""
             return out(
                 "cancel_requested",
-                f"cancel requested{since} while its handler still runs{at} in {owner}; it"
-                " ends cancelled when the handler stops (a Python step is not interrupted)",
+                f"cancel requested{since} while {doing} still runs in {owner}; it ends"
+                " cancelled when the handler stops (a Python step is not interrupted)",
                 **lease,
             )
         if facts.pause_requested is not None or run.pause_requested:
             ev = facts.pause_requested or OperatorEvent(now, None)
             return out(
                 "pause_requested",
-                f"pause requested at {when(ev.at, now)}{_by(ev)}; it still runs{at} in {owner}"
-                " and parks as paused at its next durable call",
+                f"pause requested at {when(ev.at, now)}{_by(ev)}; {doing} still runs in"
+                f" {owner}, and the run parks as paused at its next durable call",
                 **lease,
             )
         if facts.lease_owner_gone:
@@ -251,7 +255,7 @@ def explain(facts: WhyFacts, now: datetime) -> Why:
             )
         return out(
             "running",
-            f"running{at} in {owner}, lease until {when(run.lease_until, now)}",
+            f"running: {doing} runs in {owner}, lease until {when(run.lease_until, now)}",
             **lease,
         )
 
@@ -342,10 +346,14 @@ def _owner_text(run: Run, facts: WhyFacts) -> str:
     return owner
 
 
-def _after_checkpoint(entry: JournalEntry | None) -> str:
+def _doing(entry: JournalEntry | None, step: str | None) -> str:
+    """What a running handler is doing: the step its last heartbeat saw it inside, else
+    where its journal ends."""
+    if step is not None:
+        return f"step {step}"
     if entry is None:
-        return " (no checkpoint yet)"
-    return f" (after checkpoint #{entry.call_index} {entry.kind} {entry.name!r})"
+        return "its handler (no checkpoint yet)"
+    return f"its handler (after checkpoint #{entry.call_index} {entry.kind} {entry.name!r})"
 
 
 def _parked(facts: WhyFacts, now: datetime) -> tuple[str, str, dict[str, Any]] | None:

@@ -105,6 +105,7 @@ class Run:
     pause_requested: bool = False  # running: it parks as paused at its next durable call
     paused_status: RunStatus | None = None  # paused: the status resume gives back
     paused_run_at: datetime | None = None  # paused: when it was due (its wake), kept for resume
+    current_step: str | None = None  # running: "#3 'charge'", the step its last heartbeat saw
 
     def to_json(self) -> dict[str, Any]:
         return {

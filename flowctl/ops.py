@@ -431,7 +431,13 @@ def why(detail: RunDetail, now: datetime) -> str:
         return f"queued to start at {until(run.run_at)}"
     if run.status is RunStatus.RUNNING:
         cancel = " (cancel requested)" if run.cancel_requested else ""
+        if run.pause_requested:
+            cancel += " (pause requested: it parks at its next durable call)"
         return f"running on {run.lease_owner}, lease until {iso(run.lease_until)}{cancel}"
+    if run.status is RunStatus.PAUSED:
+        due = run.paused_run_at
+        then = "at once" if due is None or due <= now else f"at {until(due)}"
+        return f"paused (was {run.paused_status}); `flowctl resume` makes it due {then}"
     if run.status is RunStatus.DEAD and run.error:
         return f"dead: {run.error.get('type')}: {str(run.error.get('message', '')).splitlines()[0] if run.error.get('message') else ''}"
     return str(run.status)

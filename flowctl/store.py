@@ -19,7 +19,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -282,6 +282,11 @@ def _migration_6(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN paused_run_at INTEGER")
 
 
+def _migration_7(db: sqlite_utils.Database) -> None:
+    """The step a running run's handler is inside, as its last heartbeat saw it (`why`)."""
+    db.execute("ALTER TABLE runs ADD COLUMN current_step TEXT")
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -289,6 +294,7 @@ MIGRATIONS = [
     _migration_4,
     _migration_5,
     _migration_6,
+    _migration_7,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -325,7 +331,7 @@ _RUN_COLUMNS = (
     " attempt, max_attempts, deadline, timeout_us, exec_spent_us, result, error, lease_owner,"
     " lease_until, fence, reclaims, cancel_requested, cancel_reason, key, parent_run_id,"
     " schedule, scheduled_at, cwd, source_hash, source_path, backoff, pause_requested,"
-    " paused_status, paused_run_at"
+    " paused_status, paused_run_at, current_step"
 )
 
 
@@ -365,6 +371,7 @@ def _run_from_row(r: Sequence[Any]) -> Run:
         pause_requested=bool(r[31]),
         paused_status=None if r[32] is None else RunStatus(r[32]),
         paused_run_at=_dt(r[33]),
+        current_step=r[34],
     )
 
 
@@ -1147,7 +1154,8 @@ class Store:
         fence = run.fence + 1
         c.execute(
             "UPDATE runs SET status = 'running', lease_owner = ?, lease_until = ?, run_at = ?,"
-            " fence = ?, reclaims = ?, started_at = COALESCE(started_at, ?) WHERE run_id = ?",
+            " fence = ?, reclaims = ?, started_at = COALESCE(started_at, ?), current_step = NULL"
+            " WHERE run_id = ?",
             [owner, lease_us, lease_us, fence, reclaims, now_us, rid],
         )
         events = []
@@ -1327,12 +1335,13 @@ class Store:
         held: Sequence[tuple[str, int, float]],
         lease_until: datetime,
         now: datetime,
+        steps: Mapping[str, str | None] | None = None,
     ) -> list[HeartbeatReply]:
         """Extend the leases of held runs (run_id, fence, exec_spent) in one transaction.
 
-        Persists the execution time spent, so a budget survives restarts, and reports what
-        each live handler must be told: lease lost, cancel requested, deadline passed,
-        budget used up.
+        Persists the execution time spent, so a budget survives restarts, and the step each
+        handler is inside (`steps`, for `why`); reports what each live handler must be told:
+        lease lost, cancel or pause requested, deadline passed, budget used up.
         """
         now_us, lease_us = to_us(now), to_us(lease_until)
         replies = []
@@ -1350,8 +1359,9 @@ class Store:
                 _, _, cancel, deadline, timeout_us, pause_requested = row
                 spent_us = round(spent * 1e6)
                 c.execute(
-                    "UPDATE runs SET lease_until = ?, run_at = ?, exec_spent_us = ? WHERE run_id = ?",
-                    [lease_us, lease_us, spent_us, run_id],
+                    "UPDATE runs SET lease_until = ?, run_at = ?, exec_spent_us = ?,"
+                    " current_step = ? WHERE run_id = ?",
+                    [lease_us, lease_us, spent_us, (steps or {}).get(run_id), run_id],
                 )
                 replies.append(
                     HeartbeatReply(

@@ -92,6 +92,8 @@ def test_a_paused_sleeper_is_never_claimed_and_resumes_at_once_after_its_wake(
         wake,
         None,  # no deadline: nothing for the daemon to act on
     )
+    detail = ops.show_run(store, rid, clock=fake_clock)
+    assert ops.why(detail, fake_clock.now()).startswith("paused (was sleeping); `flowctl resume`")
     fake_clock.advance(timedelta(hours=2))  # its wake time passes while it is paused
     assert daemon.tick() == 0
     assert store.get_run(rid).status is RunStatus.PAUSED

@@ -7,6 +7,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -218,8 +219,40 @@ def test_cancel_requested_while_the_handler_still_runs_in_a_daemon() -> None:
         NOW,
     )  # fmt: skip
     assert why.reason == "cancel_requested"
-    assert "by ana while its handler still runs (after checkpoint #1 step 'load')" in why.message
+    assert "by ana while its handler (after checkpoint #1 step 'load') still runs" in why.message
     assert "in daemon pid 1 on h" in why.message
+    inside = explain(
+        WhyFacts(replace(r, current_step="#2 'charge'"), last_checkpoint=last, daemons=(ALIVE,)),
+        NOW,
+    )
+    assert "while step #2 'charge' still runs in daemon pid 1 on h" in inside.message
+    assert inside.facts["step"] == "#2 'charge'"
+
+
+def test_the_step_a_handler_is_inside_comes_from_its_heartbeat(
+    store: Store, fake_clock: FakeClock
+) -> None:
+    import durable_flows as flows
+
+    flows.reset()
+    daemon = Daemon(store, fake_clock, DaemonConfig(concurrency=1))
+    rid = flows.start(store, fake_clock, "two_steps")
+    seen = []
+
+    def operator_asks() -> None:  # inside step "b", while the handler runs
+        ops.cancel(store, rid, clock=fake_clock, by="ana")
+        daemon.heartbeat_once()
+        seen.append(ops.why_run(store, rid, clock=fake_clock))
+
+    flows.HOOKS["b"] = operator_asks
+    try:
+        daemon.tick()
+    finally:
+        flows.reset()
+    (why,) = seen
+    assert why.reason == "cancel_requested"
+    assert "by ana while step #1 'b' still runs in worker pid " in why.message
+    assert store.get_run(rid).status is RunStatus.CANCELLED
 
 
 def test_lease_held_by_a_process_that_is_gone() -> None:
