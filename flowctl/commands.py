@@ -30,6 +30,22 @@ ERROR_TAIL = 4096  # bytes of stderr carried by CommandFailedError / CommandTime
 _DRAIN_SECONDS = 1.0  # after exit: how long to wait for pipes held open by escaped processes
 _REAP_SECONDS = 0.5  # after SIGKILL: how long to wait for the group to disappear
 
+_running: set[int] = set()  # process groups of the commands this process is running
+_running_lock = threading.Lock()
+
+
+def kill_running_commands() -> int:
+    """SIGKILL the group of every command this process still runs; returns how many.
+
+    For a daemon whose grace period is over: it exits now, and a command that ignores
+    SIGTERM must not outlive it, nor its children (only the leader dies with the daemon).
+    """
+    with _running_lock:
+        groups = list(_running)
+    for pgid in groups:
+        _signal_group(pgid, signal.SIGKILL)
+    return len(groups)
+
 
 @dataclass(frozen=True)
 class CommandResult:
@@ -146,10 +162,16 @@ def run_command(
 
     out, err = _Tail(cap), _Tail(cap)
     stop_exc: BaseException | None = None
+    with _running_lock:
+        _running.add(proc.pid)
     try:
         stop_exc = _supervise(proc, out, err, timeout, should_stop, grace, started)
     finally:
-        _finish(proc)
+        try:
+            _finish(proc)
+        finally:
+            with _running_lock:
+                _running.discard(proc.pid)
     duration = time.monotonic() - started
 
     if stop_exc is not None:

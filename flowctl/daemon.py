@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from flowctl.clock import Clock
+from flowctl.commands import kill_running_commands
 from flowctl.context import LeaseLost, LiveRun
 from flowctl.engine import Engine, Outcome
 from flowctl.errors import Cancelled, DeadlineExceededError, ExecutionTimeoutError, UsageError
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL = 0.05  # data_version is read at least this often
 WHEEL_SIZE = 512  # soonest wake times kept in memory; the rest stay in the index
 JUMP_THRESHOLD = 2.0  # seconds of disagreement between wall and monotonic time
-UNWIND_WAIT = 6.0  # after the grace period: time for interrupted handlers (and commands) to stop
+UNWIND_WAIT = 0.5  # after the grace period: time for interrupted handlers to stop, then exit
 REAP_EVERY = 1.0  # seconds between checks for dead owners holding leases
 
 
@@ -144,6 +145,7 @@ class Daemon:
         self._jobs: queue.SimpleQueue[tuple[Claim, LiveRun] | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._stopping = False
+        self._stop_asked: float | None = None  # monotonic time of stop(): the grace counts from it
         self._hard_stop = False
         self._data_version = -1
         self._last_reap = float("-inf")
@@ -254,11 +256,15 @@ class Daemon:
         drain_deadline: float | None = None
         while True:
             if self._hard_stop:
-                self._abandon("the daemon was stopped", unwind=0.0)
+                self._abandon("the daemon was stopped", until=self.clock.monotonic())
                 return 1
             if self._stopping:
                 if drain_deadline is None:
-                    drain_deadline = self.clock.monotonic() + self.config.grace
+                    # From the stop request (stop()), or from now (a signal, seen within a poll).
+                    asked = self._stop_asked
+                    drain_deadline = (
+                        asked if asked is not None else self.clock.monotonic()
+                    ) + self.config.grace
                     log.info("draining: %d run(s) still running", len(self._live))
                 if not self._live:
                     return 0
@@ -268,7 +274,8 @@ class Daemon:
                         self.config.grace,
                         len(self._live),
                     )
-                    self._abandon("grace period over", unwind=UNWIND_WAIT)
+                    # Exit within the grace plus UNWIND_WAIT, however late this loop looked.
+                    self._abandon("grace period over", until=drain_deadline + UNWIND_WAIT)
                     return 0
                 self.clock.wait(
                     self._wake, min(POLL_INTERVAL, drain_deadline - self.clock.monotonic())
@@ -300,6 +307,8 @@ class Daemon:
         """Drain (stop claiming, let running handlers finish); a second call stops at once."""
         if self._stopping or not drain:
             self._hard_stop = True
+        if self._stop_asked is None:
+            self._stop_asked = self.clock.monotonic()
         self._stopping = True
         self._wake.set()
 
@@ -430,17 +439,27 @@ class Daemon:
         except Exception:
             log.exception("run %s: could not note the lost lease", run_id)
 
-    def _abandon(self, reason: str, *, unwind: float) -> None:
-        """Interrupt live handlers, give them `unwind` seconds, then release their leases."""
+    def _abandon(self, reason: str, *, until: float) -> None:
+        """Interrupt live handlers, let them unwind until monotonic time `until`, then kill
+        the commands still running and release every lease held."""
         with self._lock:
             lives = list(self._live.values())
         for live in lives:
             live.interrupt(DaemonStopping(reason))
-        give_up = self.clock.monotonic() + unwind
+        give_up = until
         while self._live and self.clock.monotonic() < give_up:
-            self.clock.wait(self._wake, POLL_INTERVAL)
+            self.clock.wait(self._wake, min(POLL_INTERVAL, give_up - self.clock.monotonic()))
             self._wake.clear()
+        if self._live:
+            # Told at once, but a command that ignores SIGTERM would keep its handler (and
+            # this exit) waiting for its SIGKILL: the exit keeps to the grace period instead.
+            n = kill_running_commands()
+            if n:
+                log.warning("killed %d command(s) still running", n)
         held = [(live.run_id, live.fence) for live in lives]
+        with self._lock:
+            # Handed back: a handler still unwinding here must not extend its lease again.
+            self._silenced.update(run_id for run_id, _ in held)
         try:
             n = self.store.release_runs(self.owner, held, self.clock.now(), reason)
         except Exception:
@@ -616,7 +635,7 @@ def drive_run(
         store,
         clock,
         config or DaemonConfig(concurrency=1),
-        engine=engine,
+        engine=engine or Engine(store, clock, foreground=True),
         only_run_id=run_id,
         on_checkpoint=on_checkpoint,
         on_outcome=on_outcome,

@@ -45,11 +45,22 @@ class Outcome:
 class Engine:
     """Runs handlers against the store. Knows nothing of daemons, CLIs or terminals."""
 
-    def __init__(self, store: Store, clock: Clock, loader: Loader | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        loader: Loader | None = None,
+        *,
+        foreground: bool = False,
+    ) -> None:
         self.store = store
         self.clock = clock
         self.loader = loader or Loader()
         self.children = _Children(self)
+        # In a foreground worker (`flowctl run --wait`) a KeyboardInterrupt is the operator's
+        # Ctrl-C: it stops this process and leaves the run to a daemon. A daemon handles its
+        # signals itself, so there a KeyboardInterrupt can only come from the workflow's code.
+        self.foreground = foreground
 
     def execute(
         self,
@@ -86,6 +97,13 @@ class Engine:
         except (Exception, Interrupt, Suspend) as e:
             # What a durable call halted on wins over what user code made of it (caught it
             # and raised something else, say).
+            stop = ctx.halted or e
+        except BaseException as e:
+            if self.foreground and isinstance(e, KeyboardInterrupt):
+                raise
+            # SystemExit, KeyboardInterrupt, GeneratorExit from a step or the handler: this
+            # attempt fails like any error (retried or dead-lettered), its type recorded. It
+            # never escapes to leave the run `running` with nothing in its timeline.
             stop = ctx.halted or e
         else:
             # A handler that swallowed a suspension or non-determinism error, or that was

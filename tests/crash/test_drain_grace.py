@@ -1,0 +1,53 @@
+"""Drain keeps to --grace with a command that ignores SIGTERM: the daemon exits 0 when the
+grace is over, the command and its child are killed, the run is handed back."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+from helpers import wait_until
+
+from flowctl import ops
+from flowctl.clock import SystemClock
+from flowctl.store import Store
+
+from .conftest import ROOT, Daemons, read, statuses, timeline
+
+pytestmark = pytest.mark.crash
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_past_the_grace_a_command_ignoring_sigterm_is_killed_and_the_run_handed_back(
+    tmp_path: Path, daemons: Daemons
+) -> None:
+    db, pidfile = tmp_path / "flowctl.db", tmp_path / "child.pid"
+    with Store(db) as store:
+        run_id = ops.start(
+            store,
+            "tests/crash/core_flows.py:deaf_command",
+            {"pidfile": str(pidfile)},
+            clock=SystemClock(),
+            cwd=str(ROOT),
+        ).run.run_id
+    proc = daemons.start(db, "--grace", "0.5s")
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip())
+    child = int(pidfile.read_text())
+    proc.send_signal(signal.SIGTERM)
+    # A hang guard, not a timing claim (tests/test_drain_grace.py shows the bound on a
+    # FakeClock): before, the daemon waited 6 s after the grace, the command 5 s more.
+    assert proc.wait(timeout=30) == 0
+    wait_until(lambda: not alive(child), timeout=5)  # killed with its group, not orphaned
+    assert statuses(db)[run_id] == "running"  # handed back, nothing invented
+    assert read(db, "SELECT error FROM runs WHERE run_id = ?", (run_id,)) == [(None,)]
+    (released,) = timeline(db, run_id, "released")
+    assert released["reason"] == "grace period over"
+    assert "killed 1 command(s) still running" in daemons.log(proc)
