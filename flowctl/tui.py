@@ -43,6 +43,7 @@ from flowctl import ops
 from flowctl.clock import Clock
 from flowctl.model import Run, RunStatus
 from flowctl.store import Store
+from flowctl.transitions import Action, refusal
 from flowctl.tui_render import (
     TIMELINE_LIMIT,
     describe_error,
@@ -154,6 +155,7 @@ class FlowctlApp(App[None]):
         Binding("r", "redrive_run", "Redrive"),
         Binding("s", "signal_run", "Signal"),
         Binding("w", "wake_run", "Wake"),
+        Binding("p", "pause_run", "Pause/resume", show=False),
         Binding("y", "copy_id", "Copy id"),
         Binding("d", "toggle_focus", "Detail", show=False),
         Binding("escape", "leave", "Back", show=False),
@@ -219,6 +221,7 @@ class FlowctlApp(App[None]):
             "redrive_run",
             "signal_run",
             "wake_run",
+            "pause_run",
             "copy_id",
             "toggle_focus",
             "leave",
@@ -699,6 +702,42 @@ class FlowctlApp(App[None]):
             " woke it, and the recorded deadline is kept for history."
         )
         self._confirm("Wake now", self._question("Wake", run, extra), wake, "wake failed")
+
+    def action_pause_run(self) -> None:
+        """Pause the selected run, or resume it when it is paused (or a pause is pending)."""
+        run = self._require_run()
+        if run is None:
+            return
+        resuming = run.status is RunStatus.PAUSED or run.pause_requested
+        action = Action.RESUME if resuming else Action.PAUSE
+        refused = refusal(action, run.run_id, run.status, pause_requested=run.pause_requested)
+        if refused is not None:
+            self.notify(refused, severity="warning")
+            return
+        if resuming:
+
+            def act() -> str:
+                after = ops.resume(self.store, run.run_id, clock=self.clock)
+                if after.status is RunStatus.RUNNING:
+                    return f"resumed {run.run_id}: the pause it was asked for is withdrawn"
+                return f"resumed {run.run_id}: {after.status}"
+
+            extra = "It is due at once if its wake time passed while paused, else at its wake."
+            self._confirm("Resume", self._question("Resume", run, extra), act, "resume failed")
+            return
+
+        def pause() -> str:
+            after = ops.pause(self.store, run.run_id, clock=self.clock)
+            if after.status is RunStatus.RUNNING:
+                return f"pause requested: {run.run_id} parks at its next durable call"
+            return f"paused {run.run_id}"
+
+        extra = (
+            "It is running: it parks at its next durable call (nothing is interrupted)."
+            if run.status is RunStatus.RUNNING
+            else "It is never claimed while paused; its deadline still runs."
+        )
+        self._confirm("Pause", self._question("Pause", run, extra), pause, "pause failed")
 
     def action_signal_run(self) -> None:
         run = self._require_run()

@@ -201,7 +201,7 @@ HELP = """\
 [b]Actions on the selected run[/b] (each asks first)
   c  cancel      r  redrive (dead or cancelled)
   s  signal      w  wake now (ends a sleep early)
-  y  copy the run id
+  p  pause / resume   y  copy the run id
 
   ?  this help   q  quit
 """

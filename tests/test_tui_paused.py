@@ -83,3 +83,28 @@ def test_paused_view_lists_paused_runs_with_their_count(
             assert "9 Paused 0" in str(app.query_one("#views").render())
 
     asyncio.run(nothing_paused())
+
+
+def test_p_pauses_the_selected_run_and_resumes_it(store: Store, fake_clock: FakeClock) -> None:
+    rid = start(store, fake_clock, "sleeper")
+    Daemon(store, fake_clock, DaemonConfig(concurrency=1)).tick()
+
+    async def scenario() -> None:
+        app = FlowctlApp(store=store, clock=fake_clock)
+        async with app.run_test(size=(140, 30)) as pilot:
+            await pilot.press("2")
+            await _settle(app, pilot)
+            await pilot.press("p", "y")  # pause, confirmed
+            await _settle(app, pilot)
+            assert store.get_run(rid).status is RunStatus.PAUSED
+            await pilot.press("9")
+            await _settle(app, pilot)
+            await pilot.press("p", "y")  # resume, confirmed
+            await _settle(app, pilot)
+            assert store.get_run(rid).status is RunStatus.SLEEPING
+            await pilot.press("p", "n")  # asked, declined: nothing changes
+            await _settle(app, pilot)
+
+    asyncio.run(scenario())
+    assert store.get_run(rid).status is RunStatus.SLEEPING
+    assert [e.type for e in store.timeline(rid)][-2:] == ["paused", "resumed"]
