@@ -20,7 +20,7 @@ wake it then.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flowctl.durations import format_duration
@@ -109,11 +109,12 @@ class Why:
 
 
 def when(at: datetime | None, now: datetime) -> str:
-    """`2026-03-29 10:00:00 CEST (08:00:00 UTC, in 2h)`: local time, UTC and how far off."""
+    """`2026-03-29 10:00:00 CEST (08:00:00 UTC, in 2h00m)`: local time, UTC and how far off;
+    `2026-03-29 08:00:00 UTC (in 2h00m)` where local time is UTC."""
     if at is None:
         return "-"
     local = at.astimezone()
-    utc_text = iso(at) or ""
+    utc = at.astimezone(UTC)
     delta = at - now
     rel = (
         f"in {format_duration(delta)}"
@@ -122,7 +123,10 @@ def when(at: datetime | None, now: datetime) -> str:
         if delta.total_seconds() == 0
         else f"{format_duration(-delta)} ago"
     )
-    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()} ({utc_text[11:19]} UTC, {rel})"
+    if local.utcoffset() == timedelta(0):
+        return f"{utc:%Y-%m-%d %H:%M:%S} UTC ({rel})"
+    utc_text = f"{utc:%H:%M:%S}" if utc.date() == local.date() else f"{utc:%Y-%m-%d %H:%M:%S}"
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()} ({utc_text} UTC, {rel})"
 
 
 def error_line(error: dict[str, Any] | None) -> str:

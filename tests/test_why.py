@@ -65,6 +65,18 @@ def test_when_says_local_time_utc_and_how_far(paris: None) -> None:
     assert when(NOW - timedelta(minutes=5), NOW) == (
         "2026-03-29 13:55:00 CEST (11:55:00 UTC, 5m00s ago)"
     )
+    late = datetime(2026, 3, 29, 23, 30, tzinfo=UTC)  # 01:30 the next day in Paris
+    assert when(late, NOW) == "2026-03-30 01:30:00 CEST (2026-03-29 23:30:00 UTC, in 11h30m)"
+
+
+def test_when_in_utc_says_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    try:
+        assert when(NOW + timedelta(hours=2), NOW) == "2026-03-29 14:00:00 UTC (in 2h00m)"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 def test_sleeping_names_the_call_index_and_wake(paris: None) -> None:
@@ -93,7 +105,7 @@ def test_a_parked_run_with_no_daemon_says_so_and_when_one_last_ran() -> None:
     why = explain(facts, NOW)
     assert why.reason == "sleeping"
     assert "but no daemon is running on this database; one last ran at " in why.message
-    assert "UTC, 2d00h ago)" in why.message
+    assert "2d00h ago)" in why.message
     assert why.facts["daemon"] == {
         "running": False,
         "daemons": [],
