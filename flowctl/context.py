@@ -206,6 +206,12 @@ class Context:
 
         return isinstance(self._live.interruption(), Cancelled)
 
+    @property
+    def pause_requested(self) -> bool:
+        """True once an operator asked to pause this run (learned at the next heartbeat); the
+        run parks at its next durable call, so a long step may check it to stop early."""
+        return self._live.pause_requested
+
     def check(self) -> None:
         """Raise the pending Cancelled / DeadlineExceededError / ExecutionTimeoutError, if any."""
         exc = self._live.interruption()

@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 from flowctl import cli, ops, transitions
 from flowctl.client import Client
 from flowctl.clock import FakeClock
+from flowctl.context import current
 from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
 from flowctl.errors import InvalidStateError
 from flowctl.model import RunStatus
@@ -298,6 +299,45 @@ def test_the_serving_loop_dead_letters_a_paused_run_at_its_deadline(
         fake_clock.set(deadline)
         wait_until(lambda: store.get_run(rid).status is RunStatus.DEAD, timeout=5)
         assert store.get_run(rid).finished_at == deadline
+    finally:
+        daemon.stop(drain=False)
+        thread.join(5)
+        daemon.store.close()
+
+
+def test_the_serving_loop_tells_a_live_handler_of_a_pause_written_elsewhere(
+    db_path: Path, store: Store, fake_clock: FakeClock
+) -> None:
+    daemon = Daemon(Store(db_path), fake_clock, DaemonConfig(concurrency=1, heartbeat=1))
+    thread = threading.Thread(target=daemon.run_forever, daemon=True)
+    inside = threading.Event()
+    told: list[bool] = []
+
+    def long_step() -> None:  # step "work": the operator pauses while it runs
+        ctx = current()
+        assert ctx is not None
+        inside.set()
+        told.append(
+            wait_until(lambda: fake_clock.advance(POLL_INTERVAL) and ctx.pause_requested, 5)
+        )
+
+    HOOKS["work"] = long_step
+    thread.start()
+    try:
+        assert daemon.serving.wait(5)
+        rid = start(store, fake_clock, "busy")
+        fake_clock.advance(POLL_INTERVAL)
+        assert inside.wait(5)
+        ops.pause(store, rid, clock=fake_clock, by="ana")  # another connection
+        wait_until(lambda: store.get_run(rid).status is RunStatus.PAUSED, timeout=5)
+        assert told == [True]
+        assert CALLS == {"work": 1}  # the step finished; "more" never started
+        assert [c[2] for c in calls(store, rid)] == ["work"]
+        assert event(store, rid, "paused")["by"] == "ana"
+        ops.resume(store, rid, clock=fake_clock)
+        fake_clock.advance(POLL_INTERVAL)
+        wait_until(lambda: store.get_run(rid).status is RunStatus.COMPLETED, timeout=5)
+        assert CALLS == {"work": 1, "more": 1}
     finally:
         daemon.stop(drain=False)
         thread.join(5)
