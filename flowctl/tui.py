@@ -17,7 +17,9 @@ How it stays instant on a database with 100,000 runs:
 - `PRAGMA data_version` (a read of microseconds) is polled every POLL_SECONDS; the page
   is re-queried only when another connection (the daemon, the CLI) committed.
 - Countdowns ("wakes in 2d03h") are re-rendered every second from the injected clock,
-  without touching the database, so a FakeClock makes every screen reproducible.
+  without touching the database, so a FakeClock makes every screen reproducible. The
+  widgets that tick own their timers (see `flowctl.tui_widgets`), so nothing ticks into a
+  widget that is gone; handlers of worker messages do nothing once the app is exiting.
 
 Every query and every action runs in a thread worker through `flowctl.ops`, exactly
 as the CLI calls it; workers post messages, and only message handlers touch widgets.
@@ -64,7 +66,7 @@ from flowctl.tui_views import (
     load_page,
     schedules_available,
 )
-from flowctl.tui_widgets import DetailPane, KeyHints, RunTable, ViewBar
+from flowctl.tui_widgets import TICK_SECONDS, DetailPane, DetailText, KeyHints, RunTable, ViewBar
 
 # FlowctlApp is what `flowctl tui` imports; the rest stay importable from here for the
 # tests and benchmarks/tui_startup.py, which predate the split.
@@ -73,7 +75,6 @@ __all__ = ["VIEWS", "FlowctlApp", "PageQuery", "Row", "RunTable", "SignalScreen"
 PAGE_SIZE = 200  # rows per query; the next page is fetched when the cursor reaches the end
 POLL_SECONDS = 0.5  # how often data_version is read
 SEARCH_DEBOUNCE = 0.25  # seconds of no typing before a search query runs
-TICK_SECONDS = 1.0  # how often countdowns and the clock re-render (no database reads)
 
 
 # ---------------------------------------------------------------------------
@@ -115,7 +116,11 @@ def _first_busy_view(store: Store) -> str:
 
 
 class HeaderLine(Static):
-    """Database, active filter and search on the left; the clock on the right."""
+    """Database, active filter and search on the left; the clock on the right (its own
+    timer re-renders it every second)."""
+
+    def on_mount(self) -> None:
+        self.set_interval(TICK_SECONDS, self.refresh)
 
     def render(self) -> Content:
         app = self.app
@@ -193,10 +198,12 @@ class FlowctlApp(App[None]):
         yield ViewBar(id="views")
         with Horizontal(id="body"):
             with Vertical(id="list"):
-                yield RunTable(id="table", cursor_type="row", zebra_stripes=True)
+                yield RunTable(
+                    id="table", cursor_type="row", zebra_stripes=True, on_tick=self._tick_rows
+                )
                 yield Static("loading…", id="empty")
             with DetailPane(id="detail"):
-                yield Static("", id="detail-text")
+                yield DetailText(id="detail-text", on_tick=self._render_detail)
         yield Input(placeholder="search run ids and input text", id="search")
         yield KeyHints(id="hints")
 
@@ -209,7 +216,6 @@ class FlowctlApp(App[None]):
         self._data_version = self.store.data_version()
         self._reload()
         self.set_interval(POLL_SECONDS, self._poll)
-        self.set_interval(TICK_SECONDS, self._tick)
 
     MAIN_SCREEN_ACTIONS = frozenset(
         {
@@ -241,7 +247,8 @@ class FlowctlApp(App[None]):
 
     @on(DetailPane.Resized)
     def _detail_resized(self) -> None:
-        self._render_detail()  # rewrap at the new width
+        if self.is_running:
+            self._render_detail()  # rewrap at the new width
 
     # -- queries ---------------------------------------------------------------
 
@@ -275,34 +282,35 @@ class FlowctlApp(App[None]):
 
     def _poll(self) -> None:
         """Re-query only when another connection committed: data_version says so cheaply."""
-        if self._loading:
+        if self._loading or not self.is_running:
             return  # a query is in flight; it will see the change, or the next poll will
         version = self.store.data_version()
         if version != self._data_version:
             self._data_version = version
             self._reload()
 
-    def _tick(self) -> None:
-        """Countdowns, the clock and the detail's relative times, from the clock alone."""
-        self._render_header()
+    def _tick_rows(self, table: RunTable) -> None:
+        """Countdowns, from the clock alone (the table's own timer calls this)."""
+        if not self.is_running:
+            return
         now = self.clock.now()
         view = VIEWS_BY_KEY[self.view]
-        live = [c for c in view.columns if c.live]
-        if live:
-            table = self.query_one(RunTable)
-            for row in self._rows:
-                cells = self._cells.get(row.run.run_id, {})
-                for column in live:
-                    cell = column.cell(row, now)
-                    if cells.get(column.key) != cell.plain:
-                        cells[column.key] = cell.plain
-                        table.update_cell(row.run.run_id, column.key, cell)
-        self._render_detail()
+        for row in self._rows:
+            cells = self._cells.get(row.run.run_id, {})
+            for column in view.columns:
+                if not column.live:
+                    continue
+                cell = column.cell(row, now)
+                if cells.get(column.key) != cell.plain:
+                    cells[column.key] = cell.plain
+                    table.update_cell(row.run.run_id, column.key, cell)
 
     # -- applying results ------------------------------------------------------
 
     @on(PageLoaded)
     def _page_loaded(self, message: PageLoaded) -> None:
+        if not self.is_running:
+            return  # the app is exiting: its widgets are being removed
         if message.generation != self._generation:
             return  # an answer to an older query: the view, filter or search changed since
         self._loading = False
@@ -363,6 +371,7 @@ class FlowctlApp(App[None]):
             if ids:
                 index = ids.index(selected) if selected in ids else min(old_index, len(ids) - 1)
                 table.move_cursor(row=max(index, 0))
+        table.fit_columns()
         self._rows = rows
         self._row_ids = ids
         self._cells = {
@@ -390,6 +399,7 @@ class FlowctlApp(App[None]):
         for i, item in enumerate(self._schedules):
             cells = [table_cell(schedule_field(item.get(f)), limit=44) for f in fields_]
             table.add_row(*cells, key=f"s{i}")
+        table.fit_columns()
         table.move_cursor(row=min(cursor, len(self._schedules) - 1))
         self._show_list_state(True)
 
@@ -469,7 +479,7 @@ class FlowctlApp(App[None]):
 
     @on(DetailLoaded)
     def _detail_loaded(self, message: DetailLoaded) -> None:
-        if message.run_id != self._selected_key():
+        if not self.is_running or message.run_id != self._selected_key():
             return
         if message.run_id != self._detail_run_id:
             self.query_one(DetailPane).scroll_home(animate=False)
@@ -478,13 +488,17 @@ class FlowctlApp(App[None]):
         self._detail_error = message.error
         self._render_detail()
 
-    def _render_detail(self) -> None:
-        text = self.query_one("#detail-text", Static)
+    def _render_detail(self, text: DetailText | None = None) -> None:
+        """Render the selected run's detail into the pane (`text`, when its timer asks)."""
+        if not self.is_running:
+            return
+        if text is None:
+            text = self.query_one(DetailText)
         if self.view == "schedules":
             key = self._selected_key()
             index = int(key[1:]) if key is not None and key.startswith("s") else -1
             if 0 <= index < len(self._schedules):
-                text.update(render_schedule(self._schedules[index], self._detail_width()))
+                text.update(render_schedule(self._schedules[index], self._detail_width(text)))
             elif schedules_available():
                 text.update(Content.styled("no schedules", "dim"))
             else:
@@ -500,11 +514,14 @@ class FlowctlApp(App[None]):
         if self._detail is None or self._detail_run_id is None:
             text.update(Content.styled("no run selected", "dim"))
             return
-        text.update(render_detail(self._detail, self.clock.now(), self._detail_width()))
+        text.update(render_detail(self._detail, self.clock.now(), self._detail_width(text)))
 
-    def _detail_width(self) -> int:
+    def _detail_width(self, text: DetailText) -> int:
         """Cells available for one line of detail text (the gutter is reserved in CSS)."""
-        width = self.query_one(DetailPane).scrollable_content_region.width
+        pane = text.parent
+        if not isinstance(pane, DetailPane):
+            return 80
+        width = pane.scrollable_content_region.width
         return width if width > 0 else 80
 
     # -- switching views, searching, filtering ---------------------------------
@@ -543,6 +560,8 @@ class FlowctlApp(App[None]):
         )
 
     def _apply_search(self, text: str) -> None:
+        if not self.is_running:
+            return  # the debounce timer fired while the app exits
         if self._search_timer is not None:
             self._search_timer.stop()
             self._search_timer = None
@@ -624,6 +643,8 @@ class FlowctlApp(App[None]):
 
     @on(ActionDone)
     def _action_done(self, message: ActionDone) -> None:
+        if not self.is_running:
+            return
         self.notify(
             message.message,
             severity="error" if message.error else "information",

@@ -7,6 +7,7 @@ the store. The header line reads the app's own state, so it lives with the app i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -97,8 +98,16 @@ VIEW_CYCLE_BINDINGS = [
 ]
 
 
+TICK_SECONDS = 1.0  # how often countdowns and relative times re-render (no database reads)
+
+# Widgets own their timers: a timer stops with the widget that owns it, so nothing touches a
+# widget after it was removed (an app-level timer still fires while the app's screens are
+# taken down at exit). A tick callback is handed the widget itself, never a query.
+
+
 class RunTable(DataTable[Text]):
-    """The run list, with vim keys on top of the arrows."""
+    """The run list, with vim keys on top of the arrows; `on_tick(table)` every second
+    re-renders its live cells (countdowns)."""
 
     BINDINGS: ClassVar = [
         *VIEW_CYCLE_BINDINGS,
@@ -107,6 +116,38 @@ class RunTable(DataTable[Text]):
         Binding("g,home", "scroll_top", "Top", show=False),
         Binding("G,end", "scroll_bottom", "Bottom", show=False),
     ]
+
+    def __init__(self, *, on_tick: Callable[[RunTable], None], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._on_tick = on_tick
+
+    def on_mount(self) -> None:
+        self.set_interval(TICK_SECONDS, lambda: self._on_tick(self))
+
+    def fit_columns(self) -> None:
+        """Widen auto-width columns to their cells now. DataTable measures them only once
+        its message queue is idle, so until then they show at their label's width: what
+        the screen (or a snapshot) shows must not depend on when that happens."""
+        for key, column in self.columns.items():
+            if not column.auto_width:
+                continue
+            widths = [column.label.cell_len]
+            widths.extend(
+                cell.cell_len if isinstance(cell, Text) else len(str(cell))
+                for cell in self.get_column(key)
+            )
+            column.content_width = max(column.content_width, *widths)
+
+
+class DetailText(Static):
+    """The detail pane's text; `on_tick(text)` every second re-renders its relative times."""
+
+    def __init__(self, *, on_tick: Callable[[DetailText], None], **kwargs: Any) -> None:
+        super().__init__("", **kwargs)
+        self._on_tick = on_tick
+
+    def on_mount(self) -> None:
+        self.set_interval(TICK_SECONDS, lambda: self._on_tick(self))
 
 
 class DetailPane(VerticalScroll):

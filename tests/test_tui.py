@@ -144,15 +144,41 @@ def seeded(store: Store, fake_clock: FakeClock, flows: Path) -> Seeded:
     return s
 
 
+TURNS = 200  # event-loop turns that let every queued message and idle handler run
+
+
 async def settle(pilot: Pilot[None]) -> None:
-    """Let thread workers finish and their messages land (a page load triggers a detail load)."""
-    for _ in range(3):
-        for worker in list(pilot.app.workers):
+    """Run the app to a fixed point: every thread worker finished and everything it caused
+    handled (a page load triggers a detail load; a DataTable measures its columns when its
+    queue is empty). Counted in event-loop turns, not wall-clock time: Textual's pause()
+    guesses idleness from CPU time, which a loaded machine fools, and a snapshot taken
+    mid-way shows columns not yet measured."""
+    app = pilot.app
+    for _ in range(50):
+        busy = [w for w in app.workers if not w.is_finished]
+        for worker in busy:
             try:
                 await worker.wait()
             except WorkerCancelled:
                 pass  # superseded by a newer query (exclusive workers); its answer is dropped
-        await pilot.pause()
+        for _ in range(TURNS):
+            await asyncio.sleep(0)
+        if not busy and all(w.is_finished for w in app.workers):
+            break
+    else:
+        raise AssertionError(f"the app did not settle: workers {list(app.workers)}")
+    await pilot.pause()  # flush the screen's pending layout and repaint
+
+
+async def until(pilot: Pilot[None], done: Callable[[], bool], what: str) -> None:
+    """Wait for something a real timer does (the 1 s tick, the 0.5 s poll, the search
+    debounce), polling and settling; a loaded machine makes timers late, never wrong."""
+    for _ in range(400):
+        await settle(pilot)
+        if done():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"not reached: {what}")
 
 
 def detail_text(app: FlowctlApp) -> str:
@@ -205,8 +231,9 @@ async def test_sleeping_view_counts_down_from_the_clock(seeded: Seeded) -> None:
         assert table.get_cell(late, "wakes_in").plain == "2d00h"
         version = seeded.store.data_version()
         seeded.clock.advance(timedelta(minutes=90))
-        await pilot.pause(1.3)  # one countdown tick, from the clock alone
-        assert table.get_cell(soon, "wakes_in").plain == "30m00s"
+        await until(  # one countdown tick, from the clock alone
+            pilot, lambda: table.get_cell(soon, "wakes_in").plain == "30m00s", "the tick"
+        )
         assert table.get_cell(late, "wakes_in").plain == "1d22h"
         assert seeded.store.data_version() == version
 
@@ -236,11 +263,15 @@ async def test_cancel_asks_then_cancels(seeded: Seeded) -> None:
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("2")
         await settle(pilot)
-        await pilot.press("down", "c", "1", "q", "n")  # main-screen keys are inert in a dialog
+        await pilot.press("down", "c")
+        await settle(pilot)
+        await pilot.press("1", "q", "n")  # main-screen keys are inert in a dialog
         assert app.view == "sleeping" and app.is_running
         await settle(pilot)
         assert seeded.store.get_run(late).status is RunStatus.SLEEPING
-        await pilot.press("c", "y")
+        await pilot.press("c")
+        await settle(pilot)  # the dialog is up before it is answered
+        await pilot.press("y")
         await settle(pilot)
         assert listed(app) == [seeded.ids["sleeping"][0]]  # the list refreshed after our write
     assert seeded.store.get_run(late).status is RunStatus.CANCELLED
@@ -252,7 +283,9 @@ async def test_cancel_of_a_running_run_is_a_request(seeded: Seeded) -> None:
     running = seeded.ids["running"][0]
     async with app.run_test(size=(120, 36)) as pilot:
         await settle(pilot)
-        await pilot.press("c", "y")
+        await pilot.press("c")
+        await settle(pilot)
+        await pilot.press("y")
         await settle(pilot)
     run = seeded.store.get_run(running)
     assert run.status is RunStatus.RUNNING and run.cancel_requested
@@ -265,7 +298,9 @@ async def test_redrive_requeues_a_dead_run(seeded: Seeded) -> None:
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("5")
         await settle(pilot)
-        await pilot.press("r", "y")
+        await pilot.press("r")
+        await settle(pilot)
+        await pilot.press("y")
         await settle(pilot)
         assert listed(app) == []
     run = seeded.store.get_run(dead)
@@ -280,7 +315,9 @@ async def test_wake_now_makes_a_sleeper_due_and_records_it(seeded: Seeded) -> No
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("2")
         await settle(pilot)
-        await pilot.press("w", "y")
+        await pilot.press("w")
+        await settle(pilot)
+        await pilot.press("y")
         await settle(pilot)
     run = seeded.store.get_run(soon)
     assert run.run_at == seeded.clock.now()
@@ -297,7 +334,7 @@ async def test_signal_form_refuses_bad_input_inline_then_sends(seeded: Seeded) -
         await pilot.press("3")
         await settle(pilot)
         await pilot.press("s")
-        await pilot.pause()
+        await settle(pilot)
         assert isinstance(app.screen, SignalScreen)
         error = app.screen.query_one("#signal-error")
 
@@ -336,11 +373,12 @@ async def test_refused_actions_and_failed_actions_are_notifications(seeded: Seed
         await pilot.press("2")
         await settle(pilot)
         await pilot.press("r")  # a sleeping run cannot be redriven: refused before any modal
-        await pilot.pause()
+        await settle(pilot)
         assert notes[-1][1] == "warning" and "only dead or cancelled" in notes[-1][0]
         assert app.screen is app.screen_stack[0]
 
         await pilot.press("c")  # ask, then the run ends elsewhere before we confirm
+        await settle(pilot)
         ops.cancel(Store(seeded.store.path), seeded.ids["sleeping"][0], clock=seeded.clock)
         await pilot.press("y")
         await settle(pilot)
@@ -354,6 +392,7 @@ async def test_copy_run_id(seeded: Seeded) -> None:
         await pilot.press("5")
         await settle(pilot)
         await pilot.press("y")
+        await settle(pilot)
         assert app.clipboard == seeded.ids["dead"][0]
 
 
@@ -369,12 +408,7 @@ async def test_live_update_sees_a_run_added_by_another_connection(seeded: Seeded
             new = ops.start(
                 other, f"{seeded.flows}:quick", {"user": "zoe"}, clock=seeded.clock
             ).run.run_id
-            for _ in range(40):  # the poll runs every 0.5 s
-                await pilot.pause(0.05)
-                await settle(pilot)
-                if new in listed(app):
-                    break
-            assert new in listed(app)
+            await until(pilot, lambda: new in listed(app), "the 0.5 s data_version poll")
             assert "Queue 2" in str(app.query_one("#views").render()).replace("Queued", "Queue")
     finally:
         other.close()
@@ -387,8 +421,7 @@ async def test_search_and_workflow_filter(seeded: Seeded) -> None:
         await pilot.press("8")
         await settle(pilot)
         await pilot.press("slash", *"eve")  # input text, applied once typing pauses
-        await pilot.pause(0.4)
-        await settle(pilot)
+        await until(pilot, lambda: app.search == "eve", "the search debounce")
         assert listed(app) == seeded.ids["running"]
         await pilot.press("enter")
         assert app.search == "eve"
@@ -642,7 +675,7 @@ def test_snapshot_cancel_confirmation(
         await pilot.press("2")
         await settle(pilot)
         await pilot.press("c")
-        await pilot.pause()
+        await settle(pilot)
 
     assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)
 

@@ -1,0 +1,114 @@
+"""The TUI's timers belong to the widgets they re-render, so nothing ticks into a widget
+that is gone: exiting while ticks are due many times a second never raises NoMatches.
+
+Ticks are made 1 ms apart so that every exit overlaps many of them (at the real 1 s a
+tick during teardown was rare enough to fail 3 runs in 30).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from textual.widgets import Static
+
+from flowctl import tui, tui_widgets
+from flowctl.clock import FakeClock
+from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
+from flowctl.store import NewRun, Store
+from flowctl.tui import FlowctlApp, RunTable
+from flowctl.tui_widgets import DetailText
+
+pytestmark = pytest.mark.tui
+
+T0 = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+
+
+def _sleeper(store: Store, clock: FakeClock, run_id: str, hours: int) -> None:
+    store.create_run(NewRun(run_id, "nap", "nap.py:nap", "python", {}), clock.now())
+    claims, _ = store.claim_due(
+        "w", clock.now(), clock.now() + timedelta(seconds=15), 1, run_id=run_id
+    )
+    wake = clock.now() + timedelta(hours=hours)
+    entry = JournalEntry(run_id, 0, CallKind.SLEEP, "sleep", EntryState.PENDING, None, wake_at=wake)
+    store.suspend_run(
+        run_id, claims[0].fence, RunStatus.SLEEPING, wake, clock.now(), 0.0, entry, ("slept", {})
+    )
+
+
+@pytest.fixture
+def fast_ticks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tui_widgets, "TICK_SECONDS", 0.001)
+    monkeypatch.setattr(tui, "TICK_SECONDS", 0.001)
+    monkeypatch.setattr(tui, "POLL_SECONDS", 0.001)
+
+
+def test_exiting_while_ticks_are_due_never_touches_a_removed_widget(
+    store: Store, fast_ticks: None
+) -> None:
+    clock = FakeClock(T0)
+    _sleeper(store, clock, "r_nap_1", 2)
+
+    async def open_and_exit() -> None:
+        app = FlowctlApp(store=store, clock=clock, view="sleeping")
+        async with app.run_test(size=(100, 30)) as pilot:
+            for _ in range(3):
+                clock.advance(timedelta(minutes=1))
+                await pilot.pause(0.01)  # ticks fire meanwhile, from the widgets' own timers
+        # run_test re-raises anything the app raised, teardown included
+
+    for _ in range(15):
+        asyncio.run(open_and_exit())
+
+
+def test_the_ticking_widgets_own_the_tick_timers(store: Store, fast_ticks: None) -> None:
+    """The countdown, the clock and the detail's relative times re-render with no app timer."""
+    clock = FakeClock(T0)
+    _sleeper(store, clock, "r_nap_1", 2)
+
+    async def scenario() -> None:
+        app = FlowctlApp(store=store, clock=clock, view="sleeping")
+        async with app.run_test(size=(100, 30)) as pilot:
+            table = app.query_one(RunTable)
+            for _ in range(400):
+                await pilot.pause(0.005)
+                if table.row_count and table.get_cell("r_nap_1", "wakes_in").plain == "2h00m":
+                    break
+            clock.advance(timedelta(minutes=30))
+            header = app.query_one("#header", Static)
+            for _ in range(400):
+                await pilot.pause(0.005)
+                if table.get_cell("r_nap_1", "wakes_in").plain == "1h30m":
+                    break
+            assert table.get_cell("r_nap_1", "wakes_in").plain == "1h30m"
+            assert "01:30:00 UTC" in str(header.render())
+            assert isinstance(app.query_one("#detail-text"), DetailText)
+
+    asyncio.run(scenario())
+
+
+def test_columns_are_measured_when_rows_are_shown_not_when_the_table_is_next_idle(
+    store: Store,
+) -> None:
+    clock = FakeClock(T0)
+    _sleeper(store, clock, "r_nap_with_a_long_id_1", 2)
+
+    async def scenario() -> None:
+        app = FlowctlApp(store=store, clock=clock, view="sleeping")
+        async with app.run_test(size=(100, 30)) as pilot:
+            for _ in range(400):  # the first page load, in a thread worker
+                if app._rows:
+                    break
+                await pilot.pause(0.01)
+            rows = list(app._rows)
+            assert rows
+            # Rebuild the columns and rows in one synchronous step: no await, so the
+            # DataTable's idle handler cannot run in between.
+            app._set_columns()
+            app._row_ids = []
+            app._show_rows(rows)
+            table = app.query_one(RunTable)
+            assert table.columns["run_id"].get_render_width(table) >= len("r_nap_with_a_long_id_1")
+
+    asyncio.run(scenario())
