@@ -473,7 +473,7 @@ def show(
     else:
         answer = ops.explain_detail(detail, now)
         typer.echo(f"status    {r.status} — {answer.message if answer else ops.why(detail, now)}")
-    typer.echo(f"input     {json.dumps(r.input)}")
+    typer.echo(f"input     {json.dumps(r.shown_input)}")
     typer.echo(f"attempt   {r.attempt}/{r.max_attempts}")
     typer.echo(f"created   {_local(r.created_at)}")
     if r.deadline:

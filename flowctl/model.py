@@ -69,6 +69,16 @@ def iso(when: datetime | None) -> str | None:
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+SECRET_MASK = "***"
+
+
+def mask_secrets(input: Any, secret_keys: tuple[str, ...] | list[str]) -> Any:
+    """`input` with the value of every secret key that is present replaced by SECRET_MASK."""
+    if not secret_keys or not isinstance(input, dict):
+        return input
+    return {k: SECRET_MASK if k in secret_keys else v for k, v in input.items()}
+
+
 @dataclass(frozen=True)
 class Run:
     run_id: str
@@ -106,6 +116,13 @@ class Run:
     paused_status: RunStatus | None = None  # paused: the status resume gives back
     paused_run_at: datetime | None = None  # paused: when it was due (its wake), kept for resume
     current_step: str | None = None  # running: "#3 'charge'", the step its last heartbeat saw
+    secret_keys: tuple[str, ...] = ()  # inputs declared secret, recorded when the run started
+
+    @property
+    def shown_input(self) -> Any:
+        """The input as every front end shows it: secret values replaced by SECRET_MASK.
+        `input` itself (what the handler gets) is unchanged."""
+        return mask_secrets(self.input, self.secret_keys)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -115,7 +132,8 @@ class Run:
             "target": self.target,
             "kind": self.kind,
             "status": str(self.status),
-            "input": self.input,
+            "input": self.shown_input,
+            "secret_inputs": list(self.secret_keys),
             "result": self.result,
             "error": self.error,
             "attempt": self.attempt,

@@ -287,6 +287,12 @@ def _migration_7(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN current_step TEXT")
 
 
+def _migration_8(db: sqlite_utils.Database) -> None:
+    """The input keys a run's workflow declared secret (a JSON list, NULL for none): front
+    ends mask them without importing the workflow, and `ls --search` never matches them."""
+    db.execute("ALTER TABLE runs ADD COLUMN secret_keys TEXT")
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -295,6 +301,7 @@ MIGRATIONS = [
     _migration_5,
     _migration_6,
     _migration_7,
+    _migration_8,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -331,7 +338,7 @@ _RUN_COLUMNS = (
     " attempt, max_attempts, deadline, timeout_us, exec_spent_us, result, error, lease_owner,"
     " lease_until, fence, reclaims, cancel_requested, cancel_reason, key, parent_run_id,"
     " schedule, scheduled_at, cwd, source_hash, source_path, backoff, pause_requested,"
-    " paused_status, paused_run_at, current_step"
+    " paused_status, paused_run_at, current_step, secret_keys"
 )
 
 
@@ -372,6 +379,7 @@ def _run_from_row(r: Sequence[Any]) -> Run:
         paused_status=None if r[32] is None else RunStatus(r[32]),
         paused_run_at=_dt(r[33]),
         current_step=r[34],
+        secret_keys=tuple(_loads(r[35]) or ()),
     )
 
 
@@ -419,6 +427,7 @@ class NewRun:
     parent_run_id: str | None = None
     schedule: str | None = None
     scheduled_at: datetime | None = None
+    secret_keys: tuple[str, ...] = ()  # input keys shown as *** and never searched
 
 
 @dataclass(frozen=True)
@@ -807,8 +816,8 @@ class Store:
         c.execute(
             "INSERT INTO runs (run_id, workflow, target, kind, source, source_hash, source_path,"
             " cwd, input, status, run_at, created_at, max_attempts, backoff, deadline,"
-            " timeout_us, key, parent_run_id, schedule, scheduled_at)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " timeout_us, key, parent_run_id, schedule, scheduled_at, secret_keys)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [
                 new.run_id,
                 new.workflow,
@@ -830,6 +839,7 @@ class Store:
                 new.parent_run_id,
                 new.schedule,
                 _us(new.scheduled_at),
+                dumps(sorted(new.secret_keys)) if new.secret_keys else None,
             ],
         )
         data: dict[str, Any] = {"attempt": 1}
@@ -893,11 +903,9 @@ class Store:
             where.append("created_at >= ?")
             params.append(to_us(since))
         if search:
-            where.append("(run_id LIKE ? ESCAPE '\\' OR input LIKE ? ESCAPE '\\')")
-            pattern = (
-                "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            )
-            params.extend([pattern, pattern])
+            clause, args = _search_clause(search)
+            where.append(clause)
+            params.extend(args)
         orders = {
             "created_desc": "created_at DESC, run_id DESC",
             "run_at": "run_at, run_id",
@@ -1869,11 +1877,9 @@ class Store:
             where.append("workflow = ?")
             params.append(workflow)
         if search:
-            where.append("(run_id LIKE ? ESCAPE '\\' OR input LIKE ? ESCAPE '\\')")
-            pattern = (
-                "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            )
-            params.extend([pattern, pattern])
+            clause, args = _search_clause(search)
+            where.append(clause)
+            params.extend(args)
         sql = "SELECT status, COUNT(*) FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -2113,6 +2119,18 @@ class Store:
             out.append((run.deadline, "deadline", run))
         out.sort(key=lambda item: (item[0], item[2].run_id))
         return out[:limit]
+
+
+def _search_clause(search: str) -> tuple[str, list[Any]]:
+    """`ls --search`: the run id, or the input as shown, with every secret value replaced
+    by "***" before matching, so a secret never matches."""
+    pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    clause = (
+        "(run_id LIKE ? ESCAPE '\\' OR (CASE WHEN secret_keys IS NULL THEN input ELSE"
+        " json_patch(input, (SELECT json_group_object(value, '***')"
+        " FROM json_each(runs.secret_keys))) END) LIKE ? ESCAPE '\\')"
+    )
+    return clause, [pattern, pattern]
 
 
 def _load_run(c: sqlite3.Connection, run_id: str) -> Run:

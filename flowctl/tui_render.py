@@ -292,7 +292,7 @@ def render_detail(detail: ops.RunDetail, now: datetime, width: int = 80) -> Cont
         parts.append(_kv("parent", run.parent_run_id, width))
 
     parts.append(_section("Input"))
-    parts.append(_indent(_pretty_json(run.input), width))
+    parts.append(_indent(_pretty_json(run.shown_input), width))
     if run.status is RunStatus.COMPLETED:
         parts.append(_section("Result"))
         parts.append(_indent(_pretty_json(run.result), width))

@@ -82,7 +82,7 @@ WORKFLOW = Column("workflow", "WORKFLOW", lambda r, now: table_cell(r.run.workfl
 ATTEMPT = Column(
     "attempt", "ATTEMPT", lambda r, now: table_cell(f"{r.run.attempt}/{r.run.max_attempts}")
 )
-INPUT = Column("input", "INPUT", lambda r, now: table_cell(compact_json(r.run.input), "dim"))
+INPUT = Column("input", "INPUT", lambda r, now: table_cell(compact_json(r.run.shown_input), "dim"))
 
 VIEWS: tuple[View, ...] = (
     View(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from flowctl.durations import Duration, parse_duration
-from flowctl.errors import FlowctlError, InputError, TargetError
+from flowctl.errors import FlowctlError, InputError, TargetError, UsageError
 from flowctl.retry import RetryPolicy
 from flowctl.store import NewRun
 
@@ -35,6 +35,7 @@ class WorkflowOptions:
     max_attempts: int | None = None
     timeout: timedelta | None = None
     retry: RetryPolicy | None = None  # backoff between run attempts
+    secret_inputs: tuple[str, ...] = ()  # shown as *** everywhere; the handler gets them as given
 
 
 @overload
@@ -46,6 +47,7 @@ def workflow(
     max_attempts: int | None = None,
     timeout: Duration | None = None,
     retry: RetryPolicy | None = None,
+    secret_inputs: list[str] | tuple[str, ...] = (),
 ) -> Callable[[F], F]: ...
 def workflow(
     name: Any = None,
@@ -53,21 +55,50 @@ def workflow(
     max_attempts: int | None = None,
     timeout: Duration | None = None,
     retry: RetryPolicy | None = None,
+    secret_inputs: list[str] | tuple[str, ...] = (),
 ) -> Any:
-    """Mark a function `fn(ctx, **input)` as a workflow: `@workflow`, `@workflow("name")`."""
+    """Mark a function `fn(ctx, **input)` as a workflow: `@workflow`, `@workflow("name")`.
+
+    `secret_inputs=["token"]`: those inputs are shown as *** by ls, show, --json and the
+    TUI, and never match `ls --search`; the handler gets them unchanged.
+    """
+    if isinstance(secret_inputs, str) or not all(isinstance(k, str) for k in secret_inputs):
+        raise UsageError(
+            f"secret_inputs must be a list of input names, like ['token'], got {secret_inputs!r}"
+        )
 
     def mark(fn: F, wf_name: str | None) -> F:
+        _check_secret_names(fn, secret_inputs)
         fn.__flowctl_workflow__ = WorkflowOptions(  # type: ignore[attr-defined]
             name=wf_name or fn.__name__,
             max_attempts=max_attempts,
             timeout=parse_duration(timeout) if timeout is not None else None,
             retry=retry,
+            secret_inputs=tuple(secret_inputs),
         )
         return fn
 
     if callable(name):
         return mark(name, None)
     return lambda fn: mark(fn, name)
+
+
+def _check_secret_names(fn: Callable[..., Any], names: tuple[str, ...] | list[str]) -> None:
+    """A secret name that is no input of the handler is a typo that would leave the real
+    input in sight: refuse it when the workflow is defined."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    known = [p.name for p in params]
+    for key in names:
+        if key not in known:
+            raise UsageError(
+                f"secret_inputs names {key!r}, which is not an input of"
+                f" {getattr(fn, '__name__', fn)}; its inputs: {', '.join(known) or 'none'}"
+            )
 
 
 @dataclass
@@ -86,6 +117,7 @@ class WorkflowDef:
     timeout: timedelta | None = None
     retry: RetryPolicy | None = None
     validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    secret_inputs: tuple[str, ...] = ()
     schedule: Any = None
     schedule_places: list[dict[str, tuple[int, int]]] = field(default_factory=list)
     description: str = ""
@@ -146,6 +178,7 @@ class WorkflowDef:
             parent_run_id=parent_run_id,
             schedule=schedule,
             scheduled_at=scheduled_at,
+            secret_keys=self.secret_inputs,
         )
 
 
@@ -217,6 +250,7 @@ def _python_def(fn: Any, target: str, source_path: Path | None, cwd: str | None)
         timeout=opts.timeout if opts else None,
         retry=opts.retry if opts else None,
         validate=lambda raw: _check_python_input(fn, name, raw),
+        secret_inputs=opts.secret_inputs if opts else (),
         description=(inspect.getdoc(fn) or "").splitlines()[0] if inspect.getdoc(fn) else "",
     )
 
@@ -281,6 +315,7 @@ def _yaml_def(path: Path, text: str | None = None) -> WorkflowDef:
         cwd=str(resolved.parent),
         max_attempts=wf.max_attempts,
         validate=lambda raw: yamlflow.convert_inputs(wf, raw),
+        secret_inputs=tuple(n for n, spec in wf.inputs.items() if spec.secret),
         schedule=wf.schedule,
         schedule_places=wf.schedule_places,
         description=wf.description or "",

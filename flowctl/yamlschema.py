@@ -68,7 +68,7 @@ KIND_OPTIONS: dict[str, tuple[str, ...]] = {
     "wait_signal": ("timeout", "on_timeout"),
     "workflow": ("with", "continue_on_error"),
 }
-INPUT_KEYS = ("type", "default", "required", "description")
+INPUT_KEYS = ("type", "default", "required", "description", "secret")
 RETRY_KEYS = ("max_attempts", "backoff", "multiplier", "max_backoff", "jitter")
 DEFAULTS_KEYS = ("retry", "timeout")
 ON_TIMEOUT = ("fail", "continue")
@@ -372,8 +372,19 @@ class _Validator:
                     "an input with a default is not required; drop `required` or `default`",
                 )
             required = flag
+        secret = False
+        if "secret" in spec:
+            flag = self.boolean(spec["secret"], f"{where}.secret")
+            if flag is None:
+                return None
+            secret = flag
         return InputSpec(
-            name=name, type=kind, required=required, default=default, description=description
+            name=name,
+            type=kind,
+            required=required,
+            default=default,
+            description=description,
+            secret=secret,
         )
 
     def env_block(self, node: Node, where: str, index: int | None) -> dict[str, str]:

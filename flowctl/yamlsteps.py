@@ -76,6 +76,7 @@ class InputSpec:
     required: bool = True
     default: Any = None
     description: str = ""
+    secret: bool = False  # shown as *** everywhere; steps get the value as given
 
 
 @dataclass(frozen=True)
