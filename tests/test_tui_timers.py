@@ -11,6 +11,8 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from rich.text import Text
+from textual.app import App, ComposeResult
 from textual.widgets import Static
 
 from flowctl import tui, tui_widgets
@@ -88,27 +90,24 @@ def test_the_ticking_widgets_own_the_tick_timers(store: Store, fast_ticks: None)
     asyncio.run(scenario())
 
 
-def test_columns_are_measured_when_rows_are_shown_not_when_the_table_is_next_idle(
-    store: Store,
-) -> None:
-    clock = FakeClock(T0)
-    _sleeper(store, clock, "r_nap_with_a_long_id_1", 2)
+def test_columns_are_measured_when_rows_are_shown_not_when_the_table_is_next_idle() -> None:
+    """DataTable widens auto-width columns only once its queue is idle; fit_columns does it
+    at once, so a screen taken before that idle (a loaded machine) is already right."""
+    long_id = "r_nap_with_a_long_id_1"
+
+    class OneTable(App[None]):
+        def compose(self) -> ComposeResult:
+            yield RunTable(on_tick=lambda table: None)
 
     async def scenario() -> None:
-        app = FlowctlApp(store=store, clock=clock, view="sleeping")
-        async with app.run_test(size=(100, 30)) as pilot:
-            for _ in range(400):  # the first page load, in a thread worker
-                if app._rows:
-                    break
-                await pilot.pause(0.01)
-            rows = list(app._rows)
-            assert rows
-            # Rebuild the columns and rows in one synchronous step: no await, so the
-            # DataTable's idle handler cannot run in between.
-            app._set_columns()
-            app._row_ids = []
-            app._show_rows(rows)
+        app = OneTable()
+        async with app.run_test(size=(100, 10)):
             table = app.query_one(RunTable)
-            assert table.columns["run_id"].get_render_width(table) >= len("r_nap_with_a_long_id_1")
+            # One synchronous step, no await: the table's idle handler cannot run here.
+            table.add_column("RUN ID", key="run_id")
+            table.add_row(Text(long_id), key="r1")
+            assert table.columns["run_id"].content_width == len("RUN ID")  # not measured yet
+            table.fit_columns()
+            assert table.columns["run_id"].content_width == len(long_id)
 
     asyncio.run(scenario())
