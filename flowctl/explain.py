@@ -209,6 +209,12 @@ def explain(facts: WhyFacts, now: datetime) -> Why:
             if alive
             else "the next daemon to run on this database dead-letters it"
         )
+        if run.status is RunStatus.RUNNING and not facts.lease_owner_gone:
+            doing = _doing(facts.last_checkpoint, run.current_step)
+            actor = (
+                f"{doing} still runs in {_owner_text(run, facts)}, told at its heartbeat;"
+                " the run ends dead when the handler stops"
+            )
         return out(
             "deadline_passed",
             f"deadline passed at {when(run.deadline, now)}; {actor}",

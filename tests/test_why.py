@@ -203,6 +203,19 @@ def test_deadline_passed_is_acted_on_by_the_next_daemon() -> None:
     assert (
         "dead-letters it at its next claim" in explain(WhyFacts(r, daemons=(ALIVE,)), NOW).message
     )
+    live = replace(
+        r,
+        status=RunStatus.RUNNING,
+        lease_owner=ALIVE.owner,
+        lease_until=NOW + timedelta(seconds=9),
+        current_step="#4 'export'",
+    )
+    why = explain(WhyFacts(live, daemons=(ALIVE,)), NOW)
+    assert why.reason == "deadline_passed"
+    assert why.message.endswith(
+        "; step #4 'export' still runs in daemon pid 1 on h, told at its heartbeat;"
+        " the run ends dead when the handler stops"
+    )
 
 
 def test_dead_names_the_error_and_the_redrive_command() -> None:
