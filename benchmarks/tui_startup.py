@@ -132,7 +132,7 @@ def measure(path: Path) -> None:
     for view in VIEWS:
         for search in (None, "u4242"):
             start = time.perf_counter()
-            page = load_page(store, clock, PageQuery(view.key, None, search, 200))
+            page = load_page(store, PageQuery(view.key, None, search, 200))
             took = (time.perf_counter() - start) * 1000
             label = f"search {search!r}" if search else "no search"
             print(f"  {view.title:<10} {label:<16} {took:6.1f} ms ({len(page.rows)} rows)")

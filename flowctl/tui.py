@@ -64,7 +64,6 @@ from flowctl.tui_views import (
     PageQuery,
     Row,
     load_page,
-    schedules_available,
 )
 from flowctl.tui_widgets import TICK_SECONDS, DetailPane, DetailText, KeyHints, RunTable, ViewBar
 
@@ -264,7 +263,7 @@ class FlowctlApp(App[None]):
     @work(thread=True, exclusive=True, group="page")
     def _load_page(self, query: PageQuery, generation: int) -> None:
         try:
-            page = load_page(self.store, self.clock, query)
+            page = load_page(self.store, query)
         except Exception as e:
             page = Page(query, error=describe_error(e))
         self.post_message(PageLoaded(generation, page))
@@ -329,7 +328,7 @@ class FlowctlApp(App[None]):
         counts: dict[str, int | None] = {}
         for view in VIEWS:
             if view.key == "schedules":
-                counts[view.key] = None if page.schedules is None else len(page.schedules)
+                counts[view.key] = len(page.schedules)
             else:
                 statuses = RunStatus if view.statuses is None else view.statuses
                 counts[view.key] = sum(page.counts.get(s, 0) for s in statuses)
@@ -380,13 +379,13 @@ class FlowctlApp(App[None]):
         }
         self._show_list_state(bool(rows))
 
-    def _show_schedules(self, schedules: list[dict[str, Any]] | None) -> None:
+    def _show_schedules(self, schedules: list[dict[str, Any]]) -> None:
         """Schedules are few: rebuild the table each time, keeping the cursor's row."""
         table = self.query_one(RunTable)
         cursor = table.cursor_row
         self._rows, self._row_ids, self._cells = [], [], {}
         table.clear(columns=True)
-        self._schedules = schedules or []
+        self._schedules = schedules
         if not self._schedules:
             self._show_list_state(False)
             return
@@ -499,14 +498,8 @@ class FlowctlApp(App[None]):
             index = int(key[1:]) if key is not None and key.startswith("s") else -1
             if 0 <= index < len(self._schedules):
                 text.update(render_schedule(self._schedules[index], self._detail_width(text)))
-            elif schedules_available():
-                text.update(Content.styled("no schedules", "dim"))
             else:
-                text.update(
-                    Content.styled(
-                        "no schedules\n\nSchedules appear here once this flowctl has them.", "dim"
-                    )
-                )
+                text.update(Content.styled("no schedules", "dim"))
             return
         if self._detail_error:
             text.update(Content.styled(self._detail_error, "$error"))

@@ -8,7 +8,6 @@ touches a widget, which keeps the queries usable from a benchmark or a test with
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,7 +16,6 @@ from typing import Any
 from rich.text import Text
 
 from flowctl import ops, schedule_ops
-from flowctl.clock import Clock
 from flowctl.durations import format_duration
 from flowctl.model import Run, RunStatus
 from flowctl.store import Store
@@ -281,34 +279,16 @@ VIEWS_BY_KEY = {v.key: v for v in VIEWS}
 
 
 # ---------------------------------------------------------------------------
-# Schedules: listed when this build's schedule_ops has them
+# Schedules
 
 
-def list_schedule_dicts(store: Store, clock: Clock) -> list[dict[str, Any]] | None:
-    """Schedules as plain dicts, or None while this build has no `schedule_ops.list_schedules`."""
-    list_schedules = getattr(schedule_ops, "list_schedules", None)
-    if list_schedules is None:
-        return None
-    takes_clock = "clock" in inspect.signature(list_schedules).parameters
-    items = list_schedules(store, clock=clock) if takes_clock else list_schedules(store)
-    out = []
-    for item in items:
-        if hasattr(item, "to_json"):
-            out.append(dict(item.to_json()))
-        elif isinstance(item, dict):
-            out.append(dict(item))
-        else:
-            out.append(dict(vars(item)))
-    return out
+def list_schedule_dicts(store: Store) -> list[dict[str, Any]]:
+    """Every schedule as its `flowctl schedule ls --json` object."""
+    return [info.to_json() for info in schedule_ops.list_schedules(store)]
 
 
 # Columns of the Schedules view, when a schedule has them ("rule" already names the zone).
 SCHEDULE_FIELDS = ("name", "rule", "next_fire_at", "last_fire_at", "paused", "target")
-
-
-def schedules_available() -> bool:
-    """Whether this build's schedule_ops can list schedules; the Schedules view says so when not."""
-    return getattr(schedule_ops, "list_schedules", None) is not None
 
 
 # ---------------------------------------------------------------------------
@@ -332,17 +312,17 @@ class Page:
     query: PageQuery
     rows: list[Row] = field(default_factory=list)
     counts: dict[RunStatus, int] = field(default_factory=dict)
-    schedules: list[dict[str, Any]] | None = None
+    schedules: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
 
 
-def load_page(store: Store, clock: Clock, query: PageQuery) -> Page:
+def load_page(store: Store, query: PageQuery) -> Page:
     """One view's visible page and the per-status counts, under the current filter/search."""
     view = VIEWS_BY_KEY[query.view]
     page = Page(query)
     page.counts = ops.count_runs(store, workflow=query.workflow, search=query.search)
     # Schedules are a handful of rows: cheap to list with every page, so their count is live.
-    page.schedules = list_schedule_dicts(store, clock)
+    page.schedules = list_schedule_dicts(store)
     if view.key == "schedules":
         return page
     runs = ops.list_runs(
