@@ -516,40 +516,41 @@ class Context:
 
     def now(self) -> datetime:
         """The current time, recorded: replay returns the same instant."""
-        self._guard("now")
-        index, entry = self._next_call(CallKind.NOW, "now")
-        if entry is not None:
-            return datetime.fromisoformat(entry.value)
-        value = self._clock.now()
-        self._record(
-            self._entry(
-                index,
-                CallKind.NOW,
-                "now",
-                EntryState.DONE,
-                value.isoformat(timespec="microseconds"),
-            )
+        return self._recorded_value(
+            CallKind.NOW,
+            self._clock.now,
+            encode=lambda value: value.isoformat(timespec="microseconds"),
+            decode=datetime.fromisoformat,
         )
-        return value
 
     def uuid(self) -> str:
         """A random UUID (string), recorded."""
-        self._guard("uuid")
-        index, entry = self._next_call(CallKind.UUID, "uuid")
-        if entry is not None:
-            return str(entry.value)
-        value = str(_uuid.uuid4())
-        self._record(self._entry(index, CallKind.UUID, "uuid", EntryState.DONE, value))
-        return value
+        return self._recorded_value(CallKind.UUID, lambda: str(_uuid.uuid4()), decode=str)
 
     def random(self) -> float:
         """A random float in [0, 1), recorded."""
-        self._guard("random")
-        index, entry = self._next_call(CallKind.RANDOM, "random")
+        return self._recorded_value(CallKind.RANDOM, _random.random, decode=float)
+
+    def _recorded_value(
+        self,
+        kind: CallKind,
+        fresh: Callable[[], T],
+        *,
+        decode: Callable[[Any], T],
+        encode: Callable[[T], Any] = lambda value: value,
+    ) -> T:
+        """now/uuid/random: the value journaled at this call index, else a fresh one, journaled.
+
+        The call's name is its kind. A fresh value is returned as made (not re-read from its
+        JSON), so the first run and every replay of it see an equal value.
+        """
+        name = str(kind)
+        self._guard(name)
+        index, entry = self._next_call(kind, name)
         if entry is not None:
-            return float(entry.value)
-        value = _random.random()
-        self._record(self._entry(index, CallKind.RANDOM, "random", EntryState.DONE, value))
+            return decode(entry.value)
+        value = fresh()
+        self._record(self._entry(index, kind, name, EntryState.DONE, encode(value)))
         return value
 
     def version(self, change_id: str, min_version: int, max_version: int) -> int:
