@@ -293,7 +293,11 @@ def _run_summary(run: Run, *, created: bool = True) -> dict[str, Any]:
     }
 
 
-def _drive(st: State, run_obj: Run, *, wait: bool, quiet: bool) -> Run:
+def _drive(
+    st: State, run_obj: Run, *, wait: bool, quiet: bool, known: set[int] | None = None
+) -> Run:
+    """Run it here as a worker; print each step as it is journaled (`known`: call indices
+    already journaled before, e.g. copied by a fork, not printed)."""
     from flowctl.daemon import drive_run
     from flowctl.engine import Outcome
     from flowctl.model import JournalEntry
@@ -305,7 +309,7 @@ def _drive(st: State, run_obj: Run, *, wait: bool, quiet: bool) -> Run:
         mark = "✓" if entry.state is EntryState.DONE else "✗"
         typer.echo(f"  {mark} {entry.name}{took}")
 
-    printed: set[int] = set()
+    printed: set[int] = set(known or ())
 
     def on_step(entry: JournalEntry) -> None:
         printed.add(entry.call_index)
@@ -642,8 +646,9 @@ def redrive(
 
 def _start_copy(st: State, new: Run, origin: str, index: int, wait: bool, as_json: bool) -> None:
     """Render a fork or rerun; with --wait, drive it here as `run --wait` does."""
-    copied = len(st.store.journal(new.run_id))
-    final = _drive(st, new, wait=True, quiet=as_json) if wait else new
+    journal = set(st.store.journal(new.run_id))
+    copied = len(journal)
+    final = _drive(st, new, wait=True, quiet=as_json, known=journal) if wait else new
     if as_json:
         _emit_json(
             {**_run_summary(final), "forked_from": origin, "from_index": index, "copied": copied}

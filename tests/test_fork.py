@@ -205,6 +205,8 @@ def test_fork_and_rerun_commands(invoke: Any, flows: Path, log: Path) -> None:
     waited = json.loads(invoke("fork", first["id"], "--from", "2", "--wait", "--json").stdout)
     assert waited["status"] == "completed" and waited["result"] == ["one-a", "two-a", "three-a"]
     assert (waited["forked_from"], waited["from_index"], waited["copied"]) == (first["id"], 2, 2)
+    shown_steps = invoke("fork", first["id"], "--from", "2", "--wait").stdout
+    assert "✓ three" in shown_steps and "✓ one" not in shown_steps  # copied ones did not run
     text = invoke(
         "rerun", first["id"], "--wait", "--input", json.dumps({"log": str(log), "tag": "z"})
     ).stdout
