@@ -145,6 +145,8 @@ class Daemon:
         self._jobs: queue.SimpleQueue[tuple[Claim, LiveRun] | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._stopping = False
+        self._solo: str | None = None  # the suspect running alone here, if any
+        self._suspects = False  # a suspect is due: claim nothing new until it has run alone
         self._stop_asked: float | None = None  # monotonic time of stop(): the grace counts from it
         self._hard_stop = False
         self._data_version = -1
@@ -194,17 +196,34 @@ class Daemon:
         self._reap_dead_owners()
         if self._dirty:
             self._refill()
+        if self._solo is not None:
+            return 0  # a suspect runs alone here: nothing else until its handler stops
         free = self._free()
         due_at = self._next_at()
         now_us = to_us(now)
-        if free <= 0 or due_at is None or due_at > now_us:
+        due = due_at is not None and due_at <= now_us
+        if free == self.config.concurrency and (
+            self._suspects or (due and self.store.suspect_due(now))
+        ):
+            suspect = self._claim_suspect(now)
+            if suspect is not None:
+                self._solo = suspect.run.run_id
+                self._dispatch(suspect)
+                return 1
+            self._suspects = False
+        if self._suspects:
+            return 0  # claim nothing new: once what runs has stopped, the suspect runs alone
+        if free <= 0 or not due:
             return 0
         asked = min(free, self.config.claim_batch)
         claims = self._claim(now, asked)
         if len(claims) < asked:
-            # Everything due at `now` is claimed (or ended): drop those entries.
+            # Everything due at `now` is claimed (or ended, or held as a suspect): drop those
+            # entries. A held suspect is remembered here instead.
             with self._wheel_lock:
                 self.wheel.pop_due(now_us)
+            if self.store.suspect_due(now):
+                self._suspects = True
         for claim in claims:
             self._dispatch(claim)
         return len(claims)
@@ -295,7 +314,8 @@ class Daemon:
         the next data_version read, whichever is first."""
         timeout = POLL_INTERVAL
         next_at = self._next_at()
-        if next_at is not None and self._free() > 0:
+        may_claim = self._free() > 0 and self._solo is None and not self._suspects
+        if next_at is not None and may_claim:
             timeout = min(timeout, (next_at - to_us(self.clock.now())) / 1e6)
         if self._next_fire is not None:
             timeout = min(timeout, (self._next_fire - self.clock.now()).total_seconds())
@@ -339,15 +359,36 @@ class Daemon:
     def _claim(self, now: datetime, limit: int) -> list[Claim]:
         lease_until = now + timedelta(seconds=self.config.lease)
         claims, ended = self.store.claim_due(
-            self.owner, now, lease_until, limit, run_id=self.only_run_id
+            self.owner,
+            now,
+            lease_until,
+            limit,
+            run_id=self.only_run_id,
+            alone=self.only_run_id is not None,  # a one-run worker runs it alone
         )
+        self._ended(ended)
+        return claims
+
+    def _claim_suspect(self, now: datetime) -> Claim | None:
+        """Claim one suspect to run alone: a crash now is charged to it, and to it only."""
+        lease_until = now + timedelta(seconds=self.config.lease)
+        claim, ended = self.store.claim_suspect(self.owner, now, lease_until)
+        self._ended(ended)
+        if claim is not None:
+            log.info(
+                "run %s: its worker died under it; running it alone (%d crash(es) charged)",
+                claim.run.run_id,
+                claim.run.crashes,
+            )
+        return claim
+
+    def _ended(self, ended: list[str]) -> None:
         if ended:
             self._dirty = True  # an ended child may have woken its parent
             if self.on_outcome is not None:
                 for rid in ended:
                     run = self.store.get_run(rid)
                     self.on_outcome(Outcome(rid, run.status, error=run.error))
-        return claims
 
     def _dispatch(self, claim: Claim) -> None:
         run = claim.run
@@ -382,6 +423,8 @@ class Daemon:
             with self._lock:
                 self._live.pop(run_id, None)
                 self._silenced.discard(run_id)
+                if self._solo == run_id:
+                    self._solo = None
         self.executed += 1
         if outcome.status is None:
             # Nothing written: the row still holds a lease (ours, lapsing, or another's now).

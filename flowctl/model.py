@@ -117,6 +117,9 @@ class Run:
     paused_run_at: datetime | None = None  # paused: when it was due (its wake), kept for resume
     current_step: str | None = None  # running: "#3 'charge'", the step its last heartbeat saw
     secret_keys: tuple[str, ...] = ()  # inputs declared secret, recorded when the run started
+    suspect: bool = False  # its worker died under it since its last checkpoint: runs alone
+    solo: bool = False  # running: its claimer runs it alone, so a crash is charged to it
+    crashes: int = 0  # crashes charged to it since its last checkpoint (5: poison)
 
     @property
     def shown_input(self) -> Any:

@@ -56,6 +56,7 @@ from flowctl.transitions import (
     Action,
     Applied,
     ClaimAction,
+    ClaimVerdict,
     cancel_error,
     claim_verdict,
     error_kind,
@@ -293,6 +294,15 @@ def _migration_8(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN secret_keys TEXT")
 
 
+def _migration_9(db: sqlite_utils.Database) -> None:
+    """Poison is charged only to the guilty run (issue 11): a run reclaimed from a dead
+    worker is a suspect and runs alone; `solo` says its lease runs it alone, `crashes`
+    counts the crashes charged to it since its last checkpoint."""
+    db.execute("ALTER TABLE runs ADD COLUMN suspect INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE runs ADD COLUMN solo INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE runs ADD COLUMN crashes INTEGER NOT NULL DEFAULT 0")
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -302,6 +312,7 @@ MIGRATIONS = [
     _migration_6,
     _migration_7,
     _migration_8,
+    _migration_9,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -338,7 +349,7 @@ _RUN_COLUMNS = (
     " attempt, max_attempts, deadline, timeout_us, exec_spent_us, result, error, lease_owner,"
     " lease_until, fence, reclaims, cancel_requested, cancel_reason, key, parent_run_id,"
     " schedule, scheduled_at, cwd, source_hash, source_path, backoff, pause_requested,"
-    " paused_status, paused_run_at, current_step, secret_keys"
+    " paused_status, paused_run_at, current_step, secret_keys, suspect, solo, crashes"
 )
 
 
@@ -380,8 +391,14 @@ def _run_from_row(r: Sequence[Any]) -> Run:
         paused_run_at=_dt(r[33]),
         current_step=r[34],
         secret_keys=tuple(_loads(r[35]) or ()),
+        suspect=bool(r[36]),
+        solo=bool(r[37]),
+        crashes=r[38],
     )
 
+
+# Progress (a checkpoint) or an end: no longer a suspect, the crashes charged forgiven.
+_CLEARED = "reclaims = 0, suspect = 0, crashes = 0"
 
 _ENTRY_COLUMNS = (
     "run_id, call_index, kind, name, state, value, wake_at, recorded_at, resolved_at,"
@@ -1047,8 +1064,8 @@ class Store:
         with self._write() as c:
             for run_id, fence in held:
                 cur = c.execute(
-                    "UPDATE runs SET lease_until = ?, run_at = ? WHERE run_id = ? AND fence = ?"
-                    " AND status = 'running' AND lease_owner = ?",
+                    "UPDATE runs SET lease_until = ?, run_at = ?, solo = 0 WHERE run_id = ?"
+                    " AND fence = ? AND status = 'running' AND lease_owner = ?",
                     [now_us, now_us, run_id, fence, owner],
                 )
                 if cur.rowcount == 1:
@@ -1090,12 +1107,14 @@ class Store:
         limit: int,
         *,
         run_id: str | None = None,
+        alone: bool = False,
     ) -> tuple[list[Claim], list[str]]:
         """Claim up to `limit` due runs in one transaction, bumping each fence.
 
-        Runs past their deadline, cancelled while their worker died, or reclaimed too
-        often without progress are ended here instead of claimed. Returns the claims and
-        the ids of runs ended.
+        Applies claim_verdict(): runs past their deadline, cancelled while their worker
+        died, or poison are ended here instead of claimed; a run reclaimed from a dead
+        worker becomes a suspect, claimed only by a claimer that runs it `alone` (see
+        claim_suspect). Returns the claims and the ids of runs ended.
         """
         now_us, lease_us = to_us(now), to_us(lease_until)
         claims: list[Claim] = []
@@ -1122,10 +1141,37 @@ class Store:
             for (rid,) in candidates:
                 if len(claims) >= limit:
                     break
-                claim = self._claim_one(c, rid, owner, now_us, lease_us, ended)
+                claim = self._claim_one(c, rid, owner, now_us, lease_us, ended, alone)
                 if claim is not None:
                     claims.append(claim)
         return claims, ended
+
+    def claim_suspect(
+        self, owner: str, now: datetime, lease_until: datetime
+    ) -> tuple[Claim | None, list[str]]:
+        """Claim one due suspect (a run whose worker died under it) for a claimer that runs
+        it alone, the one with the fewest crashes charged first. Returns the claim (or None)
+        and the ids of runs ended on the way (poison, deadline, cancelled)."""
+        now_us, lease_us = to_us(now), to_us(lease_until)
+        ended: list[str] = []
+        with self._write() as c:
+            rows = c.execute(
+                "SELECT run_id FROM runs WHERE status = 'running' AND run_at <= ?"
+                " ORDER BY crashes, run_at LIMIT 16",
+                [now_us],
+            ).fetchall()
+            for (rid,) in rows:
+                claim = self._claim_one(c, rid, owner, now_us, lease_us, ended, True)
+                if claim is not None:
+                    return claim, ended
+        return None, ended
+
+    def suspect_due(self, now: datetime) -> bool:
+        """Whether a run whose worker died under it is due (a read): it waits to run alone."""
+        rows = self._read(
+            "SELECT 1 FROM runs WHERE status = 'running' AND run_at <= ? LIMIT 1", [to_us(now)]
+        )
+        return bool(rows)
 
     def _claim_one(
         self,
@@ -1135,13 +1181,23 @@ class Store:
         now_us: int,
         lease_us: int,
         ended: list[str],
+        alone: bool,
     ) -> Claim | None:
         run = _load_run(c, rid)
         prev = run.status
         if prev not in DUE or run.run_at is None or to_us(run.run_at) > now_us:
             return None
-        verdict = claim_verdict(run, from_us(now_us))
+        verdict = claim_verdict(run, from_us(now_us), alone=alone)
         if verdict.action is ClaimAction.SKIP:
+            return None
+        if verdict.action is ClaimAction.SUSPECT:
+            # Held for a claimer that runs it alone. Record the charge once (solo cleared).
+            if not run.suspect or verdict.charged:
+                c.execute(
+                    "UPDATE runs SET suspect = 1, solo = 0, crashes = ? WHERE run_id = ?",
+                    [verdict.crashes, rid],
+                )
+                _add_event(c, rid, now_us, "suspect", _suspect_data(run, verdict))
             return None
         if verdict.action is ClaimAction.PAUSE:
             # Its worker died with a pause requested: the pause takes effect here.
@@ -1162,17 +1218,27 @@ class Store:
         fence = run.fence + 1
         c.execute(
             "UPDATE runs SET status = 'running', lease_owner = ?, lease_until = ?, run_at = ?,"
-            " fence = ?, reclaims = ?, started_at = COALESCE(started_at, ?), current_step = NULL"
-            " WHERE run_id = ?",
-            [owner, lease_us, lease_us, fence, reclaims, now_us, rid],
+            " fence = ?, reclaims = ?, started_at = COALESCE(started_at, ?), current_step = NULL,"
+            " suspect = ?, solo = ?, crashes = ? WHERE run_id = ?",
+            [
+                owner,
+                lease_us,
+                lease_us,
+                fence,
+                reclaims,
+                now_us,
+                int(verdict.suspect),
+                int(alone),
+                verdict.crashes,
+                rid,
+            ],
         )
         events = []
         if prev is RunStatus.RUNNING:
-            events.append(
-                _event(
-                    rid, now_us, "reclaimed", {"from": run.lease_owner, "by": owner, "fence": fence}
-                )
-            )
+            data: dict[str, Any] = {"from": run.lease_owner, "by": owner, "fence": fence}
+            if verdict.suspect:
+                data.update(alone=alone, crashes=verdict.crashes)
+            events.append(_event(rid, now_us, "reclaimed", data))
         else:
             if prev in (RunStatus.SLEEPING, RunStatus.WAITING) or (
                 prev is RunStatus.QUEUED
@@ -1214,6 +1280,9 @@ class Store:
             fence=fence,
             reclaims=reclaims,
             started_at=run.started_at or from_us(now_us),
+            suspect=verdict.suspect,
+            solo=alone,
+            crashes=verdict.crashes,
         )
         return Claim(run=claimed, fence=fence, owner=owner, woke_from=prev)
 
@@ -1258,7 +1327,11 @@ class Store:
                     None if entry.duration is None else round(entry.duration * 1e6),
                 ],
             )
-            c.execute("UPDATE runs SET reclaims = 0 WHERE run_id = ? AND reclaims != 0", [run_id])
+            # Progress: a suspect is cleared, and the crashes charged to it forgiven.
+            c.execute(
+                f"UPDATE runs SET {_CLEARED} WHERE run_id = ? AND (reclaims != 0 OR suspect != 0)",
+                [run_id],
+            )
             if event is not None:
                 _add_event(c, run_id, now_us, event[0], event[1])
             return True
@@ -1303,7 +1376,7 @@ class Store:
                     None,
                 ],
             )
-            c.execute("UPDATE runs SET reclaims = 0 WHERE run_id = ?", [run_id])
+            c.execute(f"UPDATE runs SET {_CLEARED} WHERE run_id = ?", [run_id])
             _add_event(c, run_id, now_us, "signal received", {"name": name, "index": call_index})
             return True, value["payload"], True
 
@@ -1430,7 +1503,7 @@ class Store:
                 )
             c.execute(
                 "UPDATE runs SET status = ?, run_at = ?, lease_owner = NULL, lease_until = NULL,"
-                " exec_spent_us = ?, reclaims = 0 WHERE run_id = ?",
+                f" exec_spent_us = ?, solo = 0, {_CLEARED} WHERE run_id = ?",
                 [str(status), at, round(exec_spent * 1e6), run_id],
             )
             _add_event(c, run_id, now_us, event[0], event[1])
@@ -1456,7 +1529,8 @@ class Store:
             cur = c.execute(
                 "UPDATE runs SET status = 'completed', result = ?, error = NULL, finished_at = ?,"
                 " run_at = NULL, lease_owner = NULL, lease_until = NULL, exec_spent_us = ?,"
-                " pause_requested = 0 WHERE run_id = ? AND fence = ? AND status = 'running'",
+                f" pause_requested = 0, solo = 0, {_CLEARED}"
+                " WHERE run_id = ? AND fence = ? AND status = 'running'",
                 [result_text, now_us, round(exec_spent * 1e6), run_id, fence],
             )
             if cur.rowcount != 1:
@@ -1521,7 +1595,7 @@ class Store:
             )
             c.execute(
                 "UPDATE runs SET status = 'queued', run_at = ?, attempt = attempt + 1, error = ?,"
-                " exec_spent_us = 0, lease_owner = NULL, lease_until = NULL, reclaims = 0"
+                f" exec_spent_us = 0, lease_owner = NULL, lease_until = NULL, solo = 0, {_CLEARED}"
                 " WHERE run_id = ?",
                 [at, dumps(error), run.run_id],
             )
@@ -1566,7 +1640,8 @@ class Store:
             by = (_loads(asked[0]) or {}).get("by") if asked else None
         c.execute(
             "UPDATE runs SET status = 'paused', paused_status = ?, paused_run_at = ?, run_at = ?,"
-            " pause_requested = 0, lease_owner = NULL, lease_until = NULL WHERE run_id = ?",
+            " pause_requested = 0, lease_owner = NULL, lease_until = NULL, solo = 0,"
+            f" {_CLEARED} WHERE run_id = ?",
             [str(parked.paused_status), _us(parked.paused_run_at), _us(parked.run_at), run.run_id],
         )
         data: dict[str, Any] = {"by": by, "was": str(status)}
@@ -1636,8 +1711,8 @@ class Store:
     ) -> None:
         c.execute(
             "UPDATE runs SET status = ?, error = ?, finished_at = ?, run_at = NULL, lease_owner = NULL,"
-            " lease_until = NULL, pause_requested = 0, paused_status = NULL, paused_run_at = NULL"
-            " WHERE run_id = ?",
+            " lease_until = NULL, pause_requested = 0, paused_status = NULL, paused_run_at = NULL,"
+            f" solo = 0, {_CLEARED} WHERE run_id = ?",
             [str(status), None if error is None else dumps(error), now_us, run.run_id],
         )
         label = "dead-lettered" if status is RunStatus.DEAD else str(status)
@@ -1755,7 +1830,7 @@ class Store:
             c.execute(
                 "UPDATE runs SET status = 'queued', run_at = ?, attempt = 1, deadline = NULL,"
                 " exec_spent_us = 0, finished_at = NULL, cancel_requested = 0, cancel_reason = NULL,"
-                " reclaims = 0, lease_owner = NULL, lease_until = NULL WHERE run_id = ?",
+                f" {_CLEARED}, solo = 0, lease_owner = NULL, lease_until = NULL WHERE run_id = ?",
                 [now_us, run_id],
             )
             _add_event(c, run_id, now_us, "redriven", {"by": by, "was": str(run.status)})
@@ -2149,6 +2224,15 @@ def _first_line(error: dict[str, Any]) -> str:
     msg = str(error.get("message") or "")
     first = msg.splitlines()[0] if msg else ""
     return f"{error.get('type', 'Error')}: {first}" if first else str(error.get("type", "Error"))
+
+
+def _suspect_data(run: Run, verdict: ClaimVerdict) -> dict[str, Any]:
+    note = (
+        "its worker died while running it alone: the crash is charged to it"
+        if verdict.charged
+        else "its worker died with other runs in flight: it runs alone next, to tell"
+    )
+    return {"from": run.lease_owner, "crashes": verdict.crashes, "note": note}
 
 
 def _wake_parent(c: sqlite3.Connection, run_id: str, now_us: int) -> None:

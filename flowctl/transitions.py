@@ -22,7 +22,7 @@ from flowctl.errors import InvalidStateError
 from flowctl.model import Run, RunStatus
 from flowctl.retry import DEFAULT_RUN_RETRY, RetryPolicy
 
-POISON_RECLAIMS = 5  # reclaims from a dead worker without a new checkpoint: poison
+POISON_CRASHES = 5  # crashes charged to a run (it ran alone, no checkpoint since): poison
 
 
 class ErrorKind(StrEnum):
@@ -206,6 +206,7 @@ class ClaimAction(StrEnum):
     FAIL = "fail"  # end this attempt as failed (retried or dead-lettered by next_attempt)
     PAUSE = "pause"  # park it paused: a pause was requested and its worker died
     SKIP = "skip"  # leave it as it is: a paused run is never claimed
+    SUSPECT = "suspect"  # reclaimed from a dead worker: only a claimer that runs it alone may
 
 
 @dataclass(frozen=True)
@@ -215,15 +216,26 @@ class ClaimVerdict:
     error: dict[str, Any] | None = None  # END / FAIL: the error recorded
     reclaims: int = 0  # CLAIM: reclaims from a dead worker since the last checkpoint
     reclaimed: bool = False  # CLAIM: taken over from a worker whose lease lapsed
+    crashes: int = 0  # CLAIM / SUSPECT: crashes charged to it, this one included
+    charged: bool = False  # CLAIM / SUSPECT: its dead worker was running it alone
+    suspect: bool = False  # CLAIM / SUSPECT: its worker died under it since its last checkpoint
 
 
-def claim_verdict(run: Run, now: datetime) -> ClaimVerdict:
+def claim_verdict(run: Run, now: datetime, *, alone: bool = False) -> ClaimVerdict:
     """What claiming this due run does. Checked in this order, each one final:
 
     cancelled while its worker died -> cancelled; deadline passed -> dead (deadline);
     paused -> left alone (it is due only for its deadline); pause requested while its worker
-    died -> paused; execution budget spent by a dead worker -> failed attempt (timeout); reclaimed
-    POISON_RECLAIMS times without a new checkpoint -> dead (poison); else claimed.
+    died -> paused; execution budget spent by a dead worker -> failed attempt (timeout);
+    POISON_CRASHES crashes charged -> dead (poison); a suspect and a claimer that does not run
+    it alone -> held (suspect); else claimed.
+
+    Poison is charged only to the run whose execution killed its worker. Several runs share
+    a daemon, so a crash alone cannot say which one did it: every run reclaimed from a dead
+    worker becomes a suspect, and a suspect is claimed only by a claimer that runs it alone
+    (`alone`: nothing else in its process while it runs). A run that was running alone when
+    its worker died (`run.solo`) is charged that crash. A new checkpoint or any end clears
+    the suspicion and the charges; so healthy runs merely in flight complete.
     """
     lapsed = run.status is RunStatus.RUNNING  # a due running run: its lease lapsed
     if lapsed and run.cancel_requested:
@@ -242,15 +254,29 @@ def claim_verdict(run: Run, now: datetime) -> ClaimVerdict:
         }
         return ClaimVerdict(ClaimAction.FAIL, error=err)
     reclaims = run.reclaims + 1 if lapsed else run.reclaims
-    if lapsed and reclaims >= POISON_RECLAIMS:
+    charged = lapsed and run.solo
+    crashes = run.crashes + 1 if charged else run.crashes
+    suspect = run.suspect or lapsed
+    if crashes >= POISON_CRASHES:
         err = {
             "type": "PoisonRunError",
             "kind": ErrorKind.POISON,
-            "message": f"reclaimed {reclaims} times from a dead worker without a new"
-            " checkpoint; it may be killing its worker",
+            "message": f"its worker died {crashes} times while running it alone, without a"
+            " new checkpoint: it is killing its worker",
         }
         return ClaimVerdict(ClaimAction.END, RunStatus.DEAD, err)
-    return ClaimVerdict(ClaimAction.CLAIM, reclaims=reclaims, reclaimed=lapsed)
+    if suspect and not alone:
+        return ClaimVerdict(
+            ClaimAction.SUSPECT, crashes=crashes, charged=charged, suspect=True, reclaims=reclaims
+        )
+    return ClaimVerdict(
+        ClaimAction.CLAIM,
+        reclaims=reclaims,
+        reclaimed=lapsed,
+        crashes=crashes,
+        charged=charged,
+        suspect=suspect,
+    )
 
 
 def cancel_error(reason: str | None, by: str | None = None) -> dict[str, Any]:

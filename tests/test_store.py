@@ -64,8 +64,12 @@ def new_run(store: Store, run_id: str = "r1", at: datetime = T0, **kw: Any) -> s
     return run_id
 
 
-def claim_one(store: Store, owner: str, now: datetime, run_id: str | None = None) -> Claim:
-    claims, ended = store.claim_due(owner, now, now + LEASE, 10, run_id=run_id)
+def claim_one(
+    store: Store, owner: str, now: datetime, run_id: str | None = None, *, alone: bool = False
+) -> Claim:
+    """Claim the one due run. A run whose lease lapsed is a suspect: `alone` claims it for a
+    claimer that runs it alone (the only claim a suspect accepts)."""
+    claims, ended = store.claim_due(owner, now, now + LEASE, 10, run_id=run_id, alone=alone)
     assert ended == []
     assert len(claims) == 1
     return claims[0]
@@ -412,9 +416,10 @@ def test_racing_claims_on_separate_connections_have_one_winner_per_run(db_path: 
 def race(
     store: Store, owner: str, now: datetime, barrier: threading.Barrier, won: list[Claim]
 ) -> None:
-    """One contender: wait for the others, then claim everything due."""
+    """One contender: wait for the others, then claim everything due (as a claimer that
+    runs what it claims alone: later rounds reclaim lapsed leases, which only such take)."""
     barrier.wait()
-    claims, ended = store.claim_due(owner, now, now + LEASE, 100)
+    claims, ended = store.claim_due(owner, now, now + LEASE, 100, alone=True)
     assert ended == []
     won.extend(claims)
 
@@ -424,7 +429,7 @@ def test_fences_only_grow(store: Store) -> None:
     fences = []
     now = T0
     for _ in range(4):
-        fences.append(claim_one(store, OWNER_A, now).fence)
+        fences.append(claim_one(store, OWNER_A, now, alone=True).fence)
         now += LEASE
     assert fences == [1, 2, 3, 4]
 
@@ -436,7 +441,7 @@ def test_every_write_with_a_stale_fence_changes_nothing(store: Store, db_path: P
     rid = new_run(store)
     stale = claim_one(store, OWNER_A, T0)
     store.send_signal(rid, "go", {"x": 1}, T0)
-    fresh = claim_one(store, OWNER_B, T0 + LEASE)  # A's lease lapsed; B reclaimed the run
+    fresh = claim_one(store, OWNER_B, T0 + LEASE, alone=True)  # A's lease lapsed; B reclaimed it
     assert (stale.fence, fresh.fence) == (1, 2)
     before = snapshot(db_path)
     now = T0 + LEASE + SECOND
@@ -514,7 +519,7 @@ def test_a_crash_reclaim_does_not_spend_an_attempt(store: Store) -> None:
     rid = new_run(store)
     claim_one(store, OWNER_A, T0)
     assert store.claim_due(OWNER_B, T0 + LEASE - SECOND, T0 + 2 * LEASE, 10) == ([], [])
-    claim = claim_one(store, OWNER_B, T0 + LEASE)
+    claim = claim_one(store, OWNER_B, T0 + LEASE, alone=True)
     assert (claim.run.attempt, claim.run.reclaims, claim.fence, claim.woke_from) == (
         1,
         1,
@@ -524,40 +529,76 @@ def test_a_crash_reclaim_does_not_spend_an_attempt(store: Store) -> None:
     reclaimed = store.timeline(rid)[-1]
     assert (reclaimed.type, reclaimed.data) == (
         "reclaimed",
-        {"from": OWNER_A, "by": OWNER_B, "fence": 2},
+        {"from": OWNER_A, "by": OWNER_B, "fence": 2, "alone": True, "crashes": 0},
     )
 
 
-def test_a_run_that_keeps_killing_its_worker_is_dead_lettered_as_poison(store: Store) -> None:
+def test_a_reclaimed_run_is_a_suspect_held_for_a_claimer_that_runs_it_alone(
+    store: Store,
+) -> None:
+    rid = new_run(store)
+    claim_one(store, OWNER_A, T0)  # A runs it among others, and dies
+    now = T0 + LEASE
+    assert store.claim_due(OWNER_B, now, now + LEASE, 10) == ([], [])  # held, not claimed
+    run = store.get_run(rid)
+    assert (run.status, run.suspect, run.crashes, run.solo) == (RunStatus.RUNNING, True, 0, False)
+    (held,) = [e for e in store.timeline(rid) if e.type == "suspect"]
+    assert (held.data["from"], held.data["crashes"]) == (OWNER_A, 0)
+    assert store.suspect_due(now)
+    claim, ended = store.claim_suspect(OWNER_B, now, now + LEASE)
+    assert claim is not None and ended == []
+    assert (claim.run.suspect, claim.run.solo, claim.run.crashes, claim.fence) == (True, True, 0, 2)
+    assert not store.suspect_due(now)
+
+
+def test_a_run_that_keeps_killing_its_worker_while_alone_is_dead_lettered_as_poison(
+    store: Store,
+) -> None:
     rid = new_run(store)
     now = T0
-    claim_one(store, OWNER_A, now)  # the first worker dies...
-    for reclaims in (1, 2, 3, 4):  # ...and so does each one that reclaims it
+    claim_one(store, OWNER_A, now)  # the first worker dies with others in flight: no charge
+    for crashes in (0, 1, 2, 3, 4):  # then it runs alone, and each worker dies under it
         now += LEASE
-        assert claim_one(store, OWNER_B, now).run.reclaims == reclaims
+        claim, _ = store.claim_suspect(OWNER_B, now, now + LEASE)
+        assert claim is not None and claim.run.crashes == crashes
     now += LEASE
-    assert store.claim_due(OWNER_B, now, now + LEASE, 10) == ([], [rid])
+    assert store.claim_suspect(OWNER_B, now, now + LEASE) == (None, [rid])
     run = store.get_run(rid)
     assert (run.status, run.attempt) == (RunStatus.DEAD, 1)
     assert run.error == {
         "type": "PoisonRunError",
         "kind": "poison",
-        "message": "reclaimed 5 times from a dead worker without a new checkpoint; it may be"
-        " killing its worker",
+        "message": "its worker died 5 times while running it alone, without a new"
+        " checkpoint: it is killing its worker",
     }
 
 
-def test_a_new_checkpoint_resets_the_reclaim_count(store: Store) -> None:
+def test_a_crash_with_others_in_flight_is_charged_to_nobody(store: Store) -> None:
+    rid = new_run(store)
+    claim_one(store, OWNER_A, T0)  # not alone: its death says nothing about this run
+    now = T0
+    for _ in range(8):  # however often claimers that are not alone look at it
+        now += LEASE
+        assert store.claim_due(OWNER_B, now, now + LEASE, 10) == ([], [])
+    run = store.get_run(rid)
+    assert (run.status, run.suspect, run.crashes) == (RunStatus.RUNNING, True, 0)
+    assert [e.type for e in store.timeline(rid)].count("suspect") == 1
+
+
+def test_a_new_checkpoint_clears_the_suspect_and_its_charges(store: Store) -> None:
     rid = new_run(store)
     now = T0
     claim_one(store, OWNER_A, now)
     for _ in range(4):
         now += LEASE
-        claim = claim_one(store, OWNER_B, now)
+        claim = claim_one(store, OWNER_B, now, alone=True)
+    assert claim.run.crashes == 3
     assert store.record_entry(rid, claim.fence, step_entry(rid, 0, "progress"), now)
-    assert store.get_run(rid).reclaims == 0
+    run = store.get_run(rid)
+    assert (run.reclaims, run.crashes, run.suspect) == (0, 0, False)
     now += LEASE
-    assert claim_one(store, OWNER_B, now).run.reclaims == 1
+    # It was running alone when this worker died: one crash charged since the checkpoint.
+    assert claim_one(store, OWNER_B, now, alone=True).run.crashes == 1
 
 
 def test_a_lapsed_run_that_used_its_budget_fails_its_attempt_as_a_timeout(store: Store) -> None:
@@ -621,7 +662,7 @@ def test_an_owner_proven_dead_makes_its_runs_claimable_at_once(store: Store) -> 
     assert store.claim_due(OWNER_B, now, now + LEASE, 10) == ([], [])
     assert store.expire_owner(OWNER_A, now) == 1
     assert store.daemons() == []
-    claim = claim_one(store, OWNER_B, now)
+    claim = claim_one(store, OWNER_B, now, alone=True)
     assert (claim.fence, claim.run.attempt, claim.run.reclaims) == (2, 1, 1)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -140,15 +141,30 @@ def test_claim_verdicts_in_order() -> None:
     # a dead worker spent the budget: the attempt failed with a timeout
     v = claim_verdict(a_run(status=RunStatus.RUNNING, timeout=2.0, exec_spent=2.5), now)
     assert (v.action, v.error and v.error["kind"]) == (ClaimAction.FAIL, "timeout")
-    # a lapsed lease is a reclaim; the fifth without a checkpoint is poison
-    v = claim_verdict(a_run(status=RunStatus.RUNNING, reclaims=3), now)
-    assert (v.action, v.reclaims, v.reclaimed) == (ClaimAction.CLAIM, 4, True)
-    v = claim_verdict(a_run(status=RunStatus.RUNNING, reclaims=4), now)
-    assert (v.action, v.status, v.error and v.error["kind"]) == (
-        ClaimAction.END,
-        RunStatus.DEAD,
-        "poison",
-    )
+
+
+def test_a_lapsed_lease_makes_a_suspect_charged_only_if_it_ran_alone() -> None:
+    now = T0 + timedelta(seconds=10)
+    lapsed = a_run(status=RunStatus.RUNNING, reclaims=3)
+    # its worker ran others too: held for a claimer that runs it alone, nothing charged
+    v = claim_verdict(lapsed, now)
+    assert (v.action, v.suspect, v.crashes, v.charged) == (ClaimAction.SUSPECT, True, 0, False)
+    v = claim_verdict(lapsed, now, alone=True)
+    assert (v.action, v.reclaims, v.reclaimed, v.crashes) == (ClaimAction.CLAIM, 4, True, 0)
+    # it ran alone when its worker died: that crash is charged to it
+    solo = a_run(status=RunStatus.RUNNING, suspect=True, solo=True, crashes=3)
+    v = claim_verdict(solo, now, alone=True)
+    assert (v.action, v.crashes, v.charged) == (ClaimAction.CLAIM, 4, True)
+    # the fifth charged crash is poison, whoever looks
+    for alone in (False, True):
+        v = claim_verdict(dataclasses.replace(solo, crashes=4), now, alone=alone)
+        assert (v.action, v.status, v.error and v.error["kind"]) == (
+            ClaimAction.END,
+            RunStatus.DEAD,
+            "poison",
+        )
+    # a fresh run is claimed by anyone
+    assert claim_verdict(a_run(), now).action is ClaimAction.CLAIM
 
 
 def test_next_attempt_retries_with_backoff_clamped_to_the_deadline() -> None:

@@ -1,0 +1,80 @@
+"""Poison is charged only to the run whose execution kills its daemon (issue 11, item 1).
+
+The issue's reproduction under a restart loop: one run whose step calls os._exit(7),
+three runs with 300 ms steps, and `flowctl daemon --lease 3s` started again each time it
+dies. Before, every run in flight was charged each crash, and all four ended dead with
+PoisonRunError after six starts. Now the first crash (four runs in flight) is charged to
+nobody: all four become suspects and run alone, one at a time. The three healthy runs
+complete; the guilty one is charged each crash it causes alone, and its fifth charged
+crash dead-letters it, at the seventh start (a crash is known only to the next process).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+from helpers import wait_until
+
+from flowctl import ops
+from flowctl.clock import SystemClock
+from flowctl.store import Store
+
+from .conftest import ROOT, Daemons, read, statuses, timeline
+
+pytestmark = pytest.mark.crash
+
+FLOWS = "tests/crash/core_flows.py"
+MAX_STARTS = 10
+
+
+def start(db: Path, name: str, inputs: list[dict[str, object]]) -> list[str]:
+    with Store(db) as store:
+        return [
+            ops.start(store, f"{FLOWS}:{name}", i, clock=SystemClock(), cwd=str(ROOT)).run.run_id
+            for i in inputs
+        ]
+
+
+def settled(db: Path) -> bool:
+    return all(s in ("completed", "dead", "cancelled") for s in statuses(db).values())
+
+
+def test_only_the_run_that_kills_its_daemon_is_poisoned_the_others_complete(
+    tmp_path: Path, daemons: Daemons
+) -> None:
+    db, effects = tmp_path / "flowctl.db", tmp_path / "effects.log"
+    (guilty,) = start(db, "killer", [{"effects": str(effects)}])
+    healthy = start(db, "healthy", [{"effects": str(effects), "busy_ms": 300}] * 3)
+
+    exits = []
+    for _ in range(MAX_STARTS):  # the restart loop of a supervisor
+        proc = daemons.start(db, "--lease", "3s")
+        wait_until(lambda p=proc: p.poll() is not None or settled(db), timeout=30)
+        if proc.poll() is None:  # everything settled and the daemon is still up: stop it
+            proc.send_signal(signal.SIGTERM)
+            exits.append(proc.wait(timeout=30))
+            break
+        exits.append(proc.returncode)
+
+    assert settled(db)
+    final = statuses(db)
+    assert [final[r] for r in healthy] == ["completed"] * 3
+    assert final[guilty] == "dead"
+    ((error,),) = read(db, "SELECT error FROM runs WHERE run_id = ?", (guilty,))
+    assert json.loads(error)["type"] == "PoisonRunError"
+    # One crash with all four in flight, then five crashes while it ran alone; the
+    # seventh daemon reads the fifth charge and dead-letters it, then drains (exit 0).
+    assert exits == [7] * 6 + [0]
+    charges = [e["crashes"] for e in timeline(db, guilty) if e["type"] == "reclaimed"]
+    assert charges == [0, 1, 2, 3, 4]  # crashes charged before each start runs it alone
+    # Each healthy run's step is journaled once; it ran at most twice (once in the crash).
+    for run_id in healthy:
+        assert read(db, "SELECT COUNT(*) FROM journal WHERE run_id = ?", (run_id,)) == [(1,)]
+        ran = [line for line in effects.read_text().splitlines() if line.startswith(run_id)]
+        assert 1 <= len(ran) <= 2
+        assert not [e for e in timeline(db, run_id) if e["type"] == "suspect" and e["crashes"]]
+    kills = [line for line in effects.read_text().splitlines() if line.startswith(guilty)]
+    assert len(kills) == 6
