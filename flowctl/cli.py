@@ -33,6 +33,7 @@ from flowctl.cli_schedule import _sync_at_daemon_start, agenda, schedule_app
 from flowctl.clock import SystemClock
 from flowctl.durations import format_duration, parse_duration
 from flowctl.errors import FlowctlError, UsageError
+from flowctl.limits import MAX_COUNT, is_utf8, one_line, shown_bytes
 from flowctl.model import EntryState, Run, RunStatus, iso
 
 app = typer.Typer(
@@ -211,7 +212,9 @@ def run(
     ] = None,
     max_attempts: Annotated[
         int | None,
-        typer.Option("--max-attempts", metavar="N", help="Attempts in total (default 3)."),
+        typer.Option(
+            "--max-attempts", metavar="N", max=MAX_COUNT, help="Attempts in total (default 3)."
+        ),
     ] = None,
     key: Annotated[
         str | None,
@@ -407,7 +410,9 @@ def ls(
     search: Annotated[
         str | None, typer.Option("--search", help="Match run id or input text.")
     ] = None,
-    limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many runs.")] = 50,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", max=MAX_COUNT, help="At most this many runs.")
+    ] = 50,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print a JSON list of run objects.")
     ] = False,
@@ -677,7 +682,10 @@ def fork(
     from_index: Annotated[
         int,
         typer.Option(
-            "--from", metavar="INDEX", help="Copy the checkpoints before this call index."
+            "--from",
+            metavar="INDEX",
+            max=MAX_COUNT,
+            help="Copy the checkpoints before this call index.",
         ),
     ],
     input_json: Annotated[str | None, _FORK_INPUT] = None,
@@ -818,7 +826,8 @@ def wake(
 def daemon(
     ctx: typer.Context,
     concurrency: Annotated[
-        int | None, typer.Option("--concurrency", "-c", help="Runs executed at once.")
+        int | None,
+        typer.Option("--concurrency", "-c", max=1024, help="Runs executed at once."),
     ] = None,
     lease: Annotated[str | None, typer.Option("--lease", help="Lease length, e.g. 15s.")] = None,
     heartbeat: Annotated[
@@ -937,7 +946,7 @@ def validate(
         _emit_json({"ok": not problems, "problems": problems})
     elif problems:
         for p in problems:
-            typer.echo(p, err=True)
+            typer.echo(one_line(p), err=True)
     else:
         typer.echo(f"ok: {len(files)} file(s) valid")
     if problems:
@@ -966,7 +975,15 @@ _ABORTS: tuple[type[BaseException], ...] = (typer.Abort, getattr(click_exc, "Abo
 
 
 def main() -> None:
-    """Entry point: click usage errors become one line on stderr with exit code 2."""
+    """Entry point, and the boundary no input crosses as a traceback: arguments that are
+    not UTF-8 and click's usage errors become one line on stderr with exit code 2."""
+    for arg in sys.argv[1:]:
+        if not is_utf8(arg):
+            typer.echo(
+                f"flowctl: argument {shown_bytes(arg)!r} is not valid UTF-8; give UTF-8 text",
+                err=True,
+            )
+            sys.exit(2)
     try:
         rv = app(standalone_mode=False)
     except click_exc.NoArgsIsHelpError as e:
@@ -974,7 +991,7 @@ def main() -> None:
         sys.exit(0)
     except click_exc.UsageError as e:
         cmd = e.ctx.command_path if e.ctx else "flowctl"
-        typer.echo(f"flowctl: {e.format_message()} (see `{cmd} --help`)", err=True)
+        typer.echo(f"flowctl: {one_line(e.format_message())} (see `{cmd} --help`)", err=True)
         sys.exit(2)
     except _EXITS as e:
         sys.exit(e.exit_code)
@@ -982,7 +999,7 @@ def main() -> None:
         typer.echo("aborted", err=True)
         sys.exit(130)
     except FlowctlError as e:
-        typer.echo(f"flowctl: {e}", err=True)
+        typer.echo(f"flowctl: {one_line(str(e))}", err=True)
         sys.exit(e.exit_code)
     sys.exit(rv if isinstance(rv, int) else 0)
 

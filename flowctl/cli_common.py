@@ -20,6 +20,7 @@ from flowctl.clock import Clock
 from flowctl.config import Config, load_config, resolve_db
 from flowctl.durations import format_duration
 from flowctl.errors import FlowctlError
+from flowctl.limits import one_line
 from flowctl.model import Run
 from flowctl.store import Store
 
@@ -29,7 +30,7 @@ class _Group(TyperGroup):
         try:
             rv = super().invoke(ctx)
         except FlowctlError as e:
-            typer.echo(f"flowctl: {e}", err=True)
+            typer.echo(f"flowctl: {one_line(str(e))}", err=True)
             raise typer.Exit(e.exit_code) from None
         root = ctx.parent is None  # `schedule ...` is a group inside this one: say it once
         note = ctx.obj.read_only_note() if root and isinstance(ctx.obj, State) else None

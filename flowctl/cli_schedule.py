@@ -29,6 +29,7 @@ from flowctl.cli_common import (
 )
 from flowctl.durations import format_duration
 from flowctl.errors import FlowctlError
+from flowctl.limits import MAX_COUNT, one_line
 from flowctl.model import iso
 
 if TYPE_CHECKING:
@@ -143,7 +144,8 @@ def schedule_add(
     ] = None,
     missed: Annotated[str, typer.Option("--missed", help=_POLICY_HELP["missed"])] = "skip",
     max_missed: Annotated[
-        int, typer.Option("--max-missed", help="With --missed all: at most this many.")
+        int,
+        typer.Option("--max-missed", max=MAX_COUNT, help="With --missed all: at most this many."),
     ] = 100,
     overlap: Annotated[str, typer.Option("--overlap", help=_POLICY_HELP["overlap"])] = "skip",
     gap: Annotated[str, typer.Option("--gap", help=_POLICY_HELP["gap"])] = "shift",
@@ -230,7 +232,9 @@ def schedule_ls(
 def schedule_show(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Schedule name.")],
-    count: Annotated[int, typer.Option("--count", "-n", help="Upcoming fires to list.")] = 5,
+    count: Annotated[
+        int, typer.Option("--count", "-n", max=1000, help="Upcoming fires to list.")
+    ] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Show a schedule: its rule, next fires and recent history.  Example: flowctl schedule show nightly"""
@@ -353,7 +357,7 @@ def schedule_explain(
     ctx: typer.Context,
     expression: Annotated[str, typer.Argument(metavar="EXPR", help='Cron, e.g. "30 2 * * *".')],
     tz: Annotated[str | None, typer.Option("--tz", help="IANA zone (default: local).")] = None,
-    count: Annotated[int, typer.Option("--count", "-n", help="How many fires.")] = 10,
+    count: Annotated[int, typer.Option("--count", "-n", max=1000, help="How many fires.")] = 10,
     gap: Annotated[str, typer.Option("--gap", help=_POLICY_HELP["gap"])] = "shift",
     fold: Annotated[str, typer.Option("--fold", help=_POLICY_HELP["fold"])] = "first",
     from_: Annotated[
@@ -410,7 +414,7 @@ def schedule_sync(
         report = _sync_declared(st)
     except ValidationError as e:
         for problem in e.problems:
-            typer.echo(f"flowctl: {problem}", err=True)
+            typer.echo(f"flowctl: {one_line(problem)}", err=True)
         typer.echo("flowctl: schedule sync: nothing changed", err=True)
         raise typer.Exit(2) from None
     if as_json:
@@ -426,7 +430,9 @@ def schedule_sync(
 def agenda(
     ctx: typer.Context,
     until: Annotated[str, typer.Option("--until", help="How far ahead, e.g. 7d.")] = "30d",
-    limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many items.")] = 200,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", max=MAX_COUNT, help="At most this many items.")
+    ] = 200,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
     """Every future wake, start, retry, timeout, deadline and schedule fire, in time order.  Example: flowctl agenda --until 7d"""

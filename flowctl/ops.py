@@ -8,9 +8,8 @@ agenda have their own module, flowctl.schedule_ops.
 from __future__ import annotations
 
 import getpass
-import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from flowctl.clock import Clock
 from flowctl.durations import parse_duration
 from flowctl.errors import DurationError, FlowctlError, InputError, InvalidStateError, UsageError
 from flowctl.explain import DaemonFact, OperatorEvent, Why, WhyFacts, explain
+from flowctl.limits import MAX_YEAR, MIN_YEAR, check_time, loads_json
 from flowctl.model import (
     ACTIVE,
     CallKind,
@@ -42,12 +42,7 @@ def parse_inputs(pairs: list[str] | None = None, input_json: str | None = None) 
     """`--input JSON` first, then `-i key=value` (string) and `-i key:=JSON` (typed) on top."""
     data: dict[str, Any] = {}
     if input_json is not None:
-        try:
-            loaded = json.loads(input_json)
-        except json.JSONDecodeError as e:
-            raise InputError(
-                f"--input is not valid JSON ({e.msg} at column {e.colno}): {input_json!r}"
-            ) from None
+        loaded = loads_json(input_json, "--input")
         if not isinstance(loaded, dict):
             raise InputError(
                 f"--input must be a JSON object like '{{\"user\": 42}}', got {input_json!r}"
@@ -58,12 +53,11 @@ def parse_inputs(pairs: list[str] | None = None, input_json: str | None = None) 
             pair.find(":=") < pair.find("=") + 1 or "=" not in pair.split(":=")[0]
         ):
             key, _, raw = pair.partition(":=")
-            try:
-                value = json.loads(raw)
-            except json.JSONDecodeError as e:
-                raise InputError(
-                    f"-i {pair!r}: the value after ':=' must be JSON ({e.msg}); for a plain string use {key}=VALUE"
-                ) from None
+            value = loads_json(
+                raw,
+                f"-i {key.strip()}:=",
+                hint=f"; the value after ':=' must be JSON, for a plain string use {key}=VALUE",
+            )
         elif "=" in pair:
             key, _, value = pair.partition("=")
         else:
@@ -78,12 +72,7 @@ def parse_inputs(pairs: list[str] | None = None, input_json: str | None = None) 
 
 
 def parse_json_arg(flag: str, text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(
-            f"{flag} is not valid JSON ({e.msg} at column {e.colno}): {text!r}"
-        ) from None
+    return loads_json(text, flag)
 
 
 def parse_time(text: str, clock: Clock, *, flag: str = "--at", tz: str | None = None) -> datetime:
@@ -94,12 +83,17 @@ def parse_time(text: str, clock: Clock, *, flag: str = "--at", tz: str | None = 
         raise UsageError(
             f"{flag} {text!r} is not a time: use ISO-8601 like 2026-12-01T09:00:00Z or '2026-12-01 09:00'"
         ) from None
-    if value.tzinfo is None:
-        from zoneinfo import ZoneInfo  # lazy: `flowctl --help` does not load zone data
+    try:
+        if value.tzinfo is None:
+            from zoneinfo import ZoneInfo  # lazy: `flowctl --help` does not load zone data
 
-        zone = ZoneInfo(tz) if tz else None
-        value = value.replace(tzinfo=zone) if zone else value.astimezone()
-    return value.astimezone(UTC)
+            zone = ZoneInfo(tz) if tz else None
+            value = value.replace(tzinfo=zone) if zone else value.astimezone()
+        return check_time(value, f"{flag} {text!r}")
+    except (OverflowError, ValueError, KeyError):
+        raise UsageError(
+            f"{flag} {text!r} is out of range; use a year between {MIN_YEAR} and {MAX_YEAR}"
+        ) from None
 
 
 def parse_when(text: str, clock: Clock, *, flag: str) -> datetime:
@@ -108,12 +102,20 @@ def parse_when(text: str, clock: Clock, *, flag: str) -> datetime:
         return clock.now() + parse_duration(text)
     except DurationError:
         pass
-    try:
-        return parse_time(text, clock, flag=flag)
-    except UsageError:
+    if not _looks_like_time(text):
         raise UsageError(
             f"{flag} {text!r} is neither a duration (15m, 2h, 7d) nor an ISO-8601 time (2026-12-01T09:00Z)"
-        ) from None
+        )
+    return parse_time(text, clock, flag=flag)
+
+
+def _looks_like_time(text: str) -> bool:
+    """ISO-8601 as Python reads it; whether it is in range is parse_time's to say."""
+    try:
+        datetime.fromisoformat(text.strip())
+    except ValueError:
+        return False
+    return True
 
 
 def parse_start_at(text: str, clock: Clock) -> datetime:
@@ -138,13 +140,12 @@ def parse_since(text: str, clock: Clock, *, flag: str = "--since") -> datetime:
         return clock.now() - parse_duration(spoken)
     except DurationError:
         pass
-    try:
-        return parse_time(text, clock, flag=flag)
-    except UsageError:
+    if not _looks_like_time(text):
         raise UsageError(
             f"{flag} {text!r} is neither a duration ago (2h, 7d, '3 days ago') nor an ISO-8601"
             " time (2026-12-01T09:00Z)"
-        ) from None
+        )
+    return parse_time(text, clock, flag=flag)
 
 
 def parse_statuses(values: list[str] | None) -> list[RunStatus] | None:
