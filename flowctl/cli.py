@@ -980,7 +980,7 @@ def main() -> None:
     for arg in sys.argv[1:]:
         if not is_utf8(arg):
             typer.echo(
-                f"flowctl: argument {shown_bytes(arg)!r} is not valid UTF-8; give UTF-8 text",
+                f"flowctl: argument '{one_line(shown_bytes(arg))}' is not valid UTF-8; give UTF-8 text",
                 err=True,
             )
             sys.exit(2)

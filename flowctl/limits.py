@@ -39,12 +39,16 @@ def is_utf8(text: str) -> bool:
 
 def shown_bytes(text: str) -> str:
     """`text` with its undecodable bytes written as \\xNN, for an error message."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no decoding produces: show it as \udNNN
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
 
 
 def check_utf8(text: str, what: str) -> str:
     if not is_utf8(text):
-        raise UsageError(f"{what} {shown_bytes(text)!r} is not valid UTF-8; give UTF-8 text")
+        raise UsageError(f"{what} '{shown_bytes(text)}' is not valid UTF-8; give UTF-8 text")
     return text
 
 

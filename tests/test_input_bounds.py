@@ -55,7 +55,8 @@ CASES = [
     (["ls", "--workflow", "n\udc80p"], "is not valid UTF-8"),
     (["cancel", "{run}", "--reason", "caf\udce9"], "is not valid UTF-8"),
     (["signal", "{run}", "g\udcf0"], "is not valid UTF-8"),
-    (["show", "\udcff\udcfe"], "is not valid UTF-8"),
+    (["show", "\udcff\udcfe"], "argument '\\xff\\xfe' is not valid UTF-8"),
+    (["show", "\ud800"], "argument '\\ud800' is not valid UTF-8"),
     # integers over 4,300 digits, deep nesting, numbers JSON cannot carry
     (["run", "flows.py:nap", "-i", f"a:={HUGE}", "--detach"], "-i a:= is not usable JSON"),
     (["run", "flows.py:nap", "--input", f'{{"a": {HUGE}}}', "--detach"], "--input is not usable"),
