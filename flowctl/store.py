@@ -70,8 +70,8 @@ from flowctl.transitions import (
 BUSY_TIMEOUT_MS = 10_000
 APPLICATION_ID = 0x464C4F57  # "FLOW" in the SQLite header: the flowctl schema marker
 QUICK_CHECK_MAX_BYTES = 8 * 2**20  # files up to this size get PRAGMA quick_check on open (~30 ms)
-WAL_BOUND_PAGES = 256  # checkpoint the WAL when it grows past this many pages ...
-WAL_BOUND_BYTES = 2**20  # ... and truncate it back to this size after a checkpoint
+WAL_BOUND_PAGES = 64  # checkpoint the WAL when it grows past this many pages (256 KB) ...
+WAL_BOUND_BYTES = 256 * 1024  # ... and truncate it back to this size after a checkpoint
 GROUP_MAX_WRITES = 256  # group commit: at most this many writes share one COMMIT
 GROUP_MAX_AGE = 0.005  # ... and a group stays open at most this long (seconds)
 _monotonic = time.monotonic
@@ -537,7 +537,8 @@ class Store:
         self._group_writes = 0
         self._group_started = 0.0
         self._committed_id = 0
-        self._group_errors: dict[int, BaseException] = {}
+        # A failed group's error and how many of its writers have yet to be told.
+        self._group_errors: dict[int, tuple[BaseException, int]] = {}
         self._commits = 0  # COMMITs done and the writes they held: see commit_stats()
         self._writes_committed = 0
         self._tl = threading.local()
@@ -674,11 +675,24 @@ class Store:
         with self._gc:
             while self._committed_id < group:
                 self._gc.wait()
-            failed = self._group_errors.pop(group, None) if self._group_errors else None
+            failed = self._group_failure(group) if self._group_errors else None
         if failed is not None:
             if isinstance(failed, sqlite3.Error):
                 raise self._fault(failed) from failed
             raise FlowctlError(f"could not commit to {self.path}: {failed}") from failed
+
+    def _group_failure(self, group: int) -> BaseException | None:
+        """The error of a failed group, for each of its writers in turn (holding self._gc):
+        every writer whose changes the group held is told, not only the first to wake."""
+        entry = self._group_errors.get(group)
+        if entry is None:
+            return None
+        error, untold = entry
+        if untold <= 1:
+            del self._group_errors[group]
+        else:
+            self._group_errors[group] = (error, untold - 1)
+        return error
 
     def _undo(self, shared: bool, error: BaseException) -> None:
         """Roll back a failed writer (holding self._lock): its savepoint in a shared group,
@@ -695,7 +709,7 @@ class Store:
         self._txn_open = False
         if shared and self._group_writes:
             with self._gc:
-                self._group_errors[self._group_id] = error
+                self._group_errors[self._group_id] = (error, self._group_writes)
                 self._committed_id = self._group_id
                 self._gc.notify_all()
 
@@ -712,7 +726,7 @@ class Store:
                     self._conn.execute("ROLLBACK")
             if self._group_writes > 1 or self._group_commit:
                 with self._gc:
-                    self._group_errors[group] = e
+                    self._group_errors[group] = (e, self._group_writes)
             else:
                 raise
         finally:
@@ -753,7 +767,14 @@ class Store:
         with self._lock:
             return {
                 name: self._conn.execute(f"PRAGMA {name}").fetchone()[0]
-                for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+                for name in (
+                    "journal_mode",
+                    "synchronous",
+                    "foreign_keys",
+                    "busy_timeout",
+                    "wal_autocheckpoint",
+                    "journal_size_limit",
+                )
             }
 
     def pending_writes(self) -> int:
@@ -2424,13 +2445,22 @@ def _fault(e: sqlite3.Error, path: str) -> DatabaseError:
             f"database disk image is malformed: {path}; restore a copy, or try"
             f" `sqlite3 {path} .recover`"
         )
-    if name.startswith("SQLITE_FULL"):
+    if name.startswith("SQLITE_FULL") or (name.startswith("SQLITE_IOERR") and _no_room(path)):
+        # An I/O error on a filesystem with no room left (growing the -shm, say) is one too.
         return DiskFullError(f"database or disk is full: {_free_space(path)}")
     if name.startswith("SQLITE_READONLY"):
         return ReadOnlyDatabaseError(f"read-only database: {path}")
     if name.startswith("SQLITE_CANTOPEN"):
         return DatabaseError(f"cannot open database {path}: {e}")
     return DatabaseError(f"database {path}: {e}")
+
+
+def _no_room(path: str) -> bool:
+    try:
+        st = os.statvfs(Path(path).resolve().parent)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 * 1024
 
 
 def _free_space(path: str) -> str:
