@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -35,6 +36,7 @@ from flowctl.durations import format_duration, parse_duration
 from flowctl.errors import FlowctlError, UsageError
 from flowctl.limits import MAX_COUNT, is_utf8, one_line, shown_bytes
 from flowctl.model import EntryState, Run, RunStatus, iso
+from flowctl.store import Store
 
 app = typer.Typer(
     cls=_Group,
@@ -863,7 +865,7 @@ def daemon(
         level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
     )
     created = not st.db_path.exists()
-    d = Daemon(st.open_store(create=True), st.clock, cfg)
+    d = Daemon(_open_when_room(st), st.clock, cfg)
     logging.getLogger("flowctl").info(
         "daemon %s %s %s (concurrency %d, lease %gs, heartbeat %gs)",
         d.owner,
@@ -884,6 +886,28 @@ def daemon(
     _sync_at_daemon_start(st)  # YAML `schedule:` blocks and flowctl.toml [schedules.*]
     code = d.run_forever(until_idle=until_idle, install_signals=True)
     raise typer.Exit(code)
+
+
+def _open_when_room(st: State) -> Store:
+    """The daemon's database; a full disk at start-up is waited out (said once), as one
+    later is, so a supervisor does not restart the daemon in a loop."""
+    from flowctl.daemon import FULL_RETRY
+    from flowctl.errors import DiskFullError
+
+    said = False
+    while True:
+        try:
+            store = st.open_store(create=True)
+            if said:
+                logging.getLogger("flowctl").warning("the database has room again: serving")
+            return store
+        except DiskFullError as e:
+            if not said:
+                logging.getLogger("flowctl").warning(
+                    "%s; nothing committed is lost; retrying every %gs", e, FULL_RETRY
+                )
+                said = True
+            st.clock.wait(threading.Event(), FULL_RETRY)
 
 
 @app.command()

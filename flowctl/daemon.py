@@ -23,7 +23,15 @@ from flowctl.clock import Clock
 from flowctl.commands import kill_running_commands
 from flowctl.context import LeaseLost, LiveRun
 from flowctl.engine import Engine, Outcome
-from flowctl.errors import Cancelled, DeadlineExceededError, ExecutionTimeoutError, UsageError
+from flowctl.errors import (
+    Cancelled,
+    DatabaseError,
+    DatabaseGoneError,
+    DeadlineExceededError,
+    DiskFullError,
+    ExecutionTimeoutError,
+    UsageError,
+)
 from flowctl.identity import HOST, make_owner, owner_is_dead, proc_start
 from flowctl.model import Claim, JournalEntry, RunStatus, from_us, to_us
 from flowctl.scheduler import Scheduler
@@ -36,6 +44,8 @@ WHEEL_SIZE = 512  # soonest wake times kept in memory; the rest stay in the inde
 JUMP_THRESHOLD = 2.0  # seconds of disagreement between wall and monotonic time
 UNWIND_WAIT = 0.5  # after the grace period: time for interrupted handlers to stop, then exit
 REAP_EVERY = 1.0  # seconds between checks for dead owners holding leases
+WATCH_FILE_EVERY = 1.0  # seconds between checks that the database file is still at its path
+FULL_RETRY = 1.0  # seconds between retries while the disk (or the database) is full
 
 
 class DaemonStopping(LeaseLost):
@@ -151,6 +161,9 @@ class Daemon:
         self._hard_stop = False
         self._data_version = -1
         self._last_reap = float("-inf")
+        self._last_file_check = float("-inf")
+        self._db_gone = False  # the file was deleted or replaced: write nothing more
+        self._full = False  # the last pass failed on a full disk
         self._last_wall: datetime | None = None
         self._last_mono = 0.0
         self._last_boot = 0.0
@@ -179,6 +192,7 @@ class Daemon:
                     return claimed
 
     def _pass(self) -> int:
+        self._watch_db_file()
         now = self.clock.now()
         self._watch_clock(now)
         dv = self.store.data_version()
@@ -241,14 +255,21 @@ class Daemon:
         """
         if install_signals:
             self._install_signals()
-        self.store.register_daemon(
-            self.owner,
-            HOST,
-            os.getpid(),
-            proc_start(os.getpid()),
-            self.clock.now(),
-            {"concurrency": self.config.concurrency, "lease": self.config.lease},
-        )
+        while True:
+            try:
+                self.store.register_daemon(
+                    self.owner,
+                    HOST,
+                    os.getpid(),
+                    proc_start(os.getpid()),
+                    self.clock.now(),
+                    {"concurrency": self.config.concurrency, "lease": self.config.lease},
+                )
+                break
+            except DiskFullError as e:
+                self._wait_for_room(e)
+                if self._stopping:
+                    return 0
         # Concurrent workers share one connection: let their commits share one fsync.
         self.store.set_group_commit(self.config.concurrency > 1)
         for i in range(self.config.concurrency):
@@ -266,7 +287,8 @@ class Daemon:
                 self._jobs.put(None)
             self.store.set_group_commit(False)
             try:
-                self.store.unregister_daemon(self.owner, self.clock.now())
+                if not self._db_gone:  # never write to a file that is no longer there
+                    self.store.unregister_daemon(self.owner, self.clock.now())
             except Exception:
                 log.exception("could not unregister the daemon")
 
@@ -301,13 +323,51 @@ class Daemon:
                 )
                 self._wake.clear()
                 continue
-            claimed = self.tick()
+            try:
+                claimed = self.tick()
+            except DiskFullError as e:
+                self._wait_for_room(e)
+                continue
+            if self._full:
+                self._full = False
+                log.warning("the database has room again: serving")
             self.serving.set()  # clocks, data_version and the wheel all read at least once
             if until_idle and not claimed and not self._live and not self._dirty:
                 next_at = self._next_at()
                 if next_at is None or next_at > to_us(self.clock.now()):
                     return 0
             self._wait_for_work()
+
+    def _wait_for_room(self, error: DiskFullError) -> None:
+        """A full disk: say so once, wait, and let the caller retry. Nothing committed is
+        lost (the failed transaction rolled back whole), so waiting is all there is to do."""
+        if not self._full:
+            self._full = True
+            log.warning("%s; nothing committed is lost; retrying every %gs", error, FULL_RETRY)
+        self.clock.wait(self._wake, FULL_RETRY)
+        self._wake.clear()
+
+    def _watch_db_file(self) -> None:
+        """Stop serving a database file that is no longer at its path (deleted, or replaced
+        by a restore or a copy): every later write would go to the void while new runs wait
+        in the file now at the path. A stat, once a second; raises DatabaseGoneError."""
+        mono = self.clock.monotonic()
+        if mono - self._last_file_check < WATCH_FILE_EVERY:
+            return
+        self._last_file_check = mono
+        problem = self.store.file_replaced()
+        if problem is None:
+            return
+        self._db_gone = True
+        self._hard_stop = True  # no heartbeat, release or unregister: they would write to it
+        with self._lock:
+            lives = list(self._live.values())
+        for live in lives:
+            live.interrupt(DaemonStopping("the database file is gone"))
+        raise DatabaseGoneError(
+            f"{problem} while the daemon served it; stopping without writing to it again:"
+            " start the daemon again to serve the file now at that path"
+        )
 
     def _wait_for_work(self) -> None:
         """Until the next due time, a schedule fire, a worker finishing (the wake event) or
@@ -416,6 +476,9 @@ class Daemon:
                 self._live[run_id] = live
         try:
             outcome = self.engine.execute(claim, live, on_checkpoint=self.on_checkpoint)
+        except DatabaseError as e:  # a full disk, say: one line; the lease lapses, then reclaim
+            log.warning("run %s: %s", run_id, e)
+            outcome = Outcome(run_id, None, error={"type": type(e).__name__, "message": str(e)})
         except BaseException as e:  # a bug in the engine must not kill the worker thread silently
             log.exception("run %s: engine error", run_id)
             outcome = Outcome(run_id, None, error={"type": type(e).__name__, "message": str(e)})
@@ -479,6 +542,8 @@ class Daemon:
                 },
                 self.clock.now(),
             )
+        except DatabaseError as e:
+            log.warning("run %s: could not note the lost lease: %s", run_id, e)
         except Exception:
             log.exception("run %s: could not note the lost lease", run_id)
 
@@ -525,6 +590,8 @@ class Daemon:
                 return
             try:
                 self.heartbeat_once()
+            except DatabaseError as e:
+                log.warning("heartbeat failed: %s", e)
             except Exception:
                 log.exception("heartbeat failed")
 

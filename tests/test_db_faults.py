@@ -1,0 +1,339 @@
+"""The database file under a running daemon: deleted or replaced (the daemon exits non-zero
+naming it and writes nothing more), and a full disk (one line, nothing committed lost, the
+daemon waits and carries on once there is room).
+
+The full disk is real: a small tmpfs (`mount -t tmpfs -o size=...`) made in the test and
+unmounted at teardown, filled with a filler file. It needs root (as here and in CI); where
+mounting is refused the tests are skipped, never faked.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from flowctl import cli, ops
+from flowctl.clock import FakeClock, SystemClock
+from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.errors import DatabaseGoneError, DiskFullError
+from flowctl.store import WAL_BOUND_BYTES, WAL_BOUND_PAGES, NewRun, Store
+from tests.conftest import ROOT
+from tests.helpers import query, wait_until
+
+Spawn = Callable[..., "subprocess.Popen[bytes]"]
+
+
+@pytest.fixture
+def flow(tmp_path: Path) -> str:
+    path = tmp_path / "flows.py"
+    path.write_text(
+        "from flowctl import workflow\n\n@workflow\ndef hello(ctx, n: int = 0, pad: str = ''):\n"
+        "    return ctx.step('hi', lambda: 'x' * 2000)\n"
+    )
+    return f"{path}:hello"
+
+
+def flowctl(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flowctl", "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+
+
+@pytest.fixture
+def spawn_daemon(tmp_path: Path) -> Iterator[Spawn]:
+    """Real `flowctl daemon` processes logging to daemon-N.log; killed at teardown."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def spawn(db: Path) -> subprocess.Popen[bytes]:
+        with open(tmp_path / f"daemon-{len(procs)}.log", "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", "--lease", "3s"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+            )
+        procs.append(proc)
+        return proc
+
+    yield spawn
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def registered(db: Path) -> bool:
+    return bool(query(db, "SELECT COUNT(*) FROM daemons")[0][0])
+
+
+def log_of(tmp_path: Path, n: int = 0) -> str:
+    return (tmp_path / f"daemon-{n}.log").read_text()
+
+
+# ---------------------------------------------------------------- the file vanishes
+
+
+def test_a_daemon_whose_file_is_deleted_exits_non_zero_naming_it(
+    tmp_path: Path, spawn_daemon: Spawn
+) -> None:
+    db = tmp_path / "f.db"
+    Store(db).close()
+    proc = spawn_daemon(db)
+    wait_until(lambda: registered(db))
+    for p in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+        p.unlink(missing_ok=True)
+    code = proc.wait(timeout=10)  # WATCH_FILE_EVERY is 1 s: noticed within a few seconds
+    assert code == 1
+    lines = log_of(tmp_path).strip().splitlines()
+    assert lines[-1] == (
+        f"flowctl: database file {db} was deleted while the daemon served it; stopping without"
+        " writing to it again: start the daemon again to serve the file now at that path"
+    )
+    assert "Traceback" not in log_of(tmp_path)
+    assert not db.exists()  # nothing recreated it
+
+
+def test_a_daemon_whose_file_is_replaced_exits_and_leaves_the_new_file_alone(
+    tmp_path: Path, spawn_daemon: Spawn, flow: str
+) -> None:
+    db = tmp_path / "f.db"
+    Store(db).close()
+    proc = spawn_daemon(db)
+    wait_until(lambda: registered(db))
+    fresh = tmp_path / "restored.db"
+    assert flowctl(fresh, "run", flow, "--detach").returncode == 0
+    before = fresh.read_bytes()
+    os.replace(fresh, db)  # a restore from a backup, say
+    for p in (Path(f"{db}-wal"), Path(f"{db}-shm")):
+        p.unlink(missing_ok=True)
+    assert proc.wait(timeout=10) == 1
+    assert f"database file {db} was replaced by another file" in log_of(tmp_path)
+    assert db.read_bytes() == before  # the daemon wrote nothing to the file now at the path
+    assert query(db, "SELECT status, fence FROM runs") == [("queued", 0)]
+    assert query(db, "SELECT COUNT(*) FROM daemons") == [(0,)]
+
+
+def test_the_loop_body_stops_at_a_vanished_file(tmp_path: Path, flow: str) -> None:
+    """In process, on a FakeClock: the check is on the serving loop's own path (tick)."""
+    db = tmp_path / "f.db"
+    clock = FakeClock(datetime(2026, 3, 29, tzinfo=UTC))
+    store = Store(db)
+    ops.start(store, flow, {}, clock=clock)
+    daemon = Daemon(store, clock, DaemonConfig(concurrency=1))
+    assert daemon.tick() == 1
+    assert store.file_replaced() is None
+    db.unlink()
+    clock.advance(timedelta(seconds=1))
+    with pytest.raises(DatabaseGoneError, match=f"database file {db} was deleted"):
+        daemon.tick()
+    store.close()
+
+
+# ---------------------------------------------------------------- a full disk
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MB filesystem of its own (tmpfs), unmounted at teardown."""
+    where = tmp_path / "small"
+    where.mkdir()
+    try:
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(where)],
+            check=True,
+            capture_output=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as e:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {e}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)
+
+
+def fill(folder: Path, leave: int = 0) -> Path:
+    """Fill the filesystem holding `folder` until `leave` bytes at most are free."""
+    filler = folder / "filler"
+    with open(filler, "wb") as f:
+        chunk = b"\0" * 65536
+        while True:
+            st = os.statvfs(folder)
+            room = st.f_bavail * st.f_frsize - leave
+            if room <= 0:
+                break
+            try:
+                f.write(chunk[: min(len(chunk), room)])
+                f.flush()
+            except OSError as e:
+                assert e.errno == errno.ENOSPC
+                break
+    return filler
+
+
+def counts(db: Path) -> dict[str, int]:
+    return dict(query(db, "SELECT status, COUNT(*) FROM runs GROUP BY status"))
+
+
+def retry_lines(tmp_path: Path) -> list[str]:
+    return [ln for ln in log_of(tmp_path).splitlines() if "retrying every" in ln]
+
+
+def test_a_full_disk_is_one_line_and_a_daemon_started_on_it_waits_for_room(
+    small_disk: Path, tmp_path: Path, spawn_daemon: Spawn, flow: str
+) -> None:
+    db = small_disk / "f.db"
+    for i in range(20):
+        assert flowctl(db, "run", flow, "--detach", "-i", f"n:={i}").returncode == 0
+    assert counts(db) == {"queued": 20}
+    filler = fill(small_disk)
+
+    out = flowctl(db, "run", flow, "--detach")
+    assert out.returncode == 1
+    assert out.stdout == ""
+    line = out.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert line.startswith("flowctl: database or disk is full: ")
+    assert f"MB free on {small_disk} (database {db})" in line
+
+    proc = spawn_daemon(db)
+    wait_until(lambda: retry_lines(tmp_path))  # it met the full disk ...
+    assert proc.poll() is None, log_of(tmp_path)  # ... and waits: it does not exit
+    filler.unlink()
+    fill(small_disk, leave=512 * 1024)  # room again, but only half a megabyte of it
+    # every committed run is there and completes; the refused one was never written
+    wait_until(lambda: counts(db) == {"completed": 20}, timeout=30)
+    assert len(retry_lines(tmp_path)) == 1  # said once, not once per retry
+    assert "the database has room again: serving" in log_of(tmp_path)
+    assert "Traceback" not in log_of(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    assert query(db, "PRAGMA integrity_check") == [("ok",)]
+
+
+def test_a_serving_daemon_waits_out_a_full_disk_and_loses_nothing(
+    small_disk: Path, tmp_path: Path, spawn_daemon: Spawn, flow: str
+) -> None:
+    db = small_disk / "f.db"
+    Store(db).close()
+    proc = spawn_daemon(db)
+    wait_until(lambda: registered(db))
+    with Store(db) as store:  # due in a moment: the disk is full by then
+        soon = datetime.now(UTC) + timedelta(milliseconds=300)
+        for i in range(10):
+            ops.start(store, flow, {"n": i}, clock=SystemClock(), run_at=soon)
+    filler = fill(small_disk)
+    wait_until(lambda: retry_lines(tmp_path), timeout=20)  # the serving loop met it
+    assert proc.poll() is None, log_of(tmp_path)
+    filler.unlink()
+    fill(small_disk, leave=512 * 1024)
+    wait_until(lambda: counts(db) == {"completed": 10}, timeout=30)
+    assert "the database has room again: serving" in log_of(tmp_path)
+    assert "Traceback" not in log_of(tmp_path)
+    assert query(db, "SELECT COUNT(*) FROM journal WHERE kind = 'step'") == [(10,)]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    assert query(db, "PRAGMA integrity_check") == [("ok",)]
+
+
+def test_a_write_that_fills_the_disk_loses_nothing_committed(small_disk: Path, flow: str) -> None:
+    """Write until the disk is full, in process: every run whose create returned is there,
+    the one that failed is not there at all, and after a little room is made the store
+    writes again (the WAL was checkpointed and truncated after the failure)."""
+    db = small_disk / "f.db"
+    store = Store(db)
+    clock = FakeClock(datetime(2026, 3, 29, tzinfo=UTC))
+    fill(small_disk, leave=256 * 1024)
+    made: list[str] = []
+    failure: Exception | None = None
+    for i in range(10_000):
+        try:
+            made.append(ops.start(store, flow, {"n": i, "pad": "p" * 4000}, clock=clock).run.run_id)
+        except Exception as e:  # the first failure is what is checked
+            failure = e
+            break
+    assert failure is not None and str(failure).startswith("database or disk is full: ")
+    assert type(failure).__name__ == "DiskFullError"
+    assert Path(f"{db}-wal").stat().st_size <= WAL_BOUND_BYTES + 64 * 1024
+    store.close()
+    with Store(db) as again:
+        assert sorted(r.run_id for r in again.list_runs(limit=100_000)) == sorted(made)
+        (small_disk / "filler").unlink()
+        ops.start(again, flow, {"n": -1}, clock=clock)  # writes work again
+        assert len(again.list_runs(limit=100_000)) == len(made) + 1
+
+
+def test_group_commit_on_a_full_disk_tells_every_writer_of_a_failed_group(
+    small_disk: Path,
+) -> None:
+    """Writers on several threads share one COMMIT; when the disk fills, every writer whose
+    changes were in a group that failed gets the error, so a create that returned is there.
+    (Before, only the first writer to wake was told: the others returned as if committed.)"""
+    db = small_disk / "f.db"
+    store = Store(db)
+    store.set_group_commit(True)
+    filler = fill(small_disk, leave=700 * 1024)
+    returned: list[str] = []
+    failures: list[str] = []
+
+    def writer(t: int) -> None:
+        for i in range(300):
+            new = NewRun(
+                run_id=f"t{t}-{i}", workflow="w", target="t", kind="python", input={"p": "x" * 1500}
+            )
+            try:
+                store.create_run(new, datetime(2026, 3, 29, tzinfo=UTC))
+                returned.append(new.run_id)
+            except DiskFullError as e:
+                failures.append(str(e))
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures and all(f.startswith("database or disk is full: ") for f in failures)
+    filler.unlink()
+    store.close()
+    with Store(db) as again:
+        assert {r.run_id for r in again.list_runs(limit=10_000)} == set(returned)
+
+
+def test_the_wal_is_kept_small(tmp_path: Path) -> None:
+    with Store(tmp_path / "f.db") as store:
+        settings = store.pragmas()
+    assert settings["wal_autocheckpoint"] == WAL_BOUND_PAGES
+    assert settings["journal_size_limit"] == WAL_BOUND_BYTES
+
+
+def test_a_full_disk_through_the_cli_writes_nothing(
+    small_disk: Path, flow: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = small_disk / "f.db"
+    Store(db).close()
+    before = counts(db)
+    filler = fill(small_disk)
+    result: Any = CliRunner().invoke(cli.app, ["--db", str(db), "run", flow, "--detach"])
+    assert result.exit_code == 1
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.stderr.startswith("flowctl: database or disk is full: ")
+    filler.unlink()  # (a reader needs a little room too, for the WAL's shared memory)
+    assert counts(db) == before
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    conn.close()
