@@ -258,7 +258,7 @@ def schedule_show(
             f" gap={s.gap} fold={s.fold} jitter={format_duration(s.jitter) if s.jitter else 'none'}"
         )
     typer.echo(f"target    {_short_target(r.target)}")
-    typer.echo(f"input     {json.dumps(r.input)}")
+    typer.echo(f"input     {json.dumps(r.shown_input)}")
     typer.echo(f"created   {_zoned(r.created_at, tzname)}")
     typer.echo(f"last fire {_zoned(r.last_fire_at, tzname)}")
     typer.echo("")

@@ -92,7 +92,8 @@ class ScheduleInfo:
         return {
             "name": r.name,
             "target": r.target,
-            "input": r.input,
+            "input": r.shown_input,
+            "secret_inputs": list(r.secret_keys),
             "cron": spec.cron if spec else None,
             "every": spec.every.total_seconds() if spec and spec.every else None,
             "tz": spec.tz if spec else None,
@@ -210,6 +211,7 @@ def add_schedule(
         spec=spec.to_json(),
         source="cli",
         next_fire_at=_first_fire(spec, now),
+        secret_keys=wf.secret_inputs,
     )
     return _schedule_info(store.add_schedule(new, now, replace=replace))
 
@@ -351,6 +353,7 @@ class _Declared:
     cwd: str | None
     input: dict[str, Any]
     options: dict[str, Any]  # parse_spec keyword arguments, without anchor
+    secret_keys: tuple[str, ...] = ()  # the workflow's secret inputs, as a run records them
 
 
 Where = Callable[[str | None], str]
@@ -396,7 +399,9 @@ def _declared(
         wf.check_input(dict(data))
     except UsageError as e:
         raise ScheduleError(f"{where('input')}: {e}") from None
-    return _Declared(name, where(None), source, origin, wf.target, wf.cwd, data, options)
+    return _Declared(
+        name, where(None), source, origin, wf.target, wf.cwd, data, options, wf.secret_inputs
+    )
 
 
 _ANCHOR = datetime(2000, 1, 1, tzinfo=UTC)
@@ -529,14 +534,10 @@ def declared_schedules(
 
 
 def _same_definition(row: ScheduleRow, new: NewSchedule) -> bool:
-    return (row.target, row.cwd, row.input, row.spec, row.source, row.origin) == (
-        new.target,
-        new.cwd,
-        new.input,
-        new.spec,
-        new.source,
-        new.origin,
-    )
+    """A changed secret flag counts as a change, so a sync records it."""
+    mine = (row.target, row.cwd, row.input, row.spec, row.source, row.origin)
+    theirs = (new.target, new.cwd, new.input, new.spec, new.source, new.origin)
+    return mine == theirs and sorted(row.secret_keys) == sorted(new.secret_keys)
 
 
 def sync_schedules(
@@ -594,6 +595,7 @@ def sync_schedules(
             spec=spec.to_json(),
             source=d.source,
             origin=d.origin,
+            secret_keys=d.secret_keys,
         )
         if row is not None and _same_definition(row, new):
             report.unchanged.append(d.name)

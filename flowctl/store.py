@@ -50,6 +50,7 @@ from flowctl.model import (
     RunStatus,
     TimelineEvent,
     from_us,
+    mask_secrets,
     to_us,
 )
 from flowctl.transitions import (
@@ -303,6 +304,13 @@ def _migration_9(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN crashes INTEGER NOT NULL DEFAULT 0")
 
 
+def _migration_10(db: sqlite_utils.Database) -> None:
+    """The input keys a schedule's workflow declared secret (a JSON list, NULL for none),
+    resolved when it was added or synced: `schedule show/ls` mask them without importing
+    the workflow. Older rows have NULL until they are added or synced again."""
+    db.execute("ALTER TABLE schedules ADD COLUMN secret_keys TEXT")
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -313,6 +321,7 @@ MIGRATIONS = [
     _migration_7,
     _migration_8,
     _migration_9,
+    _migration_10,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -2022,8 +2031,8 @@ class Store:
             if row is None:
                 c.execute(
                     "INSERT INTO schedules (name, target, cwd, input, spec, paused, created_at,"
-                    " updated_at, active_from, last_fire_at, next_fire_at, revision, source, origin)"
-                    " VALUES (?,?,?,?,?,0,?,?,?,NULL,?,1,?,?)",
+                    " updated_at, active_from, last_fire_at, next_fire_at, revision, source, origin,"
+                    " secret_keys) VALUES (?,?,?,?,?,0,?,?,?,NULL,?,1,?,?,?)",
                     [
                         new.name,
                         new.target,
@@ -2036,13 +2045,15 @@ class Store:
                         _us(new.next_fire_at),
                         new.source,
                         new.origin,
+                        _secret_keys_json(new.secret_keys),
                     ],
                 )
             else:
                 c.execute(
                     "UPDATE schedules SET target = ?, cwd = ?, input = ?, spec = ?, updated_at = ?,"
                     " active_from = ?, next_fire_at = CASE WHEN paused THEN NULL ELSE ? END,"
-                    " revision = revision + 1, source = ?, origin = ? WHERE name = ?",
+                    " revision = revision + 1, source = ?, origin = ?, secret_keys = ?"
+                    " WHERE name = ?",
                     [
                         new.target,
                         new.cwd,
@@ -2053,6 +2064,7 @@ class Store:
                         _us(new.next_fire_at),
                         new.source,
                         new.origin,
+                        _secret_keys_json(new.secret_keys),
                         new.name,
                     ],
                 )
@@ -2622,6 +2634,7 @@ class NewSchedule:
     source: str = "cli"  # cli | yaml | toml
     origin: str | None = None  # the file that declares it (yaml/toml)
     next_fire_at: datetime | None = None
+    secret_keys: tuple[str, ...] = ()  # the workflow's secret inputs, masked when shown
 
 
 @dataclass(frozen=True)
@@ -2640,6 +2653,13 @@ class ScheduleRow:
     revision: int
     source: str
     origin: str | None
+    secret_keys: tuple[str, ...] = ()  # input keys shown as ***; fired runs get the real values
+
+    @property
+    def shown_input(self) -> dict[str, Any]:
+        """The input as every front end shows it: secret values replaced by SECRET_MASK."""
+        shown: dict[str, Any] = mask_secrets(self.input, self.secret_keys)
+        return shown
 
 
 @dataclass(frozen=True)
@@ -2677,7 +2697,7 @@ class FireOutcome:
 
 _SCHEDULE_COLUMNS = (
     "name, target, cwd, input, spec, paused, created_at, updated_at, active_from, last_fire_at,"
-    " next_fire_at, revision, source, origin"
+    " next_fire_at, revision, source, origin, secret_keys"
 )
 HISTORY_KEEP = 1000  # history rows kept per schedule
 _HISTORY_COLUMNS = "h.schedule, h.fire_at, h.action, h.run_id, h.at, h.detail, r.status"
@@ -2706,7 +2726,13 @@ def _schedule_from_row(r: Sequence[Any]) -> ScheduleRow:
         revision=r[11],
         source=r[12],
         origin=r[13],
+        secret_keys=tuple(_loads(r[14]) or ()),
     )
+
+
+def _secret_keys_json(keys: tuple[str, ...]) -> str | None:
+    """The secret_keys column: a sorted JSON list, NULL for none (as for runs)."""
+    return dumps(sorted(keys)) if keys else None
 
 
 def _schedule_row(c: sqlite3.Connection, name: str) -> ScheduleRow:

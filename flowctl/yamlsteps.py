@@ -41,6 +41,7 @@ from flowctl.expressions import (
     step_record,
     to_text,
 )
+from flowctl.model import SECRET_MASK
 from flowctl.retry import NO_RETRY, RetryPolicy, StepOptions, with_options
 
 _TRUE_INPUT = frozenset({"true", "1", "yes", "y", "on"})
@@ -172,7 +173,7 @@ def convert_inputs(wf: YamlWorkflow, raw: dict[str, Any] | None) -> dict[str, An
     result: dict[str, Any] = {}
     for name, spec in wf.inputs.items():
         if name in raw and raw[name] is not None:
-            result[name] = convert_value(name, spec.type, raw[name])
+            result[name] = convert_value(name, spec.type, raw[name], secret=spec.secret)
         elif name in raw and not spec.required:
             result[name] = None
         elif spec.default is not None or not spec.required:
@@ -185,9 +186,10 @@ def convert_inputs(wf: YamlWorkflow, raw: dict[str, Any] | None) -> dict[str, An
     return result
 
 
-def convert_value(name: str, kind: str, value: Any) -> Any:
-    """Strings are converted to the declared type; other values must already have it."""
-    given = f"got {value!r} ({json_type(value)})"
+def convert_value(name: str, kind: str, value: Any, *, secret: bool = False) -> Any:
+    """Strings are converted to the declared type; other values must already have it.
+    A secret value is never quoted in the error: it reaches logs and schedule history."""
+    given = f"got {SECRET_MASK if secret else repr(value)} ({json_type(value)})"
     wrong = InputError(f"input {name!r} must be {_TYPE_WORDS[kind]}, {given}")
     if kind == "str":
         if isinstance(value, str):
