@@ -853,9 +853,9 @@ class Store:
     def _insert_run(self, c: sqlite3.Connection, new: NewRun, now_us: int) -> tuple[Run, bool]:
         """create_run inside the caller's transaction (a schedule fire creates its runs in the
         same transaction that records the fire)."""
-        run_at = now_us if new.run_at is None else to_us(new.run_at)
-        if new.deadline is not None:
-            run_at = min(run_at, to_us(new.deadline))
+        # Due at its start time (now, --in, --at) or at its deadline, whichever is first.
+        start_at = from_us(now_us) if new.run_at is None else new.run_at
+        run_at = to_us(parked_run_at(start_at, deadline=new.deadline) or start_at)
         if new.key is not None:
             row = c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE key = ?", [new.key]).fetchone()
             if row is not None:
