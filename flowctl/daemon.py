@@ -479,6 +479,11 @@ class Daemon:
         except DatabaseError as e:  # a full disk, say: one line; the lease lapses, then reclaim
             log.warning("run %s: %s", run_id, e)
             outcome = Outcome(run_id, None, error={"type": type(e).__name__, "message": str(e)})
+        except KeyboardInterrupt as e:
+            if self.engine.operator_interrupted:
+                raise  # the operator's Ctrl-C in a foreground worker: leave the run to a daemon
+            log.exception("run %s: engine error", run_id)
+            outcome = Outcome(run_id, None, error={"type": type(e).__name__, "message": str(e)})
         except BaseException as e:  # a bug in the engine must not kill the worker thread silently
             log.exception("run %s: engine error", run_id)
             outcome = Outcome(run_id, None, error={"type": type(e).__name__, "message": str(e)})
@@ -755,6 +760,7 @@ def drive_run(
     hb.start()
     idle = threading.Event()
     give_up = None if timeout is None else clock.monotonic() + timeout
+    restore = _mark_operator_interrupts(worker.engine)
     try:
         while True:
             worker._reap_dead_owners()  # a dead daemon's lease on this run lapses at once
@@ -780,6 +786,29 @@ def drive_run(
                 clock.wait(idle, POLL_INTERVAL)
     finally:
         stop.set()
+        restore()
+
+
+def _mark_operator_interrupts(engine: Engine) -> Callable[[], None]:
+    """While a foreground worker runs, a real SIGINT marks the KeyboardInterrupt it raises as
+    the operator's, so one raised by workflow code fails its attempt instead. Returns the
+    undo. Only the main thread may set handlers; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:
+        return lambda: None  # someone else handles SIGINT here: leave it to them
+
+    def on_sigint(signum: int, frame: object) -> None:
+        engine.operator_interrupted = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+
+    def restore() -> None:
+        signal.signal(signal.SIGINT, previous)
+
+    return restore
 
 
 def _heartbeat_until(worker: Daemon, stop: threading.Event) -> None:

@@ -57,10 +57,12 @@ class Engine:
         self.clock = clock
         self.loader = loader or Loader()
         self.children = _Children(self)
-        # In a foreground worker (`flowctl run --wait`) a KeyboardInterrupt is the operator's
-        # Ctrl-C: it stops this process and leaves the run to a daemon. A daemon handles its
-        # signals itself, so there a KeyboardInterrupt can only come from the workflow's code.
+        # In a foreground worker (`flowctl run --wait`) the operator's Ctrl-C stops this
+        # process and leaves the run to a daemon. It is told apart from a KeyboardInterrupt
+        # the workflow's own code raises by `operator_interrupted`, which the foreground
+        # worker's SIGINT handler sets; a daemon handles its signals itself.
         self.foreground = foreground
+        self.operator_interrupted = False
 
     def execute(
         self,
@@ -99,7 +101,7 @@ class Engine:
             # and raised something else, say).
             stop = ctx.halted or e
         except BaseException as e:
-            if self.foreground and isinstance(e, KeyboardInterrupt):
+            if self.operator_interrupted and isinstance(e, KeyboardInterrupt):
                 raise
             # SystemExit, KeyboardInterrupt, GeneratorExit from a step or the handler: this
             # attempt fails like any error (retried or dead-lettered), its type recorded. It

@@ -354,8 +354,10 @@ def show_run(
             changed = True
     notes = []
     now = clock.now()
+    facts = why_facts(store, run.run_id)
     if run.deadline is not None and run.deadline <= now and not run.status.is_terminal:
-        notes.append(f"deadline passed at {iso(run.deadline)}; the next daemon will dead-letter it")
+        # Who acts on it depends on whether a daemon serves this database: explain knows.
+        notes.append(explain(facts, now).message)
     if changed:
         notes.append(source_changed_note(run))
     return RunDetail(
@@ -367,7 +369,7 @@ def show_run(
         source_changed=changed,
         notes=notes,
         published=store.published(run.run_id),
-        why_facts=why_facts(store, run.run_id),
+        why_facts=facts,
     )
 
 
@@ -396,9 +398,9 @@ def why(detail: RunDetail, now: datetime) -> str:
     from flowctl.durations import format_duration
 
     if run.deadline is not None and run.deadline <= now and not run.status.is_terminal:
-        return (
-            f"{run.status}: deadline passed at {iso(run.deadline)}; the next daemon dead-letters it"
-        )
+        if detail.why_facts is not None:
+            return f"{run.status}: {explain(detail.why_facts, now).message}"
+        return f"{run.status}: deadline passed at {iso(run.deadline)}"
 
     def until(at: datetime | None) -> str:
         if at is None:

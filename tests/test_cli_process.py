@@ -35,6 +35,13 @@ FLOWS = (
     "    ctx.step('before', lambda: 'x')\n"
     "    ctx.sleep('24h')\n"
     "    return 'woke'\n"
+    "\n"
+    "def _interrupt():\n"
+    "    raise KeyboardInterrupt\n"
+    "\n"
+    "@workflow\n"
+    "def interrupts(ctx):\n"
+    "    ctx.step('interrupt', _interrupt)\n"
 )
 
 
@@ -122,3 +129,17 @@ def test_ctrl_c_during_run_wait_leaves_the_run_to_the_daemon(
     assert query(db, "SELECT status, lease_owner FROM runs") == [("sleeping", None)]
     shown = json.loads(flowctl(db, "show", run_id, "--json").stdout)
     assert [c["kind"] for c in shown["checkpoints"]] == ["step", "sleep"]
+
+
+def test_a_keyboardinterrupt_raised_by_a_step_fails_the_attempt_in_the_foreground(
+    tmp_path: Path, flow_file: Path
+) -> None:
+    """Only a real SIGINT is the operator's Ctrl-C; one the workflow raises is its error."""
+    db = tmp_path / "f.db"
+    out = flowctl(db, "run", f"{flow_file}:interrupts", "--max-attempts", "1")
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr
+    assert "KeyboardInterrupt" in out.stderr
+    assert query(db, "SELECT status, lease_owner FROM runs") == [("dead", None)]
+    (error,) = [json.loads(r[0]) for r in query(db, "SELECT error FROM runs")]
+    assert error["type"] == "KeyboardInterrupt"

@@ -7,6 +7,7 @@ handler is live, which is where a heartbeat delivers deadlines and cancellations
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -22,6 +23,7 @@ from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.engine import Engine, Outcome
 from flowctl.errors import InvalidStateError
+from flowctl.identity import HOST, make_owner, proc_start
 from flowctl.ids import new_run_id
 from flowctl.model import EntryState, RunStatus
 from flowctl.store import NewRun, Store
@@ -377,8 +379,15 @@ def test_a_deadline_passing_while_sleeping_dead_letters_without_waking_the_handl
     fake_clock.advance(30 * 60 * SECOND)
     note = ops.show_run(store, rid, clock=fake_clock).notes
     assert note == [
-        "deadline passed at 2026-03-29T01:29:00.000000+00:00; the next daemon will dead-letter it"
+        "deadline passed at 2026-03-29 01:29:00 UTC (now);"
+        " the next daemon to run on this database dead-letters it"
     ]
+    # With a live daemon serving the database, show says that daemon acts on it.
+    store.register_daemon(
+        make_owner(), HOST, os.getpid(), proc_start(os.getpid()), fake_clock.now(), {}
+    )
+    (served,) = ops.show_run(store, rid, clock=fake_clock).notes
+    assert served.endswith("; the daemon dead-letters it at its next claim"), served
     assert daemon.tick() == 0  # ended by the claim, no handler ran
     run = store.get_run(rid)
     assert (run.status, run.attempt, run.finished_at) == (RunStatus.DEAD, 1, deadline)
