@@ -159,6 +159,9 @@ class Daemon:
         self._suspects = False  # a suspect is due: claim nothing new until it has run alone
         self._stop_asked: float | None = None  # monotonic time of stop(): the grace counts from it
         self._hard_stop = False
+        # Set when run_forever returns, so its heartbeat thread ends with it (on a FakeClock
+        # nobody advances time after a test's daemon stops: a timed wait alone never ends).
+        self._served = threading.Event()
         self._data_version = -1
         self._last_reap = float("-inf")
         self._last_file_check = float("-inf")
@@ -286,6 +289,8 @@ class Daemon:
             for _ in self._workers:
                 self._jobs.put(None)
             self.store.set_group_commit(False)
+            self._served.set()
+            hb.join(timeout=5)
             try:
                 if not self._db_gone:  # never write to a file that is no longer there
                     self.store.unregister_daemon(self.owner, self.clock.now())
@@ -586,10 +591,9 @@ class Daemon:
             self._heartbeats()
 
     def _heartbeats(self) -> None:
-        stop = threading.Event()
         while not self._hard_stop:
-            self.clock.wait(stop, self.config.heartbeat)
-            if self._hard_stop:
+            self.clock.wait(self._served, self.config.heartbeat)
+            if self._hard_stop or self._served.is_set():
                 return
             if self._stopping and not self._live:
                 return

@@ -210,3 +210,18 @@ def test_run_forever_and_tick_share_one_loop_body(
     assert daemon.tick() == 0  # ended at the claim, not executed
     assert status(store, run_id) is RunStatus.DEAD
     daemon.store.close()
+
+
+def test_a_stopped_daemon_leaves_no_thread_behind(db_path: Path, fake_clock: FakeClock) -> None:
+    """On a FakeClock nobody advances time after the daemon stops: its heartbeat thread must
+    end with run_forever, not wait forever for a heartbeat interval that never passes."""
+    before = set(threading.enumerate())
+    daemon_store = Store(db_path)
+    s = Serving(Daemon(daemon_store, fake_clock, DaemonConfig(concurrency=2, heartbeat=1)))
+    ours = [t for t in threading.enumerate() if t not in before and t is not s.thread]
+    assert {t.name for t in ours} >= {"flowctl-heartbeat", "flowctl-worker-0"}
+    s.close()
+    daemon_store.close()
+    for t in ours:
+        t.join(5)
+    assert [t.name for t in ours if t.is_alive()] == []
