@@ -764,9 +764,11 @@ def drive_run(
     hb.start()
     idle = threading.Event()
     give_up = None if timeout is None else clock.monotonic() + timeout
-    restore = _mark_operator_interrupts(worker.engine)
+    executing = threading.Event()
+    restore = _mark_operator_interrupts(worker.engine, executing, idle)
     try:
         while True:
+            _raise_if_operator_interrupted(worker.engine)
             worker._reap_dead_owners()  # a dead daemon's lease on this run lapses at once
             run = store.get_run(run_id)
             if run.status.is_terminal:
@@ -785,7 +787,11 @@ def drive_run(
                 continue
             claims = worker._claim(now, 1)
             for claim in claims:
-                worker._execute(claim)
+                executing.set()
+                try:
+                    worker._execute(claim)
+                finally:
+                    executing.clear()
             if not claims:
                 clock.wait(idle, POLL_INTERVAL)
     finally:
@@ -793,10 +799,20 @@ def drive_run(
         restore()
 
 
-def _mark_operator_interrupts(engine: Engine) -> Callable[[], None]:
-    """While a foreground worker runs, a real SIGINT marks the KeyboardInterrupt it raises as
-    the operator's, so one raised by workflow code fails its attempt instead. Returns the
-    undo. Only the main thread may set handlers; elsewhere nothing changes."""
+def _raise_if_operator_interrupted(engine: Engine) -> None:
+    if engine.operator_interrupted:
+        raise KeyboardInterrupt
+
+
+def _mark_operator_interrupts(
+    engine: Engine, executing: threading.Event, idle: threading.Event
+) -> Callable[[], None]:
+    """While a foreground worker runs, a real SIGINT is marked as the operator's, so a
+    KeyboardInterrupt raised by workflow code fails its attempt instead. While a handler
+    executes, the interrupt is raised into it (a Python step cannot be stopped otherwise);
+    between runs it only wakes the wait loop, which raises at a point where no lock is held
+    (raising inside a Condition wait can leave its lock released twice). Returns the undo.
+    Only the main thread may set handlers; elsewhere nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     previous = signal.getsignal(signal.SIGINT)
@@ -805,7 +821,9 @@ def _mark_operator_interrupts(engine: Engine) -> Callable[[], None]:
 
     def on_sigint(signum: int, frame: object) -> None:
         engine.operator_interrupted = True
-        raise KeyboardInterrupt
+        if executing.is_set():
+            raise KeyboardInterrupt
+        idle.set()
 
     signal.signal(signal.SIGINT, on_sigint)
 
