@@ -8,6 +8,7 @@ import json
 import logging
 import sys
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -762,20 +763,16 @@ def pause(
 ) -> None:
     """Pause a run: never claimed until resumed; its deadline still runs. A running run
     parks at its next durable call.  Example: flowctl pause 01jd"""
-    st = _state(ctx)
-    _pause_targets(run_ref, workflow)
-    if workflow is not None:
-        runs = ops.pause_workflow(st.store, workflow, clock=st.clock)
-    else:
-        runs = [ops.pause(st.store, run_ref or "", clock=st.clock)]
-    if as_json:
-        _emit_json([_run_json(r) for r in runs] if workflow is not None else _run_json(runs[0]))
-        return
-    now = st.clock.now()
-    for r in runs:
-        typer.echo(_say_paused(r, now))
-    if workflow is not None:
-        typer.echo(f"{len(runs)} run(s) of {workflow} paused")
+    _act_on_runs(
+        _state(ctx),
+        run_ref,
+        workflow,
+        as_json,
+        ops.pause,
+        ops.pause_workflow,
+        _say_paused,
+        "paused",
+    )
 
 
 @app.command()
@@ -789,20 +786,42 @@ def resume(
 ) -> None:
     """Resume a paused run: due at once if its wake passed, else at its wake.
     Example: flowctl resume 01jd"""
-    st = _state(ctx)
+    _act_on_runs(
+        _state(ctx),
+        run_ref,
+        workflow,
+        as_json,
+        ops.resume,
+        ops.resume_workflow,
+        _say_resumed,
+        "resumed",
+    )
+
+
+def _act_on_runs(
+    st: State,
+    run_ref: str | None,
+    workflow: str | None,
+    as_json: bool,
+    one: Callable[..., Run],
+    every: Callable[..., list[Run]],
+    say: Callable[[Run, datetime], str],
+    done: str,
+) -> None:
+    """pause/resume of one run, or of every active run of `--workflow`, and their output."""
     _pause_targets(run_ref, workflow)
     if workflow is not None:
-        runs = ops.resume_workflow(st.store, workflow, clock=st.clock)
+        runs = every(st.store, workflow, clock=st.clock)
     else:
-        runs = [ops.resume(st.store, run_ref or "", clock=st.clock)]
+        runs = [one(st.store, run_ref or "", clock=st.clock)]
     if as_json:
         _emit_json([_run_json(r) for r in runs] if workflow is not None else _run_json(runs[0]))
         return
     now = st.clock.now()
     for r in runs:
-        typer.echo(_say_resumed(r, now))
+        typer.echo(say(r, now))
     if workflow is not None:
-        typer.echo(f"{len(runs)} run(s) of {workflow} resumed")
+        typer.echo(f"{len(runs)} run(s) of {workflow} {done}")
 
 
 @app.command()
