@@ -25,10 +25,10 @@ from textual.worker import WorkerCancelled
 from typer.testing import CliRunner
 
 from flowctl import cli
-from flowctl import store as store_module
 from flowctl.clock import SystemClock
 from flowctl.errors import DatabaseNotFoundError
 from flowctl.store import APPLICATION_ID, SCHEMA_VERSION, NewRun, Store
+from flowctl.store.sqlite import store as store_module
 from flowctl.tui import FlowctlApp, RunTable
 from tests.conftest import ROOT
 

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from flowctl import ops, schedule_ops
-from flowctl import store as store_module
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import RunStatus, iso
 from flowctl.schedule import ScheduleSpec, jitter_offset
 from flowctl.scheduler import Scheduler, fire_key
 from flowctl.store import FirePlan, Store
+from flowctl.store.sqlite import store as store_module
 from tests.helpers import wait_until
 
 FLOWS = """

@@ -22,7 +22,6 @@ from typing import Any
 import durable_flows as flows
 import pytest
 
-from flowctl import store as store_module
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon
 from flowctl.errors import (
@@ -43,6 +42,7 @@ from flowctl.model import (
     to_us,
 )
 from flowctl.store import SCHEMA_VERSION, HeartbeatReply, NewRun, Store
+from flowctl.store.sqlite import store as store_module
 from flowctl.transitions import Applied
 
 T0 = datetime(2026, 3, 29, 0, 59, tzinfo=UTC)

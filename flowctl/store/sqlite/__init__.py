@@ -1,0 +1,1 @@
+"""The SQLite backend of the store: one file, WAL, group commit (see `SqliteStore`)."""
