@@ -32,3 +32,9 @@ def sleeper(ctx, at: float) -> int:
     """Sleep until an epoch time, then one step."""
     ctx.sleep_until(at)
     return ctx.step("after", add, 1, 1)
+
+
+@workflow
+def one(ctx, n: int = 0) -> int:
+    """The one-step task workload (beside huey's one-step tasks)."""
+    return ctx.step("one", add, n, 1)

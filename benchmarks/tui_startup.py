@@ -19,8 +19,13 @@ T0 = time.perf_counter()
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import random  # noqa: E402
+import sys  # noqa: E402
 from datetime import UTC, datetime, timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bytecode  # noqa: E402
 
 from flowctl.clock import FakeClock  # noqa: E402
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus  # noqa: E402
@@ -118,6 +123,7 @@ def measure(path: Path) -> None:
                 await pilot.pause(0.005)
             first = shown[-1] - T0
             print(f"first page on screen {first * 1000:.0f} ms after process start")
+            print(f"  ({bytecode.describe()})")
             for view in VIEWS[1:]:
                 before = time.perf_counter()
                 count = len(shown)

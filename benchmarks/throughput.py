@@ -1,0 +1,295 @@
+"""Throughput beside its limit and a peer, in one run, alternating (issue 14).
+
+    .venv/bin/python benchmarks/throughput.py                    # 3 rounds of 5,000 runs
+    .venv/bin/python benchmarks/throughput.py --quick            # 2 rounds of 1,000
+    .venv/bin/python benchmarks/throughput.py --rounds 5 --runs 10000 --concurrency 32
+    .venv/bin/python benchmarks/throughput.py --huey-python PATH # a Python with huey
+
+Each round measures, one after the other on fresh temporary databases:
+
+- flowctl three-step: `--runs` runs of `benchmarks/flows.py:three` enqueued one by one
+  with `Client.start`, then `flowctl daemon --until-idle` at default settings (concurrency
+  from flowctl's defaults unless `--concurrency`). workflows/s counts the enqueue time plus
+  the daemon's busy time (its first `claimed` event to its last `completed` event, as
+  recorded); the daemon alone is printed too. CPU ms per workflow is the daemon process's
+  user+system CPU (wait4) minus that of the same daemon on an empty database (start-up
+  and shutdown), divided by the runs.
+- the reference loop: the limit on this machine. One thread, one sqlite3 connection, WAL,
+  synchronous=FULL, doing the same durable work in batches of 32 runs: the runs are
+  inserted (one transaction for all), then per batch: claim (one UPDATE per run, one
+  transaction), each step's JSON result committed before the next step runs (one
+  transaction per step), completion (one transaction). 5 transactions per 32 runs.
+- flowctl one-step: `benchmarks/flows.py:one` the same way as the three-step figure
+  (daemon alone: first claim to last completion).
+- huey one-step: huey's SqliteHuey (synchronous=FULL), `huey_consumer -w 1`, the tasks
+  enqueued first; first task to last task, as huey recorded them (benchmarks/huey_peer.py).
+  huey is not a flowctl dependency: it is run with `--huey-python`, by default
+  `.venv-bench/bin/python` when that exists (python3 -m venv .venv-bench &&
+  .venv-bench/bin/pip install huey), else skipped with a note.
+
+Medians over the rounds, with the range. Figures, not pass/fail: the targets (issue 14)
+are printed beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from flowctl.client import Client  # noqa: E402
+
+FLOWS = str(ROOT / "benchmarks" / "flows.py")
+BATCH = 32
+
+
+# ---------------------------------------------------------------------------
+# flowctl
+
+
+def run_daemon(db: Path, concurrency: int | None) -> tuple[float, int]:
+    """Run `flowctl daemon --until-idle` on db; return (CPU seconds, exit code)."""
+    args = [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", "--log-level", "warning"]
+    args += ["--until-idle"]
+    if concurrency is not None:
+        args += ["--concurrency", str(concurrency)]
+    proc = subprocess.Popen(
+        args, cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime, proc.returncode
+
+
+def idle_daemon_cpu(tmp: Path, concurrency: int | None) -> float:
+    """CPU of a daemon that starts, finds nothing to do and exits: subtracted per round."""
+    db = tmp / "empty.db"
+    Client(db).close()
+    cpu, code = run_daemon(db, concurrency)
+    if code != 0:
+        raise SystemExit(f"the daemon exited {code} on an empty database")
+    return cpu
+
+
+def flowctl_runs(
+    tmp: Path, name: str, workflow: str, n: int, concurrency: int | None, idle_cpu: float
+) -> dict[str, float]:
+    db = tmp / f"{name}.db"
+    with Client(db) as client:
+        t, cpu0 = time.perf_counter(), time.process_time()
+        for i in range(n):
+            client.start(f"{FLOWS}:{workflow}", {"n": i})
+        enqueue_s = time.perf_counter() - t
+        enqueue_cpu = time.process_time() - cpu0
+    cpu, code = run_daemon(db, concurrency)
+    if code != 0:
+        raise SystemExit(f"the daemon exited {code}")
+    conn = sqlite3.connect(str(db))
+    try:
+        done = conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'completed'").fetchone()[0]
+        first, last = conn.execute(
+            "SELECT (SELECT MIN(at) FROM timeline WHERE type = 'claimed'),"
+            " (SELECT MAX(at) FROM timeline WHERE type = 'completed')"
+        ).fetchone()
+    finally:
+        conn.close()
+    if done != n:
+        raise SystemExit(f"only {done} of {n} runs completed")
+    busy_s = (last - first) / 1e6
+    return {
+        "per_s": n / (enqueue_s + busy_s),
+        "daemon_per_s": n / busy_s,
+        "enqueue_per_s": n / enqueue_s,
+        "cpu_ms": 1000 * max(0.0, cpu - idle_cpu) / n,
+        "enqueue_cpu_ms": 1000 * enqueue_cpu / n,
+    }
+
+
+# ---------------------------------------------------------------------------
+# the reference loop
+
+
+REFERENCE_SCHEMA = """
+CREATE TABLE runs (run_id INTEGER PRIMARY KEY, status TEXT NOT NULL, input TEXT NOT NULL,
+                   result TEXT, lease_until INTEGER, fence INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX runs_status ON runs(status, run_id);
+CREATE TABLE journal (run_id INTEGER NOT NULL, call_index INTEGER NOT NULL, value TEXT,
+                      PRIMARY KEY (run_id, call_index)) WITHOUT ROWID;
+"""
+
+
+def reference_loop(tmp: Path, n: int) -> dict[str, float]:
+    """The limit: the same durable work as a three-step run, without a framework."""
+    db = tmp / "reference.db"
+    conn = sqlite3.connect(str(db), isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.executescript(REFERENCE_SCHEMA)
+    t, cpu0 = time.perf_counter(), time.process_time()
+    conn.execute("BEGIN IMMEDIATE")
+    conn.executemany(
+        "INSERT INTO runs (status, input) VALUES ('queued', ?)",
+        [(json.dumps({"n": i}),) for i in range(n)],
+    )
+    conn.execute("COMMIT")
+    lease = 15_000_000
+    while True:
+        now = time.time_ns() // 1000
+        conn.execute("BEGIN IMMEDIATE")
+        batch = conn.execute(
+            "SELECT run_id, input, fence FROM runs WHERE status = 'queued' ORDER BY run_id LIMIT ?",
+            [BATCH],
+        ).fetchall()
+        if not batch:
+            conn.execute("COMMIT")
+            break
+        conn.executemany(
+            "UPDATE runs SET status = 'running', lease_until = ?, fence = ? WHERE run_id = ?",
+            [(now + lease, fence + 1, rid) for rid, _, fence in batch],
+        )
+        conn.execute("COMMIT")
+        values = {rid: json.loads(inp)["n"] for rid, inp, _ in batch}
+        for index in range(3):  # each step's result is durable before the next step runs
+            for rid in values:
+                values[rid] += 1
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(
+                "INSERT INTO journal (run_id, call_index, value) SELECT ?, ?, ? FROM runs"
+                " WHERE run_id = ? AND fence = ? AND status = 'running'",
+                [(rid, index, json.dumps(v), rid, fence + 1) for (rid, _, fence), v in
+                 zip(batch, values.values(), strict=True)],
+            )  # fmt: skip
+            conn.execute("COMMIT")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(
+            "UPDATE runs SET status = 'completed', result = ?, lease_until = NULL"
+            " WHERE run_id = ? AND fence = ?",
+            [(json.dumps(values[rid]), rid, fence + 1) for rid, _, fence in batch],
+        )
+        conn.execute("COMMIT")
+    wall = time.perf_counter() - t
+    cpu = time.process_time() - cpu0
+    done = conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'completed'").fetchone()[0]
+    steps = conn.execute("SELECT COUNT(*) FROM journal").fetchone()[0]
+    conn.close()
+    if done != n or steps != 3 * n:
+        raise SystemExit(f"reference loop: {done} runs, {steps} steps for {n} runs")
+    return {"per_s": n / wall, "cpu_ms": 1000 * cpu / n}
+
+
+# ---------------------------------------------------------------------------
+# huey
+
+
+def huey_python(arg: str | None) -> str | None:
+    candidates = [arg] if arg else [str(ROOT / ".venv-bench" / "bin" / "python"), sys.executable]
+    for py in candidates:
+        if py and Path(py).exists():
+            ok = subprocess.run([py, "-c", "import huey"], capture_output=True).returncode == 0
+            if ok:
+                return py
+    return None
+
+
+def huey_tasks(tmp: Path, python: str, n: int) -> dict[str, float]:
+    db = tmp / "huey.db"
+    out = subprocess.run(
+        [python, str(ROOT / "benchmarks" / "huey_peer.py"), str(db), str(n)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"per_s": n / got["busy_s"], "cpu_ms": 1000 * got["cpu_s"] / n}
+
+
+# ---------------------------------------------------------------------------
+
+
+def med(rounds: list[dict[str, float]], key: str) -> str:
+    values = [r[key] for r in rounds]
+    m = statistics.median(values)
+    fmt = "{:,.3f}" if m < 10 else "{:,.0f}"
+    spread = f" ({fmt.format(min(values))} to {fmt.format(max(values))})" if len(values) > 1 else ""
+    return fmt.format(m) + spread
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, help="runs per figure per round (default 5,000)")
+    parser.add_argument("--rounds", type=int, help="alternating rounds (default 3)")
+    parser.add_argument("--concurrency", type=int, help="daemon --concurrency (default: flowctl's)")
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 1,000 runs")
+    parser.add_argument("--huey-python", help="a Python with huey installed")
+    args = parser.parse_args()
+    n = args.runs or (1000 if args.quick else 5000)
+    rounds = args.rounds or (2 if args.quick else 3)
+    print("reproduce: .venv/bin/python benchmarks/throughput.py " + " ".join(sys.argv[1:]))
+    print(
+        f"python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, {os.cpu_count()}"
+        f" CPU(s), load {os.getloadavg()[0]:.1f}; {rounds} round(s) of {n:,} runs per figure;"
+        f" PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}"
+    )
+    hpy = huey_python(args.huey_python)
+    if hpy is None:
+        print(
+            "note: huey is not installed for any Python tried, so its figure is skipped"
+            " (python3 -m venv .venv-bench && .venv-bench/bin/pip install huey)"
+        )
+    three: list[dict[str, float]] = []
+    ref: list[dict[str, float]] = []
+    one: list[dict[str, float]] = []
+    hu: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory(prefix="flowctl-tput-") as d:
+        for r in range(rounds):
+            tmp = Path(d) / f"round-{r}"
+            tmp.mkdir()
+            idle = idle_daemon_cpu(tmp, args.concurrency)
+            three.append(flowctl_runs(tmp, "three", "three", n, args.concurrency, idle))
+            ref.append(reference_loop(tmp, n))
+            three[-1]["ratio"] = three[-1]["per_s"] / ref[-1]["per_s"]
+            one.append(flowctl_runs(tmp, "one", "one", n, args.concurrency, idle))
+            if hpy is not None:
+                hu.append(huey_tasks(tmp, hpy, n))
+                one[-1]["vs_huey"] = one[-1]["daemon_per_s"] / hu[-1]["per_s"]
+            print(
+                f"  round {r + 1}: three-step {three[-1]['per_s']:,.0f}/s,"
+                f" reference {ref[-1]['per_s']:,.0f}/s, one-step {one[-1]['daemon_per_s']:,.0f}/s"
+                + (f", huey {hu[-1]['per_s']:,.0f}/s" if hu else ""),
+                flush=True,
+            )
+    c = f"concurrency {args.concurrency}" if args.concurrency else "default settings"
+    print()
+    print(f"flowctl three-step workflows/s, Client.start then the daemon ({c}):")
+    print(f"  enqueue included        {med(three, 'per_s')} /s")
+    print(f"  daemon alone            {med(three, 'daemon_per_s')} /s")
+    print(f"  Client.start alone      {med(three, 'enqueue_per_s')} /s")
+    print(f"  daemon CPU per workflow {med(three, 'cpu_ms')} ms   (target <= 0.25 ms)")
+    print(f"  Client.start CPU/run    {med(three, 'enqueue_cpu_ms')} ms")
+    print(f"reference loop (one thread, batches of {BATCH}, WAL, synchronous=FULL):")
+    print(f"  workflows/s             {med(ref, 'per_s')} /s")
+    print(f"  CPU per workflow        {med(ref, 'cpu_ms')} ms")
+    print(f"  flowctl / reference     {med(three, 'ratio')}   (target >= 0.25)")
+    print(f"one-step tasks/s ({c}):")
+    print(f"  flowctl daemon          {med(one, 'daemon_per_s')} /s")
+    print(f"  flowctl daemon CPU/task {med(one, 'cpu_ms')} ms")
+    if hu:
+        print(f"  huey -w 1 (SQLite)      {med(hu, 'per_s')} /s")
+        print(f"  huey consumer CPU/task  {med(hu, 'cpu_ms')} ms (start-up included)")
+        print(f"  flowctl / huey          {med(one, 'vs_huey')}   (target >= 1.5)")
+    else:
+        print("  huey -w 1               skipped: huey not installed (see the note above)")
+
+
+if __name__ == "__main__":
+    main()
