@@ -23,8 +23,8 @@ from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import RunStatus, iso
 from flowctl.schedule import ScheduleSpec, jitter_offset
 from flowctl.scheduler import Scheduler, fire_key
-from flowctl.store import FirePlan, Store
-from flowctl.store.sqlite import store as store_module
+from flowctl.store import MIGRATIONS, FirePlan, NewRun, Store
+from flowctl.store.sqlite import schedules as store_module
 from tests.helpers import wait_until
 
 FLOWS = """
@@ -170,8 +170,8 @@ def test_firing_twice_with_the_same_fire_time_creates_one_run(
     assert history(store, "hourly") == ["fired"]
 
 
-def _copy_run(run: Any) -> store_module.NewRun:
-    return store_module.NewRun(
+def _copy_run(run: Any) -> NewRun:
+    return NewRun(
         run_id="another-id",
         workflow=run.workflow,
         target=run.target,
@@ -643,7 +643,7 @@ def test_migration_2_upgrades_a_version_1_database(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     import sqlite_utils
 
-    store_module.MIGRATIONS[0](sqlite_utils.Database(conn))
+    MIGRATIONS[0](sqlite_utils.Database(conn))
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     conn.close()

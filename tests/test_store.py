@@ -42,7 +42,7 @@ from flowctl.model import (
     to_us,
 )
 from flowctl.store import SCHEMA_VERSION, HeartbeatReply, NewRun, Store
-from flowctl.store.sqlite import store as store_module
+from flowctl.store.sqlite import schema as store_module
 from flowctl.transitions import Applied
 
 T0 = datetime(2026, 3, 29, 0, 59, tzinfo=UTC)

@@ -6,12 +6,7 @@ Callers outside this package import from here only; the backend modules under
 
 from __future__ import annotations
 
-from flowctl.store.sqlite.store import (
-    APPLICATION_ID,
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    WAL_BOUND_BYTES,
-    WAL_BOUND_PAGES,
+from flowctl.store.records import (
     DaemonInfo,
     FireOutcome,
     FirePlan,
@@ -20,9 +15,11 @@ from flowctl.store.sqlite.store import (
     NewSchedule,
     ScheduleEvent,
     ScheduleRow,
-    Store,
     dumps,
 )
+from flowctl.store.sqlite.connection import WAL_BOUND_BYTES, WAL_BOUND_PAGES
+from flowctl.store.sqlite.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from flowctl.store.sqlite.store import SqliteStore as Store
 
 __all__ = [
     "APPLICATION_ID",

@@ -1,0 +1,154 @@
+"""The values that cross the Store protocol: what callers hand a store and what it returns.
+
+Backend-neutral: the SQLite and the PostgreSQL store build and return these same types.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    pass
+
+from flowctl.errors import (
+    SerializationError,
+)
+from flowctl.model import (
+    RunStatus,
+    mask_secrets,
+)
+
+
+def dumps(value: Any, what: str = "value") -> str:
+    """JSON text for the store; a value that is not JSON is a clear error, never a pickle."""
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise SerializationError(
+            f"{what} is not JSON-serialisable ({e}); return str, int, float, bool, None, "
+            "lists and dicts of those"
+        ) from None
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """Everything needed to create a run; built by ops.start."""
+
+    run_id: str
+    workflow: str
+    target: str
+    kind: str
+    input: Any
+    source: str | None = None
+    source_hash: str | None = None
+    source_path: str | None = None
+    cwd: str | None = None
+    run_at: datetime | None = None
+    max_attempts: int = 3
+    backoff: dict[str, Any] | None = None
+    deadline: datetime | None = None
+    timeout: float | None = None
+    key: str | None = None
+    parent_run_id: str | None = None
+    schedule: str | None = None
+    scheduled_at: datetime | None = None
+    secret_keys: tuple[str, ...] = ()  # input keys shown as *** and never searched
+
+
+@dataclass(frozen=True)
+class HeartbeatReply:
+    """What a heartbeat learned about one held run."""
+
+    run_id: str
+    lost: bool = False  # the fence moved on: abandon the run
+    cancel: bool = False
+    deadline: bool = False
+    timeout: bool = False
+    pause: bool = False  # an operator asked to pause it: park at the next durable call
+
+
+@dataclass(frozen=True)
+class DaemonInfo:
+    owner: str
+    host: str
+    pid: int
+    proc_start: str | None
+    started_at: datetime
+    seen_at: datetime
+    info: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class NewSchedule:
+    """A schedule definition to store; built by ops (CLI, sync)."""
+
+    name: str
+    target: str  # canonical workflow target (absolute path or module:function)
+    cwd: str | None
+    input: dict[str, Any]
+    spec: str  # ScheduleSpec.to_json()
+    source: str = "cli"  # cli | yaml | toml
+    origin: str | None = None  # the file that declares it (yaml/toml)
+    next_fire_at: datetime | None = None
+    secret_keys: tuple[str, ...] = ()  # the workflow's secret inputs, masked when shown
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    name: str
+    target: str
+    cwd: str | None
+    input: dict[str, Any]
+    spec: str
+    paused: bool
+    created_at: datetime
+    updated_at: datetime
+    active_from: datetime
+    last_fire_at: datetime | None
+    next_fire_at: datetime | None
+    revision: int
+    source: str
+    origin: str | None
+    secret_keys: tuple[str, ...] = ()  # input keys shown as ***; fired runs get the real values
+
+    @property
+    def shown_input(self) -> dict[str, Any]:
+        """The input as every front end shows it: secret values replaced by SECRET_MASK."""
+        shown: dict[str, Any] = mask_secrets(self.input, self.secret_keys)
+        return shown
+
+
+@dataclass(frozen=True)
+class ScheduleEvent:
+    """One history row: what was decided for one fire time (or for a failure)."""
+
+    schedule: str
+    fire_at: datetime | None
+    action: str  # fired | skipped-missed | skipped-overlap | queued-overlap | manual | error
+    run_id: str | None
+    at: datetime
+    detail: str | None
+    run_status: RunStatus | None = None  # the run's status now, when there is a run
+
+
+@dataclass(frozen=True)
+class FirePlan:
+    """One decision handed to fire_schedule: `run` is set for fired/manual, None for
+    skipped-missed and error (history only)."""
+
+    fire_at: datetime | None
+    action: str
+    run: NewRun | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class FireOutcome:
+    fire_at: datetime | None
+    action: str  # as written to the history; "duplicate" when the key already had a run
+    run_id: str | None
+    created: bool
+    detail: str | None = None

@@ -1,0 +1,690 @@
+"""Claims, leases, heartbeats and the fenced writes of the worker holding a run."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    pass
+
+from flowctl.model import (
+    DUE,
+    Claim,
+    JournalEntry,
+    RunStatus,
+    from_us,
+    to_us,
+)
+from flowctl.store.records import DaemonInfo, HeartbeatReply, dumps
+from flowctl.store.sqlite.connection import SqliteConnection
+from flowctl.store.sqlite.rows import (
+    _CLEARED,
+    _ENTRY_COLUMNS,
+    _RUN_COLUMNS,
+    _add_event,
+    _dt,
+    _event,
+    _load_run,
+    _loads,
+    _run_from_row,
+    _suspect_data,
+    _us,
+)
+from flowctl.store.sqlite.writes import _end, _fail, _park_paused, _release_held, _wake_parent
+from flowctl.transitions import (
+    Applied,
+    ClaimAction,
+    claim_verdict,
+    parked_run_at,
+)
+
+
+class Leases(SqliteConnection):
+    """The daemon's side: claims, heartbeats, fenced writes, the daemons registry."""
+
+    # -- the daemon's view ---------------------------------------------------
+
+    def next_due(self, limit: int) -> list[tuple[int, str]]:
+        """The soonest (run_at µs, run_id) pairs over every claimable status, in order."""
+        out: list[tuple[int, str]] = []
+        with self._reading() as c:
+            for status in DUE:
+                out.extend(
+                    c.execute(
+                        "SELECT run_at, run_id FROM runs WHERE status = ? AND run_at IS NOT NULL"
+                        " ORDER BY run_at LIMIT ?",
+                        [str(status), limit],
+                    ).fetchall()
+                )
+        out.sort()
+        return out[:limit]
+
+    def running_owners(self) -> list[str]:
+        rows = self._read(
+            "SELECT DISTINCT lease_owner FROM runs WHERE status = 'running' AND lease_owner IS NOT NULL"
+        )
+        return [r[0] for r in rows]
+
+    def expire_owner(self, owner: str, now: datetime) -> int:
+        """Make every lease held by a provably dead owner due for reclaim now."""
+        now_us = to_us(now)
+        with self._write() as c:
+            cur = c.execute(
+                "UPDATE runs SET lease_until = ?, run_at = ? WHERE status = 'running'"
+                " AND lease_owner = ? AND lease_until > ?",
+                [now_us, now_us, owner, now_us],
+            )
+            c.execute("DELETE FROM daemons WHERE owner = ?", [owner])
+            return cur.rowcount
+
+    def release_runs(
+        self, owner: str, held: Sequence[tuple[str, int]], now: datetime, reason: str
+    ) -> int:
+        """A stopping daemon hands back the runs (run_id, fence) it still holds: due now.
+
+        Fenced: a run another worker has claimed since is left alone.
+        """
+        now_us = to_us(now)
+        released = 0
+        with self._write() as c:
+            for run_id, fence in held:
+                cur = c.execute(
+                    "UPDATE runs SET lease_until = ?, run_at = ?, solo = 0 WHERE run_id = ?"
+                    " AND fence = ? AND status = 'running' AND lease_owner = ?",
+                    [now_us, now_us, run_id, fence, owner],
+                )
+                if cur.rowcount == 1:
+                    released += 1
+                    _add_event(c, run_id, now_us, "released", {"by": owner, "reason": reason})
+        return released
+
+    def runs_due_between(self, lo: datetime, hi: datetime, *, limit: int) -> list[str]:
+        """Ids of active runs whose run_at lies in [lo, hi] (e.g. passed over by a clock jump)."""
+        out: list[str] = []
+        with self._reading() as c:
+            for status in sorted(DUE):
+                out.extend(
+                    r[0]
+                    for r in c.execute(
+                        "SELECT run_id FROM runs WHERE status = ? AND run_at BETWEEN ? AND ?"
+                        " ORDER BY run_at LIMIT ?",
+                        [str(status), to_us(lo), to_us(hi), limit],
+                    )
+                )
+        return out[:limit]
+
+    def cancels_requested(self, run_ids: Sequence[str]) -> list[str]:
+        """Which of these running runs an operator has asked to cancel (a read, no write)."""
+        if not run_ids:
+            return []
+        rows = self._read(
+            "SELECT run_id FROM runs WHERE status = 'running' AND cancel_requested = 1"
+            f" AND run_id IN ({','.join('?' * len(run_ids))})",
+            list(run_ids),
+        )
+        return [r[0] for r in rows]
+
+    def claim_due(
+        self,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+        *,
+        run_id: str | None = None,
+        alone: bool = False,
+    ) -> tuple[list[Claim], list[str]]:
+        """Claim up to `limit` due runs in one transaction, bumping each fence.
+
+        Applies claim_verdict(): runs past their deadline, cancelled while their worker
+        died, or poison are ended here instead of claimed; a run reclaimed from a dead
+        worker becomes a suspect, claimed only by a claimer that runs it `alone` (see
+        claim_suspect). Returns the claims and the ids of runs ended.
+        """
+        now_us, lease_us = to_us(now), to_us(lease_until)
+        claims: list[Claim] = []
+        ended: list[str] = []
+        with self._write() as c:
+            if run_id is not None:
+                candidates = c.execute(
+                    "SELECT run_id FROM runs WHERE run_id = ? AND status IN"
+                    " ('queued','sleeping','waiting','running','paused') AND run_at <= ?",
+                    [run_id, now_us],
+                ).fetchall()
+            else:
+                candidates = []
+                for status in ("queued", "sleeping", "waiting", "running", "paused"):
+                    candidates.extend(
+                        c.execute(
+                            "SELECT run_at, run_id FROM runs WHERE status = ? AND run_at <= ?"
+                            " ORDER BY run_at LIMIT ?",
+                            [status, now_us, limit + 16],
+                        ).fetchall()
+                    )
+                candidates.sort()
+                candidates = [(rid,) for _, rid in candidates]
+            for (rid,) in candidates:
+                if len(claims) >= limit:
+                    break
+                claim = self._claim_one(c, rid, owner, now_us, lease_us, ended, alone)
+                if claim is not None:
+                    claims.append(claim)
+        return claims, ended
+
+    def claim_suspect(
+        self, owner: str, now: datetime, lease_until: datetime
+    ) -> tuple[Claim | None, list[str]]:
+        """Claim one due suspect (a run whose worker died under it) for a claimer that runs
+        it alone, the one with the fewest crashes charged first. Returns the claim (or None)
+        and the ids of runs ended on the way (poison, deadline, cancelled)."""
+        now_us, lease_us = to_us(now), to_us(lease_until)
+        ended: list[str] = []
+        with self._write() as c:
+            rows = c.execute(
+                "SELECT run_id FROM runs WHERE status = 'running' AND run_at <= ?"
+                " ORDER BY crashes, run_at LIMIT 16",
+                [now_us],
+            ).fetchall()
+            for (rid,) in rows:
+                claim = self._claim_one(c, rid, owner, now_us, lease_us, ended, True)
+                if claim is not None:
+                    return claim, ended
+        return None, ended
+
+    def suspect_due(self, now: datetime) -> bool:
+        """Whether a run whose worker died under it is due (a read): it waits to run alone."""
+        rows = self._read(
+            "SELECT 1 FROM runs WHERE status = 'running' AND run_at <= ? LIMIT 1", [to_us(now)]
+        )
+        return bool(rows)
+
+    def _claim_one(
+        self,
+        c: sqlite3.Connection,
+        rid: str,
+        owner: str,
+        now_us: int,
+        lease_us: int,
+        ended: list[str],
+        alone: bool,
+    ) -> Claim | None:
+        run = _load_run(c, rid)
+        prev = run.status
+        if prev not in DUE or run.run_at is None or to_us(run.run_at) > now_us:
+            return None
+        verdict = claim_verdict(run, from_us(now_us), alone=alone)
+        if verdict.action is ClaimAction.SKIP:
+            return None
+        if verdict.action is ClaimAction.SUSPECT:
+            # Held for a claimer that runs it alone. Record the charge once (solo cleared).
+            if not run.suspect or verdict.charged:
+                c.execute(
+                    "UPDATE runs SET suspect = 1, solo = 0, crashes = ? WHERE run_id = ?",
+                    [verdict.crashes, rid],
+                )
+                _add_event(c, rid, now_us, "suspect", _suspect_data(run, verdict))
+            return None
+        if verdict.action is ClaimAction.PAUSE:
+            # Its worker died with a pause requested: the pause takes effect here.
+            _park_paused(c, run, RunStatus.QUEUED, now_us, now_us)
+            ended.append(rid)
+            return None
+        if verdict.action is ClaimAction.END:
+            assert verdict.status is not None
+            _end(c, run, verdict.status, verdict.error, now_us)
+            ended.append(rid)
+            return None
+        if verdict.action is ClaimAction.FAIL:
+            assert verdict.error is not None
+            _fail(c, run, verdict.error, now_us, timeline_extra={"lease": "lapsed"})
+            ended.append(rid)
+            return None
+        reclaims = verdict.reclaims
+        fence = run.fence + 1
+        c.execute(
+            "UPDATE runs SET status = 'running', lease_owner = ?, lease_until = ?, run_at = ?,"
+            " fence = ?, reclaims = ?, started_at = COALESCE(started_at, ?), current_step = NULL,"
+            " suspect = ?, solo = ?, crashes = ? WHERE run_id = ?",
+            [
+                owner,
+                lease_us,
+                lease_us,
+                fence,
+                reclaims,
+                now_us,
+                int(verdict.suspect),
+                int(alone),
+                verdict.crashes,
+                rid,
+            ],
+        )
+        events = []
+        if prev is RunStatus.RUNNING:
+            data: dict[str, Any] = {"from": run.lease_owner, "by": owner, "fence": fence}
+            if verdict.suspect:
+                data.update(alone=alone, crashes=verdict.crashes)
+            events.append(_event(rid, now_us, "reclaimed", data))
+        else:
+            if prev in (RunStatus.SLEEPING, RunStatus.WAITING) or (
+                prev is RunStatus.QUEUED
+                and run.run_at is not None
+                and to_us(run.run_at) > to_us(run.created_at)
+            ):
+                scheduled = to_us(run.run_at)
+                events.append(
+                    _event(
+                        rid,
+                        now_us,
+                        "woke",
+                        {
+                            "from": str(prev),
+                            "scheduled": from_us(scheduled).isoformat(timespec="microseconds"),
+                            "late_ms": round((now_us - scheduled) / 1000, 3),
+                        },
+                    )
+                )
+            events.append(
+                _event(
+                    rid, now_us, "claimed", {"by": owner, "fence": fence, "attempt": run.attempt}
+                )
+            )
+        c.executemany("INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)", events)
+        # Sleeps whose deadline has passed resolve now; their resolved_at records the actual wake.
+        c.execute(
+            "UPDATE journal SET state = 'done', resolved_at = ? WHERE run_id = ? AND kind = 'sleep'"
+            " AND state = 'pending' AND wake_at <= ?",
+            [now_us, rid, now_us],
+        )
+        # The row as just written, without reading it back (one statement fewer per claim).
+        claimed = dataclasses.replace(
+            run,
+            status=RunStatus.RUNNING,
+            lease_owner=owner,
+            lease_until=from_us(lease_us),
+            run_at=from_us(lease_us),
+            fence=fence,
+            reclaims=reclaims,
+            started_at=run.started_at or from_us(now_us),
+            suspect=verdict.suspect,
+            solo=alone,
+            crashes=verdict.crashes,
+        )
+        return Claim(run=claimed, fence=fence, owner=owner, woke_from=prev)
+
+    # -- fenced writes by the worker holding a run --------------------------
+
+    def _fenced(self, c: sqlite3.Connection, run_id: str, fence: int) -> bool:
+        row = c.execute(
+            "SELECT 1 FROM runs WHERE run_id = ? AND fence = ? AND status = 'running'",
+            [run_id, fence],
+        ).fetchone()
+        return row is not None
+
+    def record_entry(
+        self,
+        run_id: str,
+        fence: int,
+        entry: JournalEntry,
+        now: datetime,
+        *,
+        event: tuple[str, dict[str, Any]] | None = None,
+    ) -> bool:
+        """Journal one call's outcome (insert or replace its row). False: the lease is lost."""
+        now_us = to_us(now)
+        with self._write() as c:
+            if not self._fenced(c, run_id, fence):
+                return False
+            c.execute(
+                f"INSERT OR REPLACE INTO journal ({_ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                [
+                    run_id,
+                    entry.call_index,
+                    str(entry.kind),
+                    entry.name,
+                    str(entry.state),
+                    None
+                    if entry.value is None
+                    else dumps(entry.value, f"result of {entry.name!r}"),
+                    _us(entry.wake_at),
+                    now_us,
+                    _us(entry.resolved_at),
+                    entry.tries,
+                    None if entry.duration is None else round(entry.duration * 1e6),
+                ],
+            )
+            # Progress: a suspect is cleared, and the crashes charged to it forgiven.
+            c.execute(
+                f"UPDATE runs SET {_CLEARED} WHERE run_id = ? AND (reclaims != 0 OR suspect != 0)",
+                [run_id],
+            )
+            if event is not None:
+                _add_event(c, run_id, now_us, event[0], event[1])
+            return True
+
+    def consume_signal(
+        self, run_id: str, fence: int, name: str, call_index: int, now: datetime
+    ) -> tuple[bool, Any, bool]:
+        """Take the oldest buffered signal `name` and journal it at `call_index`.
+
+        Returns (lease_ok, payload, found).
+        """
+        now_us = to_us(now)
+        with self._write() as c:
+            if not self._fenced(c, run_id, fence):
+                return False, None, False
+            row = c.execute(
+                "SELECT seq, payload FROM signals WHERE run_id = ? AND name = ? AND consumed_at IS NULL"
+                " ORDER BY seq LIMIT 1",
+                [run_id, name],
+            ).fetchone()
+            if row is None:
+                return True, None, False
+            seq, payload_text = row
+            c.execute(
+                "UPDATE signals SET consumed_at = ?, call_index = ? WHERE seq = ?",
+                [now_us, call_index, seq],
+            )
+            value = {"payload": _loads(payload_text), "timed_out": False}
+            c.execute(
+                f"INSERT OR REPLACE INTO journal ({_ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                [
+                    run_id,
+                    call_index,
+                    "signal",
+                    name,
+                    "done",
+                    dumps(value),
+                    None,
+                    now_us,
+                    now_us,
+                    0,
+                    None,
+                ],
+            )
+            c.execute(f"UPDATE runs SET {_CLEARED} WHERE run_id = ?", [run_id])
+            _add_event(c, run_id, now_us, "signal received", {"name": name, "index": call_index})
+            return True, value["payload"], True
+
+    def record_version(
+        self, run_id: str, fence: int, change_id: str, version: int, now: datetime
+    ) -> bool:
+        with self._write() as c:
+            if not self._fenced(c, run_id, fence):
+                return False
+            c.execute(
+                "INSERT OR IGNORE INTO versions (run_id, change_id, version, recorded_at) VALUES (?,?,?,?)",
+                [run_id, change_id, version, to_us(now)],
+            )
+            return True
+
+    def publish(self, run_id: str, fence: int, key: str, value: Any, now: datetime) -> bool:
+        """Set a status value the run shows to operators (`ctx.publish`); last write wins."""
+        text = dumps(value, f"published value {key!r}")
+        with self._write() as c:
+            if not self._fenced(c, run_id, fence):
+                return False
+            c.execute(
+                "INSERT OR REPLACE INTO published (run_id, key, value, at) VALUES (?,?,?,?)",
+                [run_id, key, text, to_us(now)],
+            )
+            return True
+
+    def heartbeat(
+        self,
+        owner: str,
+        held: Sequence[tuple[str, int, float]],
+        lease_until: datetime,
+        now: datetime,
+        steps: Mapping[str, str | None] | None = None,
+    ) -> list[HeartbeatReply]:
+        """Extend the leases of held runs (run_id, fence, exec_spent) in one transaction.
+
+        Persists the execution time spent, so a budget survives restarts, and the step each
+        handler is inside (`steps`, for `why`); reports what each live handler must be told:
+        lease lost, cancel or pause requested, deadline passed, budget used up.
+        """
+        now_us, lease_us = to_us(now), to_us(lease_until)
+        replies = []
+        with self._write() as c:
+            c.execute("UPDATE daemons SET seen_at = ? WHERE owner = ?", [now_us, owner])
+            for run_id, fence, spent in held:
+                row = c.execute(
+                    "SELECT fence, status, cancel_requested, deadline, timeout_us,"
+                    " pause_requested FROM runs WHERE run_id = ?",
+                    [run_id],
+                ).fetchone()
+                if row is None or row[0] != fence or row[1] != "running":
+                    replies.append(HeartbeatReply(run_id, lost=True))
+                    continue
+                _, _, cancel, deadline, timeout_us, pause_requested = row
+                spent_us = round(spent * 1e6)
+                c.execute(
+                    "UPDATE runs SET lease_until = ?, run_at = ?, exec_spent_us = ?,"
+                    " current_step = ? WHERE run_id = ?",
+                    [lease_us, lease_us, spent_us, (steps or {}).get(run_id), run_id],
+                )
+                replies.append(
+                    HeartbeatReply(
+                        run_id,
+                        cancel=bool(cancel),
+                        deadline=deadline is not None and deadline <= now_us,
+                        timeout=timeout_us is not None and spent_us >= timeout_us,
+                        pause=bool(pause_requested),
+                    )
+                )
+        return replies
+
+    def suspend_run(
+        self,
+        run_id: str,
+        fence: int,
+        status: RunStatus,
+        run_at: datetime | None,
+        now: datetime,
+        exec_spent: float,
+        entry: JournalEntry | None,
+        event: tuple[str, dict[str, Any]],
+    ) -> Applied | None:
+        """Park a run (sleeping, waiting, or queued for a step retry), journaling its pending call.
+
+        Clears the lease: a suspended run holds no worker. Returns what it applied (the
+        effective run_at: `run_at` clamped to the deadline, or now if a signal it waits
+        for is already buffered), or None when the lease is lost.
+        """
+        now_us = to_us(now)
+        with self._write() as c:
+            row = c.execute(
+                "SELECT deadline, pause_requested FROM runs WHERE run_id = ? AND fence = ?"
+                " AND status = 'running'",
+                [run_id, fence],
+            ).fetchone()
+            if row is None:
+                return None
+            if status is RunStatus.PAUSED:  # stopped at a durable call to honour a pause
+                status, run_at = RunStatus.QUEUED, now
+            at = _us(parked_run_at(run_at, deadline=_dt(row[0])))
+            if entry is not None:
+                c.execute(
+                    f"INSERT OR REPLACE INTO journal ({_ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    [
+                        run_id,
+                        entry.call_index,
+                        str(entry.kind),
+                        entry.name,
+                        str(entry.state),
+                        None if entry.value is None else dumps(entry.value),
+                        _us(entry.wake_at),
+                        now_us,
+                        None,
+                        entry.tries,
+                        None if entry.duration is None else round(entry.duration * 1e6),
+                    ],
+                )
+            c.execute(
+                "UPDATE runs SET status = ?, run_at = ?, lease_owner = NULL, lease_until = NULL,"
+                f" exec_spent_us = ?, solo = 0, {_CLEARED} WHERE run_id = ?",
+                [str(status), at, round(exec_spent * 1e6), run_id],
+            )
+            _add_event(c, run_id, now_us, event[0], event[1])
+            # A buffered signal that arrived while we ran must not be missed.
+            if status is RunStatus.WAITING and entry is not None:
+                has = c.execute(
+                    "SELECT 1 FROM signals WHERE run_id = ? AND name = ? AND consumed_at IS NULL",
+                    [run_id, entry.name],
+                ).fetchone()
+                if has:
+                    at = now_us
+                    c.execute("UPDATE runs SET run_at = ? WHERE run_id = ?", [at, run_id])
+            if row[1]:  # a pause was requested: it takes effect at this durable call
+                return _park_paused(c, _load_run(c, run_id), status, at, now_us)
+            return Applied(status, _dt(at))
+
+    def complete_run(
+        self, run_id: str, fence: int, result: Any, now: datetime, exec_spent: float
+    ) -> bool:
+        now_us = to_us(now)
+        result_text = dumps(result, "the workflow's result")
+        with self._write() as c:
+            cur = c.execute(
+                "UPDATE runs SET status = 'completed', result = ?, error = NULL, finished_at = ?,"
+                " run_at = NULL, lease_owner = NULL, lease_until = NULL, exec_spent_us = ?,"
+                f" pause_requested = 0, solo = 0, {_CLEARED}"
+                " WHERE run_id = ? AND fence = ? AND status = 'running'",
+                [result_text, now_us, round(exec_spent * 1e6), run_id, fence],
+            )
+            if cur.rowcount != 1:
+                return False
+            _add_event(c, run_id, now_us, "completed", {})
+            _wake_parent(c, run_id, now_us)
+            _release_held(c, run_id, now_us)
+            return True
+
+    def fail_attempt(
+        self,
+        run_id: str,
+        fence: int,
+        error: dict[str, Any],
+        now: datetime,
+        exec_spent: float,
+        retry_at: datetime | None,
+    ) -> Applied | None:
+        """End the current attempt with `error`: queue the next attempt at `retry_at` (or
+        after the run's backoff), or dead-letter the run. Returns what it applied, or None
+        when the lease is lost."""
+        now_us = to_us(now)
+        with self._write() as c:
+            row = c.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
+            ).fetchone()
+            if row is None:
+                return None
+            run = _run_from_row(row)
+            if run.fence != fence or run.status is not RunStatus.RUNNING:
+                return None
+            c.execute(
+                "UPDATE runs SET exec_spent_us = ? WHERE run_id = ?",
+                [round(exec_spent * 1e6), run_id],
+            )
+            return _fail(c, run, error, now_us, retry_at=_us(retry_at))
+
+    def end_run(
+        self,
+        run_id: str,
+        fence: int,
+        status: RunStatus,
+        error: dict[str, Any] | None,
+        now: datetime,
+        exec_spent: float,
+    ) -> bool:
+        """End a held run terminally (cancelled, or dead without retry)."""
+        with self._write() as c:
+            row = c.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
+            ).fetchone()
+            if row is None:
+                return False
+            run = _run_from_row(row)
+            if run.fence != fence or run.status is not RunStatus.RUNNING:
+                return False
+            c.execute(
+                "UPDATE runs SET exec_spent_us = ? WHERE run_id = ?",
+                [round(exec_spent * 1e6), run_id],
+            )
+            _end(c, run, status, error, to_us(now))
+            return True
+
+    def add_event(self, run_id: str, type_: str, data: dict[str, Any], now: datetime) -> None:
+        with self._write() as c:
+            _add_event(c, run_id, to_us(now), type_, data)
+
+    def add_events(
+        self, run_ids: Sequence[str], type_: str, data: dict[str, Any], now: datetime
+    ) -> None:
+        now_us = to_us(now)
+        with self._write() as c:
+            c.executemany(
+                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+                [_event(rid, now_us, type_, data) for rid in run_ids],
+            )
+
+    # -- daemons registry ---------------------------------------------------
+
+    def register_daemon(
+        self,
+        owner: str,
+        host: str,
+        pid: int,
+        proc_start: str | None,
+        now: datetime,
+        info: dict[str, Any],
+    ) -> None:
+        now_us = to_us(now)
+        with self._write() as c:
+            c.execute(
+                "INSERT OR REPLACE INTO daemons (owner, host, pid, proc_start, started_at, seen_at, info)"
+                " VALUES (?,?,?,?,?,?,?)",
+                [owner, host, pid, proc_start, now_us, now_us, dumps(info)],
+            )
+
+    def unregister_daemon(self, owner: str, now: datetime | None = None) -> None:
+        """Forget a daemon, remembering when it was last seen (`now`, else its last heartbeat)."""
+        with self._write() as c:
+            row = c.execute("SELECT seen_at FROM daemons WHERE owner = ?", [owner]).fetchone()
+            if row is not None:
+                seen = row[0] if now is None else max(row[0], to_us(now))
+                c.execute(
+                    "INSERT INTO meta (key, value) VALUES ('daemon_last_seen', ?) ON CONFLICT(key)"
+                    " DO UPDATE SET value = MAX(CAST(value AS INTEGER), CAST(excluded.value AS"
+                    " INTEGER))",
+                    [str(seen)],
+                )
+            c.execute("DELETE FROM daemons WHERE owner = ?", [owner])
+
+    def daemon_last_seen(self) -> datetime | None:
+        """When a daemon was last seen on this database: a stopped one's last moment, or the
+        latest heartbeat of one still registered."""
+        rows = self._read(
+            "SELECT MAX(v) FROM (SELECT CAST(value AS INTEGER) AS v FROM meta"
+            " WHERE key = 'daemon_last_seen' UNION ALL SELECT MAX(seen_at) FROM daemons)"
+        )
+        return _dt(rows[0][0])
+
+    def daemons(self) -> list[DaemonInfo]:
+        rows = self._read(
+            "SELECT owner, host, pid, proc_start, started_at, seen_at, info FROM daemons ORDER BY started_at"
+        )
+        return [
+            DaemonInfo(r[0], r[1], r[2], r[3], from_us(r[4]), from_us(r[5]), _loads(r[6]) or {})
+            for r in rows
+        ]
+
+    def held_count(self, owner: str) -> int:
+        return int(
+            self._read(
+                "SELECT COUNT(*) FROM runs WHERE status = 'running' AND lease_owner = ?", [owner]
+            )[0][0]
+        )

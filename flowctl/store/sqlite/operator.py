@@ -1,0 +1,213 @@
+"""Operator transitions: start, fork, signal, cancel, redrive, wake, pause, resume."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    pass
+
+from flowctl.errors import (
+    RunNotFoundError,
+)
+from flowctl.model import (
+    Run,
+    RunStatus,
+    from_us,
+    to_us,
+)
+from flowctl.store.records import NewRun, dumps
+from flowctl.store.sqlite.connection import SqliteConnection
+from flowctl.store.sqlite.rows import _CLEARED, _ENTRY_COLUMNS, _add_event, _iso_us, _load_run, _us
+from flowctl.store.sqlite.writes import _end, _insert_run, _park_paused, _release_next
+from flowctl.transitions import (
+    Action,
+    cancel_error,
+    guard,
+    resume,
+)
+
+
+class OperatorWrites(SqliteConnection):
+    """Transitions an operator (CLI, TUI, client, ops) asks for."""
+
+    # -- creating runs -------------------------------------------------------
+
+    def create_run(self, new: NewRun, now: datetime) -> tuple[Run, bool]:
+        """Insert a queued run. With an idempotency key already used, return that run instead.
+
+        Returns (run, created).
+        """
+        with self._write() as c:
+            return _insert_run(c, new, to_us(now))
+
+    def fork_run(
+        self, new: NewRun, origin: str, upto: int, now: datetime, *, by: str | None = None
+    ) -> Run:
+        """Create `new` with the journal rows of run `origin` before call index `upto`.
+
+        One transaction: the run, its copied checkpoints and the version markers the origin
+        recorded up to the last copied checkpoint appear together or not at all. The origin
+        is only read.
+        """
+        now_us = to_us(now)
+        with self._write() as c:
+            _load_run(c, origin)  # raises when it does not exist
+            run, _ = _insert_run(c, new, now_us)
+            copied = c.execute(
+                f"INSERT INTO journal ({_ENTRY_COLUMNS}) SELECT ?, call_index, kind, name, state,"
+                " value, wake_at, recorded_at, resolved_at, tries, duration_us FROM journal"
+                " WHERE run_id = ? AND call_index < ?",
+                [run.run_id, origin, upto],
+            ).rowcount
+            # A version marker takes no call index: it belongs to the copied part when it was
+            # recorded no later than the last checkpoint copied.
+            last = c.execute(
+                "SELECT recorded_at FROM journal WHERE run_id = ? AND call_index = ?",
+                [origin, upto - 1],
+            ).fetchone()
+            if last is not None:
+                c.execute(
+                    "INSERT INTO versions (run_id, change_id, version, recorded_at) SELECT ?,"
+                    " change_id, version, recorded_at FROM versions WHERE run_id = ?"
+                    " AND recorded_at <= ?",
+                    [run.run_id, origin, last[0]],
+                )
+            data: dict[str, Any] = {"from_run": origin, "from_index": upto, "checkpoints": copied}
+            if by:
+                data["by"] = by
+            _add_event(c, run.run_id, now_us, "forked", data)
+            return run
+
+    def request_pause(self, run_id: str, by: str, now: datetime) -> Run:
+        """Pause a run: parked at once unless running; a running run is asked to park at its
+        next durable call (nothing is interrupted). Pausing it again changes nothing."""
+        now_us = to_us(now)
+        with self._write() as c:
+            run = _load_run(c, run_id)
+            guard(Action.PAUSE, run_id, run.status)
+            if run.status is RunStatus.RUNNING:
+                if not run.pause_requested:
+                    c.execute("UPDATE runs SET pause_requested = 1 WHERE run_id = ?", [run_id])
+                    _add_event(c, run_id, now_us, "pause requested", {"by": by})
+            else:
+                _park_paused(c, run, run.status, _us(run.run_at), now_us, by=by)
+            return _load_run(c, run_id)
+
+    def resume(self, run_id: str, by: str, now: datetime) -> Run:
+        """Give a paused run back its status, due at once if its wake passed meanwhile, else
+        at its wake; for a running run, withdraw the pause it was asked for."""
+        now_us = to_us(now)
+        with self._write() as c:
+            run = _load_run(c, run_id)
+            guard(Action.RESUME, run_id, run.status, pause_requested=run.pause_requested)
+            if run.status is RunStatus.RUNNING:
+                c.execute("UPDATE runs SET pause_requested = 0 WHERE run_id = ?", [run_id])
+                _add_event(c, run_id, now_us, "resumed", {"by": by, "was": "pause requested"})
+                return _load_run(c, run_id)
+            back = resume(run, from_us(now_us))
+            c.execute(
+                "UPDATE runs SET status = ?, run_at = ?, paused_status = NULL,"
+                " paused_run_at = NULL WHERE run_id = ?",
+                [str(back.status), _us(back.run_at), run_id],
+            )
+            data: dict[str, Any] = {"by": by, "status": str(back.status)}
+            if back.run_at is not None:
+                data["due"] = back.run_at.isoformat(timespec="microseconds")
+            _add_event(c, run_id, now_us, "resumed", data)
+            if run.schedule is not None and back.run_at is None:
+                _release_next(c, run.schedule, now_us, after=None)  # a held run: never stranded
+            return _load_run(c, run_id)
+
+    # -- operator actions ----------------------------------------------------
+
+    def send_signal(self, run_id: str, name: str, payload: Any, now: datetime) -> RunStatus:
+        """Buffer a signal; a run waiting for a signal becomes due now."""
+        now_us = to_us(now)
+        text = dumps(payload, "the signal payload")
+        with self._write() as c:
+            row = c.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            if row is None:
+                raise RunNotFoundError(run_id)
+            status = RunStatus(row[0])
+            guard(Action.SIGNAL, run_id, status)
+            c.execute(
+                "INSERT INTO signals (run_id, name, payload, sent_at) VALUES (?,?,?,?)",
+                [run_id, name, text, now_us],
+            )
+            c.execute(
+                "UPDATE runs SET run_at = ? WHERE run_id = ? AND status = 'waiting'",
+                [now_us, run_id],
+            )
+            c.execute(  # paused while waiting: due at once when resumed
+                "UPDATE runs SET paused_run_at = ? WHERE run_id = ? AND status = 'paused'"
+                " AND paused_status = 'waiting'",
+                [now_us, run_id],
+            )
+            _add_event(c, run_id, now_us, "signal sent", {"name": name})
+            return status
+
+    def request_cancel(self, run_id: str, reason: str | None, by: str, now: datetime) -> RunStatus:
+        """Cancel at once unless running; a running run gets the request at its next heartbeat.
+
+        Returns the status after the call (cancelled, or running when only requested).
+        """
+        now_us = to_us(now)
+        with self._write() as c:
+            run = _load_run(c, run_id)
+            guard(Action.CANCEL, run_id, run.status)
+            data = {"by": by, **({"reason": reason} if reason else {})}
+            if run.status is RunStatus.RUNNING:
+                c.execute(
+                    "UPDATE runs SET cancel_requested = 1, cancel_reason = ? WHERE run_id = ?",
+                    [reason, run_id],
+                )
+                _add_event(c, run_id, now_us, "cancel requested", data)
+                return RunStatus.RUNNING
+            c.execute(
+                "UPDATE runs SET cancel_requested = 1, cancel_reason = ? WHERE run_id = ?",
+                [reason, run_id],
+            )
+            _end(c, run, RunStatus.CANCELLED, cancel_error(reason, by), now_us)
+            return RunStatus.CANCELLED
+
+    def redrive(self, run_id: str, by: str, now: datetime) -> Run:
+        """Put a dead (or cancelled) run back in the queue with a fresh attempt budget."""
+        now_us = to_us(now)
+        with self._write() as c:
+            run = _load_run(c, run_id)
+            guard(Action.REDRIVE, run_id, run.status)
+            # Like a retry, start again at the first step error (a step waiting to retry
+            # gets a fresh budget too). Pending sleeps and signal waits are kept: a recorded
+            # deadline stands, a redrive is not a restart of the sleep.
+            c.execute(
+                "DELETE FROM journal WHERE run_id = ? AND call_index >= (SELECT MIN(call_index)"
+                " FROM journal WHERE run_id = ? AND state IN ('error', 'retrying'))",
+                [run_id, run_id],
+            )
+            c.execute(
+                "UPDATE runs SET status = 'queued', run_at = ?, attempt = 1, deadline = NULL,"
+                " exec_spent_us = 0, finished_at = NULL, cancel_requested = 0, cancel_reason = NULL,"
+                f" {_CLEARED}, solo = 0, lease_owner = NULL, lease_until = NULL WHERE run_id = ?",
+                [now_us, run_id],
+            )
+            _add_event(c, run_id, now_us, "redriven", {"by": by, "was": str(run.status)})
+            return _load_run(c, run_id)
+
+    def wake_now(self, run_id: str, by: str, now: datetime) -> Run:
+        """End a sleep early (operator action); the recorded wake_at is kept for history."""
+        now_us = to_us(now)
+        with self._write() as c:
+            run = _load_run(c, run_id)
+            guard(Action.WAKE, run_id, run.status)
+            c.execute(
+                "UPDATE journal SET state = 'done', resolved_at = ? WHERE run_id = ? AND kind = 'sleep'"
+                " AND state = 'pending'",
+                [now_us, run_id],
+            )
+            c.execute("UPDATE runs SET run_at = ? WHERE run_id = ?", [now_us, run_id])
+            _add_event(
+                c, run_id, now_us, "woken by operator", {"by": by, "was_due": _iso_us(run.run_at)}
+            )
+            return _load_run(c, run_id)

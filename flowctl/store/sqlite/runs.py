@@ -1,0 +1,304 @@
+"""Reads of runs, journals, timelines and published values (no writes)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    pass
+
+from flowctl.errors import (
+    RunNotFoundError,
+)
+from flowctl.model import (
+    CallKind,
+    JournalEntry,
+    Run,
+    RunStatus,
+    TimelineEvent,
+    from_us,
+    to_us,
+)
+from flowctl.store.sqlite.connection import SqliteConnection
+from flowctl.store.sqlite.rows import (
+    _ENTRY_COLUMNS,
+    _RUN_COLUMNS,
+    _entry_from_row,
+    _loads,
+    _run_from_row,
+    _search_clause,
+)
+
+
+class RunReads(SqliteConnection):
+    """Reads of runs and what they recorded."""
+
+    def get_run(self, run_id: str) -> Run:
+        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id])
+        if not rows:
+            raise RunNotFoundError(run_id)
+        return _run_from_row(rows[0])
+
+    def find_run(self, ref: str) -> Run:
+        """A run by full id or unique prefix."""
+        ref = ref.strip()
+        if not ref:
+            raise RunNotFoundError(ref, "a run id is required")
+        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [ref])
+        if rows:
+            return _run_from_row(rows[0])
+        hi = ref + "\uffff"
+        rows = self._read(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id >= ? AND run_id < ? LIMIT 2", [ref, hi]
+        )
+        if not rows:
+            raise RunNotFoundError(ref)
+        if len(rows) > 1:
+            raise RunNotFoundError(ref, f"run id prefix {ref!r} is ambiguous: give more characters")
+        return _run_from_row(rows[0])
+
+    def get_run_by_key(self, key: str) -> Run | None:
+        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE key = ?", [key])
+        return _run_from_row(rows[0]) if rows else None
+
+    def list_runs(
+        self,
+        *,
+        statuses: Sequence[RunStatus] | None = None,
+        workflow: str | None = None,
+        search: str | None = None,
+        since: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        order: str = "created_desc",
+    ) -> list[Run]:
+        where: list[str] = []
+        params: list[Any] = []
+        if statuses:
+            where.append(f"status IN ({','.join('?' * len(statuses))})")
+            params.extend(str(s) for s in statuses)
+        if workflow:
+            where.append("workflow = ?")
+            params.append(workflow)
+        if since is not None:
+            where.append("created_at >= ?")
+            params.append(to_us(since))
+        if search:
+            clause, args = _search_clause(search)
+            where.append(clause)
+            params.extend(args)
+        orders = {
+            "created_desc": "created_at DESC, run_id DESC",
+            "run_at": "run_at, run_id",
+            "finished_desc": "finished_at DESC, run_id DESC",
+        }
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += f" ORDER BY {orders[order]} LIMIT ? OFFSET ?"
+        params.extend([limit, offset])
+        return [_run_from_row(r) for r in self._read(sql, params)]
+
+    def runs_by_ids(self, run_ids: Sequence[str]) -> list[Run]:
+        if not run_ids:
+            return []
+        rows = self._read(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id IN ({','.join('?' * len(run_ids))})",
+            list(run_ids),
+        )
+        return [_run_from_row(r) for r in rows]
+
+    def count_by_status(self, workflow: str | None = None) -> dict[RunStatus, int]:
+        counts = {s: 0 for s in RunStatus}
+        if workflow:
+            rows = self._read(
+                "SELECT status, COUNT(*) FROM runs WHERE workflow = ? GROUP BY status", [workflow]
+            )
+        else:
+            rows = self._read("SELECT status, COUNT(*) FROM runs GROUP BY status")
+        for status, n in rows:
+            counts[RunStatus(status)] = n
+        return counts
+
+    def workflows_seen(self) -> list[str]:
+        return [r[0] for r in self._read("SELECT DISTINCT workflow FROM runs ORDER BY workflow")]
+
+    def run_source(self, run_id: str) -> tuple[str | None, str | None]:
+        rows = self._read("SELECT source, source_hash FROM runs WHERE run_id = ?", [run_id])
+        if not rows:
+            raise RunNotFoundError(run_id)
+        return rows[0][0], rows[0][1]
+
+    def journal(self, run_id: str) -> dict[int, JournalEntry]:
+        rows = self._read(
+            f"SELECT {_ENTRY_COLUMNS} FROM journal WHERE run_id = ? ORDER BY call_index", [run_id]
+        )
+        return {r[1]: _entry_from_row(r) for r in rows}
+
+    def versions(self, run_id: str) -> dict[str, int]:
+        rows = self._read("SELECT change_id, version FROM versions WHERE run_id = ?", [run_id])
+        return {r[0]: r[1] for r in rows}
+
+    def versions_detail(self, run_id: str) -> list[tuple[str, int, datetime]]:
+        rows = self._read(
+            "SELECT change_id, version, recorded_at FROM versions WHERE run_id = ? ORDER BY recorded_at",
+            [run_id],
+        )
+        return [(r[0], r[1], from_us(r[2])) for r in rows]
+
+    def timeline(self, run_id: str, limit: int | None = None) -> list[TimelineEvent]:
+        sql = "SELECT run_id, at, type, data FROM timeline WHERE run_id = ? ORDER BY seq"
+        params: list[Any] = [run_id]
+        if limit is not None:
+            sql = (
+                "SELECT * FROM (SELECT run_id, at, type, data, seq FROM timeline WHERE run_id = ?"
+                " ORDER BY seq DESC LIMIT ?) ORDER BY seq"
+            )
+            params.append(limit)
+        return [
+            TimelineEvent(r[0], from_us(r[1]), r[2], _loads(r[3]) or {})
+            for r in self._read(sql, params)
+        ]
+
+    def pending_signals(self, run_id: str) -> list[tuple[str, Any, datetime]]:
+        rows = self._read(
+            "SELECT name, payload, sent_at FROM signals WHERE run_id = ? AND consumed_at IS NULL"
+            " ORDER BY seq",
+            [run_id],
+        )
+        return [(r[0], _loads(r[1]), from_us(r[2])) for r in rows]
+
+    def recent_wakes(self, since: datetime, limit: int = 10_000) -> list[float]:
+        """Lateness (seconds) of recent timer wakes, from the timeline."""
+        rows = self._read(
+            "SELECT data FROM timeline WHERE type = 'woke' AND at >= ? ORDER BY at DESC LIMIT ?",
+            [to_us(since), limit],
+        )
+        out = []
+        for (data,) in rows:
+            d = _loads(data) or {}
+            if "late_ms" in d:
+                out.append(float(d["late_ms"]) / 1000.0)
+        return out
+
+    def published(self, run_id: str) -> dict[str, tuple[Any, datetime]]:
+        rows = self._read(
+            "SELECT key, value, at FROM published WHERE run_id = ? ORDER BY key", [run_id]
+        )
+        return {r[0]: (_loads(r[1]), from_us(r[2])) for r in rows}
+
+    def pauses_requested(self, run_ids: Sequence[str]) -> list[str]:
+        """Which of these running runs an operator has asked to pause (a read, no write)."""
+        if not run_ids:
+            return []
+        rows = self._read(
+            "SELECT run_id FROM runs WHERE status = 'running' AND pause_requested = 1"
+            f" AND run_id IN ({','.join('?' * len(run_ids))})",
+            list(run_ids),
+        )
+        return [r[0] for r in rows]
+
+    def due_ahead(self, run_id: str, run_at: datetime) -> int:
+        """How many runs the claim order (run_at, then run id) puts before one due at run_at."""
+        at_us = to_us(run_at)
+        total = 0
+        for status in ("queued", "sleeping", "waiting", "running"):
+            total += int(
+                self._read(
+                    "SELECT COUNT(*) FROM runs WHERE status = ? AND run_at <= ?"
+                    " AND (run_at < ? OR run_id < ?)",
+                    [status, at_us, at_us, run_id],
+                )[0][0]
+            )
+        return total
+
+    def last_event(self, run_id: str, types: Sequence[str]) -> TimelineEvent | None:
+        """The run's newest timeline event of one of these types."""
+        rows = self._read(
+            f"SELECT run_id, at, type, data FROM timeline WHERE run_id = ? AND type IN"
+            f" ({','.join('?' * len(types))}) ORDER BY seq DESC LIMIT 1",
+            [run_id, *types],
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return TimelineEvent(r[0], from_us(r[1]), r[2], _loads(r[3]) or {})
+
+    # -- TUI support ---------------------------------------------------------
+
+    def count_by_status_matching(
+        self, workflow: str | None, search: str | None
+    ) -> dict[RunStatus, int]:
+        """Counts per status under the same workflow/search narrowing as list_runs.
+
+        The TUI's tab counts must agree with the rows it lists when a search is active.
+        """
+        where: list[str] = []
+        params: list[Any] = []
+        if workflow:
+            where.append("workflow = ?")
+            params.append(workflow)
+        if search:
+            clause, args = _search_clause(search)
+            where.append(clause)
+            params.extend(args)
+        sql = "SELECT status, COUNT(*) FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        counts = {s: 0 for s in RunStatus}
+        for status, n in self._read(sql + " GROUP BY status", params):
+            counts[RunStatus(status)] = n
+        return counts
+
+    def pending_calls(self, run_ids: Sequence[str]) -> dict[str, tuple[CallKind, str]]:
+        """The unresolved call (kind, name) each run is parked on: what a waiting run waits for.
+
+        One query for a page of runs, so a list can show it without reading whole journals.
+        """
+        if not run_ids:
+            return {}
+        rows = self._read(
+            "SELECT run_id, kind, name FROM journal WHERE state = 'pending' AND run_id IN"
+            f" ({','.join('?' * len(run_ids))}) ORDER BY call_index",
+            list(run_ids),
+        )
+        return {r[0]: (CallKind(r[1]), r[2]) for r in rows}
+
+    def agenda_runs(self, until: datetime, limit: int) -> list[tuple[datetime, str, Run]]:
+        """(when, kind, run) for every active run's next due time and deadline up to `until`,
+        soonest first; overdue ones are included. Kinds: start, retry, wake, timeout, deadline.
+
+        Held runs (overlap=queue, run_at NULL) have no time and are not listed.
+        """
+        until_us = to_us(until)
+        out: list[tuple[datetime, str, Run]] = []
+        rows = self._read(
+            f"SELECT {_RUN_COLUMNS}, EXISTS (SELECT 1 FROM journal j WHERE j.run_id = runs.run_id"
+            " AND j.state = 'retrying') FROM runs WHERE status IN ('queued', 'sleeping', 'waiting')"
+            " AND run_at IS NOT NULL AND run_at <= ? ORDER BY run_at LIMIT ?",
+            [until_us, limit],
+        )
+        for r in rows:
+            run = _run_from_row(r)
+            assert run.run_at is not None
+            if run.status is RunStatus.SLEEPING:
+                kind = "wake"
+            elif run.status is RunStatus.WAITING:
+                kind = "timeout"
+            else:
+                kind = "retry" if (r[-1] or run.attempt > 1) else "start"
+            out.append((run.run_at, kind, run))
+        rows = self._read(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE deadline IS NOT NULL AND deadline <= ?"
+            " AND status IN ('queued', 'running', 'sleeping', 'waiting', 'paused')"
+            " ORDER BY deadline LIMIT ?",
+            [until_us, limit],
+        )
+        for r in rows:
+            run = _run_from_row(r)
+            assert run.deadline is not None
+            out.append((run.deadline, "deadline", run))
+        out.sort(key=lambda item: (item[0], item[2].run_id))
+        return out[:limit]

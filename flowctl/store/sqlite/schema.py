@@ -1,0 +1,291 @@
+"""The SQLite schema: its migrations, the version they reach, and how they are applied."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import sqlite_utils
+
+from flowctl.errors import (
+    DatabaseError,
+)
+
+APPLICATION_ID = 0x464C4F57  # "FLOW" in the SQLite header: the flowctl schema marker
+
+
+def _migration_1(db: sqlite_utils.Database) -> None:
+    db.execute(
+        """
+        CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY,
+            workflow TEXT NOT NULL,
+            target TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            source TEXT,
+            source_hash TEXT,
+            source_path TEXT,
+            cwd TEXT,
+            input TEXT NOT NULL,
+            status TEXT NOT NULL,
+            run_at INTEGER,
+            created_at INTEGER NOT NULL,
+            started_at INTEGER,
+            finished_at INTEGER,
+            attempt INTEGER NOT NULL DEFAULT 1,
+            max_attempts INTEGER NOT NULL DEFAULT 3,
+            backoff TEXT,
+            deadline INTEGER,
+            timeout_us INTEGER,
+            exec_spent_us INTEGER NOT NULL DEFAULT 0,
+            result TEXT,
+            error TEXT,
+            lease_owner TEXT,
+            lease_until INTEGER,
+            fence INTEGER NOT NULL DEFAULT 0,
+            reclaims INTEGER NOT NULL DEFAULT 0,
+            cancel_requested INTEGER NOT NULL DEFAULT 0,
+            cancel_reason TEXT,
+            key TEXT UNIQUE,
+            parent_run_id TEXT,
+            schedule TEXT,
+            scheduled_at INTEGER
+        ) STRICT
+        """
+    )
+    # run_at is "when is this run next due": start/retry time when queued, wake time
+    # when sleeping, signal timeout when waiting, lease expiry when running.
+    db.execute("CREATE INDEX runs_due ON runs(status, run_at)")
+    db.execute("CREATE INDEX runs_created ON runs(created_at)")
+    db.execute("CREATE INDEX runs_workflow ON runs(workflow, created_at)")
+    db.execute("CREATE INDEX runs_parent ON runs(parent_run_id) WHERE parent_run_id IS NOT NULL")
+    db.execute(
+        """
+        CREATE TABLE journal (
+            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+            call_index INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            name TEXT NOT NULL,
+            state TEXT NOT NULL,
+            value TEXT,
+            wake_at INTEGER,
+            recorded_at INTEGER NOT NULL,
+            resolved_at INTEGER,
+            tries INTEGER NOT NULL DEFAULT 0,
+            duration_us INTEGER,
+            PRIMARY KEY (run_id, call_index)
+        ) STRICT, WITHOUT ROWID
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE versions (
+            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+            change_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            recorded_at INTEGER NOT NULL,
+            PRIMARY KEY (run_id, change_id)
+        ) STRICT, WITHOUT ROWID
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE timeline (
+            seq INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+            at INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            data TEXT
+        ) STRICT
+        """
+    )
+    db.execute("CREATE INDEX timeline_run ON timeline(run_id, seq)")
+    db.execute("CREATE INDEX timeline_type_at ON timeline(type, at)")
+    db.execute(
+        """
+        CREATE TABLE signals (
+            seq INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+            name TEXT NOT NULL,
+            payload TEXT,
+            sent_at INTEGER NOT NULL,
+            consumed_at INTEGER,
+            call_index INTEGER
+        ) STRICT
+        """
+    )
+    db.execute("CREATE INDEX signals_run ON signals(run_id, name, consumed_at)")
+    db.execute(
+        """
+        CREATE TABLE daemons (
+            owner TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            proc_start TEXT,
+            started_at INTEGER NOT NULL,
+            seen_at INTEGER NOT NULL,
+            info TEXT
+        ) STRICT
+        """
+    )
+
+
+def _migration_2(db: sqlite_utils.Database) -> None:
+    """Schedules (issue 7): definitions, fire bookkeeping, and a history of every decision.
+
+    `spec` is ScheduleSpec.to_json(): the store keeps it opaque, the calendar lives in
+    schedule.py. `last_fire_at` is the latest scheduled fire time already handled (fired or
+    skipped), `next_fire_at` the soonest one not yet handled (NULL while paused): the daemon
+    sleeps until MIN(next_fire_at). `active_from` is when the current definition took effect
+    (creation, --replace, resume): fires at or before it are never considered, so a resume or
+    a redefinition never backfills. `revision` changes with every write, so a fire decided on
+    a stale read (another daemon fired, an operator paused) changes nothing.
+    """
+    db.execute(
+        """
+        CREATE TABLE schedules (
+            name TEXT PRIMARY KEY,
+            target TEXT NOT NULL,
+            cwd TEXT,
+            input TEXT NOT NULL,
+            spec TEXT NOT NULL,
+            paused INTEGER NOT NULL DEFAULT 0,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            active_from INTEGER NOT NULL,
+            last_fire_at INTEGER,
+            next_fire_at INTEGER,
+            revision INTEGER NOT NULL DEFAULT 1,
+            source TEXT NOT NULL CHECK (source IN ('cli', 'yaml', 'toml')),
+            origin TEXT
+        ) STRICT
+        """
+    )
+    db.execute(
+        "CREATE INDEX schedules_next ON schedules(next_fire_at) WHERE next_fire_at IS NOT NULL"
+    )
+    db.execute(
+        """
+        CREATE TABLE schedule_history (
+            seq INTEGER PRIMARY KEY,
+            schedule TEXT NOT NULL REFERENCES schedules(name) ON DELETE CASCADE,
+            fire_at INTEGER,
+            action TEXT NOT NULL CHECK (action IN ('fired', 'skipped-missed', 'skipped-overlap',
+                'queued-overlap', 'manual', 'error')),
+            run_id TEXT,
+            at INTEGER NOT NULL,
+            detail TEXT
+        ) STRICT
+        """
+    )
+    db.execute("CREATE INDEX schedule_history_name ON schedule_history(schedule, seq)")
+    # Overlap checks ("is a run of this schedule still active?") and agenda deadlines.
+    db.execute("CREATE INDEX runs_schedule ON runs(schedule, status) WHERE schedule IS NOT NULL")
+    db.execute("CREATE INDEX runs_deadline ON runs(deadline) WHERE deadline IS NOT NULL")
+
+
+def _migration_3(db: sqlite_utils.Database) -> None:
+    # Per-status listings (ls --status, the TUI's views) ordered without sorting every row.
+    db.execute("CREATE INDEX runs_status_finished ON runs(status, finished_at)")
+    db.execute("CREATE INDEX runs_status_created ON runs(status, created_at)")
+
+
+def _migration_4(db: sqlite_utils.Database) -> None:
+    db.execute(
+        """
+        CREATE TABLE published (
+            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+            key TEXT NOT NULL,
+            value TEXT,
+            at INTEGER NOT NULL,
+            PRIMARY KEY (run_id, key)
+        ) STRICT, WITHOUT ROWID
+        """
+    )
+
+
+def _migration_5(db: sqlite_utils.Database) -> None:
+    """Facts about the database itself, e.g. when a daemon last ran (`flowctl why`)."""
+    db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT")
+
+
+def _migration_6(db: sqlite_utils.Database) -> None:
+    """Pause and resume (issue 10). `status` is free text, so 'paused' needs no constraint
+    change; a paused run keeps the status and run_at that resume gives back."""
+    db.execute("ALTER TABLE runs ADD COLUMN pause_requested INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE runs ADD COLUMN paused_status TEXT")
+    db.execute("ALTER TABLE runs ADD COLUMN paused_run_at INTEGER")
+
+
+def _migration_7(db: sqlite_utils.Database) -> None:
+    """The step a running run's handler is inside, as its last heartbeat saw it (`why`)."""
+    db.execute("ALTER TABLE runs ADD COLUMN current_step TEXT")
+
+
+def _migration_8(db: sqlite_utils.Database) -> None:
+    """The input keys a run's workflow declared secret (a JSON list, NULL for none): front
+    ends mask them without importing the workflow, and `ls --search` never matches them."""
+    db.execute("ALTER TABLE runs ADD COLUMN secret_keys TEXT")
+
+
+def _migration_9(db: sqlite_utils.Database) -> None:
+    """Poison is charged only to the guilty run (issue 11): a run reclaimed from a dead
+    worker is a suspect and runs alone; `solo` says its lease runs it alone, `crashes`
+    counts the crashes charged to it since its last checkpoint."""
+    db.execute("ALTER TABLE runs ADD COLUMN suspect INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE runs ADD COLUMN solo INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE runs ADD COLUMN crashes INTEGER NOT NULL DEFAULT 0")
+
+
+def _migration_10(db: sqlite_utils.Database) -> None:
+    """The input keys a schedule's workflow declared secret (a JSON list, NULL for none),
+    resolved when it was added or synced: `schedule show/ls` mask them without importing
+    the workflow. Older rows have NULL until they are added or synced again."""
+    db.execute("ALTER TABLE schedules ADD COLUMN secret_keys TEXT")
+
+
+MIGRATIONS = [
+    _migration_1,
+    _migration_2,
+    _migration_3,
+    _migration_4,
+    _migration_5,
+    _migration_6,
+    _migration_7,
+    _migration_8,
+    _migration_9,
+    _migration_10,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring the schema to SCHEMA_VERSION in one BEGIN IMMEDIATE transaction (nothing to do
+    when it is there). The caller retries it while another connection holds the lock."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version == SCHEMA_VERSION and _has_marker(conn):
+        return  # the common case: no sqlite-utils import on a command's start-up path
+    import sqlite_utils
+
+    db = sqlite_utils.Database(conn)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        current = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if current > SCHEMA_VERSION or current < 0:  # changed since _inspect looked
+            raise DatabaseError(
+                f"database schema version {current} is not one this flowctl understands"
+                f" (1 to {SCHEMA_VERSION})"
+            )
+        for i in range(current, SCHEMA_VERSION):
+            MIGRATIONS[i](db)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _has_marker(conn: sqlite3.Connection) -> bool:
+    return int(conn.execute("PRAGMA application_id").fetchone()[0]) == APPLICATION_ID

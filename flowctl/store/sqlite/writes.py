@@ -1,0 +1,237 @@
+"""Writes several transitions share, each made inside the caller's transaction."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    pass
+
+from flowctl.model import (
+    Run,
+    RunStatus,
+    from_us,
+    to_us,
+)
+from flowctl.store.records import NewRun, dumps
+from flowctl.store.sqlite.rows import (
+    _CLEARED,
+    _RUN_COLUMNS,
+    _add_event,
+    _dt,
+    _event,
+    _first_line,
+    _load_run,
+    _loads,
+    _run_from_row,
+    _us,
+)
+from flowctl.transitions import (
+    Applied,
+    error_kind,
+    next_attempt,
+    parked_run_at,
+    pause,
+)
+
+_ACTIVE_SQL = "('queued', 'running', 'sleeping', 'waiting', 'paused')"
+# A run of a schedule that is active and not held behind another (overlap=queue). A held
+# run is queued with run_at NULL, which no claim and no timer wheel ever picks up.
+_RUNNING_OF_SCHEDULE = (
+    f"schedule = ? AND status IN {_ACTIVE_SQL} AND NOT (status = 'queued' AND run_at IS NULL)"
+    " AND NOT (status = 'paused' AND paused_status = 'queued' AND paused_run_at IS NULL)"
+)
+
+
+def _insert_run(c: sqlite3.Connection, new: NewRun, now_us: int) -> tuple[Run, bool]:
+    """create_run inside the caller's transaction (a schedule fire creates its runs in the
+    same transaction that records the fire)."""
+    # Due at its start time (now, --in, --at) or at its deadline, whichever is first.
+    start_at = from_us(now_us) if new.run_at is None else new.run_at
+    run_at = to_us(parked_run_at(start_at, deadline=new.deadline) or start_at)
+    if new.key is not None:
+        row = c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE key = ?", [new.key]).fetchone()
+        if row is not None:
+            return _run_from_row(row), False
+    c.execute(
+        "INSERT INTO runs (run_id, workflow, target, kind, source, source_hash, source_path,"
+        " cwd, input, status, run_at, created_at, max_attempts, backoff, deadline,"
+        " timeout_us, key, parent_run_id, schedule, scheduled_at, secret_keys)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        [
+            new.run_id,
+            new.workflow,
+            new.target,
+            new.kind,
+            new.source,
+            new.source_hash,
+            new.source_path,
+            new.cwd,
+            dumps(new.input, "the input"),
+            RunStatus.QUEUED,
+            run_at,
+            now_us,
+            new.max_attempts,
+            None if new.backoff is None else dumps(new.backoff),
+            _us(new.deadline),
+            None if new.timeout is None else round(new.timeout * 1e6),
+            new.key,
+            new.parent_run_id,
+            new.schedule,
+            _us(new.scheduled_at),
+            dumps(sorted(new.secret_keys)) if new.secret_keys else None,
+        ],
+    )
+    data: dict[str, Any] = {"attempt": 1}
+    if run_at > now_us:
+        data["run_at"] = from_us(run_at).isoformat(timespec="microseconds")
+    if new.parent_run_id:
+        data["parent"] = new.parent_run_id
+    if new.schedule:
+        data["schedule"] = new.schedule
+    _add_event(c, new.run_id, now_us, "created", data)
+    return _load_run(c, new.run_id), True
+
+
+def _fail(
+    c: sqlite3.Connection,
+    run: Run,
+    error: dict[str, Any],
+    now_us: int,
+    *,
+    retry_at: int | None = None,
+    timeline_extra: dict[str, Any] | None = None,
+) -> Applied:
+    """Apply next_attempt(): queue the next attempt, or dead-letter the run."""
+    verdict = next_attempt(run, error, from_us(now_us), retry_at=_dt(retry_at))
+    error = verdict.error
+    kind = error_kind(error)
+    data = {"attempt": run.attempt, "kind": str(kind), "error": _first_line(error)}
+    data.update(timeline_extra or {})
+    events = [_event(run.run_id, now_us, kind.label, data)]
+    if verdict.retry_at is not None:
+        at = to_us(verdict.retry_at)
+        # A new attempt starts from the first recorded step error: checkpoints before it stand.
+        c.execute(
+            "DELETE FROM journal WHERE run_id = ? AND call_index >= (SELECT MIN(call_index)"
+            " FROM journal WHERE run_id = ? AND state = 'error')",
+            [run.run_id, run.run_id],
+        )
+        c.execute(
+            "UPDATE runs SET status = 'queued', run_at = ?, attempt = attempt + 1, error = ?,"
+            f" exec_spent_us = 0, lease_owner = NULL, lease_until = NULL, solo = 0, {_CLEARED}"
+            " WHERE run_id = ?",
+            [at, dumps(error), run.run_id],
+        )
+        events.append(
+            _event(
+                run.run_id,
+                now_us,
+                "retry scheduled",
+                {
+                    "attempt": run.attempt + 1,
+                    "at": from_us(at).isoformat(timespec="microseconds"),
+                },
+            )
+        )
+        c.executemany("INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)", events)
+        if run.pause_requested:  # it stopped: the requested pause takes effect now
+            return _park_paused(c, _load_run(c, run.run_id), RunStatus.QUEUED, at, now_us)
+        return Applied(RunStatus.QUEUED, from_us(at))
+    c.executemany("INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)", events)
+    _end(c, run, RunStatus.DEAD, error, now_us)
+    return Applied(RunStatus.DEAD, None)
+
+
+def _park_paused(
+    c: sqlite3.Connection,
+    run: Run,
+    status: RunStatus,
+    at_us: int | None,
+    now_us: int,
+    *,
+    by: str | None = None,
+) -> Applied:
+    """Park `run` paused inside the caller's transaction: `status` and `at_us` are what
+    resume gives back; meanwhile run_at is its deadline (for the deadline check only)."""
+    parked = pause(status, _dt(at_us), run.deadline)
+    if by is None:  # a requested pause taking effect: who asked for it
+        asked = c.execute(
+            "SELECT data FROM timeline WHERE run_id = ? AND type = 'pause requested'"
+            " ORDER BY seq DESC LIMIT 1",
+            [run.run_id],
+        ).fetchone()
+        by = (_loads(asked[0]) or {}).get("by") if asked else None
+    c.execute(
+        "UPDATE runs SET status = 'paused', paused_status = ?, paused_run_at = ?, run_at = ?,"
+        " pause_requested = 0, lease_owner = NULL, lease_until = NULL, solo = 0,"
+        f" {_CLEARED} WHERE run_id = ?",
+        [str(parked.paused_status), _us(parked.paused_run_at), _us(parked.run_at), run.run_id],
+    )
+    data: dict[str, Any] = {"by": by, "was": str(status)}
+    if parked.paused_run_at is not None:
+        data["due"] = from_us(to_us(parked.paused_run_at)).isoformat(timespec="microseconds")
+    _add_event(c, run.run_id, now_us, "paused", data)
+    return Applied(RunStatus.PAUSED, parked.run_at)
+
+
+def _end(
+    c: sqlite3.Connection,
+    run: Run,
+    status: RunStatus,
+    error: dict[str, Any] | None,
+    now_us: int,
+) -> None:
+    c.execute(
+        "UPDATE runs SET status = ?, error = ?, finished_at = ?, run_at = NULL, lease_owner = NULL,"
+        " lease_until = NULL, pause_requested = 0, paused_status = NULL, paused_run_at = NULL,"
+        f" solo = 0, {_CLEARED} WHERE run_id = ?",
+        [str(status), None if error is None else dumps(error), now_us, run.run_id],
+    )
+    label = "dead-lettered" if status is RunStatus.DEAD else str(status)
+    data = {} if error is None else {"kind": error.get("kind"), "error": _first_line(error)}
+    _add_event(c, run.run_id, now_us, label, data)
+    _wake_parent(c, run.run_id, now_us)
+    _release_held(c, run.run_id, now_us)
+
+
+def _wake_parent(c: sqlite3.Connection, run_id: str, now_us: int) -> None:
+    """A child run ended: its waiting parent becomes due (when resumed, if it is paused)."""
+    c.execute(
+        "UPDATE runs SET run_at = ? WHERE status = 'waiting' AND run_id ="
+        " (SELECT parent_run_id FROM runs WHERE run_id = ?)",
+        [now_us, run_id],
+    )
+    c.execute(
+        "UPDATE runs SET paused_run_at = ? WHERE status = 'paused' AND paused_status = 'waiting'"
+        " AND run_id = (SELECT parent_run_id FROM runs WHERE run_id = ?)",
+        [now_us, run_id],
+    )
+
+
+def _release_next(c: sqlite3.Connection, schedule: str, now_us: int, after: str | None) -> None:
+    """Make the oldest held run of `schedule` due now, unless one of its runs still runs."""
+    if c.execute(f"SELECT 1 FROM runs WHERE {_RUNNING_OF_SCHEDULE} LIMIT 1", [schedule]).fetchone():
+        return
+    row = c.execute(
+        "SELECT run_id FROM runs WHERE schedule = ? AND status = 'queued' AND run_at IS NULL"
+        " ORDER BY scheduled_at, created_at, run_id LIMIT 1",
+        [schedule],
+    ).fetchone()
+    if row is None:
+        return
+    c.execute("UPDATE runs SET run_at = ? WHERE run_id = ?", [now_us, row[0]])
+    data = {"schedule": schedule, **({"after": after} if after else {})}
+    _add_event(c, row[0], now_us, "released", data)
+
+
+def _release_held(c: sqlite3.Connection, run_id: str, now_us: int) -> None:
+    """A run ended: if it belongs to a schedule with held runs (overlap=queue), start the next.
+
+    Called in the same transaction as every terminal transition, so no held run is ever
+    stranded and no two runs of a queue schedule ever overlap.
+    """
+    row = c.execute("SELECT schedule FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    if row is not None and row[0] is not None:
+        _release_next(c, row[0], now_us, after=run_id)
