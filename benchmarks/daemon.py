@@ -35,7 +35,7 @@ from flowctl import ops  # noqa: E402
 from flowctl.clock import SystemClock  # noqa: E402
 from flowctl.daemon import Daemon, DaemonConfig  # noqa: E402
 from flowctl.ids import new_run_id  # noqa: E402
-from flowctl.store import Store  # noqa: E402
+from flowctl.store.sqlite import SqliteStore as Store  # noqa: E402
 
 FLOWS = str(ROOT / "benchmarks" / "flows.py")
 CLOCK = SystemClock()

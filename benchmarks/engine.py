@@ -26,7 +26,7 @@ import bytecode  # noqa: E402
 from flowctl import ops  # noqa: E402
 from flowctl.clock import FakeClock, SystemClock  # noqa: E402
 from flowctl.daemon import Daemon, DaemonConfig  # noqa: E402
-from flowctl.store import Store  # noqa: E402
+from flowctl.store.sqlite import SqliteStore as Store  # noqa: E402
 
 FLOWS = str(ROOT / "benchmarks" / "flows.py")
 

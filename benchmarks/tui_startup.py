@@ -29,7 +29,8 @@ import bytecode  # noqa: E402
 
 from flowctl.clock import FakeClock  # noqa: E402
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus  # noqa: E402
-from flowctl.store import NewRun, Store  # noqa: E402
+from flowctl.store import NewRun  # noqa: E402
+from flowctl.store.sqlite import SqliteStore as Store  # noqa: E402
 
 NOW = datetime(2026, 3, 29, 12, 0, tzinfo=UTC)
 MIX = (  # share of runs per final status
@@ -72,27 +73,25 @@ def seed(path: Path, n: int) -> None:
     for claim in claims:
         i = int(claim.run.run_id[2:])
         status = plan[i]
-        rid, fence = claim.run.run_id, claim.fence
+        rid, lease = claim.run.run_id, claim.lease
         step = JournalEntry(rid, 0, CallKind.STEP, "fetch", EntryState.DONE, {"ok": True}, tries=1)
         if status is RunStatus.RUNNING:
             continue  # leave it claimed, with its lease
-        store.record_entry(rid, fence, step, NOW)
+        store.record_entry(lease, step, NOW)
         if status is RunStatus.SLEEPING:
             wake = NOW + timedelta(minutes=rng.randint(1, 60 * 24 * 30))
             entry = JournalEntry(rid, 1, CallKind.SLEEP, "sleep", EntryState.PENDING, wake_at=wake)
-            store.suspend_run(
-                rid, fence, status, wake, NOW, 0.1, entry, ("sleep started", {"index": 1})
-            )
+            store.suspend_run(lease, status, wake, NOW, 0.1, entry, ("sleep started", {"index": 1}))
         elif status is RunStatus.WAITING:
             entry = JournalEntry(rid, 1, CallKind.SIGNAL, "approved", EntryState.PENDING)
             store.suspend_run(
-                rid, fence, status, None, NOW, 0.1, entry, ("waiting for signal", {"index": 1})
+                lease, status, None, NOW, 0.1, entry, ("waiting for signal", {"index": 1})
             )
         elif status is RunStatus.DEAD:
             error = {"type": "RuntimeError", "message": f"upstream 503 for u{i}", "kind": "raised"}
-            store.fail_attempt(rid, fence, error, NOW, 0.2, None)
+            store.fail_attempt(lease, error, NOW, 0.2, None)
         elif status is RunStatus.COMPLETED:
-            store.complete_run(rid, fence, {"ok": True}, NOW, 0.2)
+            store.complete_run(lease, {"ok": True}, NOW, 0.2)
     print(f"seeded the statuses in {time.perf_counter() - start:.1f}s: {store.count_by_status()}")
     store.close()
 

@@ -22,7 +22,7 @@ from flowctl.durations import format_duration
 from flowctl.errors import FlowctlError
 from flowctl.limits import one_line
 from flowctl.model import Run
-from flowctl.store import Store
+from flowctl.store import Store, open_store
 
 
 class _Group(TyperGroup):
@@ -64,7 +64,7 @@ class State:
         nothing is created. One this process cannot write opens read-only, and says so;
         a write to it is then one line ("read-only database: ...")."""
         if self._store is None:
-            self._store = Store(
+            self._store = open_store(
                 self.db_path,
                 durability=str(self.config.get("durability")),
                 create=False,
@@ -83,7 +83,7 @@ class State:
         add/sync`): with `create`, a missing file (and folder, 0700) is created; it must be
         writable. Returns the store that `store` returns from then on."""
         if self._store is None:
-            self._store = Store(
+            self._store = open_store(
                 self.db_path, durability=str(self.config.get("durability")), create=create
             )
         return self._store

@@ -17,7 +17,7 @@ from flowctl.daemon import DaemonConfig, drive_run
 from flowctl.durations import Duration, parse_duration
 from flowctl.errors import FlowctlError
 from flowctl.model import Run, RunStatus
-from flowctl.store import Store
+from flowctl.store import open_store
 
 
 class WaitTimeoutError(FlowctlError):
@@ -37,7 +37,7 @@ class Client:
         config = load_config()
         self.db_path = resolve_db(str(db) if db is not None else None, config)
         self.clock = clock or SystemClock()
-        self.store = Store(self.db_path, durability=str(config.get("durability")))
+        self.store = open_store(self.db_path, durability=str(config.get("durability")))
         self.workflows_dir = Path(workflows_dir) if workflows_dir else config.workflows_dir()
         self._config = config
 

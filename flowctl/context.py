@@ -30,12 +30,12 @@ from flowctl.errors import (
     is_non_retryable,
     mark_non_retryable,
 )
-from flowctl.model import CallKind, Claim, EntryState, JournalEntry, RunStatus
+from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
 from flowctl.retry import options_of
 from flowctl.store import dumps
 
 if TYPE_CHECKING:
-    from flowctl.store import Store
+    from flowctl.store import Claim, Lease, Store
 
 T = TypeVar("T")
 E = TypeVar("E", bound=BaseException)
@@ -113,7 +113,7 @@ class Context:
         self.attempt = run.attempt
         self.cwd = run.cwd
         self._store = store
-        self._fence = claim.fence
+        self._lease = claim.lease
         self._clock = clock
         self._journal = journal if journal is not None else store.journal(run.run_id)
         self._max_index = max(self._journal, default=-1)
@@ -126,7 +126,7 @@ class Context:
         # or `except Exception` for the FlowctlError ones), so the engine reads it back and
         # every later durable call raises it again: the run never goes on past it.
         self.halted: BaseException | None = None
-        self._live = live or LiveRun(run.run_id, claim.fence, clock, run.exec_spent, run.timeout)
+        self._live = live or LiveRun(claim.lease, clock, run.exec_spent, run.timeout)
         self._children = children
         self._on_checkpoint = on_checkpoint
 
@@ -163,6 +163,11 @@ class Context:
             self.halted = exc
         return exc
 
+    def _lease_lost(self) -> LeaseLost:
+        """A fenced write was refused: the run is another worker's now. The attempt halts,
+        and the engine abandons the run without writing an outcome."""
+        return self._halt(LeaseLost(self.run_id))
+
     def _next_call(self, kind: CallKind, name: str) -> tuple[int, JournalEntry | None]:
         index, self._index = self._index, self._index + 1
         entry = self._journal.get(index)
@@ -177,10 +182,8 @@ class Context:
         return index, entry
 
     def _record(self, entry: JournalEntry, event: tuple[str, dict[str, Any]] | None = None) -> None:
-        if not self._store.record_entry(
-            self.run_id, self._fence, entry, self._clock.now(), event=event
-        ):
-            raise self._halt(LeaseLost(self.run_id))
+        if not self._store.record_entry(self._lease, entry, self._clock.now(), event=event):
+            raise self._lease_lost()
         self._journal[entry.call_index] = entry
         self._max_index = max(self._max_index, entry.call_index)
         if self._on_checkpoint is not None:
@@ -420,11 +423,9 @@ class Context:
         index, entry = self._next_call(CallKind.SIGNAL, name)
         if entry is not None and entry.state is EntryState.DONE:
             return self._signal_value(name, entry.value, default)
-        ok, payload, found = self._store.consume_signal(
-            self.run_id, self._fence, name, index, self._clock.now()
-        )
+        ok, payload, found = self._store.consume_signal(self._lease, name, index, self._clock.now())
         if not ok:
-            raise self._halt(LeaseLost(self.run_id))
+            raise self._lease_lost()
         if found:
             self._journal[index] = self._entry(
                 index,
@@ -575,10 +576,8 @@ class Context:
             return recorded
         at_frontier = self._index > self._max_index
         value = max_version if at_frontier else min_version
-        if not self._store.record_version(
-            self.run_id, self._fence, change_id, value, self._clock.now()
-        ):
-            raise self._halt(LeaseLost(self.run_id))
+        if not self._store.record_version(self._lease, change_id, value, self._clock.now()):
+            raise self._lease_lost()
         self._versions[change_id] = value
         return value
 
@@ -593,8 +592,8 @@ class Context:
             raise _misuse("ctx.publish() needs a non-empty string key")
         if self._index <= self._max_index:
             return
-        if not self._store.publish(self.run_id, self._fence, key, value, self._clock.now()):
-            raise self._halt(LeaseLost(self.run_id))
+        if not self._store.publish(self._lease, key, value, self._clock.now()):
+            raise self._lease_lost()
 
     # -- engine hooks ----------------------------------------------------------
 
@@ -615,10 +614,10 @@ class LiveRun:
     """The engine's and heartbeat's shared view of one executing run."""
 
     def __init__(
-        self, run_id: str, fence: int, clock: Clock, spent_before: float, timeout: float | None
+        self, lease: Lease, clock: Clock, spent_before: float, timeout: float | None
     ) -> None:
-        self.run_id = run_id
-        self.fence = fence
+        self.lease = lease  # what the heartbeat extends and a release hands back
+        self.run_id = lease.run_id
         self._clock = clock
         self._started = clock.monotonic()
         self._spent_before = spent_before

@@ -33,9 +33,9 @@ from flowctl.errors import (
     UsageError,
 )
 from flowctl.identity import HOST, make_owner, owner_is_dead, proc_start
-from flowctl.model import Claim, JournalEntry, RunStatus, from_us, to_us
+from flowctl.model import JournalEntry, RunStatus, from_us, to_us
 from flowctl.scheduler import Scheduler
-from flowctl.store import Store
+from flowctl.store import Claim, Store
 
 log = logging.getLogger(__name__)
 
@@ -457,7 +457,7 @@ class Daemon:
 
     def _dispatch(self, claim: Claim) -> None:
         run = claim.run
-        live = LiveRun(run.run_id, claim.fence, self.clock, run.exec_spent, run.timeout)
+        live = LiveRun(claim.lease, self.clock, run.exec_spent, run.timeout)
         with self._lock:
             self._live[run.run_id] = live
         if self._workers:
@@ -476,7 +476,7 @@ class Daemon:
     def _execute(self, claim: Claim, live: LiveRun | None = None) -> Outcome:
         run_id = claim.run.run_id
         if live is None:
-            live = LiveRun(run_id, claim.fence, self.clock, claim.run.exec_spent, claim.run.timeout)
+            live = LiveRun(claim.lease, self.clock, claim.run.exec_spent, claim.run.timeout)
             with self._lock:
                 self._live[run_id] = live
         try:
@@ -536,7 +536,7 @@ class Daemon:
             log.warning(
                 "run %s: lease lost (our fence %d, now %d held by %s); abandoned",
                 run_id,
-                claim.fence,
+                claim.lease.fence,
                 now_run.fence,
                 now_run.lease_owner,
             )
@@ -545,7 +545,7 @@ class Daemon:
                 "lease lost",
                 {
                     "owner": self.owner,
-                    "fence": claim.fence,
+                    "fence": claim.lease.fence,
                     "current_fence": now_run.fence,
                     "noticed_by": "heartbeat" if live.lost else "write",
                     "note": "late write rejected by the fence; the run is another worker's now",
@@ -574,12 +574,12 @@ class Daemon:
             n = kill_running_commands()
             if n:
                 log.warning("killed %d command(s) still running", n)
-        held = [(live.run_id, live.fence) for live in lives]
+        held = [live.lease for live in lives]
         with self._lock:
             # Handed back: a handler still unwinding here must not extend its lease again.
-            self._silenced.update(run_id for run_id, _ in held)
+            self._silenced.update(lease.run_id for lease in held)
         try:
-            n = self.store.release_runs(self.owner, held, self.clock.now(), reason)
+            n = self.store.release_runs(held, self.clock.now(), reason)
         except Exception:
             log.exception("could not release leases")
             return
@@ -629,7 +629,7 @@ class Daemon:
         now = self.clock.now()
         replies = self.store.heartbeat(
             self.owner,
-            [(rid, live.fence, live.spent()) for rid, live in held],
+            [(live.lease, live.spent()) for _, live in held],
             now + timedelta(seconds=self.config.lease),
             now,
             steps={rid: live.current_step for rid, live in held},

@@ -25,8 +25,8 @@ from flowctl.errors import (
     SerializationError,
     is_non_retryable,
 )
-from flowctl.model import Claim, JournalEntry, RunStatus
-from flowctl.store import Store
+from flowctl.model import JournalEntry, RunStatus
+from flowctl.store import Claim, Store
 from flowctl.transitions import ErrorKind
 from flowctl.workflow import Loader
 
@@ -71,7 +71,7 @@ class Engine:
         on_checkpoint: Callable[[JournalEntry], None] | None = None,
     ) -> Outcome:
         run = claim.run
-        live = live or LiveRun(run.run_id, claim.fence, self.clock, run.exec_spent, run.timeout)
+        live = live or LiveRun(claim.lease, self.clock, run.exec_spent, run.timeout)
         source, _ = self.store.run_source(run.run_id) if run.kind == "yaml" else (None, None)
         try:
             wf = self.loader.for_run(run.target, run.kind, run.cwd, source, run.source_hash)
@@ -116,9 +116,7 @@ class Engine:
         if stop is not None:
             return self._stopped(claim, live, stop)
         try:
-            ok = self.store.complete_run(
-                run.run_id, claim.fence, result, self.clock.now(), live.spent()
-            )
+            ok = self.store.complete_run(claim.lease, result, self.clock.now(), live.spent())
         except SerializationError as e:  # a result that is not JSON: the same code returns it again
             err = _non_retryable(e, claim, with_traceback=False)
             return self._end(claim, live, RunStatus.DEAD, err)
@@ -133,8 +131,7 @@ class Engine:
         run = claim.run
         if isinstance(stop, Suspend):
             applied = self.store.suspend_run(
-                run.run_id,
-                claim.fence,
+                claim.lease,
                 stop.status,
                 stop.run_at,
                 self.clock.now(),
@@ -147,7 +144,7 @@ class Engine:
             # The store's run_at (clamped to the deadline), not the one the handler asked for.
             return Outcome(run.run_id, applied.status, run_at=applied.run_at)
         if isinstance(stop, LeaseLost):
-            log.info("run %s: lease lost (fence %s); abandoning", run.run_id, claim.fence)
+            log.info("run %s: lease lost (fence %s); abandoning", run.run_id, claim.lease.fence)
             return Outcome(run.run_id, None)
         if isinstance(stop, Cancelled):
             reason = self.store.get_run(run.run_id).cancel_reason
@@ -180,7 +177,7 @@ class Engine:
 
     def _fail(self, claim: Claim, live: LiveRun, error: dict[str, Any]) -> Outcome:
         applied = self.store.fail_attempt(
-            claim.run.run_id, claim.fence, error, self.clock.now(), live.spent(), retry_at=None
+            claim.lease, error, self.clock.now(), live.spent(), retry_at=None
         )
         if applied is None:
             return Outcome(claim.run.run_id, None, error=error)
@@ -189,9 +186,7 @@ class Engine:
     def _end(
         self, claim: Claim, live: LiveRun, status: RunStatus, error: dict[str, Any]
     ) -> Outcome:
-        ok = self.store.end_run(
-            claim.run.run_id, claim.fence, status, error, self.clock.now(), live.spent()
-        )
+        ok = self.store.end_run(claim.lease, status, error, self.clock.now(), live.spent())
         return Outcome(claim.run.run_id, status if ok else None, error=error)
 
 

@@ -189,6 +189,11 @@ class DatabaseError(FlowctlError):
     read-only or gone. The message names the file and says what to do."""
 
 
+class StoreUnavailableError(DatabaseError):
+    """A database URL names a store this flowctl does not have (e.g. postgresql:// without
+    the PostgreSQL store installed); the message says what to install or use instead."""
+
+
 class DatabaseNotFoundError(DatabaseError):
     """A command that only reads was given a database that does not exist (none is created)."""
 

@@ -208,13 +208,3 @@ class TimelineEvent:
 
     def to_json(self) -> dict[str, Any]:
         return {"at": iso(self.at), "type": self.type, **self.data}
-
-
-@dataclass(frozen=True)
-class Claim:
-    """What a worker holds after claiming a run: the run as claimed and its fence."""
-
-    run: Run
-    fence: int
-    owner: str
-    woke_from: RunStatus | None = None

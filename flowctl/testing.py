@@ -22,7 +22,7 @@ from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.durations import Duration, parse_duration
 from flowctl.model import Run
-from flowctl.store import Store
+from flowctl.store import open_store
 
 
 class WorkflowEnvironment:
@@ -40,7 +40,7 @@ class WorkflowEnvironment:
             directory = self._tmp.name
         self.db_path = Path(directory) / "flowctl-test.db"
         self.clock = FakeClock(start or datetime(2026, 1, 1, tzinfo=UTC))
-        self.store = Store(self.db_path)
+        self.store = open_store(self.db_path)
         self.daemon = Daemon(self.store, self.clock, DaemonConfig(concurrency=1))
         self.cwd = str(cwd) if cwd is not None else None
 

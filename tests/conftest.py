@@ -14,7 +14,7 @@ import pytest
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.engine import Engine
-from flowctl.store import Store
+from flowctl.store.sqlite import SqliteStore as Store
 
 ROOT = Path(__file__).resolve().parent.parent
 

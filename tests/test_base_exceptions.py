@@ -17,8 +17,9 @@ from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.engine import Engine, Outcome
-from flowctl.model import Claim, RunStatus
-from flowctl.store import Store
+from flowctl.model import RunStatus
+from flowctl.store import Claim
+from flowctl.store.sqlite import SqliteStore as Store
 
 FLOWS = """
 from flowctl import workflow

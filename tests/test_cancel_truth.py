@@ -20,7 +20,7 @@ from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import RunStatus
-from flowctl.store import Store
+from flowctl.store.sqlite import SqliteStore as Store
 
 FLOWS = """
 import flowctl_cancel_hooks as hooks

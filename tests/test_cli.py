@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from flowctl import cli
 from flowctl.clock import FakeClock
-from flowctl.store import Store
+from flowctl.store.sqlite import SqliteStore as Store
 from tests.conftest import ROOT
 
 HELLO = str(ROOT / "examples" / "hello.py") + ":hello"

@@ -18,7 +18,7 @@ from flowctl import cli, ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import RunStatus
-from flowctl.store import Store
+from flowctl.store.sqlite import SqliteStore as Store
 from tests.conftest import ROOT
 
 PING = str(ROOT / "workflows" / "ping.yaml")

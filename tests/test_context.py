@@ -754,9 +754,9 @@ def test_golden_journal_replays_as_recorded(
             resolved_at=_when(row.get("resolved_at")),
             tries=row.get("tries", 0),
         )
-        assert store.record_entry(rid, claim.fence, entry, now)
+        assert store.record_entry(claim.lease, entry, now)
     for change_id, version in golden.get("versions", {}).items():
-        assert store.record_version(rid, claim.fence, change_id, version, now)
+        assert store.record_version(claim.lease, change_id, version, now)
     for signal in golden.get("signals", []):
         store.send_signal(rid, signal["name"], signal["payload"], now)
 

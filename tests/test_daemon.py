@@ -27,7 +27,7 @@ from flowctl.clock import FakeClock
 from flowctl.daemon import POLL_INTERVAL, WHEEL_SIZE, Daemon, DaemonConfig, TimerWheel
 from flowctl.identity import HOST
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus, to_us
-from flowctl.store import Store
+from flowctl.store.sqlite import SqliteStore as Store
 
 FLOWS = '''
 import threading
@@ -492,8 +492,7 @@ def test_a_dead_owners_run_is_reclaimed_at_once_and_journaled_steps_do_not_rerun
     now = fake_clock.now()
     (claim,), _ = store.claim_due(dead, now, now + timedelta(minutes=10), 1)
     store.record_entry(
-        run_id,
-        claim.fence,
+        claim.lease,
         JournalEntry(run_id, 0, CallKind.STEP, "one", EntryState.DONE, 1),
         now,
     )

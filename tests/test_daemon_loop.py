@@ -22,7 +22,7 @@ from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
 from flowctl.model import RunStatus, to_us
-from flowctl.store import Store
+from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.testing import WorkflowEnvironment
 
 FLOWS = """

@@ -28,7 +28,8 @@ from flowctl import cli, ops
 from flowctl.clock import FakeClock, SystemClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.errors import DatabaseGoneError, DiskFullError
-from flowctl.store import WAL_BOUND_BYTES, WAL_BOUND_PAGES, NewRun, Store
+from flowctl.store import WAL_BOUND_BYTES, WAL_BOUND_PAGES, NewRun
+from flowctl.store.sqlite import SqliteStore as Store
 from tests.conftest import ROOT
 from tests.helpers import query, wait_until
 

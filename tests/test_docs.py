@@ -49,7 +49,7 @@ def test_readme_client_example_runs(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("FLOWCTL_DB", str(tmp_path / "readme.db"))
     exec(compile(block, "README.md", "exec"), {})
-    from flowctl.store import Store
+    from flowctl.store.sqlite import SqliteStore as Store
 
     with Store(tmp_path / "readme.db") as store:
         runs = store.list_runs()

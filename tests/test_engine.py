@@ -26,7 +26,8 @@ from flowctl.errors import InvalidStateError
 from flowctl.identity import HOST, make_owner, proc_start
 from flowctl.ids import new_run_id
 from flowctl.model import EntryState, RunStatus
-from flowctl.store import NewRun, Store
+from flowctl.store import NewRun
+from flowctl.store.sqlite import SqliteStore as Store
 
 T0 = datetime(2026, 3, 29, 0, 59, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
@@ -527,9 +528,7 @@ def test_the_budget_spent_before_a_crash_counts_after_the_reclaim(
     rid = start(store, fake_clock, "busy", timeout="10s")
     (claim,), _ = store.claim_due("elsewhere/1/1/0000", T0, T0 + 15 * SECOND, 1)
     fake_clock.advance(8)
-    store.heartbeat(
-        "elsewhere/1/1/0000", [(rid, claim.fence, 8.0)], T0 + 23 * SECOND, T0 + 8 * SECOND
-    )
+    store.heartbeat("elsewhere/1/1/0000", [(claim.lease, 8.0)], T0 + 23 * SECOND, T0 + 8 * SECOND)
     fake_clock.advance(15)  # the worker died; its lease lapses
     advance_in("work", fake_clock, 3)
     daemon.tick()

@@ -27,7 +27,8 @@ from typer.testing import CliRunner
 from flowctl import cli
 from flowctl.clock import SystemClock
 from flowctl.errors import DatabaseNotFoundError
-from flowctl.store import APPLICATION_ID, SCHEMA_VERSION, NewRun, Store
+from flowctl.store import APPLICATION_ID, SCHEMA_VERSION, NewRun
+from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.store.sqlite import connection as store_module
 from flowctl.tui import FlowctlApp, RunTable
 from tests.conftest import ROOT

@@ -28,7 +28,7 @@ from flowctl.context import current
 from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
 from flowctl.errors import InvalidStateError
 from flowctl.model import RunStatus
-from flowctl.store import Store
+from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.transitions import Action
 
 

@@ -20,7 +20,7 @@ from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.identity import HOST
 from flowctl.model import RunStatus
-from flowctl.store import Store
+from flowctl.store.sqlite import SqliteStore as Store
 
 FLOWS = """
 import time

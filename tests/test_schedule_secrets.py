@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from flowctl import cli
 from flowctl.clock import FakeClock
 from flowctl.model import RunStatus
-from flowctl.store import Store
+from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.tui_render import render_schedule
 from flowctl.tui_views import list_schedule_dicts
 

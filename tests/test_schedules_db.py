@@ -23,7 +23,8 @@ from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import RunStatus, iso
 from flowctl.schedule import ScheduleSpec, jitter_offset
 from flowctl.scheduler import Scheduler, fire_key
-from flowctl.store import MIGRATIONS, FirePlan, NewRun, Store
+from flowctl.store import MIGRATIONS, FirePlan, NewRun
+from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.store.sqlite import schedules as store_module
 from tests.helpers import wait_until
 

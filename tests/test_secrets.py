@@ -18,7 +18,7 @@ from flowctl import workflow
 from flowctl.clock import FakeClock
 from flowctl.errors import UsageError, ValidationError
 from flowctl.model import SECRET_MASK, Run, RunStatus, mask_secrets
-from flowctl.store import Store
+from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.testing import WorkflowEnvironment
 from flowctl.workflow import load_target
 

@@ -33,7 +33,6 @@ from flowctl.errors import (
 from flowctl.identity import HOST
 from flowctl.model import (
     CallKind,
-    Claim,
     EntryState,
     JournalEntry,
     RunStatus,
@@ -41,7 +40,8 @@ from flowctl.model import (
     iso,
     to_us,
 )
-from flowctl.store import SCHEMA_VERSION, HeartbeatReply, NewRun, Store
+from flowctl.store import SCHEMA_VERSION, Claim, HeartbeatReply, NewRun
+from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.store.sqlite import schema as store_module
 from flowctl.transitions import Applied
 
@@ -234,7 +234,7 @@ def test_the_database_files_are_created_private(tmp_path: Path) -> None:
 
 def _open_in_turn(paths: list[str], barrier: Any, results: Any) -> None:
     """In a child process: at each barrier, open (and so create) the next database."""
-    from flowctl.store import Store
+    from flowctl.store.sqlite import SqliteStore as Store
 
     for path in paths:
         barrier.wait()
@@ -300,8 +300,8 @@ def test_nan_is_not_json_either(store: Store) -> None:
 def test_values_are_stored_as_json_text(store: Store, db_path: Path) -> None:
     rid = new_run(store)
     claim = claim_one(store, OWNER_A, T0)
-    assert store.record_entry(rid, claim.fence, step_entry(rid, 0, {"k": [1, 2.5]}), T0)
-    assert store.complete_run(rid, claim.fence, ["done"], T0, 0.5)
+    assert store.record_entry(claim.lease, step_entry(rid, 0, {"k": [1, 2.5]}), T0)
+    assert store.complete_run(claim.lease, ["done"], T0, 0.5)
     conn = sqlite3.connect(str(db_path))
     try:
         row = conn.execute(
@@ -404,10 +404,10 @@ def test_racing_claims_on_separate_connections_have_one_winner_per_run(db_path: 
                 t.join(30)
             claimed = [c.run.run_id for claims in won for c in claims]
             assert sorted(claimed) == run_ids  # every run once, none twice
-            assert {c.fence for claims in won for c in claims} == {round_}
+            assert {c.lease.fence for claims in won for c in claims} == {round_}
             for claims in won:
                 for c in claims:
-                    assert stores[0].get_run(c.run.run_id).lease_owner == c.owner
+                    assert stores[0].get_run(c.run.run_id).lease_owner == c.lease.owner
     finally:
         for s in stores:
             s.close()
@@ -429,7 +429,7 @@ def test_fences_only_grow(store: Store) -> None:
     fences = []
     now = T0
     for _ in range(4):
-        fences.append(claim_one(store, OWNER_A, now, alone=True).fence)
+        fences.append(claim_one(store, OWNER_A, now, alone=True).lease.fence)
         now += LEASE
     assert fences == [1, 2, 3, 4]
 
@@ -442,30 +442,33 @@ def test_every_write_with_a_stale_fence_changes_nothing(store: Store, db_path: P
     stale = claim_one(store, OWNER_A, T0)
     store.send_signal(rid, "go", {"x": 1}, T0)
     fresh = claim_one(store, OWNER_B, T0 + LEASE, alone=True)  # A's lease lapsed; B reclaimed it
-    assert (stale.fence, fresh.fence) == (1, 2)
+    assert (stale.lease.fence, fresh.lease.fence) == (1, 2)
     before = snapshot(db_path)
     now = T0 + LEASE + SECOND
     pending = JournalEntry(rid, 0, CallKind.SLEEP, "sleep", EntryState.PENDING, wake_at=now)
-    assert store.record_entry(rid, 1, step_entry(rid, 0, "late"), now) is False
-    assert store.suspend_run(rid, 1, RunStatus.SLEEPING, now, now, 1.0, pending, ("x", {})) is None
-    assert store.complete_run(rid, 1, "late", now, 1.0) is False
-    assert store.fail_attempt(rid, 1, {"type": "E", "message": "m"}, now, 1.0, None) is None
-    assert store.end_run(rid, 1, RunStatus.CANCELLED, None, now, 1.0) is False
-    assert store.consume_signal(rid, 1, "go", 0, now) == (False, None, False)
-    assert store.record_version(rid, 1, "change", 2, now) is False
-    assert store.heartbeat(OWNER_A, [(rid, 1, 9.0)], now + LEASE, now) == [
+    assert store.record_entry(stale.lease, step_entry(rid, 0, "late"), now) is False
+    assert (
+        store.suspend_run(stale.lease, RunStatus.SLEEPING, now, now, 1.0, pending, ("x", {}))
+        is None
+    )
+    assert store.complete_run(stale.lease, "late", now, 1.0) is False
+    assert store.fail_attempt(stale.lease, {"type": "E", "message": "m"}, now, 1.0, None) is None
+    assert store.end_run(stale.lease, RunStatus.CANCELLED, None, now, 1.0) is False
+    assert store.consume_signal(stale.lease, "go", 0, now) == (False, None, False)
+    assert store.record_version(stale.lease, "change", 2, now) is False
+    assert store.heartbeat(OWNER_A, [(stale.lease, 9.0)], now + LEASE, now) == [
         HeartbeatReply(rid, lost=True)
     ]
     assert snapshot(db_path) == before
-    assert store.record_entry(rid, 2, step_entry(rid, 0, "current"), now) is True
+    assert store.record_entry(fresh.lease, step_entry(rid, 0, "current"), now) is True
 
 
 def test_a_current_fence_cannot_write_once_the_run_is_no_longer_running(store: Store) -> None:
     rid = new_run(store)
     claim = claim_one(store, OWNER_A, T0)
-    assert store.complete_run(rid, claim.fence, "first", T0, 0.0)
-    assert store.complete_run(rid, claim.fence, "second", T0, 0.0) is False
-    assert store.record_entry(rid, claim.fence, step_entry(rid, 0, "late"), T0) is False
+    assert store.complete_run(claim.lease, "first", T0, 0.0)
+    assert store.complete_run(claim.lease, "second", T0, 0.0) is False
+    assert store.record_entry(claim.lease, step_entry(rid, 0, "late"), T0) is False
     assert store.get_run(rid).result == "first"
     assert store.journal(rid) == {}
 
@@ -476,7 +479,7 @@ def test_suspending_clears_the_lease_and_waits_no_longer_than_the_deadline(store
     wake = T0 + 3600 * SECOND
     pending = JournalEntry(rid, 0, CallKind.SLEEP, "sleep", EntryState.PENDING, wake_at=wake)
     applied = store.suspend_run(
-        rid, claim.fence, RunStatus.SLEEPING, wake, T0, 2.5, pending, ("sleep started", {})
+        claim.lease, RunStatus.SLEEPING, wake, T0, 2.5, pending, ("sleep started", {})
     )
     # What it applied is what it returns: the wheel takes this run_at, not the wake time.
     assert applied == Applied(RunStatus.SLEEPING, T0 + 60 * SECOND)
@@ -497,17 +500,15 @@ def test_a_heartbeat_extends_the_lease_and_reports_what_the_handler_must_hear(
     rid = new_run(store, deadline=T0 + 100 * SECOND, timeout=10.0)
     claim = claim_one(store, OWNER_A, T0)
     now = T0 + 5 * SECOND
-    assert store.heartbeat(OWNER_A, [(rid, claim.fence, 4.0)], now + LEASE, now) == [
-        HeartbeatReply(rid)
-    ]
+    assert store.heartbeat(OWNER_A, [(claim.lease, 4.0)], now + LEASE, now) == [HeartbeatReply(rid)]
     run = store.get_run(rid)
     assert (run.lease_until, run.run_at, run.exec_spent) == (now + LEASE, now + LEASE, 4.0)
     store.request_cancel(rid, "enough", "ana", now)
-    assert store.heartbeat(OWNER_A, [(rid, claim.fence, 10.0)], now + LEASE, now)[0] == (
+    assert store.heartbeat(OWNER_A, [(claim.lease, 10.0)], now + LEASE, now)[0] == (
         HeartbeatReply(rid, cancel=True, timeout=True)
     )
     later = T0 + 100 * SECOND
-    assert store.heartbeat(OWNER_A, [(rid, claim.fence, 10.0)], later + LEASE, later)[0] == (
+    assert store.heartbeat(OWNER_A, [(claim.lease, 10.0)], later + LEASE, later)[0] == (
         HeartbeatReply(rid, cancel=True, deadline=True, timeout=True)
     )
 
@@ -520,7 +521,7 @@ def test_a_crash_reclaim_does_not_spend_an_attempt(store: Store) -> None:
     claim_one(store, OWNER_A, T0)
     assert store.claim_due(OWNER_B, T0 + LEASE - SECOND, T0 + 2 * LEASE, 10) == ([], [])
     claim = claim_one(store, OWNER_B, T0 + LEASE, alone=True)
-    assert (claim.run.attempt, claim.run.reclaims, claim.fence, claim.woke_from) == (
+    assert (claim.run.attempt, claim.run.reclaims, claim.lease.fence, claim.woke_from) == (
         1,
         1,
         2,
@@ -547,7 +548,12 @@ def test_a_reclaimed_run_is_a_suspect_held_for_a_claimer_that_runs_it_alone(
     assert store.suspect_due(now)
     claim, ended = store.claim_suspect(OWNER_B, now, now + LEASE)
     assert claim is not None and ended == []
-    assert (claim.run.suspect, claim.run.solo, claim.run.crashes, claim.fence) == (True, True, 0, 2)
+    assert (claim.run.suspect, claim.run.solo, claim.run.crashes, claim.lease.fence) == (
+        True,
+        True,
+        0,
+        2,
+    )
     assert not store.suspect_due(now)
 
 
@@ -593,7 +599,7 @@ def test_a_new_checkpoint_clears_the_suspect_and_its_charges(store: Store) -> No
         now += LEASE
         claim = claim_one(store, OWNER_B, now, alone=True)
     assert claim.run.crashes == 3
-    assert store.record_entry(rid, claim.fence, step_entry(rid, 0, "progress"), now)
+    assert store.record_entry(claim.lease, step_entry(rid, 0, "progress"), now)
     run = store.get_run(rid)
     assert (run.reclaims, run.crashes, run.suspect) == (0, 0, False)
     now += LEASE
@@ -604,7 +610,7 @@ def test_a_new_checkpoint_clears_the_suspect_and_its_charges(store: Store) -> No
 def test_a_lapsed_run_that_used_its_budget_fails_its_attempt_as_a_timeout(store: Store) -> None:
     rid = new_run(store, timeout=10.0)
     claim = claim_one(store, OWNER_A, T0)
-    store.heartbeat(OWNER_A, [(rid, claim.fence, 10.0)], T0 + LEASE, T0)
+    store.heartbeat(OWNER_A, [(claim.lease, 10.0)], T0 + LEASE, T0)
     now = T0 + LEASE
     assert store.claim_due(OWNER_B, now, now + LEASE, 10) == ([], [rid])
     run = store.get_run(rid)
@@ -663,7 +669,7 @@ def test_an_owner_proven_dead_makes_its_runs_claimable_at_once(store: Store) -> 
     assert store.expire_owner(OWNER_A, now) == 1
     assert store.daemons() == []
     claim = claim_one(store, OWNER_B, now, alone=True)
-    assert (claim.fence, claim.run.attempt, claim.run.reclaims) == (2, 1, 1)
+    assert (claim.lease.fence, claim.run.attempt, claim.run.reclaims) == (2, 1, 1)
 
 
 def test_the_daemon_reclaims_at_once_from_an_owner_whose_process_is_gone(
@@ -694,8 +700,8 @@ def test_signals_are_consumed_oldest_first_and_journaled(store: Store) -> None:
     store.send_signal(rid, "go", "second", T0 + SECOND)
     store.send_signal(rid, "other", "x", T0)
     claim = claim_one(store, OWNER_A, T0 + SECOND)
-    assert store.consume_signal(rid, claim.fence, "go", 3, T0 + SECOND) == (True, "first", True)
-    assert store.consume_signal(rid, claim.fence, "none", 4, T0 + SECOND) == (True, None, False)
+    assert store.consume_signal(claim.lease, "go", 3, T0 + SECOND) == (True, "first", True)
+    assert store.consume_signal(claim.lease, "none", 4, T0 + SECOND) == (True, None, False)
     entry = store.journal(rid)[3]
     assert (entry.kind, entry.name, entry.state, entry.value) == (
         CallKind.SIGNAL,

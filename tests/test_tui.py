@@ -27,7 +27,8 @@ from flowctl import ops, schedule_ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
-from flowctl.store import NewRun, Store
+from flowctl.store import Lease, NewRun
+from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.tui import FlowctlApp, RunTable, SignalScreen
 
 pytestmark = pytest.mark.tui
@@ -527,29 +528,29 @@ def _new(run_id: str, workflow: str, user: str, **kwargs: Any) -> NewRun:
     )
 
 
-def _claim(store: Store, clock: FakeClock, run_id: str) -> int:
+def _claim(store: Store, clock: FakeClock, run_id: str) -> Lease:
     claims, _ = store.claim_due(
         "worker-1", clock.now(), clock.now() + timedelta(seconds=15), 1, run_id=run_id
     )
-    return claims[0].fence
+    return claims[0].lease
 
 
 def _step(
-    store: Store, clock: FakeClock, run_id: str, fence: int, index: int, name: str, value: Any
+    store: Store, clock: FakeClock, run_id: str, lease: Lease, index: int, name: str, value: Any
 ) -> None:
     entry = JournalEntry(
         run_id, index, CallKind.STEP, name, EntryState.DONE, value, tries=1, duration=0.25
     )
-    store.record_entry(run_id, fence, entry, clock.now())
+    store.record_entry(lease, entry, clock.now())
 
 
 def _sleep(store: Store, clock: FakeClock, run_id: str, hours: float) -> None:
-    fence = _claim(store, clock, run_id)
-    _step(store, clock, run_id, fence, 0, "send_welcome", {"sent": True})
+    lease = _claim(store, clock, run_id)
+    _step(store, clock, run_id, lease, 0, "send_welcome", {"sent": True})
     wake = clock.now() + timedelta(hours=hours)
     entry = JournalEntry(run_id, 1, CallKind.SLEEP, "sleep", EntryState.PENDING, None, wake_at=wake)
     event = ("sleep started", {"index": 1, "wake_at": wake.isoformat(timespec="microseconds")})
-    store.suspend_run(run_id, fence, RunStatus.SLEEPING, wake, clock.now(), 0.5, entry, event)
+    store.suspend_run(lease, RunStatus.SLEEPING, wake, clock.now(), 0.5, entry, event)
 
 
 @pytest.fixture
@@ -566,12 +567,11 @@ def snapshot_store(store: Store, fake_clock: FakeClock) -> Iterator[Store]:
     _sleep(store, clock, "r_sleep_2", 0.75)
     _sleep(store, clock, "r_sleep_3", 24 * 30)
 
-    fence = _claim(store, clock, "r_wait_1")
-    _step(store, clock, "r_wait_1", fence, 0, "request", {"ticket": 7})
+    lease = _claim(store, clock, "r_wait_1")
+    _step(store, clock, "r_wait_1", lease, 0, "request", {"ticket": 7})
     entry = JournalEntry("r_wait_1", 1, CallKind.SIGNAL, "approved", EntryState.PENDING, None)
     store.suspend_run(
-        "r_wait_1",
-        fence,
+        lease,
         RunStatus.WAITING,
         None,
         clock.now(),
@@ -580,8 +580,8 @@ def snapshot_store(store: Store, fake_clock: FakeClock) -> Iterator[Store]:
         ("waiting for signal", {"name": "approved", "index": 1}),
     )
 
-    fence = _claim(store, clock, "r_dead_1")
-    _step(store, clock, "r_dead_1", fence, 0, "load_account", {"account": "acct_42"})
+    lease = _claim(store, clock, "r_dead_1")
+    _step(store, clock, "r_dead_1", lease, 0, "load_account", {"account": "acct_42"})
     error = {
         "type": "PaymentDeclined",
         "message": "card declined for account acct_42: insufficient funds\nprovider code 51",
@@ -590,13 +590,13 @@ def snapshot_store(store: Store, fake_clock: FakeClock) -> Iterator[Store]:
     failed = JournalEntry(
         "r_dead_1", 1, CallKind.STEP, "charge", EntryState.ERROR, error, tries=1, duration=1.5
     )
-    store.record_entry("r_dead_1", fence, failed, clock.now())
+    store.record_entry(lease, failed, clock.now())
     clock.advance(timedelta(seconds=2))
-    store.fail_attempt("r_dead_1", fence, {**error, "kind": "raised"}, clock.now(), 2.0, None)
+    store.fail_attempt(lease, {**error, "kind": "raised"}, clock.now(), 2.0, None)
 
-    fence = _claim(store, clock, "r_done_1")
-    _step(store, clock, "r_done_1", fence, 0, "render", {"pages": 3})
-    store.complete_run("r_done_1", fence, {"pages": 3}, clock.now(), 0.4)
+    lease = _claim(store, clock, "r_done_1")
+    _step(store, clock, "r_done_1", lease, 0, "render", {"pages": 3})
+    store.complete_run(lease, {"pages": 3}, clock.now(), 0.4)
     clock.advance(timedelta(minutes=10))
     yield store
 
@@ -680,7 +680,7 @@ def test_snapshot_cancel_confirmation(
 
 def test_auto_view_opens_on_the_first_view_with_runs(tmp_path: Path) -> None:
     from flowctl.clock import FakeClock
-    from flowctl.store import Store
+    from flowctl.store.sqlite import SqliteStore as Store
     from flowctl.testing import WorkflowEnvironment
 
     (tmp_path / "nap.py").write_text("def nap(ctx):\n    ctx.sleep('1h')\n")

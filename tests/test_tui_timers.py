@@ -35,7 +35,7 @@ def _sleeper(store: Store, clock: FakeClock, run_id: str, hours: int) -> None:
     wake = clock.now() + timedelta(hours=hours)
     entry = JournalEntry(run_id, 0, CallKind.SLEEP, "sleep", EntryState.PENDING, None, wake_at=wake)
     store.suspend_run(
-        run_id, claims[0].fence, RunStatus.SLEEPING, wake, clock.now(), 0.0, entry, ("slept", {})
+        claims[0].lease, RunStatus.SLEEPING, wake, clock.now(), 0.0, entry, ("slept", {})
     )
 
 

@@ -20,7 +20,8 @@ from durable_flows import CALLS, KNOBS, calls
 from flowctl.clock import FakeClock
 from flowctl.daemon import drive_run
 from flowctl.model import RunStatus
-from flowctl.store import SCHEMA_VERSION, Store
+from flowctl.store import SCHEMA_VERSION
+from flowctl.store.sqlite import SqliteStore as Store
 
 TESTS = Path(__file__).resolve().parent
 FIXTURE = TESTS / "fixtures" / "v1.db"

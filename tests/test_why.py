@@ -21,7 +21,7 @@ from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.explain import DaemonFact, OperatorEvent, WhyFacts, explain, when
 from flowctl.identity import HOST, make_owner
 from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus
-from flowctl.store import Store
+from flowctl.store.sqlite import SqliteStore as Store
 
 NOW = datetime(2026, 3, 29, 12, 0, tzinfo=UTC)
 ALIVE = DaemonFact("h/1/1/aaaa", "h", 1, True, 2, 0)

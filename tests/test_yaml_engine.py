@@ -12,7 +12,7 @@ from flowctl import ops
 from flowctl.clock import SystemClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import RunStatus
-from flowctl.store import Store
+from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.testing import WorkflowEnvironment
 from tests.helpers import wait_until
 

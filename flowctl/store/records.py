@@ -8,15 +8,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 from flowctl.errors import (
     SerializationError,
 )
 from flowctl.model import (
+    Run,
     RunStatus,
     mask_secrets,
 )
@@ -31,6 +29,30 @@ def dumps(value: Any, what: str = "value") -> str:
             f"{what} is not JSON-serialisable ({e}); return str, int, float, bool, None, "
             "lists and dicts of those"
         ) from None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The right to write to one run, minted by a claim.
+
+    Every write the worker makes carries it, and changes nothing unless the run is still
+    running under this fence and owner: a newer claim (a higher fence) wins, a late write
+    from a worker that lost its lease is refused. The only copy of the fence a worker holds.
+    """
+
+    run_id: str
+    fence: int
+    owner: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a worker holds after claiming a run: the run as claimed and the lease its writes
+    carry (`run.fence` is the row as read, for display; writes use `lease`)."""
+
+    run: Run
+    lease: Lease
+    woke_from: RunStatus | None = None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import pytest
 
 from flowctl import ops
 from flowctl.clock import SystemClock
-from flowctl.store import Store
+from flowctl.store.sqlite import SqliteStore as Store
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOWS = "tests/crash/flows.py"

@@ -22,7 +22,7 @@ from helpers import wait_until
 
 from flowctl import ops
 from flowctl.clock import SystemClock
-from flowctl.store import Store
+from flowctl.store.sqlite import SqliteStore as Store
 
 from .conftest import ROOT, Daemons, read, statuses
 

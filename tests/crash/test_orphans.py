@@ -11,7 +11,7 @@ import pytest
 
 from flowctl import ops
 from flowctl.clock import SystemClock
-from flowctl.store import Store
+from flowctl.store.sqlite import SqliteStore as Store
 from tests.crash.conftest import Daemons
 from tests.helpers import wait_until
 

@@ -9,10 +9,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Self
-
-if TYPE_CHECKING:
-    pass
+from typing import Any, NamedTuple, Self
 
 from flowctl.errors import (
     DatabaseCorruptError,

@@ -6,20 +6,16 @@ import dataclasses
 import sqlite3
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 from flowctl.model import (
     DUE,
-    Claim,
     JournalEntry,
     RunStatus,
     from_us,
     to_us,
 )
-from flowctl.store.records import DaemonInfo, HeartbeatReply, dumps
+from flowctl.store.records import Claim, DaemonInfo, HeartbeatReply, Lease, dumps
 from flowctl.store.sqlite.connection import SqliteConnection
 from flowctl.store.sqlite.rows import (
     _CLEARED,
@@ -81,25 +77,23 @@ class Leases(SqliteConnection):
             c.execute("DELETE FROM daemons WHERE owner = ?", [owner])
             return cur.rowcount
 
-    def release_runs(
-        self, owner: str, held: Sequence[tuple[str, int]], now: datetime, reason: str
-    ) -> int:
-        """A stopping daemon hands back the runs (run_id, fence) it still holds: due now.
-
-        Fenced: a run another worker has claimed since is left alone.
-        """
+    def release_runs(self, leases: Sequence[Lease], now: datetime, reason: str) -> int:
+        """A stopping daemon hands back the runs it still holds: each due now, unless its
+        lease was lost meanwhile (a run another worker has claimed since is left alone)."""
         now_us = to_us(now)
         released = 0
         with self._write() as c:
-            for run_id, fence in held:
-                cur = c.execute(
-                    "UPDATE runs SET lease_until = ?, run_at = ?, solo = 0 WHERE run_id = ?"
-                    " AND fence = ? AND status = 'running' AND lease_owner = ?",
-                    [now_us, now_us, run_id, fence, owner],
+            for lease in leases:
+                if _held(c, lease) is None:
+                    continue
+                c.execute(
+                    "UPDATE runs SET lease_until = ?, run_at = ?, solo = 0 WHERE run_id = ?",
+                    [now_us, now_us, lease.run_id],
                 )
-                if cur.rowcount == 1:
-                    released += 1
-                    _add_event(c, run_id, now_us, "released", {"by": owner, "reason": reason})
+                released += 1
+                _add_event(
+                    c, lease.run_id, now_us, "released", {"by": lease.owner, "reason": reason}
+                )
         return released
 
     def runs_due_between(self, lo: datetime, hi: datetime, *, limit: int) -> list[str]:
@@ -313,21 +307,16 @@ class Leases(SqliteConnection):
             solo=alone,
             crashes=verdict.crashes,
         )
-        return Claim(run=claimed, fence=fence, owner=owner, woke_from=prev)
+        return Claim(run=claimed, lease=Lease(rid, fence, owner), woke_from=prev)
 
     # -- fenced writes by the worker holding a run --------------------------
-
-    def _fenced(self, c: sqlite3.Connection, run_id: str, fence: int) -> bool:
-        row = c.execute(
-            "SELECT 1 FROM runs WHERE run_id = ? AND fence = ? AND status = 'running'",
-            [run_id, fence],
-        ).fetchone()
-        return row is not None
+    # Each one is a `_write()` transaction (BEGIN IMMEDIATE: the write lock is held from
+    # its first statement) that starts with `_held(c, lease)`, the one fence check, and
+    # writes nothing when it finds no row.
 
     def record_entry(
         self,
-        run_id: str,
-        fence: int,
+        lease: Lease,
         entry: JournalEntry,
         now: datetime,
         *,
@@ -335,8 +324,9 @@ class Leases(SqliteConnection):
     ) -> bool:
         """Journal one call's outcome (insert or replace its row). False: the lease is lost."""
         now_us = to_us(now)
+        run_id = lease.run_id
         with self._write() as c:
-            if not self._fenced(c, run_id, fence):
+            if _held(c, lease) is None:
                 return False
             c.execute(
                 f"INSERT OR REPLACE INTO journal ({_ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -366,15 +356,16 @@ class Leases(SqliteConnection):
             return True
 
     def consume_signal(
-        self, run_id: str, fence: int, name: str, call_index: int, now: datetime
+        self, lease: Lease, name: str, call_index: int, now: datetime
     ) -> tuple[bool, Any, bool]:
         """Take the oldest buffered signal `name` and journal it at `call_index`.
 
         Returns (lease_ok, payload, found).
         """
         now_us = to_us(now)
+        run_id = lease.run_id
         with self._write() as c:
-            if not self._fenced(c, run_id, fence):
+            if _held(c, lease) is None:
                 return False, None, False
             row = c.execute(
                 "SELECT seq, payload FROM signals WHERE run_id = ? AND name = ? AND consumed_at IS NULL"
@@ -409,39 +400,37 @@ class Leases(SqliteConnection):
             _add_event(c, run_id, now_us, "signal received", {"name": name, "index": call_index})
             return True, value["payload"], True
 
-    def record_version(
-        self, run_id: str, fence: int, change_id: str, version: int, now: datetime
-    ) -> bool:
+    def record_version(self, lease: Lease, change_id: str, version: int, now: datetime) -> bool:
         with self._write() as c:
-            if not self._fenced(c, run_id, fence):
+            if _held(c, lease) is None:
                 return False
             c.execute(
                 "INSERT OR IGNORE INTO versions (run_id, change_id, version, recorded_at) VALUES (?,?,?,?)",
-                [run_id, change_id, version, to_us(now)],
+                [lease.run_id, change_id, version, to_us(now)],
             )
             return True
 
-    def publish(self, run_id: str, fence: int, key: str, value: Any, now: datetime) -> bool:
+    def publish(self, lease: Lease, key: str, value: Any, now: datetime) -> bool:
         """Set a status value the run shows to operators (`ctx.publish`); last write wins."""
         text = dumps(value, f"published value {key!r}")
         with self._write() as c:
-            if not self._fenced(c, run_id, fence):
+            if _held(c, lease) is None:
                 return False
             c.execute(
                 "INSERT OR REPLACE INTO published (run_id, key, value, at) VALUES (?,?,?,?)",
-                [run_id, key, text, to_us(now)],
+                [lease.run_id, key, text, to_us(now)],
             )
             return True
 
     def heartbeat(
         self,
         owner: str,
-        held: Sequence[tuple[str, int, float]],
+        held: Sequence[tuple[Lease, float]],
         lease_until: datetime,
         now: datetime,
         steps: Mapping[str, str | None] | None = None,
     ) -> list[HeartbeatReply]:
-        """Extend the leases of held runs (run_id, fence, exec_spent) in one transaction.
+        """Extend the leases of held runs (lease, exec_spent) in one transaction.
 
         Persists the execution time spent, so a budget survives restarts, and the step each
         handler is inside (`steps`, for `why`); reports what each live handler must be told:
@@ -451,16 +440,13 @@ class Leases(SqliteConnection):
         replies = []
         with self._write() as c:
             c.execute("UPDATE daemons SET seen_at = ? WHERE owner = ?", [now_us, owner])
-            for run_id, fence, spent in held:
-                row = c.execute(
-                    "SELECT fence, status, cancel_requested, deadline, timeout_us,"
-                    " pause_requested FROM runs WHERE run_id = ?",
-                    [run_id],
-                ).fetchone()
-                if row is None or row[0] != fence or row[1] != "running":
+            for lease, spent in held:
+                run_id = lease.run_id
+                row = _held(c, lease, "cancel_requested, deadline, timeout_us, pause_requested")
+                if row is None:
                     replies.append(HeartbeatReply(run_id, lost=True))
                     continue
-                _, _, cancel, deadline, timeout_us, pause_requested = row
+                cancel, deadline, timeout_us, pause_requested = row
                 spent_us = round(spent * 1e6)
                 c.execute(
                     "UPDATE runs SET lease_until = ?, run_at = ?, exec_spent_us = ?,"
@@ -480,8 +466,7 @@ class Leases(SqliteConnection):
 
     def suspend_run(
         self,
-        run_id: str,
-        fence: int,
+        lease: Lease,
         status: RunStatus,
         run_at: datetime | None,
         now: datetime,
@@ -496,12 +481,9 @@ class Leases(SqliteConnection):
         for is already buffered), or None when the lease is lost.
         """
         now_us = to_us(now)
+        run_id = lease.run_id
         with self._write() as c:
-            row = c.execute(
-                "SELECT deadline, pause_requested FROM runs WHERE run_id = ? AND fence = ?"
-                " AND status = 'running'",
-                [run_id, fence],
-            ).fetchone()
+            row = _held(c, lease, "deadline, pause_requested")
             if row is None:
                 return None
             if status is RunStatus.PAUSED:  # stopped at a durable call to honour a pause
@@ -543,21 +525,19 @@ class Leases(SqliteConnection):
                 return _park_paused(c, _load_run(c, run_id), status, at, now_us)
             return Applied(status, _dt(at))
 
-    def complete_run(
-        self, run_id: str, fence: int, result: Any, now: datetime, exec_spent: float
-    ) -> bool:
+    def complete_run(self, lease: Lease, result: Any, now: datetime, exec_spent: float) -> bool:
         now_us = to_us(now)
+        run_id = lease.run_id
         result_text = dumps(result, "the workflow's result")
         with self._write() as c:
-            cur = c.execute(
+            if _held(c, lease) is None:
+                return False
+            c.execute(
                 "UPDATE runs SET status = 'completed', result = ?, error = NULL, finished_at = ?,"
                 " run_at = NULL, lease_owner = NULL, lease_until = NULL, exec_spent_us = ?,"
-                f" pause_requested = 0, solo = 0, {_CLEARED}"
-                " WHERE run_id = ? AND fence = ? AND status = 'running'",
-                [result_text, now_us, round(exec_spent * 1e6), run_id, fence],
+                f" pause_requested = 0, solo = 0, {_CLEARED} WHERE run_id = ?",
+                [result_text, now_us, round(exec_spent * 1e6), run_id],
             )
-            if cur.rowcount != 1:
-                return False
             _add_event(c, run_id, now_us, "completed", {})
             _wake_parent(c, run_id, now_us)
             _release_held(c, run_id, now_us)
@@ -565,8 +545,7 @@ class Leases(SqliteConnection):
 
     def fail_attempt(
         self,
-        run_id: str,
-        fence: int,
+        lease: Lease,
         error: dict[str, Any],
         now: datetime,
         exec_spent: float,
@@ -577,24 +556,19 @@ class Leases(SqliteConnection):
         when the lease is lost."""
         now_us = to_us(now)
         with self._write() as c:
-            row = c.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
-            ).fetchone()
+            row = _held(c, lease, _RUN_COLUMNS)
             if row is None:
                 return None
             run = _run_from_row(row)
-            if run.fence != fence or run.status is not RunStatus.RUNNING:
-                return None
             c.execute(
                 "UPDATE runs SET exec_spent_us = ? WHERE run_id = ?",
-                [round(exec_spent * 1e6), run_id],
+                [round(exec_spent * 1e6), run.run_id],
             )
             return _fail(c, run, error, now_us, retry_at=_us(retry_at))
 
     def end_run(
         self,
-        run_id: str,
-        fence: int,
+        lease: Lease,
         status: RunStatus,
         error: dict[str, Any] | None,
         now: datetime,
@@ -602,17 +576,13 @@ class Leases(SqliteConnection):
     ) -> bool:
         """End a held run terminally (cancelled, or dead without retry)."""
         with self._write() as c:
-            row = c.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
-            ).fetchone()
+            row = _held(c, lease, _RUN_COLUMNS)
             if row is None:
                 return False
             run = _run_from_row(row)
-            if run.fence != fence or run.status is not RunStatus.RUNNING:
-                return False
             c.execute(
                 "UPDATE runs SET exec_spent_us = ? WHERE run_id = ?",
-                [round(exec_spent * 1e6), run_id],
+                [round(exec_spent * 1e6), run.run_id],
             )
             _end(c, run, status, error, to_us(now))
             return True
@@ -688,3 +658,19 @@ class Leases(SqliteConnection):
                 "SELECT COUNT(*) FROM runs WHERE status = 'running' AND lease_owner = ?", [owner]
             )[0][0]
         )
+
+
+def _held(c: sqlite3.Connection, lease: Lease, columns: str = "1") -> Sequence[Any] | None:
+    """THE fence check, made by every write a lease holder makes: the run's row (`columns`
+    of it) if it is still running under this lease's fence and owner, else None.
+
+    Called first inside the write's transaction, which holds SQLite's write lock from its
+    BEGIN IMMEDIATE: no claim can move the fence between this check and the writes after it.
+    `columns` is a constant of the caller's (what it needs to decide its write), never input.
+    """
+    row: Sequence[Any] | None = c.execute(
+        f"SELECT {columns} FROM runs WHERE run_id = ? AND fence = ? AND lease_owner = ?"
+        " AND status = 'running'",
+        [lease.run_id, lease.fence, lease.owner],
+    ).fetchone()
+    return row

@@ -6,10 +6,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 from flowctl.errors import (
     RunNotFoundError,

@@ -5,10 +5,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    pass
 
 from flowctl.errors import (
     ScheduleError,
