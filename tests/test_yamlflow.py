@@ -942,20 +942,22 @@ def test_missing_json_field_is_a_clear_runtime_error(tmp_path: Path) -> None:
 # The shipped examples
 
 
-def test_followup_example_runs_end_to_end() -> None:
+def test_followup_example_follows_up_only_without_a_reply() -> None:
     workflow = load_yaml_file(ROOT / "workflows" / "followup.yaml")
     assert workflow.name == "trial-followup"
-    assert convert_inputs(workflow, {"user": "42"}) == {"user": "42", "email": ""}
-    ctx = FakeContext(cwd=ROOT / "workflows")
-    result = workflow.handler(ctx, user="42", email="ana@example.org")
+    assert convert_inputs(workflow, {"user": "42"}) == {"user": "42"}
+    silent = FakeContext(cwd=ROOT / "workflows")
+    result = workflow.handler(silent, user="42")
     assert result["steps"] == {
         "welcome": "welcome 42",
-        "check": '{"replied": false}',
-        "approval": None,
-        "followup": "follow-up sent to 42 ana@example.org",
+        "reply": None,
+        "followup": "following up with 42",
     }
-    assert ("sleep", timedelta(hours=72)) in ctx.calls
-    assert ("signal", "approved", timedelta(days=7)) in ctx.calls
+    assert ("signal", "replied", timedelta(hours=72)) in silent.calls
+    replied = FakeContext(cwd=ROOT / "workflows", signals={"replied": {"text": "thanks"}})
+    result = workflow.handler(replied, user="42")
+    assert result["steps"]["reply"] == {"text": "thanks"}
+    assert "followup" not in result["steps"]
 
 
 def test_report_example_runs_end_to_end() -> None:

@@ -1,0 +1,3 @@
+from flowctl.cli import main
+
+main()

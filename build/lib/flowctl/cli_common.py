@@ -1,0 +1,133 @@
+"""What every `flowctl` command module shares: the group that turns a FlowctlError into
+one `flowctl: ...` line and its exit code, the per-invocation State, and the renderers
+(JSON, tables, local and relative times).
+
+flowctl/cli.py builds the app and registers the command modules (flowctl/cli_schedule.py);
+they import from here, never from each other, so there is no import cycle.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from flowctl.clock import Clock
+from flowctl.config import Config, load_config, resolve_db
+from flowctl.durations import format_duration
+from flowctl.errors import FlowctlError
+from flowctl.limits import one_line
+from flowctl.model import Run
+from flowctl.store import Store
+
+
+class _Group(TyperGroup):
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            rv = super().invoke(ctx)
+        except FlowctlError as e:
+            typer.echo(f"flowctl: {one_line(str(e))}", err=True)
+            raise typer.Exit(e.exit_code) from None
+        root = ctx.parent is None  # `schedule ...` is a group inside this one: say it once
+        note = ctx.obj.read_only_note() if root and isinstance(ctx.obj, State) else None
+        if note:  # said after the output, so a failed write says only its own one line
+            typer.echo(note, err=True)
+        return rv
+
+
+class State:
+    """Per invocation: the --db choice, config and store (both opened on first use), clock."""
+
+    def __init__(self, db: str | None, clock: Clock) -> None:
+        self._db = db
+        self._config: Config | None = None
+        self._store: Store | None = None
+        self.clock = clock
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            self._config = load_config()
+        return self._config
+
+    @property
+    def db_path(self) -> Path:
+        return resolve_db(self._db, self.config)
+
+    @property
+    def store(self) -> Store:
+        """The database of a command that reads (or changes what exists): it must exist, and
+        nothing is created. One this process cannot write opens read-only, and says so;
+        a write to it is then one line ("read-only database: ...")."""
+        if self._store is None:
+            self._store = Store(
+                self.db_path,
+                durability=str(self.config.get("durability")),
+                create=False,
+                allow_read_only=True,
+            )
+        return self._store
+
+    def read_only_note(self) -> str | None:
+        """What a successful command says when it could only read its database."""
+        if self._store is None or not self._store.read_only:
+            return None
+        return f"flowctl: note: {self.db_path} is read-only here: opened for reading only"
+
+    def open_store(self, *, create: bool) -> Store:
+        """The database of a command that creates work (`run`, `init`, `daemon`, `schedule
+        add/sync`): with `create`, a missing file (and folder, 0700) is created; it must be
+        writable. Returns the store that `store` returns from then on."""
+        if self._store is None:
+            self._store = Store(
+                self.db_path, durability=str(self.config.get("durability")), create=create
+            )
+        return self._store
+
+
+def _state(ctx: typer.Context) -> State:
+    obj = ctx.find_root().obj
+    assert isinstance(obj, State)
+    return obj
+
+
+# ---------------------------------------------------------------------------
+# rendering helpers
+
+
+def _emit_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def _local(when: datetime | None) -> str:
+    if when is None:
+        return "-"
+    return when.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _relative(when: datetime | None, now: datetime) -> str:
+    if when is None:
+        return "-"
+    delta = when - now
+    if delta.total_seconds() >= 0:
+        return f"in {format_duration(delta)}"
+    return f"{format_duration(-delta)} ago"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> None:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    widths[-1] = min(widths[-1], 60)
+    typer.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for row in rows:
+        typer.echo("  ".join(c[:w].ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _run_json(run: Run) -> dict[str, Any]:
+    return run.to_json()

@@ -1,0 +1,472 @@
+"""`flowctl schedule ...` and `flowctl agenda`: parse -> schedule_ops -> render.
+
+flowctl/cli.py registers `schedule_app` with `app.add_typer` and `agenda` with
+`app.command()`. Errors reach the user through the same `_Group` as every other command.
+The commands import flowctl.schedule_ops when they run, so `flowctl --help` and
+`flowctl ls` do not load the cron and time zone code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from flowctl import ops
+from flowctl.cli_common import (
+    State,
+    _emit_json,
+    _Group,
+    _local,
+    _relative,
+    _run_json,
+    _state,
+    _table,
+)
+from flowctl.durations import format_duration
+from flowctl.errors import FlowctlError
+from flowctl.limits import MAX_COUNT, one_line
+from flowctl.model import iso
+
+if TYPE_CHECKING:
+    from flowctl import schedule_ops
+
+schedule_app = typer.Typer(
+    cls=_Group,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Cron and interval schedules: each fire starts one run, exactly once.",
+)
+
+_POLICY_HELP = {
+    "missed": "Fires missed while no daemon ran: skip (default), latest (run the last one), all (run each, max 100).",
+    "overlap": "When the previous run is still active: skip (default, recorded), allow, or queue (start after it ends).",
+    "gap": "A local time that DST skips: shift (default, fire at the first valid instant) or skip.",
+    "fold": "A local time that DST repeats: first (default), last, or both.",
+}
+
+
+def _default_tz(st: State) -> str | None:
+    """flowctl.toml's `timezone` when set, else None (the machine's zone)."""
+    return str(st.config.get("timezone") or "") or None
+
+
+def _zoned(when: datetime | None, tz: str | None) -> str:
+    """A time in the schedule's own zone, with the zone's abbreviation: 2026-03-30 09:00 CEST."""
+    from zoneinfo import ZoneInfo
+
+    if when is None:
+        return "-"
+    local = when.astimezone(ZoneInfo(tz)) if tz else when.astimezone()
+    return local.strftime("%Y-%m-%d %H:%M:%S %Z" if local.second else "%Y-%m-%d %H:%M %Z")
+
+
+def _short_target(target: str) -> str:
+    try:
+        return str(Path(target).relative_to(Path.cwd()))
+    except ValueError:
+        return target
+
+
+def _last_outcome(event: Any, now: datetime) -> str:
+    """`fired 2h ago → completed`, `skipped-overlap 5m ago`, `error 1d ago`."""
+    if event is None:
+        return "-"
+    text = f"{event.action} {_relative(event.fire_at or event.at, now)}"
+    if event.run_status is not None:
+        text += f" → {event.run_status}"
+    return text
+
+
+def _sync_declared(st: State) -> schedule_ops.SyncReport:
+    from flowctl import schedule_ops
+
+    return schedule_ops.sync_schedules(
+        st.open_store(create=True),
+        clock=st.clock,
+        workflows_dir=st.config.workflows_dir(),
+        toml_schedules=st.config.values.get("schedules"),
+        toml_path=st.config.path,
+        default_tz=_default_tz(st),
+    )
+
+
+def _sync_at_daemon_start(st: State) -> None:
+    """The daemon starts with the declared schedules in force; a bad declaration is logged
+    and leaves the stored schedules as they were (it never stops the daemon)."""
+    from flowctl.errors import ValidationError
+
+    log = logging.getLogger("flowctl")
+    try:
+        report = _sync_declared(st)
+    except ValidationError as e:
+        for problem in e.problems:
+            log.warning("schedule sync skipped: %s", problem)
+        return
+    except FlowctlError as e:
+        log.warning("schedule sync skipped: %s", e)
+        return
+    changed = {k: v for k, v in report.to_json().items() if v and k != "unchanged"}
+    if changed:
+        log.info("schedules synced: %s", changed)
+
+
+@schedule_app.command("add")
+def schedule_add(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Schedule name, e.g. nightly-report.")],
+    target: Annotated[
+        str, typer.Argument(help="file.py:function, module:function, file.yaml, or a name.")
+    ],
+    cron: Annotated[
+        str | None,
+        typer.Option("--cron", help='5-field cron or @daily-style alias: "0 9 * * MON-FRI".'),
+    ] = None,
+    every: Annotated[
+        str | None, typer.Option("--every", help="Interval from now: 15m, 2h, 1d.")
+    ] = None,
+    tz: Annotated[
+        str | None, typer.Option("--tz", help="IANA zone, e.g. Europe/Paris (default: local).")
+    ] = None,
+    inputs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-i", "--arg", metavar="KEY=VALUE", help="Input: key=value or key:=JSON. Repeatable."
+        ),
+    ] = None,
+    input_json: Annotated[
+        str | None,
+        typer.Option("--input", metavar="JSON", help="The whole input as a JSON object."),
+    ] = None,
+    missed: Annotated[str, typer.Option("--missed", help=_POLICY_HELP["missed"])] = "skip",
+    max_missed: Annotated[
+        int,
+        typer.Option("--max-missed", max=MAX_COUNT, help="With --missed all: at most this many."),
+    ] = 100,
+    overlap: Annotated[str, typer.Option("--overlap", help=_POLICY_HELP["overlap"])] = "skip",
+    gap: Annotated[str, typer.Option("--gap", help=_POLICY_HELP["gap"])] = "shift",
+    fold: Annotated[str, typer.Option("--fold", help=_POLICY_HELP["fold"])] = "first",
+    jitter: Annotated[
+        str, typer.Option("--jitter", help="Delay each start by a stable random 0..D, e.g. 5m.")
+    ] = "0s",
+    replace: Annotated[
+        bool, typer.Option("--replace", help="Redefine an existing schedule of this name.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the schedule as JSON.")] = False,
+) -> None:
+    """Add a schedule.  Example: flowctl schedule add nightly --cron "0 9 * * MON-FRI" --tz Europe/Paris examples/report.yaml -i team=ops"""
+    from flowctl import schedule_ops
+
+    st = _state(ctx)
+    data = ops.parse_inputs(inputs, input_json)
+    info = schedule_ops.add_schedule(
+        st.open_store(create=True),
+        name,
+        target,
+        data,
+        clock=st.clock,
+        cron=cron,
+        every=every,
+        tz=tz or _default_tz(st),
+        missed=missed,
+        max_missed=max_missed,
+        overlap=overlap,
+        gap=gap,
+        fold=fold,
+        jitter=jitter,
+        replace=replace,
+        workflows_dir=st.config.workflows_dir(),
+    )
+    if as_json:
+        _emit_json(info.to_json())
+        return
+    tzname = info.spec.tz if info.spec else None
+    nxt = info.row.next_fire_at
+    typer.echo(f"{'replaced' if replace else 'added'} schedule {info.name}: {info.rule}")
+    if info.row.paused:
+        typer.echo(f"paused: no fires until `flowctl schedule resume {info.name}`")
+    else:
+        typer.echo(f"next fire {_zoned(nxt, tzname)} ({_relative(nxt, st.clock.now())})")
+
+
+@schedule_app.command("ls")
+def schedule_ls(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+) -> None:
+    """List schedules: rule, next fire, last fire and its outcome.  Example: flowctl schedule ls"""
+    from flowctl import schedule_ops
+
+    st = _state(ctx)
+    infos = schedule_ops.list_schedules(st.store)
+    if as_json:
+        _emit_json([i.to_json() for i in infos])
+        return
+    if not infos:
+        typer.echo("no schedules (add one with `flowctl schedule add`)")
+        return
+    now = st.clock.now()
+    rows = []
+    for i in infos:
+        tzname = i.spec.tz if i.spec else None
+        nxt = i.row.next_fire_at
+        rows.append(
+            [
+                i.name,
+                ("paused" if i.row.paused else "active")
+                + ("" if i.row.source == "cli" else f" ({i.row.source})"),
+                i.rule,
+                "-" if nxt is None else f"{_zoned(nxt, tzname)} ({_relative(nxt, now)})",
+                _last_outcome(i.last, now),
+                _short_target(i.row.target),
+            ]
+        )
+    _table(["NAME", "STATE", "RULE", "NEXT", "LAST", "TARGET"], rows)
+
+
+@schedule_app.command("show")
+def schedule_show(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Schedule name.")],
+    count: Annotated[
+        int, typer.Option("--count", "-n", max=1000, help="Upcoming fires to list.")
+    ] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Show a schedule: its rule, next fires and recent history.  Example: flowctl schedule show nightly"""
+    from flowctl import schedule_ops
+
+    st = _state(ctx)
+    detail = schedule_ops.show_schedule(st.store, name, clock=st.clock, count=count)
+    if as_json:
+        _emit_json(detail.to_json())
+        return
+    info, r = detail.info, detail.info.row
+    tzname = info.spec.tz if info.spec else None
+    now = st.clock.now()
+    origin = f" from {r.origin}" if r.origin else ""
+    typer.echo(f"schedule  {r.name} ({'paused' if r.paused else 'active'}; {r.source}{origin})")
+    typer.echo(f"rule      {info.rule}")
+    if info.spec is not None:
+        s = info.spec
+        typer.echo(
+            f"policies  missed={s.missed} (max {s.max_missed}) overlap={s.overlap}"
+            f" gap={s.gap} fold={s.fold} jitter={format_duration(s.jitter) if s.jitter else 'none'}"
+        )
+    typer.echo(f"target    {_short_target(r.target)}")
+    typer.echo(f"input     {json.dumps(r.shown_input)}")
+    typer.echo(f"created   {_zoned(r.created_at, tzname)}")
+    typer.echo(f"last fire {_zoned(r.last_fire_at, tzname)}")
+    typer.echo("")
+    typer.echo("next fires" + (" (paused: none will fire until resumed)" if r.paused else ""))
+    if not detail.upcoming:
+        typer.echo("  (none)")
+    for f in detail.upcoming:
+        note = f"  {f.note}" if f.note else ""
+        typer.echo(f"  {_zoned(f.at, tzname):<24} {iso(f.at)}  {_relative(f.at, now)}{note}")
+    typer.echo("")
+    typer.echo("history")
+    if not detail.history:
+        typer.echo("  (none)")
+    for e in detail.history:
+        run = f" {e.run_id}" if e.run_id else ""
+        status = f" ({e.run_status})" if e.run_status else ""
+        why = f"  {e.detail}" if e.detail else ""
+        typer.echo(f"  {_zoned(e.fire_at or e.at, tzname):<24} {e.action:<16}{run}{status}{why}")
+
+
+@schedule_app.command("pause")
+def schedule_pause(
+    ctx: typer.Context, name: Annotated[str, typer.Argument(help="Schedule name.")]
+) -> None:
+    """Stop a schedule from firing until resumed.  Example: flowctl schedule pause nightly"""
+    from flowctl import schedule_ops
+
+    st = _state(ctx)
+    info = schedule_ops.pause_schedule(st.store, name, clock=st.clock)
+    typer.echo(f"paused {info.name}")
+
+
+@schedule_app.command("resume")
+def schedule_resume(
+    ctx: typer.Context, name: Annotated[str, typer.Argument(help="Schedule name.")]
+) -> None:
+    """Resume a paused schedule from now (fires during the pause are not run).  Example: flowctl schedule resume nightly"""
+    from flowctl import schedule_ops
+
+    st = _state(ctx)
+    info = schedule_ops.resume_schedule(st.store, name, clock=st.clock)
+    nxt = info.row.next_fire_at
+    tzname = info.spec.tz if info.spec else None
+    typer.echo(
+        f"resumed {info.name}: next fire {_zoned(nxt, tzname)} ({_relative(nxt, st.clock.now())})"
+    )
+
+
+@schedule_app.command("rm")
+def schedule_rm(
+    ctx: typer.Context, name: Annotated[str, typer.Argument(help="Schedule name.")]
+) -> None:
+    """Delete a schedule and its history (its runs stay).  Example: flowctl schedule rm nightly"""
+    from flowctl import schedule_ops
+
+    st = _state(ctx)
+    schedule_ops.remove_schedule(st.store, name)
+    typer.echo(f"removed schedule {name}")
+
+
+@schedule_app.command("trigger")
+def schedule_trigger(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Schedule name.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Fire a schedule now, once (recorded as manual).  Example: flowctl schedule trigger nightly"""
+    from flowctl import schedule_ops
+
+    st = _state(ctx)
+    done = schedule_ops.trigger_schedule(st.store, name, clock=st.clock)
+    out = done.outcome
+    if as_json:
+        _emit_json(
+            {
+                "schedule": name,
+                "action": out.action,
+                "created": out.created,
+                "detail": out.detail,
+                "run": None if done.run is None else _run_json(done.run),
+            }
+        )
+        return
+    if done.run is None:
+        typer.echo(f"{name}: no run started: {out.detail}")
+    elif not out.created:
+        typer.echo(f"{name}: already triggered at this instant: run {done.run.run_id}")
+    elif done.run.run_at is None:
+        typer.echo(f"triggered {name}: run {done.run.run_id} queued, {out.detail}")
+    else:
+        typer.echo(f"triggered {name}: run {done.run.run_id} queued (a daemon starts it)")
+
+
+@schedule_app.command("explain")
+def schedule_explain(
+    ctx: typer.Context,
+    expression: Annotated[str, typer.Argument(metavar="EXPR", help='Cron, e.g. "30 2 * * *".')],
+    tz: Annotated[str | None, typer.Option("--tz", help="IANA zone (default: local).")] = None,
+    count: Annotated[int, typer.Option("--count", "-n", max=1000, help="How many fires.")] = 10,
+    gap: Annotated[str, typer.Option("--gap", help=_POLICY_HELP["gap"])] = "shift",
+    fold: Annotated[str, typer.Option("--fold", help=_POLICY_HELP["fold"])] = "first",
+    from_: Annotated[
+        str | None,
+        typer.Option("--from", help="List fires after this time (ISO-8601; default now)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List the next fires of a cron expression, flagging DST gaps and folds.  Example: flowctl schedule explain "30 2 * * *" --tz Europe/Paris"""
+    from flowctl import schedule_ops
+
+    st = _state(ctx)
+    zone = tz or _default_tz(st)
+    after = ops.parse_time(from_, st.clock, flag="--from", tz=zone) if from_ else None
+    result = schedule_ops.explain_schedule(
+        expression, clock=st.clock, tz=zone, count=count, gap=gap, fold=fold, after=after
+    )
+    if as_json:
+        _emit_json(result)
+        return
+    typer.echo(result["rule"])
+    rows = []
+    n = 0
+    for f in result["fires"]:
+        at = datetime.fromisoformat(f["at"])
+        if f["fires"]:
+            n += 1
+        note = ""
+        if f["note"]:
+            verdict = "" if f["fires"] else ": does not fire"
+            note = f"{f['note']} [{f['policy']}{verdict}]"
+        rows.append(
+            [
+                str(n) if f["fires"] else "-",
+                _zoned(at, result["tz"]),
+                f["weekday"][:3],
+                at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                note,
+            ]
+        )
+    _table(["#", f"LOCAL ({result['tz']})", "DAY", "UTC", "DST"], rows)
+
+
+@schedule_app.command("sync")
+def schedule_sync(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Load schedules declared in YAML workflows and flowctl.toml.  Example: flowctl schedule sync"""
+    from flowctl.errors import ValidationError
+
+    st = _state(ctx)
+    try:
+        report = _sync_declared(st)
+    except ValidationError as e:
+        for problem in e.problems:
+            typer.echo(f"flowctl: {one_line(problem)}", err=True)
+        typer.echo("flowctl: schedule sync: nothing changed", err=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        _emit_json(report.to_json())
+        return
+    for label, names in report.to_json().items():
+        if names:
+            typer.echo(f"{label:<10}{', '.join(names)}")
+    if not any(report.to_json().values()):
+        typer.echo("no declared schedules")
+
+
+def agenda(
+    ctx: typer.Context,
+    until: Annotated[str, typer.Option("--until", help="How far ahead, e.g. 7d.")] = "30d",
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", max=MAX_COUNT, help="At most this many items.")
+    ] = 200,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+) -> None:
+    """Every future wake, start, retry, timeout, deadline and schedule fire, in time order.  Example: flowctl agenda --until 7d"""
+    from flowctl import schedule_ops
+    from flowctl.durations import parse_duration
+
+    st = _state(ctx)
+    parse_duration(until)  # bad input is exit 2 before the database is looked for
+    # one more than asked for, to know whether the list is cut (agenda checks limit >= 1)
+    asked = limit + 1 if limit >= 1 else limit
+    items = schedule_ops.agenda(st.store, clock=st.clock, until=until, limit=asked)
+    cut = ""
+    if len(items) > limit:
+        items = items[:limit]
+        cut = f"{limit:,} shown, more follow within {until}; --limit N for more"
+    if as_json:
+        _emit_json([i.to_json() for i in items])
+        if cut:
+            typer.echo(cut, err=True)  # stdout stays one JSON document
+        return
+    if not items:
+        typer.echo(f"nothing scheduled in the next {until}")
+        return
+    now = st.clock.now()
+    rows = [
+        [
+            _local(i.at),
+            _relative(i.at, now),
+            i.kind,
+            i.run_id or f"schedule {i.schedule}",
+            (f"{i.workflow}: " if i.workflow else "") + i.detail,
+        ]
+        for i in items
+    ]
+    _table(["WHEN", "", "KIND", "RUN / SCHEDULE", "WHAT"], rows)
+    if cut:
+        typer.echo(cut)

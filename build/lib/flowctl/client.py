@@ -1,0 +1,133 @@
+"""A Python client for scripts and applications: start and inspect runs without a shell.
+
+The CLI is a thin layer over the same `ops` functions, so both behave the same.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from flowctl import ops
+from flowctl.clock import Clock, SystemClock
+from flowctl.config import load_config, resolve_db
+from flowctl.daemon import DaemonConfig, drive_run
+from flowctl.durations import Duration, parse_duration
+from flowctl.errors import FlowctlError
+from flowctl.model import Run, RunStatus
+from flowctl.store import Store
+
+
+class WaitTimeoutError(FlowctlError):
+    """Client.wait() gave up before the run ended."""
+
+
+class Client:
+    """`Client(db=None)` resolves the database like the CLI: FLOWCTL_DB, flowctl.toml, XDG."""
+
+    def __init__(
+        self,
+        db: str | Path | None = None,
+        *,
+        clock: Clock | None = None,
+        workflows_dir: str | Path | None = None,
+    ) -> None:
+        config = load_config()
+        self.db_path = resolve_db(str(db) if db is not None else None, config)
+        self.clock = clock or SystemClock()
+        self.store = Store(self.db_path, durability=str(config.get("durability")))
+        self.workflows_dir = Path(workflows_dir) if workflows_dir else config.workflows_dir()
+        self._config = config
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(
+        self,
+        target: str,
+        input: dict[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        delay: Duration | None = None,
+        at: datetime | None = None,
+        deadline: datetime | Duration | None = None,
+        timeout: Duration | None = None,
+        max_attempts: int | None = None,
+    ) -> str:
+        """Queue a run and return its id; a daemon runs it. A known `key` returns the first run."""
+        run_at = at
+        if delay is not None:
+            run_at = self.clock.now() + parse_duration(delay)
+        deadline_at = (
+            deadline
+            if isinstance(deadline, datetime) or deadline is None
+            else (self.clock.now() + parse_duration(deadline))
+        )
+        started = ops.start(
+            self.store,
+            target,
+            input or {},
+            clock=self.clock,
+            workflows_dir=self.workflows_dir,
+            key=key,
+            run_at=run_at,
+            deadline=deadline_at,
+            timeout=parse_duration(timeout) if timeout is not None else None,
+            max_attempts=max_attempts,
+        )
+        return started.run.run_id
+
+    def run(self, target: str, input: dict[str, Any] | None = None, **options: Any) -> Run:
+        """Start a run and drive it here, through its sleeps, until it ends (`flowctl run --wait`)."""
+        run_id = self.start(target, input, **options)
+        return drive_run(self.store, self.clock, run_id, DaemonConfig(concurrency=1), wait=True)  # type: ignore[no-any-return]
+
+    def get(self, run_id: str) -> Run:
+        return self.store.find_run(run_id)
+
+    def list(
+        self, status: str | RunStatus | None = None, workflow: str | None = None, limit: int = 50
+    ) -> list[Run]:
+        return ops.list_runs(
+            self.store, statuses=[str(status)] if status else None, workflow=workflow, limit=limit
+        )
+
+    def wait(self, run_id: str, timeout: Duration | None = None) -> Run:
+        """Wait until the run ends (completed, dead or cancelled), watching the database."""
+        limit = None if timeout is None else parse_duration(timeout).total_seconds()
+        start = self.clock.monotonic()
+        tick = threading.Event()
+        while True:
+            run = self.store.find_run(run_id)
+            if run.status.is_terminal:
+                return run
+            if limit is not None and self.clock.monotonic() - start >= limit:
+                raise WaitTimeoutError(
+                    f"run {run.run_id} is still {run.status} after {timedelta(seconds=limit)}"
+                )
+            self.clock.wait(tick, 0.05)
+
+    def signal(self, run_id: str, name: str, data: Any = None) -> Run:
+        return ops.send_signal(self.store, run_id, name, data, clock=self.clock)
+
+    def cancel(self, run_id: str, reason: str | None = None) -> Run:
+        return ops.cancel(self.store, run_id, clock=self.clock, reason=reason)
+
+    def redrive(self, run_id: str) -> Run:
+        return ops.redrive(self.store, run_id, clock=self.clock)
+
+    def pause(self, run_id: str) -> Run:
+        """Pause a run (a running one parks at its next durable call); see `flowctl pause`."""
+        return ops.pause(self.store, run_id, clock=self.clock)
+
+    def resume(self, run_id: str) -> Run:
+        """Resume a paused run: due at once if its wake passed, else at its wake."""
+        return ops.resume(self.store, run_id, clock=self.clock)

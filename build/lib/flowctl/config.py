@@ -1,0 +1,150 @@
+"""flowctl.toml: find it, read it (stdlib tomllib), write it (tomli-w), resolve the database."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flowctl.errors import ConfigError
+
+CONFIG_NAME = "flowctl.toml"
+
+DEFAULTS: dict[str, Any] = {
+    "db": ".flowctl/flowctl.db",
+    "workflows": "workflows",
+    "concurrency": 8,
+    "durability": "full",
+    "timezone": "",
+    "lease": "15s",
+    "heartbeat": "1s",
+    "grace": "30s",
+}
+
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "db": str,
+    "workflows": str,
+    "concurrency": int,
+    "durability": str,
+    "timezone": str,
+    "lease": (str, int, float),
+    "heartbeat": (str, int, float),
+    "grace": (str, int, float),
+    "schedules": dict,  # [schedules.NAME] tables, checked by `flowctl schedule sync`
+}
+
+_COMMENT = """# flowctl configuration. Paths are relative to this file.
+# durability = "full" makes every committed transition survive a power loss (WAL with
+# synchronous=FULL). "normal" is faster but the last transactions before a power cut
+# (not a process crash) may be lost: a finished step could then run again.
+"""
+
+
+@dataclass
+class Config:
+    path: Path | None = None  # the flowctl.toml read, if any
+    values: dict[str, Any] = field(default_factory=lambda: dict(DEFAULTS))
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent if self.path else Path.cwd()
+
+    def get(self, key: str) -> Any:
+        return self.values[key]
+
+    def workflows_dir(self) -> Path:
+        return self.root / str(self.values["workflows"])
+
+
+def find_config(start: Path | None = None) -> Path | None:
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / CONFIG_NAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(path: Path | None = None, start: Path | None = None) -> Config:
+    path = path or find_config(start)
+    if path is None:
+        return Config()
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    values = dict(DEFAULTS)
+    for key, value in data.items():
+        if key not in _TYPES:
+            import difflib
+
+            hint = difflib.get_close_matches(key, list(_TYPES), n=1)
+            extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise ConfigError(
+                f"{path}: unknown key {key!r}{extra}; known keys: {', '.join(sorted(_TYPES))}"
+            )
+        expected = _TYPES[key]
+        if isinstance(value, bool) or not isinstance(value, expected):
+            names = " or ".join(
+                t.__name__ for t in (expected if isinstance(expected, tuple) else (expected,))
+            )
+            raise ConfigError(f"{path}: key {key!r} must be {names}, got {value!r}")
+        values[key] = value
+    for name, table in values.get("schedules", {}).items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: schedules.{name} must be a table [schedules.{name}]")
+    if values["durability"] not in ("full", "normal"):
+        raise ConfigError(
+            f'{path}: durability must be "full" or "normal", got {values["durability"]!r}'
+        )
+    if values["concurrency"] < 1:
+        raise ConfigError(f"{path}: concurrency must be at least 1, got {values['concurrency']}")
+    from flowctl.durations import parse_duration
+    from flowctl.errors import DurationError
+
+    for key in ("lease", "heartbeat", "grace"):
+        try:
+            parse_duration(values[key])
+        except DurationError as e:
+            raise ConfigError(f"{path}: key {key!r}: {e}") from None
+    return Config(path=path, values=values)
+
+
+def xdg_state_db() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "flowctl" / "flowctl.db"
+
+
+def resolve_db(explicit: str | None, config: Config) -> Path:
+    """--db, then FLOWCTL_DB, then flowctl.toml's db (next to the file), then the XDG state dir.
+
+    An explicit but empty path is a usage error, never a silent fall-back to the default.
+    """
+    if explicit is not None:
+        if not explicit.strip():
+            raise ConfigError(
+                "--db is empty: give a database file (e.g. --db ./flowctl.db), or leave --db"
+                " out for the default"
+            )
+        return Path(explicit).expanduser()
+    env = os.environ.get("FLOWCTL_DB")
+    if env:
+        return Path(env).expanduser()
+    if config.path is not None:
+        db = Path(str(config.values["db"])).expanduser()
+        return db if db.is_absolute() else config.root / db
+    return xdg_state_db()
+
+
+def write_default_config(folder: Path, *, force: bool = False) -> Path:
+    import tomli_w
+
+    path = folder / CONFIG_NAME
+    if path.exists() and not force:
+        raise ConfigError(f"{path} already exists; use --force to overwrite it")
+    path.write_text(_COMMENT + tomli_w.dumps(DEFAULTS))
+    return path

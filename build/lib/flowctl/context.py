@@ -1,0 +1,765 @@
+"""The replay context: what a workflow handler calls to do anything durable.
+
+Every time a run resumes its handler starts again from the top, and each durable
+call takes the next call index. The journal row at that index decides what
+happens (DESIGN.md, "The execution model"). All durable calls pass through one
+gate, `_next_call`, which allocates the index and checks kind and name.
+"""
+
+from __future__ import annotations
+
+import json
+import random as _random
+import threading
+import traceback
+import uuid as _uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from flowctl.clock import Clock
+from flowctl.durations import Duration, format_duration, parse_duration
+from flowctl.errors import (
+    DurableCallError,
+    Interrupt,
+    NonDeterminismError,
+    SerializationError,
+    SignalTimeoutError,
+    StepFailedError,
+    UsageError,
+    is_non_retryable,
+    mark_non_retryable,
+)
+from flowctl.model import CallKind, Claim, EntryState, JournalEntry, RunStatus
+from flowctl.retry import options_of
+from flowctl.store import dumps
+
+if TYPE_CHECKING:
+    from flowctl.store import Store
+
+T = TypeVar("T")
+E = TypeVar("E", bound=BaseException)
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
+class Suspend(BaseException):
+    """Unwinds a handler back to the engine when a run must wait.
+
+    BaseException, not Exception, so that `except Exception:` in user code cannot
+    swallow it and turn a durable sleep into a silent no-op.
+    """
+
+    def __init__(
+        self,
+        status: RunStatus,
+        run_at: datetime | None,
+        entry: JournalEntry | None,
+        event: tuple[str, dict[str, Any]],
+    ) -> None:
+        super().__init__(f"suspend: {status} until {run_at}")
+        self.status = status
+        self.run_at = run_at
+        self.entry = entry
+        self.event = event
+
+
+class LeaseLost(Interrupt):
+    """Our fence moved on: another worker owns the run now. Abandon it quietly."""
+
+    reason = "lease lost"
+
+
+class ChildLauncher:
+    """Starts child runs for `ctx.child`; provided by the engine so context stays store-level."""
+
+    def start_child(self, parent: Context, target: str, input: dict[str, Any], key: str) -> str:
+        raise NotImplementedError
+
+
+_local = threading.local()
+
+
+def current() -> Context | None:
+    """The context of the handler running on this thread, if any."""
+    return getattr(_local, "ctx", None)
+
+
+class Context:
+    """Passed to every handler as its first argument: `def handler(ctx, **input)`."""
+
+    def __init__(
+        self,
+        store: Store,
+        claim: Claim,
+        clock: Clock,
+        *,
+        journal: dict[int, JournalEntry] | None = None,
+        versions: dict[str, int] | None = None,
+        live: LiveRun | None = None,
+        children: ChildLauncher | None = None,
+        on_checkpoint: Callable[[JournalEntry], None] | None = None,
+    ) -> None:
+        run = claim.run
+        self.run_id = run.run_id
+        self.workflow = run.workflow
+        self.input: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
+        self.attempt = run.attempt
+        self.cwd = run.cwd
+        self._store = store
+        self._fence = claim.fence
+        self._clock = clock
+        self._journal = journal if journal is not None else store.journal(run.run_id)
+        self._max_index = max(self._journal, default=-1)
+        self._versions = versions if versions is not None else store.versions(run.run_id)
+        self._index = 0
+        self._in_step: str | None = None
+        self._active = False
+        # Set when a durable call ends the attempt (suspend, non-determinism, lost lease,
+        # a durable call inside a step). User code may catch it (`except BaseException`,
+        # or `except Exception` for the FlowctlError ones), so the engine reads it back and
+        # every later durable call raises it again: the run never goes on past it.
+        self.halted: BaseException | None = None
+        self._live = live or LiveRun(run.run_id, claim.fence, clock, run.exec_spent, run.timeout)
+        self._children = children
+        self._on_checkpoint = on_checkpoint
+
+    # -- the gate ------------------------------------------------------------
+
+    def _guard(self, what: str) -> None:
+        if not self._active:
+            raise DurableCallError(
+                f"ctx.{what}() called outside a running handler; durable calls work only while"
+                " flowctl runs the workflow"
+            )
+        if self.halted is not None:
+            raise self.halted
+        if self._in_step is not None:
+            raise self._halt(
+                DurableCallError(
+                    f"ctx.{what}() called inside step {self._in_step!r}: steps do not nest; make"
+                    " durable calls from the workflow function, not from a step"
+                )
+            )
+        if threading.current_thread() is not self._thread:
+            raise DurableCallError(f"ctx.{what}() called from another thread than the handler's")
+        self.check()
+        if self._live.pause_requested:
+            # An operator paused the run: park it here, before this call; nothing in flight
+            # is interrupted, and the replay after resume reaches this call again.
+            raise self._halt(
+                Suspend(RunStatus.PAUSED, None, None, ("pause reached", {"index": self._index}))
+            )
+
+    def _halt(self, exc: E) -> E:
+        """Remember what ends this attempt, so that catching it changes nothing."""
+        if self.halted is None:
+            self.halted = exc
+        return exc
+
+    def _next_call(self, kind: CallKind, name: str) -> tuple[int, JournalEntry | None]:
+        index, self._index = self._index, self._index + 1
+        entry = self._journal.get(index)
+        if entry is not None and (entry.kind, entry.name) != (kind, name):
+            raise self._halt(
+                NonDeterminismError(
+                    f"run {self.run_id}: call #{index} was recorded as {entry.kind}"
+                    f" {entry.name!r} but the workflow now makes {kind} {name!r}; let old runs"
+                    " finish, or guard the change with ctx.version()"
+                )
+            )
+        return index, entry
+
+    def _record(self, entry: JournalEntry, event: tuple[str, dict[str, Any]] | None = None) -> None:
+        if not self._store.record_entry(
+            self.run_id, self._fence, entry, self._clock.now(), event=event
+        ):
+            raise self._halt(LeaseLost(self.run_id))
+        self._journal[entry.call_index] = entry
+        self._max_index = max(self._max_index, entry.call_index)
+        if self._on_checkpoint is not None:
+            self._on_checkpoint(entry)
+
+    def _entry(
+        self, index: int, kind: CallKind, name: str, state: EntryState, value: Any, **kw: Any
+    ) -> JournalEntry:
+        return JournalEntry(
+            self.run_id, index, kind, name, state, value, recorded_at=self._clock.now(), **kw
+        )
+
+    # -- interruption --------------------------------------------------------
+
+    def interruption(self) -> Interrupt | None:
+        """The pending cancellation, deadline or timeout, if any. Safe inside a step."""
+        return self._live.interruption()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once an operator asked to cancel this run (learned at the next heartbeat)."""
+        from flowctl.errors import Cancelled
+
+        return isinstance(self._live.interruption(), Cancelled)
+
+    @property
+    def pause_requested(self) -> bool:
+        """True once an operator asked to pause this run (learned at the next heartbeat); the
+        run parks at its next durable call, so a long step may check it to stop early."""
+        return self._live.pause_requested
+
+    def check(self) -> None:
+        """Raise the pending Cancelled / DeadlineExceededError / ExecutionTimeoutError, if any."""
+        exc = self._live.interruption()
+        if exc is not None:
+            raise exc
+
+    # -- durable calls -------------------------------------------------------
+
+    def step(self, name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run `fn(*args, **kwargs)` once and journal its JSON result (or its error).
+
+        Replay returns the recorded result or re-raises the recorded error without
+        calling `fn`. Retry options come from `@flowctl.step(retry=...)` on `fn`.
+        """
+        self._guard("step")
+        if not isinstance(name, str) or not name:
+            raise _misuse("ctx.step() needs a non-empty step name as its first argument")
+        index, entry = self._next_call(CallKind.STEP, name)
+        tries = 0
+        if entry is not None:
+            if entry.state is EntryState.DONE:
+                return entry.value  # type: ignore[no-any-return]
+            if entry.state is EntryState.ERROR:
+                raise rebuild_error(entry.value)
+            if entry.state is EntryState.RETRYING:
+                if entry.wake_at is not None and entry.wake_at > self._clock.now():
+                    raise self._halt(self._suspend_retry(entry))
+                tries = entry.tries
+        policy = options_of(fn).retry
+        started = self._clock.monotonic()
+        self._in_step = name
+        self._live.current_step = f"#{index} {name!r}"
+        try:
+            result = fn(*args, **kwargs)
+            if self.halted is None:
+                # Return what replay will return: a tuple comes back as a list, int dict
+                # keys as strings, on the first run too. A value that is not JSON fails here.
+                result = json.loads(dumps(result, f"the result of step {name!r}"))
+        except Interrupt:
+            raise
+        except Exception as exc:
+            if self.halted is not None:
+                # A durable call inside the step: a bug in the workflow, not a step failure.
+                raise self.halted from None
+            duration = self._clock.monotonic() - started
+            tries += 1
+            # A result that is not JSON: the same code returns the same value again.
+            final = policy.final(exc) or isinstance(exc, SerializationError)
+            if final:
+                mark_non_retryable(exc)
+            error = error_dict(exc)
+            if tries < policy.max_attempts and not final and policy.retryable(exc):
+                wake_at = self._clock.now() + policy.delay(tries)
+                retry = self._entry(
+                    index,
+                    CallKind.STEP,
+                    name,
+                    EntryState.RETRYING,
+                    error,
+                    wake_at=wake_at,
+                    tries=tries,
+                    duration=duration,
+                )
+                raise self._halt(self._suspend_retry(retry)) from None
+            failed = self._entry(
+                index, CallKind.STEP, name, EntryState.ERROR, error, tries=tries, duration=duration
+            )
+            self._record(
+                failed, ("step failed", {"name": name, "index": index, "error": _first(error)})
+            )
+            raise
+        finally:
+            self._in_step = None
+            self._live.current_step = None
+        if self.halted is not None:
+            raise self.halted  # the step swallowed the DurableCallError it caused
+        duration = self._clock.monotonic() - started
+        done = self._entry(
+            index, CallKind.STEP, name, EntryState.DONE, result, tries=tries + 1, duration=duration
+        )
+        self._record(done)
+        return result
+
+    def _suspend_retry(self, entry: JournalEntry) -> Suspend:
+        """Park the run until the step's backoff ends: a durable timer, no worker held."""
+        wake_at = entry.wake_at
+        if wake_at is None:
+            raise RuntimeError(f"run {self.run_id}: step retry #{entry.call_index} has no wake_at")
+        return Suspend(
+            RunStatus.QUEUED,
+            wake_at,
+            entry,
+            (
+                "step retry scheduled",
+                {
+                    "name": entry.name,
+                    "index": entry.call_index,
+                    "try": entry.tries + 1,
+                    "at": wake_at.isoformat(timespec="microseconds"),
+                    "error": _first(entry.value or {}),
+                },
+            ),
+        )
+
+    def sleep(self, duration: Duration, *, name: str = "sleep") -> None:
+        """Sleep durably: the deadline is recorded first; a restart never restarts it."""
+        self._guard("sleep")
+        delta = _duration(duration)
+        self._sleep(name, lambda now: now + delta)
+
+    def sleep_until(self, when: datetime | float | int, *, name: str = "sleep") -> None:
+        """Sleep until a timezone-aware datetime or an epoch time in seconds."""
+        self._guard("sleep_until")
+        if isinstance(when, datetime):
+            if when.tzinfo is None or when.utcoffset() is None:
+                raise _misuse(
+                    f"ctx.sleep_until() needs a timezone-aware datetime, got naive {when.isoformat()};"
+                    " use e.g. datetime(..., tzinfo=UTC) or ZoneInfo('Europe/Paris')"
+                )
+            target = when.astimezone(UTC)
+        elif isinstance(when, int | float) and not isinstance(when, bool):
+            target = datetime.fromtimestamp(when, UTC)
+        else:
+            raise _misuse(
+                f"ctx.sleep_until() takes an aware datetime or epoch seconds, got {type(when).__name__}"
+            )
+        self._sleep(name, lambda now: target)
+
+    def _sleep(self, name: str, deadline: Callable[[datetime], datetime]) -> None:
+        index, entry = self._next_call(CallKind.SLEEP, name)
+        now = self._clock.now()
+        if entry is None:
+            wake_at = deadline(now)
+            if wake_at <= now:
+                # Fast path: still recorded, so a later code change cannot alter this run.
+                self._record(
+                    self._entry(
+                        index,
+                        CallKind.SLEEP,
+                        name,
+                        EntryState.DONE,
+                        None,
+                        wake_at=wake_at,
+                        resolved_at=now,
+                    )
+                )
+                return
+            pending = self._entry(
+                index, CallKind.SLEEP, name, EntryState.PENDING, None, wake_at=wake_at
+            )
+            raise self._halt(
+                Suspend(
+                    RunStatus.SLEEPING,
+                    wake_at,
+                    pending,
+                    (
+                        "sleep started",
+                        {
+                            "index": index,
+                            "wake_at": wake_at.isoformat(timespec="microseconds"),
+                            "for": format_duration(wake_at - now),
+                        },
+                    ),
+                )
+            )
+        if entry.state is EntryState.DONE:
+            return
+        recorded = entry.wake_at  # the recorded deadline stands across restarts and deploys
+        if recorded is None:
+            raise RuntimeError(f"run {self.run_id}: sleep #{index} was journaled without wake_at")
+        if recorded > now:
+            raise self._halt(
+                Suspend(
+                    RunStatus.SLEEPING,
+                    recorded,
+                    None,
+                    (
+                        "sleep resumed",
+                        {"index": index, "wake_at": recorded.isoformat(timespec="microseconds")},
+                    ),
+                )
+            )
+        self._record(
+            self._entry(
+                index,
+                CallKind.SLEEP,
+                name,
+                EntryState.DONE,
+                None,
+                wake_at=recorded,
+                resolved_at=now,
+            )
+        )
+
+    def wait_signal(
+        self, name: str, timeout: Duration | None = None, default: Any = MISSING
+    ) -> Any:
+        """Wait for signal `name` and return its payload.
+
+        Signals sent before the wait are buffered and consumed in order. On timeout,
+        return `default` when given, else raise SignalTimeoutError.
+        """
+        self._guard("wait_signal")
+        if not isinstance(name, str) or not name:
+            raise _misuse("ctx.wait_signal() needs a signal name")
+        index, entry = self._next_call(CallKind.SIGNAL, name)
+        if entry is not None and entry.state is EntryState.DONE:
+            return self._signal_value(name, entry.value, default)
+        ok, payload, found = self._store.consume_signal(
+            self.run_id, self._fence, name, index, self._clock.now()
+        )
+        if not ok:
+            raise self._halt(LeaseLost(self.run_id))
+        if found:
+            self._journal[index] = self._entry(
+                index,
+                CallKind.SIGNAL,
+                name,
+                EntryState.DONE,
+                {"payload": payload, "timed_out": False},
+            )
+            self._max_index = max(self._max_index, index)
+            return payload
+        now = self._clock.now()
+        if entry is None:
+            timeout_at = None if timeout is None else now + _duration(timeout)
+        else:
+            timeout_at = entry.wake_at  # the recorded timeout stands
+        if timeout_at is not None and timeout_at <= now:
+            value = {"payload": None, "timed_out": True}
+            self._record(
+                self._entry(
+                    index,
+                    CallKind.SIGNAL,
+                    name,
+                    EntryState.DONE,
+                    value,
+                    wake_at=timeout_at,
+                    resolved_at=now,
+                ),
+                ("signal timed out", {"name": name, "index": index}),
+            )
+            return self._signal_value(name, value, default)
+        pending = self._entry(
+            index, CallKind.SIGNAL, name, EntryState.PENDING, None, wake_at=timeout_at
+        )
+        data: dict[str, Any] = {"name": name, "index": index}
+        if timeout_at is not None:
+            data["timeout_at"] = timeout_at.isoformat(timespec="microseconds")
+        raise self._halt(
+            Suspend(
+                RunStatus.WAITING,
+                timeout_at,
+                pending if entry is None else entry,
+                ("waiting for signal", data),
+            )
+        )
+
+    def _signal_value(self, name: str, value: Any, default: Any) -> Any:
+        if value.get("timed_out"):
+            if default is not MISSING:
+                return default
+            raise SignalTimeoutError(f"no signal {name!r} arrived before the timeout")
+        return value.get("payload")
+
+    def child(self, target: str, input: dict[str, Any] | None = None) -> Any:
+        """Start a child workflow (once) and wait durably for its result."""
+        self._guard("child")
+        name = f"workflow {target}"
+        index, entry = self._next_call(CallKind.STEP, name)
+        if entry is not None and entry.state is EntryState.DONE:
+            return entry.value
+        if entry is not None and entry.state is EntryState.ERROR:
+            raise rebuild_error(entry.value)
+        if self._children is None:
+            raise DurableCallError("ctx.child() is not available here")
+        key = f"child:{self.run_id}:{index}"
+        child_id = self._children.start_child(self, target, dict(input or {}), key)
+        child = self._store.get_run(child_id)
+        if child.status is RunStatus.COMPLETED:
+            self._record(self._entry(index, CallKind.STEP, name, EntryState.DONE, child.result))
+            return child.result
+        if child.status.is_terminal:
+            err = dict(
+                child.error
+                or {"type": "ChildFailed", "message": f"child run {child_id} {child.status}"}
+            )
+            err["child_run_id"] = child_id
+            self._record(self._entry(index, CallKind.STEP, name, EntryState.ERROR, err))
+            raise rebuild_error(err)
+        pending = self._entry(
+            index, CallKind.STEP, name, EntryState.PENDING, {"child_run_id": child_id}
+        )
+        raise self._halt(
+            Suspend(
+                RunStatus.WAITING,
+                None,
+                pending,
+                ("waiting for child", {"child_run_id": child_id, "index": index}),
+            )
+        )
+
+    def now(self) -> datetime:
+        """The current time, recorded: replay returns the same instant."""
+        return self._recorded_value(
+            CallKind.NOW,
+            self._clock.now,
+            encode=lambda value: value.isoformat(timespec="microseconds"),
+            decode=datetime.fromisoformat,
+        )
+
+    def uuid(self) -> str:
+        """A random UUID (string), recorded."""
+        return self._recorded_value(CallKind.UUID, lambda: str(_uuid.uuid4()), decode=str)
+
+    def random(self) -> float:
+        """A random float in [0, 1), recorded."""
+        return self._recorded_value(CallKind.RANDOM, _random.random, decode=float)
+
+    def _recorded_value(
+        self,
+        kind: CallKind,
+        fresh: Callable[[], T],
+        *,
+        decode: Callable[[Any], T],
+        encode: Callable[[T], Any] = lambda value: value,
+    ) -> T:
+        """now/uuid/random: the value journaled at this call index, else a fresh one, journaled.
+
+        The call's name is its kind. A fresh value is returned as made (not re-read from its
+        JSON), so the first run and every replay of it see an equal value.
+        """
+        name = str(kind)
+        self._guard(name)
+        index, entry = self._next_call(kind, name)
+        if entry is not None:
+            return decode(entry.value)
+        value = fresh()
+        self._record(self._entry(index, kind, name, EntryState.DONE, encode(value)))
+        return value
+
+    def version(self, change_id: str, min_version: int, max_version: int) -> int:
+        """Branch safely on a code change: old runs keep `min_version`, new ones get `max_version`.
+
+        Keyed by change_id; does not take a call index.
+        """
+        self._guard("version")
+        if min_version > max_version:
+            raise _misuse(
+                f"ctx.version({change_id!r}): min {min_version} is above max {max_version}"
+            )
+        recorded = self._versions.get(change_id)
+        if recorded is not None:
+            if not min_version <= recorded <= max_version:
+                raise self._halt(
+                    NonDeterminismError(
+                        f"run {self.run_id}: version {change_id!r} was recorded as {recorded}, outside"
+                        f" the supported range {min_version}..{max_version}"
+                    )
+                )
+            return recorded
+        at_frontier = self._index > self._max_index
+        value = max_version if at_frontier else min_version
+        if not self._store.record_version(
+            self.run_id, self._fence, change_id, value, self._clock.now()
+        ):
+            raise self._halt(LeaseLost(self.run_id))
+        self._versions[change_id] = value
+        return value
+
+    def publish(self, key: str, value: Any) -> None:
+        """Show a status value to operators (`flowctl show`, the TUI), e.g. progress.
+
+        Not a journaled call: it takes no call index. While replaying recorded history the
+        write is skipped, since the same code published the same value the first time.
+        """
+        self._guard("publish")
+        if not isinstance(key, str) or not key:
+            raise _misuse("ctx.publish() needs a non-empty string key")
+        if self._index <= self._max_index:
+            return
+        if not self._store.publish(self.run_id, self._fence, key, value, self._clock.now()):
+            raise self._halt(LeaseLost(self.run_id))
+
+    # -- engine hooks ----------------------------------------------------------
+
+    def _enter(self) -> None:
+        self._active = True
+        self._thread = threading.current_thread()
+        _local.ctx = self
+
+    def _exit(self) -> None:
+        self._active = False
+        _local.ctx = None
+
+    def exec_spent(self) -> float:
+        return self._live.spent()
+
+
+class LiveRun:
+    """The engine's and heartbeat's shared view of one executing run."""
+
+    def __init__(
+        self, run_id: str, fence: int, clock: Clock, spent_before: float, timeout: float | None
+    ) -> None:
+        self.run_id = run_id
+        self.fence = fence
+        self._clock = clock
+        self._started = clock.monotonic()
+        self._spent_before = spent_before
+        self.timeout = timeout
+        self._interrupt: Interrupt | None = None
+        self._pause = False
+        self.current_step: str | None = None  # the step the handler is inside, for `why`
+        self.lost = False
+        self._lock = threading.Lock()
+
+    def spent(self) -> float:
+        return self._spent_before + (self._clock.monotonic() - self._started)
+
+    @property
+    def pause_requested(self) -> bool:
+        """Told by the heartbeat that an operator paused the run: park at the next durable call."""
+        return self._pause
+
+    def request_pause(self) -> None:
+        self._pause = True
+
+    def interrupt(self, exc: Interrupt) -> None:
+        with self._lock:
+            if self._interrupt is None:
+                self._interrupt = exc
+
+    def delivered(self) -> Interrupt | None:
+        """What the heartbeat told this handler (cancel, deadline, budget, lost lease), if anything.
+
+        Once told, the handler's end is that stop even if it returns normally, so whether a
+        cancelled run ends `cancelled` does not depend on when its handler next called ctx.
+        """
+        with self._lock:
+            return self._interrupt
+
+    def interruption(self) -> Interrupt | None:
+        from flowctl.errors import ExecutionTimeoutError
+
+        with self._lock:
+            if (
+                self._interrupt is None
+                and self.timeout is not None
+                and self.spent() >= self.timeout
+            ):
+                self._interrupt = ExecutionTimeoutError(
+                    f"execution budget of {self.timeout:g}s used up"
+                )
+            return self._interrupt
+
+
+# ---------------------------------------------------------------------------
+# Errors as JSON, and back
+
+
+def error_dict(exc: BaseException, *, with_traceback: bool = True) -> dict[str, Any]:
+    """How a raised exception is recorded: type, message, traceback, plus its own fields."""
+    cls = type(exc)
+    err: dict[str, Any] = {
+        "type": getattr(exc, "error_type", cls.__name__),
+        "message": str(exc),
+        "py_type": f"{cls.__module__}:{cls.__qualname__}",
+    }
+    try:
+        # The constructor arguments, when JSON: KeyError('k') prints as "'k'", so the message
+        # alone cannot rebuild it, nor an error made from several arguments.
+        err["args"] = json.loads(json.dumps(list(exc.args), allow_nan=False))
+    except (TypeError, ValueError):
+        pass
+    fields = getattr(exc, "error_fields", None)
+    if callable(fields):
+        err.update(fields())
+    if is_non_retryable(exc):
+        err["non_retryable"] = True
+    if with_traceback and exc.__traceback__ is not None:
+        err["traceback"] = "".join(traceback.format_exception(cls, exc, exc.__traceback__))[-8000:]
+    return err
+
+
+def rebuild_error(err: dict[str, Any]) -> Exception:
+    """The recorded error as the same exception type when it can be rebuilt, else
+    StepFailedError; one recorded as non-retryable stays so on replay."""
+    exc = _rebuild(err)
+    return mark_non_retryable(exc) if err.get("non_retryable") is True else exc
+
+
+def _rebuild(err: dict[str, Any]) -> Exception:
+    from flowctl.errors import CommandFailedError, CommandTimeoutError
+
+    type_name = str(err.get("type", "Error"))
+    message = str(err.get("message", ""))
+    if type_name == "CommandFailed":
+        return CommandFailedError(int(err.get("exit_code", 1)), str(err.get("stderr_tail", "")))
+    if type_name == "CommandTimeout":
+        return CommandTimeoutError(float(err.get("timeout", 0)), str(err.get("stderr_tail", "")))
+    py_type = err.get("py_type")
+    cls: Any = None
+    if isinstance(py_type, str) and ":" in py_type:
+        module_name, _, qualname = py_type.partition(":")
+        import sys
+
+        module = sys.modules.get(module_name)
+        if module is None and module_name == "builtins":
+            import builtins as module
+        if module is not None:
+            cls = module
+            for part in qualname.split("."):
+                cls = getattr(cls, part, None)
+                if cls is None:
+                    break
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        # Rebuilt only when the new exception says exactly what the recorded one said, so a
+        # type whose constructor means something else falls back to StepFailedError.
+        attempts: list[list[Any]] = [[message]]
+        if isinstance(err.get("args"), list):
+            attempts.insert(0, err["args"])
+        for args in attempts:
+            try:
+                exc = cls(*args)
+            except Exception:
+                continue
+            if str(exc) == message:
+                return exc
+    return StepFailedError(type_name, message)
+
+
+def _misuse(message: str) -> UsageError:
+    """A durable call used wrongly: the same code does the same again, so no retry can fix it."""
+    return mark_non_retryable(UsageError(message))
+
+
+def _duration(value: Duration) -> timedelta:
+    """parse_duration, with a bad duration flagged as an error no retry can fix."""
+    try:
+        return parse_duration(value)
+    except UsageError as exc:
+        raise mark_non_retryable(exc) from None
+
+
+def _first(error: dict[str, Any]) -> str:
+    msg = str(error.get("message") or "").splitlines()
+    return f"{error.get('type')}: {msg[0]}" if msg else str(error.get("type"))
+
+
+__all__ = ["MISSING", "Context", "LeaseLost", "LiveRun", "Suspend", "current", "timedelta"]

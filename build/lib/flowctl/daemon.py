@@ -1,0 +1,841 @@
+"""The daemon: a timer wheel of the soonest wake times, claims with leases and fences,
+heartbeats, crash recovery and graceful drain.
+
+`Daemon.tick()` runs one iteration synchronously (tests drive it with a FakeClock);
+`Daemon.run_forever()` is the real loop with a worker pool and a heartbeat thread.
+The same class, restricted to one run, is the worker behind `flowctl run --wait`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import queue
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from flowctl.clock import Clock
+from flowctl.commands import kill_running_commands
+from flowctl.context import LeaseLost, LiveRun
+from flowctl.engine import Engine, Outcome
+from flowctl.errors import (
+    Cancelled,
+    DatabaseError,
+    DatabaseGoneError,
+    DeadlineExceededError,
+    DiskFullError,
+    ExecutionTimeoutError,
+    UsageError,
+)
+from flowctl.identity import HOST, make_owner, owner_is_dead, proc_start
+from flowctl.model import Claim, JournalEntry, RunStatus, from_us, to_us
+from flowctl.scheduler import Scheduler
+from flowctl.store import Store
+
+log = logging.getLogger(__name__)
+
+POLL_INTERVAL = 0.05  # data_version is read at least this often
+WHEEL_SIZE = 512  # soonest wake times kept in memory; the rest stay in the index
+JUMP_THRESHOLD = 2.0  # seconds of disagreement between wall and monotonic time
+UNWIND_WAIT = 0.5  # after the grace period: time for interrupted handlers to stop, then exit
+REAP_EVERY = 1.0  # seconds between checks for dead owners holding leases
+WATCH_FILE_EVERY = 1.0  # seconds between checks that the database file is still at its path
+FULL_RETRY = 1.0  # seconds between retries while the disk (or the database) is full
+
+
+class DaemonStopping(LeaseLost):
+    """Tells a live handler the daemon is going away: stop and leave the run to be reclaimed.
+
+    A LeaseLost, so the engine abandons the run without writing an outcome: stopping a
+    daemon never invents a timeout, deadline or cancellation.
+    """
+
+    reason = "daemon stopping"
+
+
+# ---------------------------------------------------------------------------
+# The timer wheel
+
+
+class TimerWheel:
+    """A min-heap of the soonest (run_at, run_id) pairs, refilled from the (status, run_at) index.
+
+    At most `size` entries are loaded at a time; `horizon` is the last time loaded,
+    beyond which more may wait in the database. A million sleepers cost rows, not
+    memory. Not thread-safe: the daemon guards it with a lock.
+    """
+
+    def __init__(self, size: int = WHEEL_SIZE) -> None:
+        self.size = size
+        self._heap: list[tuple[int, str]] = []
+        self.horizon: int | None = None  # None: everything claimable is in memory
+
+    def refill(self, store: Store) -> None:
+        rows = store.next_due(self.size)
+        self._heap = list(rows)
+        heapq.heapify(self._heap)
+        self.horizon = rows[-1][0] if len(rows) >= self.size else None
+
+    def push(self, at: datetime, run_id: str) -> None:
+        at_us = to_us(at)
+        if self.horizon is not None and at_us > self.horizon:
+            return  # beyond what we hold; the index brings it back at the next refill
+        heapq.heappush(self._heap, (at_us, run_id))
+
+    def next_at(self) -> int | None:
+        return self._heap[0][0] if self._heap else None
+
+    def pop_due(self, now_us: int) -> int:
+        n = 0
+        while self._heap and self._heap[0][0] <= now_us:
+            heapq.heappop(self._heap)
+            n += 1
+        return n
+
+    def needs_refill(self) -> bool:
+        return not self._heap and self.horizon is not None
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+# ---------------------------------------------------------------------------
+# The daemon
+
+
+@dataclass
+class DaemonConfig:
+    concurrency: int = 4
+    lease: float = 15.0
+    heartbeat: float = 1.0
+    grace: float = 30.0
+    claim_batch: int = 64
+
+
+class Daemon:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        config: DaemonConfig | None = None,
+        *,
+        engine: Engine | None = None,
+        only_run_id: str | None = None,
+        on_checkpoint: Callable[[JournalEntry], None] | None = None,
+        on_outcome: Callable[[Outcome], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.config = config or DaemonConfig()
+        if self.config.heartbeat >= self.config.lease:
+            raise UsageError(
+                f"heartbeat ({self.config.heartbeat:g}s) must be shorter than the lease"
+                f" ({self.config.lease:g}s), or leases lapse while handlers run"
+            )
+        if self.config.concurrency < 1:
+            raise UsageError(f"concurrency must be at least 1, got {self.config.concurrency}")
+        self.engine = engine or Engine(store, clock)
+        self.owner = make_owner()
+        self.only_run_id = only_run_id
+        self.on_checkpoint = on_checkpoint
+        self.on_outcome = on_outcome
+        self.wheel = TimerWheel()
+        self._wheel_lock = threading.Lock()
+        self._dirty = False  # our own write may have made a run due: refill the wheel
+        self._live: dict[str, LiveRun] = {}
+        self._silenced: set[str] = set()  # runs whose lease we no longer extend (lost to another)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self.serving = threading.Event()  # set once run_forever's loop is under way
+        self._jobs: queue.SimpleQueue[tuple[Claim, LiveRun] | None] = queue.SimpleQueue()
+        self._workers: list[threading.Thread] = []
+        self._stopping = False
+        self._solo: str | None = None  # the suspect running alone here, if any
+        self._suspects = False  # a suspect is due: claim nothing new until it has run alone
+        self._stop_asked: float | None = None  # monotonic time of stop(): the grace counts from it
+        self._hard_stop = False
+        # Set when run_forever returns, so its heartbeat thread ends with it (on a FakeClock
+        # nobody advances time after a test's daemon stops: a timed wait alone never ends).
+        self._served = threading.Event()
+        self._data_version = -1
+        self._last_reap = float("-inf")
+        self._last_file_check = float("-inf")
+        self._db_gone = False  # the file was deleted or replaced: write nothing more
+        self._full = False  # the last pass failed on a full disk
+        self._last_wall: datetime | None = None
+        self._last_mono = 0.0
+        self._last_boot = 0.0
+        self.executed = 0
+        # Schedules fire from the daemon, never from a one-run worker (`flowctl run --wait`).
+        self.scheduler = Scheduler(store, clock) if only_run_id is None else None
+        self._next_fire: datetime | None = None  # soonest schedule fire not yet handled
+
+    # -- the loop body -------------------------------------------------------
+
+    def tick(self) -> int:
+        """The serving loop's body: refill the wheel if another process wrote, fire due
+        schedules, reap dead owners, claim what the wheel says is due and dispatch it,
+        again while slots are free and claims succeed. Returns the runs claimed.
+
+        `run_forever()` is this, repeated, plus waiting. Without a worker pool (tests,
+        `flowctl.testing`) claimed runs execute here, synchronously, so one call runs
+        everything due at the current time.
+        """
+        claimed = 0
+        with self.store.own_writes():
+            while True:
+                n = self._pass()
+                claimed += n
+                if not n or self._free() <= 0:
+                    return claimed
+
+    def _pass(self) -> int:
+        self._watch_db_file()
+        now = self.clock.now()
+        self._watch_clock(now)
+        dv = self.store.data_version()
+        if dv != self._data_version or self._dirty or self.wheel.needs_refill():
+            changed = dv != self._data_version
+            self._data_version = dv
+            self._refill()
+            if changed and self._live:
+                self._pass_cancels()
+            if self.scheduler is not None:  # `schedule add/pause/resume` by another process
+                self._next_fire = self.scheduler.next_fire()
+        if self.scheduler is not None and self._next_fire is not None and self._next_fire <= now:
+            self._next_fire = self.scheduler.tick(now)
+            self._refill()  # the runs it created are our own writes: data_version is silent
+        self._reap_dead_owners()
+        if self._dirty:
+            self._refill()
+        if self._solo is not None:
+            return 0  # a suspect runs alone here: nothing else until its handler stops
+        free = self._free()
+        due_at = self._next_at()
+        now_us = to_us(now)
+        due = due_at is not None and due_at <= now_us
+        if free == self.config.concurrency and (
+            self._suspects or (due and self.store.suspect_due(now))
+        ):
+            suspect = self._claim_suspect(now)
+            if suspect is not None:
+                self._solo = suspect.run.run_id
+                self._dispatch(suspect)
+                return 1
+            self._suspects = False
+        if self._suspects:
+            return 0  # claim nothing new: once what runs has stopped, the suspect runs alone
+        if free <= 0 or not due:
+            return 0
+        asked = min(free, self.config.claim_batch)
+        claims = self._claim(now, asked)
+        if len(claims) < asked:
+            # Everything due at `now` is claimed (or ended, or held as a suspect): drop those
+            # entries. A held suspect is remembered here instead.
+            with self._wheel_lock:
+                self.wheel.pop_due(now_us)
+            if self.store.suspect_due(now):
+                self._suspects = True
+        for claim in claims:
+            self._dispatch(claim)
+        return len(claims)
+
+    def _free(self) -> int:
+        with self._lock:
+            return self.config.concurrency - len(self._live)
+
+    # -- the real loop -------------------------------------------------------
+
+    def run_forever(self, *, until_idle: bool = False, install_signals: bool = False) -> int:
+        """Serve until stopped or, with `until_idle`, until nothing is running or due.
+
+        Returns the exit code: 0 after a drain (or idle), 1 after a second stop.
+        """
+        if install_signals:
+            self._install_signals()
+        while True:
+            try:
+                self.store.register_daemon(
+                    self.owner,
+                    HOST,
+                    os.getpid(),
+                    proc_start(os.getpid()),
+                    self.clock.now(),
+                    {"concurrency": self.config.concurrency, "lease": self.config.lease},
+                )
+                break
+            except DiskFullError as e:
+                self._wait_for_room(e)
+                if self._stopping:
+                    return 0
+        # Concurrent workers share one connection: let their commits share one fsync.
+        self.store.set_group_commit(self.config.concurrency > 1)
+        for i in range(self.config.concurrency):
+            t = threading.Thread(target=self._worker, name=f"flowctl-worker-{i}", daemon=True)
+            t.start()
+            self._workers.append(t)
+        hb = threading.Thread(target=self._heartbeat_loop, name="flowctl-heartbeat", daemon=True)
+        hb.start()
+        try:
+            with self.store.own_writes():
+                return self._serve(until_idle)
+        finally:
+            self._stopping = True
+            for _ in self._workers:
+                self._jobs.put(None)
+            self.store.set_group_commit(False)
+            self._served.set()
+            hb.join(timeout=5)
+            try:
+                if not self._db_gone:  # never write to a file that is no longer there
+                    self.store.unregister_daemon(self.owner, self.clock.now())
+            except Exception:
+                log.exception("could not unregister the daemon")
+
+    def _serve(self, until_idle: bool) -> int:
+        self._reap_dead_owners(force=True)
+        drain_deadline: float | None = None
+        while True:
+            if self._hard_stop:
+                self._abandon("the daemon was stopped", until=self.clock.monotonic())
+                return 1
+            if self._stopping:
+                if drain_deadline is None:
+                    # From the stop request (stop()), or from now (a signal, seen within a poll).
+                    asked = self._stop_asked
+                    drain_deadline = (
+                        asked if asked is not None else self.clock.monotonic()
+                    ) + self.config.grace
+                    log.info("draining: %d run(s) still running", len(self._live))
+                if not self._live:
+                    return 0
+                if self.clock.monotonic() >= drain_deadline:
+                    log.warning(
+                        "grace period of %gs over; %d run(s) left to be reclaimed",
+                        self.config.grace,
+                        len(self._live),
+                    )
+                    # Exit within the grace plus UNWIND_WAIT, however late this loop looked.
+                    self._abandon("grace period over", until=drain_deadline + UNWIND_WAIT)
+                    return 0
+                self.clock.wait(
+                    self._wake, min(POLL_INTERVAL, drain_deadline - self.clock.monotonic())
+                )
+                self._wake.clear()
+                continue
+            try:
+                claimed = self.tick()
+            except DiskFullError as e:
+                self._wait_for_room(e)
+                continue
+            if self._full:
+                self._full = False
+                log.warning("the database has room again: serving")
+            self.serving.set()  # clocks, data_version and the wheel all read at least once
+            if until_idle and not claimed and not self._live and not self._dirty:
+                next_at = self._next_at()
+                if next_at is None or next_at > to_us(self.clock.now()):
+                    return 0
+            self._wait_for_work()
+
+    def _wait_for_room(self, error: DiskFullError) -> None:
+        """A full disk: say so once, wait, and let the caller retry. Nothing committed is
+        lost (the failed transaction rolled back whole), so waiting is all there is to do."""
+        if not self._full:
+            self._full = True
+            log.warning("%s; nothing committed is lost; retrying every %gs", error, FULL_RETRY)
+        self.clock.wait(self._wake, FULL_RETRY)
+        self._wake.clear()
+
+    def _watch_db_file(self) -> None:
+        """Stop serving a database file that is no longer at its path (deleted, or replaced
+        by a restore or a copy): every later write would go to the void while new runs wait
+        in the file now at the path. A stat, once a second; raises DatabaseGoneError."""
+        mono = self.clock.monotonic()
+        if mono - self._last_file_check < WATCH_FILE_EVERY:
+            return
+        self._last_file_check = mono
+        problem = self.store.file_replaced()
+        if problem is None:
+            return
+        self._db_gone = True
+        self._hard_stop = True  # no heartbeat, release or unregister: they would write to it
+        with self._lock:
+            lives = list(self._live.values())
+        for live in lives:
+            live.interrupt(DaemonStopping("the database file is gone"))
+        raise DatabaseGoneError(
+            f"{problem} while the daemon served it; stopping without writing to it again:"
+            " start the daemon again to serve the file now at that path"
+        )
+
+    def _wait_for_work(self) -> None:
+        """Until the next due time, a schedule fire, a worker finishing (the wake event) or
+        the next data_version read, whichever is first."""
+        timeout = POLL_INTERVAL
+        next_at = self._next_at()
+        may_claim = self._free() > 0 and self._solo is None and not self._suspects
+        if next_at is not None and may_claim:
+            timeout = min(timeout, (next_at - to_us(self.clock.now())) / 1e6)
+        if self._next_fire is not None:
+            timeout = min(timeout, (self._next_fire - self.clock.now()).total_seconds())
+        if timeout > 0:
+            self.clock.wait(self._wake, timeout)
+        self._wake.clear()
+
+    def stop(self, *, drain: bool = True) -> None:
+        """Drain (stop claiming, let running handlers finish); a second call stops at once."""
+        if self._stopping or not drain:
+            self._hard_stop = True
+        if self._stop_asked is None:
+            self._stop_asked = self.clock.monotonic()
+        self._stopping = True
+        self._wake.set()
+
+    def _install_signals(self) -> None:
+        def handler(signum: int, frame: Any) -> None:
+            if self._stopping:
+                log.warning("second signal: exiting now; running runs will be reclaimed")
+                os._exit(128 + signum)
+            log.info("signal %s: draining (send again to exit at once)", signum)
+            # Only a flag: the loop looks at it within POLL_INTERVAL. (Setting an Event from
+            # a signal handler can deadlock on the Event's own lock.)
+            self._stopping = True
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    # -- internals ---------------------------------------------------------------
+
+    def _next_at(self) -> int | None:
+        with self._wheel_lock:
+            return self.wheel.next_at()
+
+    def _refill(self) -> None:
+        self._dirty = False
+        with self._wheel_lock:
+            self.wheel.refill(self.store)
+
+    def _claim(self, now: datetime, limit: int) -> list[Claim]:
+        lease_until = now + timedelta(seconds=self.config.lease)
+        claims, ended = self.store.claim_due(
+            self.owner,
+            now,
+            lease_until,
+            limit,
+            run_id=self.only_run_id,
+            alone=self.only_run_id is not None,  # a one-run worker runs it alone
+        )
+        self._ended(ended)
+        return claims
+
+    def _claim_suspect(self, now: datetime) -> Claim | None:
+        """Claim one suspect to run alone: a crash now is charged to it, and to it only."""
+        lease_until = now + timedelta(seconds=self.config.lease)
+        claim, ended = self.store.claim_suspect(self.owner, now, lease_until)
+        self._ended(ended)
+        if claim is not None:
+            log.info(
+                "run %s: its worker died under it; running it alone (%d crash(es) charged)",
+                claim.run.run_id,
+                claim.run.crashes,
+            )
+        return claim
+
+    def _ended(self, ended: list[str]) -> None:
+        if ended:
+            self._dirty = True  # an ended child may have woken its parent
+            if self.on_outcome is not None:
+                for rid in ended:
+                    run = self.store.get_run(rid)
+                    self.on_outcome(Outcome(rid, run.status, error=run.error))
+
+    def _dispatch(self, claim: Claim) -> None:
+        run = claim.run
+        live = LiveRun(run.run_id, claim.fence, self.clock, run.exec_spent, run.timeout)
+        with self._lock:
+            self._live[run.run_id] = live
+        if self._workers:
+            self._jobs.put((claim, live))
+        else:  # no worker pool (tests, flowctl.testing): the loop body executes it here
+            self._execute(claim, live)
+
+    def _worker(self) -> None:
+        with self.store.own_writes():
+            while True:
+                job = self._jobs.get()
+                if job is None:
+                    return
+                self._execute(*job)
+
+    def _execute(self, claim: Claim, live: LiveRun | None = None) -> Outcome:
+        run_id = claim.run.run_id
+        if live is None:
+            live = LiveRun(run_id, claim.fence, self.clock, claim.run.exec_spent, claim.run.timeout)
+            with self._lock:
+                self._live[run_id] = live
+        try:
+            outcome = self.engine.execute(claim, live, on_checkpoint=self.on_checkpoint)
+        except DatabaseError as e:  # a full disk, say: one line; the lease lapses, then reclaim
+            log.warning("run %s: %s", run_id, e)
+            outcome = Outcome(run_id, None, error={"type": type(e).__name__, "message": str(e)})
+        except KeyboardInterrupt as e:
+            if self.engine.operator_interrupted:
+                raise  # the operator's Ctrl-C in a foreground worker: leave the run to a daemon
+            log.exception("run %s: engine error", run_id)
+            outcome = Outcome(run_id, None, error={"type": type(e).__name__, "message": str(e)})
+        except BaseException as e:  # a bug in the engine must not kill the worker thread silently
+            log.exception("run %s: engine error", run_id)
+            outcome = Outcome(run_id, None, error={"type": type(e).__name__, "message": str(e)})
+        finally:
+            with self._lock:
+                self._live.pop(run_id, None)
+                self._silenced.discard(run_id)
+                if self._solo == run_id:
+                    self._solo = None
+        self.executed += 1
+        if outcome.status is None:
+            # Nothing written: the row still holds a lease (ours, lapsing, or another's now).
+            # Refill, so our own timer reclaims it when that lease lapses.
+            self._dirty = True
+            if outcome.error is None:
+                self._note_lost(claim, live)
+        self._after(claim, outcome)
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
+        self._wake.set()
+        return outcome
+
+    def _after(self, claim: Claim, outcome: Outcome) -> None:
+        """Keep the wheel true after our own writes, which data_version does not report."""
+        status = outcome.status
+        if status is None:
+            return
+        with self._wheel_lock:
+            if outcome.run_at is not None and not status.is_terminal:
+                self.wheel.push(outcome.run_at, claim.run.run_id)
+            if status.is_terminal and claim.run.parent_run_id is not None:
+                self.wheel.push(self.clock.now(), claim.run.parent_run_id)
+        if status.is_terminal and claim.run.schedule is not None:
+            self._dirty = True  # overlap=queue: its end may have released the next held run
+        if status is RunStatus.WAITING and outcome.run_at is None:
+            self._dirty = True  # it may have started a child run, due now
+
+    def _note_lost(self, claim: Claim, live: LiveRun) -> None:
+        """Our write was refused (or would be): the fence moved on. Say so in the timeline."""
+        if isinstance(live.interruption(), DaemonStopping):
+            return  # released by _abandon, which writes its own note
+        run_id = claim.run.run_id
+        try:
+            now_run = self.store.get_run(run_id)
+            log.warning(
+                "run %s: lease lost (our fence %d, now %d held by %s); abandoned",
+                run_id,
+                claim.fence,
+                now_run.fence,
+                now_run.lease_owner,
+            )
+            self.store.add_event(
+                run_id,
+                "lease lost",
+                {
+                    "owner": self.owner,
+                    "fence": claim.fence,
+                    "current_fence": now_run.fence,
+                    "noticed_by": "heartbeat" if live.lost else "write",
+                    "note": "late write rejected by the fence; the run is another worker's now",
+                },
+                self.clock.now(),
+            )
+        except DatabaseError as e:
+            log.warning("run %s: could not note the lost lease: %s", run_id, e)
+        except Exception:
+            log.exception("run %s: could not note the lost lease", run_id)
+
+    def _abandon(self, reason: str, *, until: float) -> None:
+        """Interrupt live handlers, let them unwind until monotonic time `until`, then kill
+        the commands still running and release every lease held."""
+        with self._lock:
+            lives = list(self._live.values())
+        for live in lives:
+            live.interrupt(DaemonStopping(reason))
+        give_up = until
+        while self._live and self.clock.monotonic() < give_up:
+            self.clock.wait(self._wake, min(POLL_INTERVAL, give_up - self.clock.monotonic()))
+            self._wake.clear()
+        if self._live:
+            # Told at once, but a command that ignores SIGTERM would keep its handler (and
+            # this exit) waiting for its SIGKILL: the exit keeps to the grace period instead.
+            n = kill_running_commands()
+            if n:
+                log.warning("killed %d command(s) still running", n)
+        held = [(live.run_id, live.fence) for live in lives]
+        with self._lock:
+            # Handed back: a handler still unwinding here must not extend its lease again.
+            self._silenced.update(run_id for run_id, _ in held)
+        try:
+            n = self.store.release_runs(self.owner, held, self.clock.now(), reason)
+        except Exception:
+            log.exception("could not release leases")
+            return
+        if n:
+            log.warning("released %d run(s) for another worker to reclaim (%s)", n, reason)
+
+    def _heartbeat_loop(self) -> None:
+        with self.store.own_writes():
+            self._heartbeats()
+
+    def _heartbeats(self) -> None:
+        while not self._hard_stop:
+            self.clock.wait(self._served, self.config.heartbeat)
+            if self._hard_stop or self._served.is_set():
+                return
+            if self._stopping and not self._live:
+                return
+            try:
+                self.heartbeat_once()
+            except DatabaseError as e:
+                log.warning("heartbeat failed: %s", e)
+            except Exception:
+                log.exception("heartbeat failed")
+
+    def _pass_cancels(self) -> None:
+        """Another process wrote: tell live handlers of cancellations now, not at the next
+        heartbeat (a read; the heartbeat would tell them too)."""
+        with self._lock:
+            held = [rid for rid in self._live if rid not in self._silenced]
+        for rid in self.store.pauses_requested(held):
+            with self._lock:
+                live = self._live.get(rid)
+            if live is not None:
+                live.request_pause()
+        for rid in self.store.cancels_requested(held):
+            with self._lock:
+                live = self._live.get(rid)
+            if live is not None:
+                live.interrupt(Cancelled("cancel requested by operator"))
+
+    def heartbeat_once(self) -> None:
+        """Extend our leases and pass cancellations, deadlines and timeouts to live handlers."""
+        with self._lock:
+            held = [(rid, live) for rid, live in self._live.items() if rid not in self._silenced]
+        if not held:
+            return
+        now = self.clock.now()
+        replies = self.store.heartbeat(
+            self.owner,
+            [(rid, live.fence, live.spent()) for rid, live in held],
+            now + timedelta(seconds=self.config.lease),
+            now,
+            steps={rid: live.current_step for rid, live in held},
+        )
+        lives = dict(held)
+        for reply in replies:
+            live = lives[reply.run_id]
+            exc: BaseException | None = None
+            if reply.lost:
+                live.lost = True
+                exc = LeaseLost(reply.run_id)
+            elif reply.cancel:
+                exc = Cancelled("cancel requested by operator")
+            elif reply.deadline:
+                exc = DeadlineExceededError("the run's deadline passed")
+            elif reply.timeout:
+                exc = ExecutionTimeoutError(f"execution budget of {live.timeout:g}s used up")
+            if reply.pause and exc is None:
+                live.request_pause()  # not an interrupt: it parks at its next durable call
+            if exc is None:
+                continue
+            live.interrupt(exc)  # type: ignore[arg-type]
+            if reply.lost:
+                with self._lock:
+                    self._silenced.add(reply.run_id)  # another worker's now: nothing to extend
+            # Otherwise keep extending the lease: a Python step cannot be interrupted, so the
+            # run stays `running` (cancel requested, deadline passed, budget spent) while its
+            # handler still runs here, and nobody else may claim it. It ends as told when the
+            # handler stops, or, if this daemon dies, at the reclaim (claim_verdict).
+
+    def _reap_dead_owners(self, *, force: bool = False) -> None:
+        """Leases held by a provably dead process (same host, pid gone) lapse now."""
+        mono = self.clock.monotonic()
+        if not force and mono - self._last_reap < REAP_EVERY:
+            return
+        self._last_reap = mono
+        now = self.clock.now()
+        for owner in self.store.running_owners():
+            if owner != self.owner and owner_is_dead(owner):
+                n = self.store.expire_owner(owner, now)
+                if n:
+                    log.info("owner %s is gone: %d run(s) reclaimable now", owner, n)
+                    self._dirty = True
+        if force:
+            for d in self.store.daemons():
+                if d.owner != self.owner and owner_is_dead(d.owner):
+                    self.store.unregister_daemon(d.owner)
+
+    def _watch_clock(self, now: datetime) -> None:
+        """Detect wall-clock jumps and host suspend/resume; note them on affected runs.
+
+        `now` is only a hint: the three clocks are sampled here together, again if the
+        host was suspended between the samples, so a suspend is never mistaken for a jump.
+        """
+        for _ in range(3):
+            boot0 = _boottime(self.clock)
+            mono = self.clock.monotonic()
+            now = self.clock.now()
+            boot = _boottime(self.clock)
+            if boot - boot0 < JUMP_THRESHOLD / 2:
+                break
+        if self._last_wall is None:
+            self._last_wall, self._last_mono, self._last_boot = now, mono, boot
+            return
+        wall_delta = (now - self._last_wall).total_seconds()
+        mono_delta = mono - self._last_mono
+        boot_delta = boot - self._last_boot
+        prev_wall = self._last_wall
+        self._last_wall, self._last_mono, self._last_boot = now, mono, boot
+        suspended = boot_delta - mono_delta
+        jump = wall_delta - boot_delta
+        if suspended > JUMP_THRESHOLD:
+            self._note_gap("host resumed", prev_wall, now, {"suspended_s": round(suspended, 3)})
+        elif abs(jump) > JUMP_THRESHOLD:
+            self._note_gap("clock jumped", prev_wall, now, {"jump_s": round(jump, 3)})
+
+    def _note_gap(
+        self, type_: str, before: datetime, after: datetime, data: dict[str, Any]
+    ) -> None:
+        """Write the gap to the timeline of every run whose due time it passed over."""
+        lo, hi = (before, after) if before <= after else (after, before)
+        affected = self.store.runs_due_between(lo, hi, limit=10_000)
+        data = {
+            **data,
+            "from": before.isoformat(timespec="microseconds"),
+            "to": after.isoformat(timespec="microseconds"),
+        }
+        log.warning("%s: %s (%d run(s) affected)", type_, data, len(affected))
+        if affected:
+            self.store.add_events(affected, type_, data, after)
+        self._dirty = True
+
+
+def _boottime(clock: Clock) -> float:
+    fn = getattr(clock, "boottime", None)
+    return float(fn()) if callable(fn) else clock.monotonic()
+
+
+def wall(at_us: int) -> datetime:
+    return from_us(at_us)
+
+
+def drive_run(
+    store: Store,
+    clock: Clock,
+    run_id: str,
+    config: DaemonConfig | None = None,
+    *,
+    wait: bool,
+    on_checkpoint: Callable[[JournalEntry], None] | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
+    engine: Engine | None = None,
+    timeout: float | None = None,
+) -> Any:
+    """Act as a worker for one run (`flowctl run`, `Client.run`) under the usual lease rules.
+
+    Runs it now in this thread; returns when it ends, or — unless `wait` — when it
+    suspends. With `wait`, it waits through sleeps (noticing signals and wakes made by
+    other processes) and resumes the run itself, unless a daemon gets there first.
+    """
+    worker = Daemon(
+        store,
+        clock,
+        config or DaemonConfig(concurrency=1),
+        engine=engine or Engine(store, clock, foreground=True),
+        only_run_id=run_id,
+        on_checkpoint=on_checkpoint,
+        on_outcome=on_outcome,
+    )
+    stop = threading.Event()
+    hb = threading.Thread(target=_heartbeat_until, args=(worker, stop), daemon=True)
+    hb.start()
+    idle = threading.Event()
+    give_up = None if timeout is None else clock.monotonic() + timeout
+    executing = threading.Event()
+    restore = _mark_operator_interrupts(worker.engine, executing, idle)
+    try:
+        while True:
+            _raise_if_operator_interrupted(worker.engine)
+            worker._reap_dead_owners()  # a dead daemon's lease on this run lapses at once
+            run = store.get_run(run_id)
+            if run.status.is_terminal:
+                return run
+            now = clock.now()
+            due = run.run_at is not None and run.run_at <= now
+            if not due:
+                if not wait:
+                    return run
+                if give_up is not None and clock.monotonic() >= give_up:
+                    return run
+                pause = POLL_INTERVAL
+                if run.run_at is not None and run.status is not RunStatus.RUNNING:
+                    pause = max(0.0, min(pause, (run.run_at - now).total_seconds()))
+                clock.wait(idle, pause)
+                continue
+            claims = worker._claim(now, 1)
+            for claim in claims:
+                executing.set()
+                try:
+                    worker._execute(claim)
+                finally:
+                    executing.clear()
+            if not claims:
+                clock.wait(idle, POLL_INTERVAL)
+    finally:
+        stop.set()
+        restore()
+
+
+def _raise_if_operator_interrupted(engine: Engine) -> None:
+    if engine.operator_interrupted:
+        raise KeyboardInterrupt
+
+
+def _mark_operator_interrupts(
+    engine: Engine, executing: threading.Event, idle: threading.Event
+) -> Callable[[], None]:
+    """While a foreground worker runs, a real SIGINT is marked as the operator's, so a
+    KeyboardInterrupt raised by workflow code fails its attempt instead. While a handler
+    executes, the interrupt is raised into it (a Python step cannot be stopped otherwise);
+    between runs it only wakes the wait loop, which raises at a point where no lock is held
+    (raising inside a Condition wait can leave its lock released twice). Returns the undo.
+    Only the main thread may set handlers; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:
+        return lambda: None  # someone else handles SIGINT here: leave it to them
+
+    def on_sigint(signum: int, frame: object) -> None:
+        engine.operator_interrupted = True
+        if executing.is_set():
+            raise KeyboardInterrupt
+        idle.set()
+
+    signal.signal(signal.SIGINT, on_sigint)
+
+    def restore() -> None:
+        signal.signal(signal.SIGINT, previous)
+
+    return restore
+
+
+def _heartbeat_until(worker: Daemon, stop: threading.Event) -> None:
+    while not worker.clock.wait(stop, worker.config.heartbeat):
+        try:
+            worker.heartbeat_once()
+        except Exception:
+            log.exception("heartbeat failed")

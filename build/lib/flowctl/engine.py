@@ -1,0 +1,227 @@
+"""Execute one claimed run: replay its handler and map how it stopped to a store transition.
+
+Returned: completed, suspended (sleeping / waiting / queued for a retry), failed
+(retried or dead-lettered), cancelled, or abandoned because the lease was lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from flowctl.clock import Clock
+from flowctl.context import ChildLauncher, Context, LeaseLost, LiveRun, Suspend, error_dict
+from flowctl.errors import (
+    Cancelled,
+    DeadlineExceededError,
+    ExecutionTimeoutError,
+    FlowctlError,
+    InputError,
+    Interrupt,
+    NonDeterminismError,
+    SerializationError,
+    is_non_retryable,
+)
+from flowctl.model import Claim, JournalEntry, RunStatus
+from flowctl.store import Store
+from flowctl.transitions import ErrorKind
+from flowctl.workflow import Loader
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    run_id: str
+    status: RunStatus | None  # None: the lease was lost and nothing was written
+    run_at: datetime | None = None
+    result: Any = None
+    error: dict[str, Any] | None = None
+
+
+class Engine:
+    """Runs handlers against the store. Knows nothing of daemons, CLIs or terminals."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        loader: Loader | None = None,
+        *,
+        foreground: bool = False,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.loader = loader or Loader()
+        self.children = _Children(self)
+        # In a foreground worker (`flowctl run --wait`) the operator's Ctrl-C stops this
+        # process and leaves the run to a daemon. It is told apart from a KeyboardInterrupt
+        # the workflow's own code raises by `operator_interrupted`, which the foreground
+        # worker's SIGINT handler sets; a daemon handles its signals itself.
+        self.foreground = foreground
+        self.operator_interrupted = False
+
+    def execute(
+        self,
+        claim: Claim,
+        live: LiveRun | None = None,
+        on_checkpoint: Callable[[JournalEntry], None] | None = None,
+    ) -> Outcome:
+        run = claim.run
+        live = live or LiveRun(run.run_id, claim.fence, self.clock, run.exec_spent, run.timeout)
+        source, _ = self.store.run_source(run.run_id) if run.kind == "yaml" else (None, None)
+        try:
+            wf = self.loader.for_run(run.target, run.kind, run.cwd, source, run.source_hash)
+        except FlowctlError as e:
+            return self._fail(
+                claim, live, {"type": type(e).__name__, "kind": ErrorKind.LOAD, "message": str(e)}
+            )
+        inputs = run.input if isinstance(run.input, dict) else {}
+        try:
+            wf.check_binds(inputs)
+        except InputError as e:
+            return self._end(claim, live, RunStatus.DEAD, _non_retryable(e, claim))
+        ctx = Context(
+            self.store,
+            claim,
+            self.clock,
+            live=live,
+            children=self.children,
+            on_checkpoint=on_checkpoint,
+        )
+        ctx._enter()
+        stop: BaseException | None
+        try:
+            result = wf.handler(ctx, **inputs)
+        except (Exception, Interrupt, Suspend) as e:
+            # What a durable call halted on wins over what user code made of it (caught it
+            # and raised something else, say).
+            stop = ctx.halted or e
+        except BaseException as e:
+            if self.operator_interrupted and isinstance(e, KeyboardInterrupt):
+                raise
+            # SystemExit, KeyboardInterrupt, GeneratorExit from a step or the handler: this
+            # attempt fails like any error (retried or dead-lettered), its type recorded. It
+            # never escapes to leave the run `running` with nothing in its timeline.
+            stop = ctx.halted or e
+        else:
+            # A handler that swallowed a suspension or non-determinism error, or that was
+            # told by the heartbeat to stop, still ends that way.
+            stop = ctx.halted or live.delivered()
+        finally:
+            ctx._exit()
+        if stop is not None:
+            return self._stopped(claim, live, stop)
+        try:
+            ok = self.store.complete_run(
+                run.run_id, claim.fence, result, self.clock.now(), live.spent()
+            )
+        except SerializationError as e:  # a result that is not JSON: the same code returns it again
+            err = _non_retryable(e, claim, with_traceback=False)
+            return self._end(claim, live, RunStatus.DEAD, err)
+        except FlowctlError as e:
+            return self._fail(
+                claim, live, {**error_dict(e, with_traceback=False), "kind": ErrorKind.RAISED}
+            )
+        return Outcome(run.run_id, RunStatus.COMPLETED if ok else None, result=result)
+
+    def _stopped(self, claim: Claim, live: LiveRun, stop: BaseException) -> Outcome:
+        """Map how a handler stopped to its store transition."""
+        run = claim.run
+        if isinstance(stop, Suspend):
+            applied = self.store.suspend_run(
+                run.run_id,
+                claim.fence,
+                stop.status,
+                stop.run_at,
+                self.clock.now(),
+                live.spent(),
+                stop.entry,
+                stop.event,
+            )
+            if applied is None:
+                return Outcome(run.run_id, None)
+            # The store's run_at (clamped to the deadline), not the one the handler asked for.
+            return Outcome(run.run_id, applied.status, run_at=applied.run_at)
+        if isinstance(stop, LeaseLost):
+            log.info("run %s: lease lost (fence %s); abandoning", run.run_id, claim.fence)
+            return Outcome(run.run_id, None)
+        if isinstance(stop, Cancelled):
+            reason = self.store.get_run(run.run_id).cancel_reason
+            err = {
+                "type": "Cancelled",
+                "kind": ErrorKind.CANCELLED,
+                "message": reason or str(stop) or "cancelled by operator",
+            }
+            return self._end(claim, live, RunStatus.CANCELLED, err)
+        if isinstance(stop, DeadlineExceededError):
+            err = {
+                "type": "DeadlineExceededError",
+                "kind": ErrorKind.DEADLINE,
+                "message": str(stop) or "deadline exceeded",
+            }
+            return self._end(claim, live, RunStatus.DEAD, err)
+        if isinstance(stop, ExecutionTimeoutError):
+            err = {
+                "type": "ExecutionTimeoutError",
+                "kind": ErrorKind.TIMEOUT,
+                "message": str(stop) or "execution timeout",
+            }
+            return self._fail(claim, live, err)
+        if isinstance(stop, NonDeterminismError):
+            err = {**error_dict(stop), "kind": ErrorKind.NONDETERMINISM}
+            return self._end(claim, live, RunStatus.DEAD, err)
+        if is_non_retryable(stop):
+            return self._end(claim, live, RunStatus.DEAD, _non_retryable(stop, claim))
+        return self._fail(claim, live, {**error_dict(stop), "kind": ErrorKind.RAISED})
+
+    def _fail(self, claim: Claim, live: LiveRun, error: dict[str, Any]) -> Outcome:
+        applied = self.store.fail_attempt(
+            claim.run.run_id, claim.fence, error, self.clock.now(), live.spent(), retry_at=None
+        )
+        if applied is None:
+            return Outcome(claim.run.run_id, None, error=error)
+        return Outcome(claim.run.run_id, applied.status, run_at=applied.run_at, error=error)
+
+    def _end(
+        self, claim: Claim, live: LiveRun, status: RunStatus, error: dict[str, Any]
+    ) -> Outcome:
+        ok = self.store.end_run(
+            claim.run.run_id, claim.fence, status, error, self.clock.now(), live.spent()
+        )
+        return Outcome(claim.run.run_id, status if ok else None, error=error)
+
+
+def _non_retryable(
+    exc: BaseException, claim: Claim, *, with_traceback: bool = True
+) -> dict[str, Any]:
+    """The recorded error of a run that ends `dead` at once: retrying runs the same code on
+    the same input and journal, so it would fail the same way."""
+    return {
+        **error_dict(exc, with_traceback=with_traceback),
+        "kind": ErrorKind.NON_RETRYABLE,
+        "attempt": claim.run.attempt,
+        "non_retryable": True,
+        "dead_reason": "not retried: no retry can fix this error",
+    }
+
+
+class _Children(ChildLauncher):
+    """Starts child runs idempotently (the key is parent + call index)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def start_child(self, parent: Context, target: str, input: dict[str, Any], key: str) -> str:
+        existing = self.engine.store.get_run_by_key(key)
+        if existing is not None:
+            return existing.run_id
+        from flowctl.workflow import load_target
+
+        wf = load_target(target, cwd=parent.cwd)
+        new = wf.new_run(wf.check_input(input), key=key, parent_run_id=parent.run_id)
+        run, _ = self.engine.store.create_run(new, self.engine.clock.now())
+        return run.run_id

@@ -1,0 +1,219 @@
+"""The FlowctlError tree.
+
+Every error a user can fix is a FlowctlError whose str() is one line that says
+what was wrong and what is accepted. `exit_code` is what the CLI exits with:
+2 for bad input (usage), 1 for everything else.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+E = TypeVar("E", bound=BaseException)
+
+
+class FlowctlError(Exception):
+    """An error the user can act on. str(e) is one line and is shown as-is."""
+
+    exit_code = 1
+
+
+class UsageError(FlowctlError):
+    """Bad input: arguments, durations, JSON, YAML, configuration."""
+
+    exit_code = 2
+
+
+class DurationError(UsageError, ValueError):
+    def __init__(self, text: object) -> None:
+        super().__init__(
+            f"invalid duration {text!r}: use seconds (90), a unit (500ms, 30s, 5m, 2h, 7d), "
+            "words (30 sec, 5 minutes, 2 hours, 7 days), or a compound (1h30m)"
+        )
+        self.text = text
+
+
+class InputError(UsageError):
+    """A workflow input that is not valid JSON or does not match the declared inputs."""
+
+
+class ConfigError(UsageError):
+    """A malformed flowctl.toml."""
+
+
+class TargetError(UsageError):
+    """A workflow target that cannot be found or loaded."""
+
+
+class ValidationError(UsageError):
+    """A YAML workflow with mistakes; `problems` holds one line per mistake."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        first = self.problems[0] if self.problems else "invalid workflow"
+        more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+        super().__init__(first + more)
+
+
+class RunNotFoundError(FlowctlError):
+    def __init__(self, ref: str, detail: str = "") -> None:
+        super().__init__(detail or f"no run matches {ref!r}: give a run id or a unique prefix")
+        self.ref = ref
+
+
+class ScheduleNotFoundError(FlowctlError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no schedule named {name!r}: see `flowctl schedule ls`")
+        self.name = name
+
+
+class InvalidStateError(FlowctlError):
+    """An operator action that does not fit the run's status (e.g. redrive a completed run)."""
+
+
+class NonRetryableError(FlowctlError):
+    """Raise it (or a subclass) when no retry can fix the error: the run ends `dead` at once.
+
+    Raised from a step, the step's retry policy does not retry it either.
+    """
+
+
+class NonDeterminismError(FlowctlError):
+    """Replay met a different call than the journal recorded at an index."""
+
+
+class DurableCallError(FlowctlError):
+    """A durable call made where it is not allowed: outside a handler or inside a step."""
+
+
+class SerializationError(UsageError):
+    """A value that must be stored as JSON is not JSON-serialisable."""
+
+
+class StepFailedError(FlowctlError):
+    """A recorded step error whose original exception type cannot be rebuilt on replay."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(f"{type_name}: {message}" if message else type_name)
+        self.type_name = type_name
+        self.message = message
+
+
+class CommandFailedError(FlowctlError):
+    """A command step exited non-zero."""
+
+    error_type = "CommandFailed"
+
+    def __init__(self, exit_code: int, stderr_tail: str = "", argv: object = None) -> None:
+        tail = stderr_tail.strip().splitlines()[-1:] if stderr_tail else []
+        suffix = f": {tail[0]}" if tail else ""
+        super().__init__(f"command exited with code {exit_code}{suffix}")
+        self.exit_code = exit_code
+        self.stderr_tail = stderr_tail
+        self.argv = argv
+
+    def error_fields(self) -> dict[str, object]:
+        """Extra fields stored with the recorded error (see `flowctl show --json`)."""
+        return {"exit_code": self.exit_code, "stderr_tail": self.stderr_tail}
+
+
+class SignalTimeoutError(FlowctlError):
+    """`ctx.wait_signal(name, timeout=...)` saw no signal before its timeout."""
+
+
+class Interrupt(BaseException):
+    """Stops a live handler from outside: cancellation, deadline or execution timeout.
+
+    BaseException so that `except Exception:` in user code does not swallow it;
+    use try/finally for clean-up.
+    """
+
+    reason = "interrupted"
+
+
+class Cancelled(Interrupt):
+    reason = "cancelled"
+
+
+class DeadlineExceededError(Interrupt):
+    reason = "deadline exceeded"
+
+
+class ExecutionTimeoutError(Interrupt):
+    reason = "execution timeout"
+
+
+class CommandTimeoutError(FlowctlError):
+    """A command step ran past its per-step `timeout` and was stopped."""
+
+    error_type = "CommandTimeout"
+
+    def __init__(self, timeout: float, stderr_tail: str = "") -> None:
+        super().__init__(
+            f"command did not finish within its timeout of {timeout:g}s and was stopped"
+        )
+        self.timeout = timeout
+        self.stderr_tail = stderr_tail
+
+    def error_fields(self) -> dict[str, object]:
+        return {"timeout": self.timeout, "stderr_tail": self.stderr_tail}
+
+
+class ScheduleError(UsageError):
+    """A bad schedule: cron expression, time zone, interval or policy."""
+
+
+# ---------------------------------------------------------------------------
+# Errors no retry can fix
+
+_MARK = "__flowctl_non_retryable__"
+
+
+def mark_non_retryable(exc: E) -> E:
+    """Flag one raised exception as one no retry can fix (a bad duration given to ctx.sleep,
+    a step result that is not JSON, an input that does not bind), keeping its own type."""
+    setattr(exc, _MARK, True)
+    return exc
+
+
+def is_non_retryable(exc: BaseException) -> bool:
+    """True for errors that end a run `dead` at once, spending no attempt or backoff:
+    NonRetryableError, a durable call used wrongly, non-determinism, or a flagged error."""
+    return isinstance(exc, NonRetryableError | DurableCallError | NonDeterminismError) or (
+        getattr(exc, _MARK, False) is True
+    )
+
+
+class DatabaseError(FlowctlError):
+    """A database file flowctl cannot use as it is: missing, foreign, newer, corrupt, full,
+    read-only or gone. The message names the file and says what to do."""
+
+
+class DatabaseNotFoundError(DatabaseError):
+    """A command that only reads was given a database that does not exist (none is created)."""
+
+    def __init__(self, path: object) -> None:
+        super().__init__(
+            f"no flowctl database at {path}: create one with `flowctl init` or by starting a run"
+            " (`flowctl run ...`), or give the right one with --db or FLOWCTL_DB"
+        )
+        self.path = path
+
+
+class ReadOnlyDatabaseError(DatabaseError):
+    """A write to a database this process can only read."""
+
+
+class DatabaseCorruptError(DatabaseError):
+    """SQLite found a malformed page (SQLITE_CORRUPT / SQLITE_NOTADB), on open or later."""
+
+
+class DiskFullError(DatabaseError):
+    """SQLITE_FULL: the disk (or the database's page limit) has no room for a write.
+
+    Nothing committed is lost: the failed transaction was rolled back whole.
+    """
+
+
+class DatabaseGoneError(DatabaseError):
+    """The daemon's database file was deleted or replaced under it."""

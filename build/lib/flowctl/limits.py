@@ -1,0 +1,124 @@
+"""The bounds on what a user may hand flowctl, checked in one place so that no input reaches
+a traceback: text must be UTF-8, JSON must be shallow enough to walk and free of numbers
+Python refuses or JSON cannot carry, times must lie in a range every later computation
+can add a duration to. Each check raises a one-line UsageError (exit 2) before anything is
+written. A leaf: stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from flowctl.errors import InputError, UsageError
+
+# JSON deeper than this is refused: real inputs are a few levels deep, and every later walk
+# (storing, rendering, expressions) recurses.
+MAX_JSON_DEPTH = 64
+# Times outside these years are refused: far beyond any real plan, and far enough inside
+# datetime's own range (years 1-9999) that adding a deadline, a lease or a 10-year sleep
+# never overflows.
+MIN_YEAR = 1970
+MAX_YEAR = 9000
+# Upper bounds for integer options (attempts, list sizes, counts, concurrency): above
+# these a value is a typo, and far above them it overflows SQLite's 64-bit integers.
+MAX_COUNT = 1_000_000
+
+
+def is_utf8(text: str) -> bool:
+    """False when `text` holds lone surrogates: bytes that were not UTF-8, smuggled in by
+    Python's surrogateescape decoding of argv, environment variables and file names."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown_bytes(text: str) -> str:
+    """`text` with its undecodable bytes written as \\xNN, for an error message."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no decoding produces: show it as \udNNN
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def check_utf8(text: str, what: str) -> str:
+    if not is_utf8(text):
+        raise UsageError(f"{what} '{shown_bytes(text)}' is not valid UTF-8; give UTF-8 text")
+    return text
+
+
+def one_line(text: str) -> str:
+    """`text` with every unprintable character (newlines, escapes, bidi controls, bytes
+    that were not UTF-8) written as its Python escape: what the CLI prints is one line,
+    whatever a message quotes."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a JSON number")
+    return value
+
+
+def loads_json(text: str, what: str, *, hint: str = "") -> Any:
+    """Parse JSON a user gave; InputError naming `what` for bad JSON, NaN/Infinity, numbers
+    of more than 4,300 digits or beyond a float, and nesting deeper than MAX_JSON_DEPTH."""
+    check_utf8(text, what)
+    depth = _nesting(text)
+    if depth > MAX_JSON_DEPTH:
+        raise InputError(f"{what} is nested {depth} levels deep; at most {MAX_JSON_DEPTH}")
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite)
+    except json.JSONDecodeError as e:
+        raise InputError(
+            f"{what} is not valid JSON ({e.msg} at column {e.colno}): {_short(text)!r}{hint}"
+        ) from None
+    except (ValueError, RecursionError) as e:
+        raise InputError(f"{what} is not usable JSON: {_short(str(e))}") from None
+
+
+def _nesting(text: str) -> int:
+    """The deepest bracket nesting outside strings: cheap, and it runs before the parser
+    could recurse."""
+    deepest = depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def check_time(value: datetime, what: str) -> datetime:
+    """An aware time within MIN_YEAR..MAX_YEAR, in UTC."""
+    utc = value.astimezone(UTC)
+    if not MIN_YEAR <= utc.year <= MAX_YEAR:
+        raise UsageError(
+            f"{what}: {value.isoformat()} is out of range; use a year between {MIN_YEAR} and {MAX_YEAR}"
+        )
+    return utc
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,220 @@
+"""The one vocabulary: statuses, call kinds and row types, shared by DB, JSON, CLI and TUI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"  # waiting to start, or to be retried at run_at
+    RUNNING = "running"
+    SLEEPING = "sleeping"
+    WAITING = "waiting"  # for a signal
+    PAUSED = "paused"  # by an operator: never claimed; its deadline still runs
+    COMPLETED = "completed"
+    DEAD = "dead"  # dead-lettered; `flowctl redrive` revives it
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.DEAD, RunStatus.CANCELLED})
+ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.SLEEPING, RunStatus.WAITING})
+# Statuses whose run_at the daemon acts on: the active ones, and paused runs, parked with
+# run_at = their deadline so the claim at the deadline dead-letters them (never executed).
+DUE = ACTIVE | {RunStatus.PAUSED}
+
+
+class CallKind(StrEnum):
+    STEP = "step"
+    SLEEP = "sleep"
+    SIGNAL = "signal"
+    NOW = "now"
+    UUID = "uuid"
+    RANDOM = "random"
+    VERSION = "version"
+
+
+class EntryState(StrEnum):
+    DONE = "done"  # a result (or resolved sleep/signal) is recorded
+    ERROR = "error"  # the step raised; the error is recorded
+    PENDING = "pending"  # a sleep or signal wait that has not resolved yet
+    RETRYING = "retrying"  # a step failed and waits for its backoff before the next try
+
+
+def to_us(when: datetime) -> int:
+    """Microseconds since the epoch: how every instant is stored."""
+    if when.tzinfo is None:
+        raise ValueError("naive datetime")
+    delta = when - EPOCH
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_us(us: int) -> datetime:
+    return datetime.fromtimestamp(us // 1_000_000, UTC).replace(microsecond=us % 1_000_000)
+
+
+def iso(when: datetime | None) -> str | None:
+    """ISO-8601 UTC with microseconds, as every --json time is printed."""
+    if when is None:
+        return None
+    return when.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+SECRET_MASK = "***"
+
+
+def mask_secrets(input: Any, secret_keys: tuple[str, ...] | list[str]) -> Any:
+    """`input` with the value of every secret key that is present replaced by SECRET_MASK."""
+    if not secret_keys or not isinstance(input, dict):
+        return input
+    return {k: SECRET_MASK if k in secret_keys else v for k, v in input.items()}
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    workflow: str
+    target: str
+    kind: str  # "python" | "yaml"
+    status: RunStatus
+    input: Any
+    created_at: datetime
+    run_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    attempt: int = 1
+    max_attempts: int = 3
+    deadline: datetime | None = None
+    timeout: float | None = None  # execution budget per attempt, seconds
+    exec_spent: float = 0.0
+    result: Any = None
+    error: dict[str, Any] | None = None
+    lease_owner: str | None = None
+    lease_until: datetime | None = None
+    fence: int = 0
+    reclaims: int = 0
+    cancel_requested: bool = False
+    cancel_reason: str | None = None
+    key: str | None = None
+    parent_run_id: str | None = None
+    schedule: str | None = None
+    scheduled_at: datetime | None = None
+    cwd: str | None = None
+    source_hash: str | None = None
+    source_path: str | None = None
+    backoff: dict[str, Any] | None = None
+    pause_requested: bool = False  # running: it parks as paused at its next durable call
+    paused_status: RunStatus | None = None  # paused: the status resume gives back
+    paused_run_at: datetime | None = None  # paused: when it was due (its wake), kept for resume
+    current_step: str | None = None  # running: "#3 'charge'", the step its last heartbeat saw
+    secret_keys: tuple[str, ...] = ()  # inputs declared secret, recorded when the run started
+    suspect: bool = False  # its worker died under it since its last checkpoint: runs alone
+    solo: bool = False  # running: its claimer runs it alone, so a crash is charged to it
+    crashes: int = 0  # crashes charged to it since its last checkpoint (5: poison)
+
+    @property
+    def shown_input(self) -> Any:
+        """The input as every front end shows it: secret values replaced by SECRET_MASK.
+        `input` itself (what the handler gets) is unchanged."""
+        return mask_secrets(self.input, self.secret_keys)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.run_id,
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "target": self.target,
+            "kind": self.kind,
+            "status": str(self.status),
+            "input": self.shown_input,
+            "secret_inputs": list(self.secret_keys),
+            "result": self.result,
+            "error": self.error,
+            "attempt": self.attempt,
+            "max_attempts": self.max_attempts,
+            "created_at": iso(self.created_at),
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "run_at": iso(self.run_at),
+            "deadline": iso(self.deadline),
+            "timeout": self.timeout,
+            "exec_spent": round(self.exec_spent, 6),
+            "lease_owner": self.lease_owner,
+            "lease_until": iso(self.lease_until),
+            "fence": self.fence,
+            "cancel_requested": self.cancel_requested,
+            "pause_requested": self.pause_requested,
+            "paused_status": None if self.paused_status is None else str(self.paused_status),
+            "paused_run_at": iso(self.paused_run_at),
+            "key": self.key,
+            "parent_run_id": self.parent_run_id,
+            "schedule": self.schedule,
+            "scheduled_at": iso(self.scheduled_at),
+        }
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    run_id: str
+    call_index: int
+    kind: CallKind
+    name: str
+    state: EntryState
+    value: Any = None  # JSON result, recorded error dict, or signal payload
+    wake_at: datetime | None = None  # sleeps, signal timeouts, step retry backoffs
+    recorded_at: datetime | None = None
+    resolved_at: datetime | None = None
+    tries: int = 0
+    duration: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "index": self.call_index,
+            "kind": str(self.kind),
+            "name": self.name,
+            "state": str(self.state),
+            "recorded_at": iso(self.recorded_at),
+        }
+        if self.state is EntryState.ERROR:
+            out["error"] = self.value
+        else:
+            out["value"] = self.value
+        if self.wake_at is not None:
+            out["wake_at"] = iso(self.wake_at)
+        if self.resolved_at is not None:
+            out["resolved_at"] = iso(self.resolved_at)
+        if self.tries:
+            out["tries"] = self.tries
+        if self.duration is not None:
+            out["duration"] = round(self.duration, 6)
+        return out
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    run_id: str
+    at: datetime
+    type: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": iso(self.at), "type": self.type, **self.data}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a worker holds after claiming a run: the run as claimed and its fence."""
+
+    run: Run
+    fence: int
+    owner: str
+    woke_from: RunStatus | None = None

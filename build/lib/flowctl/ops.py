@@ -1,0 +1,751 @@
+"""Operator actions on runs, shared by the CLI, the TUI and Python callers.
+
+Validation, defaults and writes live here so every front end behaves the same.
+Nothing here prints; functions return values or raise FlowctlError. Schedules and the
+agenda have their own module, flowctl.schedule_ops.
+"""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from flowctl.clock import Clock
+from flowctl.durations import parse_duration
+from flowctl.errors import DurationError, FlowctlError, InputError, InvalidStateError, UsageError
+from flowctl.explain import DaemonFact, OperatorEvent, Why, WhyFacts, explain
+from flowctl.limits import MAX_YEAR, MIN_YEAR, check_time, loads_json
+from flowctl.model import (
+    ACTIVE,
+    CallKind,
+    EntryState,
+    JournalEntry,
+    Run,
+    RunStatus,
+    TimelineEvent,
+    iso,
+)
+from flowctl.store import DaemonInfo, Store
+from flowctl.workflow import WorkflowEntry, discover, load_target
+
+STATUS_NAMES = ", ".join(s.value for s in RunStatus)
+
+
+# ---------------------------------------------------------------------------
+# Parsing user input
+
+
+def parse_inputs(pairs: list[str] | None = None, input_json: str | None = None) -> dict[str, Any]:
+    """`--input JSON` first, then `-i key=value` (string) and `-i key:=JSON` (typed) on top."""
+    data: dict[str, Any] = {}
+    if input_json is not None:
+        loaded = loads_json(input_json, "--input")
+        if not isinstance(loaded, dict):
+            raise InputError(
+                f"--input must be a JSON object like '{{\"user\": 42}}', got {input_json!r}"
+            )
+        data.update(loaded)
+    for pair in pairs or []:
+        if ":=" in pair and (
+            pair.find(":=") < pair.find("=") + 1 or "=" not in pair.split(":=")[0]
+        ):
+            key, _, raw = pair.partition(":=")
+            value = loads_json(
+                raw,
+                f"-i {key.strip()}:=",
+                hint=f"; the value after ':=' must be JSON, for a plain string use {key}=VALUE",
+            )
+        elif "=" in pair:
+            key, _, value = pair.partition("=")
+        else:
+            raise InputError(
+                f"-i {pair!r}: use key=value for a string or key:=JSON for a typed value"
+            )
+        key = key.strip()
+        if not key:
+            raise InputError(f"-i {pair!r}: the input name before '=' is empty")
+        data[key] = value
+    return data
+
+
+def parse_json_arg(flag: str, text: str) -> Any:
+    return loads_json(text, flag)
+
+
+def parse_time(text: str, clock: Clock, *, flag: str = "--at", tz: str | None = None) -> datetime:
+    """An ISO-8601 time ("2026-12-01T09:00:00+01:00", "2026-12-01 09:00" in local time)."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(
+            f"{flag} {text!r} is not a time: use ISO-8601 like 2026-12-01T09:00:00Z or '2026-12-01 09:00'"
+        ) from None
+    try:
+        if value.tzinfo is None:
+            from zoneinfo import ZoneInfo  # lazy: `flowctl --help` does not load zone data
+
+            zone = ZoneInfo(tz) if tz else None
+            value = value.replace(tzinfo=zone) if zone else value.astimezone()
+        return check_time(value, f"{flag} {text!r}")
+    except (OverflowError, ValueError, KeyError):
+        raise UsageError(
+            f"{flag} {text!r} is out of range; use a year between {MIN_YEAR} and {MAX_YEAR}"
+        ) from None
+
+
+def parse_when(text: str, clock: Clock, *, flag: str) -> datetime:
+    """A duration from now ("15m") or an absolute ISO time."""
+    try:
+        return clock.now() + parse_duration(text)
+    except DurationError:
+        pass
+    if not _looks_like_time(text):
+        raise UsageError(
+            f"{flag} {text!r} is neither a duration (15m, 2h, 7d) nor an ISO-8601 time (2026-12-01T09:00Z)"
+        )
+    return parse_time(text, clock, flag=flag)
+
+
+def _looks_like_time(text: str) -> bool:
+    """ISO-8601 as Python reads it; whether it is in range is parse_time's to say."""
+    try:
+        datetime.fromisoformat(text.strip())
+    except ValueError:
+        return False
+    return True
+
+
+def parse_start_at(text: str, clock: Clock) -> datetime:
+    """`run --at`: `now`, or an ISO time that has not passed (a past one is a typo, not
+    a wish to start at once: say `now` for that)."""
+    if text.strip().lower() == "now":
+        return clock.now()
+    when = parse_time(text, clock, flag="--at")
+    if when < clock.now():
+        raise UsageError(
+            f"--at {text!r} is in the past ({when.isoformat()}); give a later time, or --at now"
+        )
+    return when
+
+
+def parse_since(text: str, clock: Clock, *, flag: str = "--since") -> datetime:
+    """A duration ago ("2h", "2h ago", "3 days") or an ISO time."""
+    spoken = text.strip()
+    if spoken.lower().endswith(" ago"):
+        spoken = spoken[:-4]
+    try:
+        return clock.now() - parse_duration(spoken)
+    except DurationError:
+        pass
+    if not _looks_like_time(text):
+        raise UsageError(
+            f"{flag} {text!r} is neither a duration ago (2h, 7d, '3 days ago') nor an ISO-8601"
+            " time (2026-12-01T09:00Z)"
+        )
+    return parse_time(text, clock, flag=flag)
+
+
+def parse_statuses(values: list[str] | None) -> list[RunStatus] | None:
+    if not values:
+        return None
+    out = []
+    for value in values:
+        for part in value.split(","):
+            part = part.strip().lower()
+            if not part:
+                continue
+            try:
+                out.append(RunStatus(part))
+            except ValueError:
+                raise UsageError(f"unknown status {part!r}: use one of {STATUS_NAMES}") from None
+    return out or None
+
+
+# ---------------------------------------------------------------------------
+# Starting runs
+
+
+@dataclass(frozen=True)
+class Started:
+    run: Run
+    created: bool  # False: an idempotency key matched an existing run
+
+
+def start(
+    store: Store,
+    target: str,
+    input: dict[str, Any] | None = None,
+    *,
+    clock: Clock,
+    workflows_dir: str | Path | None = None,
+    cwd: str | None = None,
+    key: str | None = None,
+    run_at: datetime | None = None,
+    deadline: datetime | None = None,
+    timeout: timedelta | float | str | None = None,
+    max_attempts: int | None = None,
+    schedule: str | None = None,
+    scheduled_at: datetime | None = None,
+) -> Started:
+    """Validate and queue a run. Nothing is written when anything is wrong."""
+    if key is not None:
+        existing = store.get_run_by_key(key)
+        if existing is not None:
+            return Started(existing, False)
+    wf = load_target(target, workflows_dir=workflows_dir, cwd=cwd)
+    checked = wf.check_input(dict(input or {}))
+    if max_attempts is not None and max_attempts < 1:
+        raise UsageError(f"--max-attempts must be at least 1, got {max_attempts}")
+    budget = parse_duration(timeout) if timeout is not None else wf.timeout
+    if budget is not None and budget.total_seconds() <= 0:
+        raise UsageError("--timeout must be a positive duration")
+    now = clock.now()
+    if deadline is not None and deadline <= now:
+        raise UsageError(f"--deadline {iso(deadline)} is already in the past")
+    new = wf.new_run(
+        checked,
+        run_at=run_at,
+        max_attempts=max_attempts,
+        deadline=deadline,
+        timeout=budget,
+        key=key,
+        schedule=schedule,
+        scheduled_at=scheduled_at,
+    )
+    run, created = store.create_run(new, now)
+    return Started(run, created)
+
+
+def fork(
+    store: Store,
+    ref: str,
+    from_index: int,
+    *,
+    clock: Clock,
+    input: dict[str, Any] | None = None,
+    by: str | None = None,
+) -> Run:
+    """A new run of the same target with the checkpoints before `from_index` copied.
+
+    Queued now; the original run is left as it was. The input is the original's unless
+    one is given. `from_index` 0 copies nothing (a rerun); the journal's length keeps every
+    checkpoint. Nothing is written when anything is wrong.
+    """
+    origin = store.find_run(ref)
+    journal = store.journal(origin.run_id)
+    size = max(journal, default=-1) + 1
+    if not 0 <= from_index <= size:
+        raise UsageError(
+            f"--from {from_index} is outside the journal of run {origin.run_id}: use 0..{size}"
+            f" (0 starts over, {size} keeps every checkpoint)"
+        )
+    wf = load_target(origin.target, cwd=origin.cwd)
+    checked = wf.check_input(dict(origin.input if input is None else input))
+    timeout = timedelta(seconds=origin.timeout) if origin.timeout is not None else None
+    new = wf.new_run(checked, max_attempts=origin.max_attempts, timeout=timeout)
+    return store.fork_run(new, origin.run_id, from_index, clock.now(), by=by or _actor())
+
+
+def rerun(
+    store: Store,
+    ref: str,
+    *,
+    clock: Clock,
+    input: dict[str, Any] | None = None,
+    by: str | None = None,
+) -> Run:
+    """`flowctl rerun RUN`: a fork from call index 0, so nothing is copied."""
+    return fork(store, ref, 0, clock=clock, input=input, by=by)
+
+
+# ---------------------------------------------------------------------------
+# Reading
+
+
+def count_listed(
+    store: Store,
+    *,
+    statuses: list[str] | None = None,
+    workflow: str | None = None,
+    search: str | None = None,
+) -> int:
+    """How many runs `list_runs` would give with no limit, so a cut list can say so."""
+    counts = count_runs(store, workflow=workflow, search=search)
+    wanted = parse_statuses(statuses)
+    return sum(n for s, n in counts.items() if wanted is None or s in wanted)
+
+
+def list_runs(
+    store: Store,
+    *,
+    statuses: list[str] | None = None,
+    workflow: str | None = None,
+    search: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+    order: str = "created_desc",
+) -> list[Run]:
+    if limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {limit}")
+    return store.list_runs(
+        statuses=parse_statuses(statuses),
+        workflow=workflow,
+        search=search,
+        limit=limit,
+        offset=offset,
+        order=order,
+    )
+
+
+@dataclass
+class RunDetail:
+    run: Run
+    checkpoints: list[JournalEntry]
+    versions: list[tuple[str, int, datetime]]
+    timeline: list[TimelineEvent]
+    pending_signals: list[tuple[str, Any, datetime]]
+    source_changed: bool | None  # None: unknown (no file recorded)
+    notes: list[str] = field(default_factory=list)
+    published: dict[str, tuple[Any, datetime]] = field(default_factory=dict)
+    why_facts: WhyFacts | None = None  # what `why` reads; re-explained as the clock moves
+
+    def to_json(self) -> dict[str, Any]:
+        checkpoints = [c.to_json() for c in self.checkpoints]
+        checkpoints += [
+            {
+                "index": None,
+                "kind": str(CallKind.VERSION),
+                "name": cid,
+                "value": v,
+                "recorded_at": iso(at),
+            }
+            for cid, v, at in self.versions
+        ]
+        return {
+            "run": self.run.to_json(),
+            "checkpoints": checkpoints,
+            "timeline": [e.to_json() for e in self.timeline],
+            "pending_signals": [
+                {"name": n, "payload": p, "sent_at": iso(at)} for n, p, at in self.pending_signals
+            ],
+            "source_changed": self.source_changed,
+            "notes": self.notes,
+            "published": {k: {"value": v, "at": iso(at)} for k, (v, at) in self.published.items()},
+        }
+
+
+def show_run(
+    store: Store, ref: str, *, clock: Clock, timeline_limit: int | None = None
+) -> RunDetail:
+    run = store.find_run(ref)
+    journal = store.journal(run.run_id)
+    changed: bool | None = None
+    if run.source_path and run.source_hash:
+        import hashlib
+
+        try:
+            changed = (
+                hashlib.sha256(Path(run.source_path).read_bytes()).hexdigest() != run.source_hash
+            )
+        except OSError:
+            changed = True
+    notes = []
+    now = clock.now()
+    facts = why_facts(store, run.run_id)
+    if run.deadline is not None and run.deadline <= now and not run.status.is_terminal:
+        # Who acts on it depends on whether a daemon serves this database: explain knows.
+        notes.append(explain(facts, now).message)
+    if changed:
+        notes.append(source_changed_note(run))
+    return RunDetail(
+        run=run,
+        checkpoints=list(journal.values()),
+        versions=store.versions_detail(run.run_id),
+        timeline=store.timeline(run.run_id, limit=timeline_limit),
+        pending_signals=store.pending_signals(run.run_id),
+        source_changed=changed,
+        notes=notes,
+        published=store.published(run.run_id),
+        why_facts=facts,
+    )
+
+
+def source_changed_note(run: Run) -> str:
+    """What is true of a run whose workflow file changed since it started.
+
+    A YAML run replays the definition pinned when it started. A Python run has no pinned
+    copy: its next replay imports the file as it is now, so a change to the calls it makes
+    before its journal frontier stops it with a non-determinism error.
+    """
+    if run.kind == "yaml":
+        return (
+            f"{run.source_path} changed since this run started; the run keeps its pinned"
+            " definition (new runs use the new file)"
+        )
+    return (
+        f"{run.source_path} changed since this run started; the run replays the new code, and"
+        " a replay that meets a different call than its journal holds ends it dead with a"
+        " non-determinism error (guard such changes with ctx.version())"
+    )
+
+
+def why(detail: RunDetail, now: datetime) -> str:
+    """One sentence on what the run is doing or waiting for."""
+    run = detail.run
+    from flowctl.durations import format_duration
+
+    if run.deadline is not None and run.deadline <= now and not run.status.is_terminal:
+        if detail.why_facts is not None:
+            return f"{run.status}: {explain(detail.why_facts, now).message}"
+        return f"{run.status}: deadline passed at {iso(run.deadline)}"
+
+    def until(at: datetime | None) -> str:
+        if at is None:
+            return ""
+        delta = at - now
+        return (
+            f"{iso(at)} (in {format_duration(delta)})"
+            if delta.total_seconds() > 0
+            else f"{iso(at)} (due)"
+        )
+
+    if run.status is RunStatus.SLEEPING:
+        return f"sleeping until {until(run.run_at)}"
+    if run.status is RunStatus.WAITING:
+        pending = [c for c in detail.checkpoints if c.state is EntryState.PENDING]
+        what = (
+            f"signal {pending[-1].name!r}"
+            if pending and pending[-1].kind is CallKind.SIGNAL
+            else "a child run"
+        )
+        tail = f", timeout at {until(run.run_at)}" if run.run_at else ""
+        return f"waiting for {what}{tail}"
+    if run.status is RunStatus.QUEUED:
+        if run.run_at is None and run.schedule:  # held by overlap=queue
+            return f"queued behind the active run of schedule {run.schedule!r} (overlap=queue)"
+        retrying = [c for c in detail.checkpoints if c.state is EntryState.RETRYING]
+        if retrying:
+            return f"queued: step {retrying[-1].name!r} retries at {until(run.run_at)}"
+        if run.attempt > 1:
+            return f"queued: attempt {run.attempt}/{run.max_attempts} at {until(run.run_at)}"
+        return f"queued to start at {until(run.run_at)}"
+    if run.status is RunStatus.RUNNING:
+        cancel = " (cancel requested)" if run.cancel_requested else ""
+        if run.pause_requested:
+            cancel += " (pause requested: it parks at its next durable call)"
+        return f"running on {run.lease_owner}, lease until {iso(run.lease_until)}{cancel}"
+    if run.status is RunStatus.PAUSED:
+        due = run.paused_run_at
+        then = "at once" if due is None or due <= now else f"at {until(due)}"
+        return f"paused (was {run.paused_status}); `flowctl resume` makes it due {then}"
+    if run.status is RunStatus.DEAD and run.error:
+        return f"dead: {run.error.get('type')}: {str(run.error.get('message', '')).splitlines()[0] if run.error.get('message') else ''}"
+    return str(run.status)
+
+
+def explain_detail(detail: RunDetail, now: datetime) -> Why | None:
+    """What `flowctl why` says of the run shown, re-explained at `now`."""
+    return None if detail.why_facts is None else explain(detail.why_facts, now)
+
+
+def why_facts(store: Store, ref: str) -> WhyFacts:
+    """Read from the store everything `explain` needs to say why a run is not running."""
+    from flowctl.identity import owner_alive, owner_is_dead
+
+    run = store.find_run(ref)
+    entries = list(store.journal(run.run_id).values())
+    pending = next(
+        (e for e in reversed(entries) if e.state in (EntryState.PENDING, EntryState.RETRYING)),
+        None,
+    )
+    done = next(
+        (e for e in reversed(entries) if e.state in (EntryState.DONE, EntryState.ERROR)), None
+    )
+    daemons = tuple(
+        DaemonFact(
+            d.owner,
+            d.host,
+            d.pid,
+            owner_alive(d.owner),
+            int(d.info.get("concurrency", 1)),
+            store.held_count(d.owner),
+        )
+        for d in store.daemons()
+    )
+    active = not run.status.is_terminal
+    child = None
+    if pending is not None and pending.kind is CallKind.STEP and isinstance(pending.value, dict):
+        child_id = pending.value.get("child_run_id")
+        if isinstance(child_id, str):
+            try:
+                child = store.get_run(child_id)
+            except FlowctlError:
+                child = None
+    buffered = (
+        pending is not None
+        and pending.kind is CallKind.SIGNAL
+        and any(name == pending.name for name, _, _ in store.pending_signals(run.run_id))
+    )
+
+    def operator(types: list[str]) -> OperatorEvent | None:
+        ev = store.last_event(run.run_id, types)
+        return None if ev is None else OperatorEvent(ev.at, ev.data.get("by"))
+
+    return WhyFacts(
+        run=run,
+        pending=pending,
+        last_checkpoint=done,
+        daemons=daemons,
+        daemon_last_seen=(
+            store.daemon_last_seen() if active and not any(d.alive for d in daemons) else None
+        ),
+        due_ahead=(
+            store.due_ahead(run.run_id, run.run_at) if active and run.run_at is not None else 0
+        ),
+        lease_owner_gone=(
+            run.status is RunStatus.RUNNING
+            and run.lease_owner is not None
+            and owner_is_dead(run.lease_owner)
+        ),
+        cancel_requested=(
+            operator(["cancel requested"])
+            if run.status is RunStatus.RUNNING and run.cancel_requested
+            else None
+        ),
+        pause_requested=(
+            operator(["pause requested"])
+            if run.status is RunStatus.RUNNING and run.pause_requested
+            else None
+        ),
+        paused=operator(["paused"]) if run.status is RunStatus.PAUSED else None,
+        paused_wake=run.paused_run_at,
+        child=child,
+        buffered_signal=buffered,
+        db=store.path,
+    )
+
+
+def why_run(store: Store, ref: str, *, clock: Clock) -> Why:
+    """`flowctl why RUN`: the one reason the run is where it is, with its facts."""
+    return explain(why_facts(store, ref), clock.now())
+
+
+# ---------------------------------------------------------------------------
+# Acting
+
+
+def _actor() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "operator"
+
+
+def send_signal(store: Store, ref: str, name: str, payload: Any, *, clock: Clock) -> Run:
+    if not name or name.startswith("_"):
+        raise UsageError(
+            f"signal name {name!r} is reserved or empty: names beginning with '_' are for flowctl itself"
+        )
+    run = store.find_run(ref)
+    store.send_signal(run.run_id, name, payload, clock.now())
+    return store.get_run(run.run_id)
+
+
+def cancel(
+    store: Store, ref: str, *, clock: Clock, reason: str | None = None, by: str | None = None
+) -> Run:
+    run = store.find_run(ref)
+    store.request_cancel(run.run_id, reason, by or _actor(), clock.now())
+    return store.get_run(run.run_id)
+
+
+def redrive(store: Store, ref: str, *, clock: Clock, by: str | None = None) -> Run:
+    run = store.find_run(ref)
+    return store.redrive(run.run_id, by or _actor(), clock.now())
+
+
+def redrive_many(
+    store: Store,
+    *,
+    clock: Clock,
+    workflow: str | None = None,
+    since: datetime | None = None,
+    by: str | None = None,
+) -> list[Run]:
+    out = []
+    offset = 0
+    while True:
+        batch = store.list_runs(
+            statuses=[RunStatus.DEAD], workflow=workflow, since=since, limit=500, offset=offset
+        )
+        if not batch:
+            break
+        for run in batch:
+            try:
+                out.append(store.redrive(run.run_id, by or _actor(), clock.now()))
+            except InvalidStateError:
+                offset += 1
+    return out
+
+
+def wake_now(store: Store, ref: str, *, clock: Clock, by: str | None = None) -> Run:
+    run = store.find_run(ref)
+    return store.wake_now(run.run_id, by or _actor(), clock.now())
+
+
+def pause(store: Store, ref: str, *, clock: Clock, by: str | None = None) -> Run:
+    """Pause a run: a parked one at once, a running one at its next durable call.
+
+    A paused run is never claimed; its deadline keeps running and dead-letters it.
+    """
+    run = store.find_run(ref)
+    return store.request_pause(run.run_id, by or _actor(), clock.now())
+
+
+def resume(store: Store, ref: str, *, clock: Clock, by: str | None = None) -> Run:
+    """Resume a paused run (due at once if its wake passed, else at its wake), or withdraw
+    the pause a running run was asked for. Any other run is refused (exit 1)."""
+    run = store.find_run(ref)
+    return store.resume(run.run_id, by or _actor(), clock.now())
+
+
+def _each_of_workflow(
+    store: Store, workflow: str, statuses: list[RunStatus], act: Any
+) -> list[Run]:
+    """Apply `act(run)` to every run of `workflow` in `statuses`; a run whose status moved
+    on meanwhile (the action refuses it) is skipped."""
+    out: list[Run] = []
+    seen: set[str] = set()
+    while True:
+        batch = [
+            r
+            for r in store.list_runs(statuses=statuses, workflow=workflow, limit=500)
+            if r.run_id not in seen
+        ]
+        if not batch:
+            return out
+        for run in batch:
+            seen.add(run.run_id)
+            try:
+                out.append(act(run))
+            except InvalidStateError:
+                continue
+
+
+def pause_workflow(
+    store: Store, workflow: str, *, clock: Clock, by: str | None = None
+) -> list[Run]:
+    """`pause --workflow W`: every active run of W (queued, running, sleeping, waiting)."""
+    who = by or _actor()
+    return _each_of_workflow(
+        store,
+        workflow,
+        sorted(ACTIVE),
+        lambda r: store.request_pause(r.run_id, who, clock.now()) if not r.pause_requested else r,
+    )
+
+
+def resume_workflow(
+    store: Store, workflow: str, *, clock: Clock, by: str | None = None
+) -> list[Run]:
+    """`resume --workflow W`: every paused run of W, and every pause W's running runs were
+    asked for."""
+    who = by or _actor()
+
+    def act(run: Run) -> Run:
+        if run.status is RunStatus.RUNNING and not run.pause_requested:
+            raise InvalidStateError("not paused")
+        return store.resume(run.run_id, who, clock.now())
+
+    return _each_of_workflow(store, workflow, [RunStatus.PAUSED, RunStatus.RUNNING], act)
+
+
+# ---------------------------------------------------------------------------
+# Status
+
+
+@dataclass
+class StatusReport:
+    db: str
+    counts: dict[RunStatus, int]
+    daemons: list[tuple[DaemonInfo, bool, int]]  # info, alive, runs held
+    lateness: dict[str, float | int | None]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "db": self.db,
+            "counts": {str(k): v for k, v in self.counts.items()},
+            "daemons": [
+                {
+                    "owner": d.owner,
+                    "pid": d.pid,
+                    "host": d.host,
+                    "started_at": iso(d.started_at),
+                    "seen_at": iso(d.seen_at),
+                    "alive": alive,
+                    "runs_held": held,
+                    **d.info,
+                }
+                for d, alive, held in self.daemons
+            ],
+            "wake_lateness": self.lateness,
+        }
+
+
+def other_live_daemons(store: Store, owner: str) -> list[DaemonInfo]:
+    """Daemons registered on this database, not `owner`, whose process may still run."""
+    from flowctl.identity import owner_alive
+
+    return [d for d in store.daemons() if d.owner != owner and owner_alive(d.owner)]
+
+
+def status(store: Store, *, clock: Clock, window: timedelta = timedelta(hours=1)) -> StatusReport:
+    from flowctl.identity import owner_alive
+
+    daemons = [(d, owner_alive(d.owner), store.held_count(d.owner)) for d in store.daemons()]
+    lates = sorted(store.recent_wakes(clock.now() - window))
+    lateness: dict[str, float | int | None] = {
+        "window_s": window.total_seconds(),
+        "wakes": len(lates),
+    }
+    for label, q in (("p50_ms", 0.5), ("p99_ms", 0.99)):
+        lateness[label] = (
+            round(lates[min(len(lates) - 1, int(q * len(lates)))] * 1000, 3) if lates else None
+        )
+    lateness["max_ms"] = round(lates[-1] * 1000, 3) if lates else None
+    return StatusReport(store.path, store.count_by_status(), daemons, lateness)
+
+
+def list_workflows(workflows_dir: str | Path) -> list[WorkflowEntry]:
+    return sorted(discover(workflows_dir).values(), key=lambda w: w.name)
+
+
+# --- TUI support ---
+
+
+def count_runs(
+    store: Store, *, workflow: str | None = None, search: str | None = None
+) -> dict[RunStatus, int]:
+    """Runs per status, narrowed exactly as `list_runs` narrows, so counts match the lists."""
+    if not search:
+        return store.count_by_status(workflow)
+    return store.count_by_status_matching(workflow, search)
+
+
+def waiting_for(store: Store, run_ids: list[str]) -> dict[str, str]:
+    """What each run in a page is parked on ("signal 'approved'", "child run"), in one query.
+
+    A list of waiting runs shows this without reading each run's journal.
+    """
+    out = {}
+    for run_id, (kind, name) in store.pending_calls(run_ids).items():
+        out[run_id] = f"signal {name!r}" if kind is CallKind.SIGNAL else f"{kind} {name!r}"
+    return out
+
+
+def workflow_names(store: Store) -> list[str]:
+    """Every workflow name that has runs, sorted: the choices for a workflow filter."""
+    return store.workflows_seen()

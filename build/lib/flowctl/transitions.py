@@ -1,0 +1,333 @@
+"""The run state machine as pure functions: no I/O, no SQL, no clock.
+
+Every store applies what these functions decide and returns what it applied, so two
+stores (and the engine, the daemon and the operator front ends) cannot drift apart:
+
+- `ErrorKind`: the one vocabulary for how an attempt or a run ended badly.
+- `guard()`: which statuses each operator action accepts, and the one-line refusal.
+- `parked_run_at()`: when a parked run is next due (wake, signal timeout, retry, deadline).
+- `claim_verdict()`: what claiming a due run does (claim it, or end it here, and why).
+- `next_attempt()`: after a failed attempt, retry at T or dead-letter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from flowctl.errors import InvalidStateError
+from flowctl.model import Run, RunStatus
+from flowctl.retry import DEFAULT_RUN_RETRY, RetryPolicy
+
+POISON_CRASHES = 5  # crashes charged to a run (it ran alone, no checkpoint since): poison
+
+
+class ErrorKind(StrEnum):
+    """How an attempt or a run ended badly: the `kind` of every recorded run error."""
+
+    RAISED = "raised"  # the handler (or a step it did not catch) raised
+    TIMEOUT = "timeout"  # the attempt used up its execution budget
+    DEADLINE = "deadline"  # the run's deadline passed
+    CANCELLED = "cancelled"  # an operator cancelled it
+    NONDETERMINISM = "nondeterminism"  # replay met a different call than the journal holds
+    POISON = "poison"  # it kept killing the worker that ran it
+    NON_RETRYABLE = "non_retryable"  # an error no retry can fix
+    LOAD = "load"  # the workflow could not be loaded (file gone, import error)
+
+    @property
+    def retryable(self) -> bool:
+        """Whether a failure of this kind may spend another attempt."""
+        return self in _RETRYABLE
+
+    @property
+    def label(self) -> str:
+        """The timeline event that records a failed attempt of this kind."""
+        return _LABELS.get(self, "failed")
+
+
+_RETRYABLE = frozenset({ErrorKind.RAISED, ErrorKind.TIMEOUT, ErrorKind.LOAD})
+_LABELS = {ErrorKind.TIMEOUT: "timed out", ErrorKind.DEADLINE: "deadline exceeded"}
+
+
+def error_kind(error: dict[str, object] | None) -> ErrorKind:
+    """The kind of a recorded error dict; errors recorded before kinds existed were raised."""
+    raw = (error or {}).get("kind")
+    try:
+        return ErrorKind(str(raw)) if raw is not None else ErrorKind.RAISED
+    except ValueError:
+        return ErrorKind.RAISED
+
+
+# ---------------------------------------------------------------------------
+# Operator guards
+
+
+class Action(StrEnum):
+    """Operator actions that depend on a run's status."""
+
+    SIGNAL = "signal"
+    CANCEL = "cancel"
+    REDRIVE = "redrive"
+    WAKE = "wake"
+    PAUSE = "pause"
+    RESUME = "resume"
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The statuses an action accepts, and its refusal (`{run_id}` and `{status}` filled in)."""
+
+    accepts: frozenset[RunStatus]
+    refusal: str
+
+
+def _statuses(names: Iterable[RunStatus]) -> frozenset[RunStatus]:
+    return frozenset(names)
+
+
+_NOT_TERMINAL = _statuses(s for s in RunStatus if not s.is_terminal)
+
+GUARDS: dict[Action, Guard] = {
+    Action.SIGNAL: Guard(
+        _NOT_TERMINAL,
+        "run {run_id} is {status}: signals go to queued, running, sleeping or waiting runs",
+    ),
+    Action.CANCEL: Guard(_NOT_TERMINAL, "run {run_id} is already {status}; nothing to cancel"),
+    Action.REDRIVE: Guard(
+        _statuses((RunStatus.DEAD, RunStatus.CANCELLED)),
+        "run {run_id} is {status}: only dead or cancelled runs can be redriven",
+    ),
+    Action.WAKE: Guard(
+        _statuses((RunStatus.SLEEPING, RunStatus.QUEUED)),
+        "run {run_id} is {status}: only sleeping or queued runs can be woken",
+    ),
+    Action.PAUSE: Guard(
+        _statuses((RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.SLEEPING, RunStatus.WAITING)),
+        "run {run_id} is {status}: only queued, running, sleeping or waiting runs can be paused",
+    ),
+    # A running run is accepted only while a pause is requested (resume withdraws it).
+    Action.RESUME: Guard(
+        _statuses((RunStatus.PAUSED, RunStatus.RUNNING)),
+        "run {run_id} is {status}, not paused: only a paused run can be resumed",
+    ),
+}
+
+
+def refusal(
+    action: Action, run_id: str, status: RunStatus, *, pause_requested: bool = False
+) -> str | None:
+    """The one-line reason `action` is refused for a run in `status`, or None if accepted."""
+    g = GUARDS[action]
+    if status in g.accepts and not (
+        action is Action.RESUME and status is RunStatus.RUNNING and not pause_requested
+    ):
+        return None
+    return g.refusal.format(run_id=run_id, status=status)
+
+
+def guard(action: Action, run_id: str, status: RunStatus, *, pause_requested: bool = False) -> None:
+    """Raise InvalidStateError (one line, exit 1) unless `action` accepts `status`."""
+    why = refusal(action, run_id, status, pause_requested=pause_requested)
+    if why is not None:
+        raise InvalidStateError(why)
+
+
+# ---------------------------------------------------------------------------
+# When a parked run is next due
+
+
+def parked_run_at(*candidates: datetime | None, deadline: datetime | None) -> datetime | None:
+    """The effective `run_at` of a parked run: the earliest of its wake time, signal timeout
+    and retry time (whichever apply; None for none), clamped to its deadline.
+
+    A run waiting with no timeout and no deadline has no run_at: only a signal (or a child
+    ending) makes it due. The claim at the deadline dead-letters it.
+    """
+    times = [t for t in (*candidates, deadline) if t is not None]
+    return min(times) if times else None
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a store wrote for a transition: the run's new status and its effective run_at.
+
+    The daemon's timer wheel takes this run_at, never its own guess (the store's own
+    commits do not move data_version, so nothing else would correct the wheel).
+    """
+
+    status: RunStatus
+    run_at: datetime | None
+
+
+# ---------------------------------------------------------------------------
+# Pausing and resuming
+
+
+@dataclass(frozen=True)
+class Paused:
+    """How a run is parked paused: the status and due time resume gives back, and the
+    run_at the daemon sees meanwhile (its deadline, for the deadline check only)."""
+
+    paused_status: RunStatus
+    paused_run_at: datetime | None
+    run_at: datetime | None
+
+
+def pause(status: RunStatus, run_at: datetime | None, deadline: datetime | None) -> Paused:
+    """Park a queued, sleeping or waiting run (or one that stopped at a durable call, given
+    as queued and due now) as paused. Its wake time may pass meanwhile; its deadline runs on.
+    """
+    return Paused(status, run_at, deadline)
+
+
+def resume(paused: Run, now: datetime) -> Applied:
+    """What resuming a paused run gives back: its status, due at once if its wake passed
+    while paused, else at its wake (a held or signal-waiting run with no time stays
+    untimed); never later than its deadline."""
+    status = paused.paused_status or RunStatus.QUEUED
+    at = paused.paused_run_at
+    if at is None and status is RunStatus.QUEUED:
+        return Applied(status, None)  # held behind a schedule's active run: released in turn
+    if at is not None and at < now:
+        at = now
+    return Applied(status, parked_run_at(at, deadline=paused.deadline))
+
+
+# ---------------------------------------------------------------------------
+# Claiming a due run
+
+
+class ClaimAction(StrEnum):
+    CLAIM = "claim"  # lease it to the claimer
+    END = "end"  # end it here, terminally (status and error given)
+    FAIL = "fail"  # end this attempt as failed (retried or dead-lettered by next_attempt)
+    PAUSE = "pause"  # park it paused: a pause was requested and its worker died
+    SKIP = "skip"  # leave it as it is: a paused run is never claimed
+    SUSPECT = "suspect"  # reclaimed from a dead worker: only a claimer that runs it alone may
+
+
+@dataclass(frozen=True)
+class ClaimVerdict:
+    action: ClaimAction
+    status: RunStatus | None = None  # END: the terminal status
+    error: dict[str, Any] | None = None  # END / FAIL: the error recorded
+    reclaims: int = 0  # CLAIM: reclaims from a dead worker since the last checkpoint
+    reclaimed: bool = False  # CLAIM: taken over from a worker whose lease lapsed
+    crashes: int = 0  # CLAIM / SUSPECT: crashes charged to it, this one included
+    charged: bool = False  # CLAIM / SUSPECT: its dead worker was running it alone
+    suspect: bool = False  # CLAIM / SUSPECT: its worker died under it since its last checkpoint
+
+
+def claim_verdict(run: Run, now: datetime, *, alone: bool = False) -> ClaimVerdict:
+    """What claiming this due run does. Checked in this order, each one final:
+
+    cancelled while its worker died -> cancelled; deadline passed -> dead (deadline);
+    paused -> left alone (it is due only for its deadline); pause requested while its worker
+    died -> paused; execution budget spent by a dead worker -> failed attempt (timeout);
+    POISON_CRASHES crashes charged -> dead (poison); a suspect and a claimer that does not run
+    it alone -> held (suspect); else claimed.
+
+    Poison is charged only to the run whose execution killed its worker. Several runs share
+    a daemon, so a crash alone cannot say which one did it: every run reclaimed from a dead
+    worker becomes a suspect, and a suspect is claimed only by a claimer that runs it alone
+    (`alone`: nothing else in its process while it runs). A run that was running alone when
+    its worker died (`run.solo`) is charged that crash. A new checkpoint or any end clears
+    the suspicion and the charges; so healthy runs merely in flight complete.
+    """
+    lapsed = run.status is RunStatus.RUNNING  # a due running run: its lease lapsed
+    if lapsed and run.cancel_requested:
+        return ClaimVerdict(ClaimAction.END, RunStatus.CANCELLED, cancel_error(run.cancel_reason))
+    if run.deadline is not None and run.deadline <= now:
+        return ClaimVerdict(ClaimAction.END, RunStatus.DEAD, deadline_error(run.deadline))
+    if run.status is RunStatus.PAUSED:
+        return ClaimVerdict(ClaimAction.SKIP)
+    if lapsed and run.pause_requested:
+        return ClaimVerdict(ClaimAction.PAUSE)
+    if lapsed and run.timeout is not None and run.exec_spent >= run.timeout:
+        err = {
+            "type": "ExecutionTimeoutError",
+            "kind": ErrorKind.TIMEOUT,
+            "message": f"attempt {run.attempt} used its execution budget of {run.timeout:g}s",
+        }
+        return ClaimVerdict(ClaimAction.FAIL, error=err)
+    reclaims = run.reclaims + 1 if lapsed else run.reclaims
+    charged = lapsed and run.solo
+    crashes = run.crashes + 1 if charged else run.crashes
+    suspect = run.suspect or lapsed
+    if crashes >= POISON_CRASHES:
+        err = {
+            "type": "PoisonRunError",
+            "kind": ErrorKind.POISON,
+            "message": f"its worker died {crashes} times while running it alone, without a"
+            " new checkpoint: it is killing its worker",
+        }
+        return ClaimVerdict(ClaimAction.END, RunStatus.DEAD, err)
+    if suspect and not alone:
+        return ClaimVerdict(
+            ClaimAction.SUSPECT, crashes=crashes, charged=charged, suspect=True, reclaims=reclaims
+        )
+    return ClaimVerdict(
+        ClaimAction.CLAIM,
+        reclaims=reclaims,
+        reclaimed=lapsed,
+        crashes=crashes,
+        charged=charged,
+        suspect=suspect,
+    )
+
+
+def cancel_error(reason: str | None, by: str | None = None) -> dict[str, Any]:
+    err: dict[str, Any] = {
+        "type": "Cancelled",
+        "kind": ErrorKind.CANCELLED,
+        "message": reason or "cancelled by operator",
+    }
+    if by:
+        err["by"] = by
+    return err
+
+
+def deadline_error(deadline: datetime) -> dict[str, Any]:
+    return {
+        "type": "DeadlineExceededError",
+        "kind": ErrorKind.DEADLINE,
+        "message": f"deadline {deadline.isoformat()} passed",
+    }
+
+
+# ---------------------------------------------------------------------------
+# After a failed attempt
+
+
+@dataclass(frozen=True)
+class NextAttempt:
+    """Retry at `retry_at` (the next attempt is queued), or dead-letter (`retry_at` None)."""
+
+    retry_at: datetime | None
+    error: dict[str, Any]  # as recorded: with the attempt, and why it is dead if it is
+
+
+def next_attempt(
+    run: Run, error: dict[str, Any], now: datetime, *, retry_at: datetime | None = None
+) -> NextAttempt:
+    """After attempt `run.attempt` failed with `error`: when the next attempt starts, if any.
+
+    A retryable kind with attempts left is retried after the run's backoff (or at
+    `retry_at`), clamped to the deadline: the claim at the deadline dead-letters it.
+    Anything else is dead now; exhausted attempts say so in `dead_reason`.
+    """
+    kind = error_kind(error)
+    error = {**error, "attempt": run.attempt}
+    if not kind.retryable:
+        return NextAttempt(None, error)
+    if run.attempt >= run.max_attempts:
+        return NextAttempt(
+            None, {**error, "dead_reason": f"attempts exhausted ({run.attempt}/{run.max_attempts})"}
+        )
+    if retry_at is None:
+        policy = RetryPolicy.from_json(run.backoff) if run.backoff else DEFAULT_RUN_RETRY
+        retry_at = now + policy.delay(run.attempt)
+    return NextAttempt(parked_run_at(retry_at, deadline=run.deadline), error)

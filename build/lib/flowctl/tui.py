@@ -1,0 +1,780 @@
+"""`flowctl tui`: a live, keyboard-first view of what is running, sleeping, waiting and dead.
+
+Only the `flowctl.tui*` modules import Textual, and only `flowctl tui` imports them, so
+every other command starts without paying for Textual. The TUI is split by job:
+
+- `flowctl.tui` (here): the app — its state, bindings, workers, live refresh and actions.
+- `flowctl.tui_views`: which runs each tab lists, with which columns; `load_page`.
+- `flowctl.tui_render`: pure text — cells, countdowns, the detail pane, error blocks.
+- `flowctl.tui_widgets`: the main screen's widgets (tab bar, run list, detail pane, keys).
+- `flowctl.tui_screens`: the dialogs (confirm, signal, filter, help).
+
+How it stays instant on a database with 100,000 runs:
+
+- One view is on screen at a time, and only that view's visible page is queried
+  (PAGE_SIZE rows; the next page loads when the cursor reaches the end), plus one
+  count per status for the tab bar. Nothing ever reads every row.
+- `PRAGMA data_version` (a read of microseconds) is polled every POLL_SECONDS; the page
+  is re-queried only when another connection (the daemon, the CLI) committed.
+- Countdowns ("wakes in 2d03h") are re-rendered every second from the injected clock,
+  without touching the database, so a FakeClock makes every screen reproducible. The
+  widgets that tick own their timers (see `flowctl.tui_widgets`), so nothing ticks into a
+  widget that is gone; handlers of worker messages do nothing once the app is exiting.
+
+Every query and every action runs in a thread worker through `flowctl.ops`, exactly
+as the CLI calls it; workers post messages, and only message handlers touch widgets.
+The TUI writes no SQL of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.message import Message
+from textual.timer import Timer
+from textual.widgets import DataTable, Input, Static
+
+from flowctl import ops
+from flowctl.clock import Clock
+from flowctl.model import Run, RunStatus
+from flowctl.store import Store
+from flowctl.transitions import Action, refusal
+from flowctl.tui_render import (
+    TIMELINE_LIMIT,
+    describe_error,
+    render_detail,
+    render_schedule,
+    schedule_field,
+    table_cell,
+    to_second,
+)
+from flowctl.tui_screens import ConfirmScreen, FilterScreen, HelpScreen, SignalScreen
+from flowctl.tui_views import (
+    SCHEDULE_FIELDS,
+    VIEWS,
+    VIEWS_BY_KEY,
+    Page,
+    PageQuery,
+    Row,
+    load_page,
+)
+from flowctl.tui_widgets import TICK_SECONDS, DetailPane, DetailText, KeyHints, RunTable, ViewBar
+
+# FlowctlApp is what `flowctl tui` imports; the rest stay importable from here for the
+# tests and benchmarks/tui_startup.py, which predate the split.
+__all__ = ["VIEWS", "FlowctlApp", "PageQuery", "Row", "RunTable", "SignalScreen", "load_page"]
+
+PAGE_SIZE = 200  # rows per query; the next page is fetched when the cursor reaches the end
+POLL_SECONDS = 0.5  # how often data_version is read
+SEARCH_DEBOUNCE = 0.25  # seconds of no typing before a search query runs
+
+
+# ---------------------------------------------------------------------------
+# Messages from thread workers
+
+
+class PageLoaded(Message):
+    def __init__(self, generation: int, page: Page) -> None:
+        super().__init__()
+        self.generation = generation
+        self.page = page
+
+
+class DetailLoaded(Message):
+    def __init__(self, run_id: str, detail: ops.RunDetail | None, error: str | None) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.detail = detail
+        self.error = error
+
+
+class ActionDone(Message):
+    def __init__(self, message: str, error: bool) -> None:
+        super().__init__()
+        self.message = message
+        self.error = error
+
+
+def _first_busy_view(store: Store) -> str:
+    counts = store.count_by_status()
+    for view in VIEWS:
+        if view.statuses and any(counts.get(s, 0) for s in view.statuses):
+            return view.key
+    return VIEWS[0].key
+
+
+# ---------------------------------------------------------------------------
+# The header line: it reads the app's own state, so it lives with the app
+
+
+class HeaderLine(Static):
+    """Database, active filter and search on the left; the clock on the right (its own
+    timer re-renders it every second)."""
+
+    def on_mount(self) -> None:
+        self.set_interval(TICK_SECONDS, self.refresh)
+
+    def render(self) -> Content:
+        app = self.app
+        if not isinstance(app, FlowctlApp):
+            return Content()
+        left = Content.assemble(
+            (" flowctl ", "bold reverse"),
+            f" {Path(app.store.path).name}",
+            ("  read-only" if getattr(app.store, "read_only", False) else "", "bold $warning"),
+            ("  workflow: ", "dim"),
+            (app.workflow or "all", "bold $accent" if app.workflow else ""),
+            ("  search: ", "dim"),
+            (app.search or "—", "bold $accent" if app.search else ""),
+        )
+        clock = f"{to_second(app.clock.now())} UTC "
+        pad = max(1, self.size.width - left.cell_length - len(clock))
+        return Content.assemble(left, " " * pad, (clock, "dim"))
+
+
+# ---------------------------------------------------------------------------
+# The app
+
+
+class FlowctlApp(App[None]):
+    """A live view of one flowctl database. Built from explicit inputs: a Store and a Clock."""
+
+    TITLE = "flowctl"
+    CSS_PATH = Path(__file__).with_name("tui.tcss")  # absolute: subclasses live elsewhere
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
+    ENABLE_COMMAND_PALETTE = False
+
+    BINDINGS: ClassVar = [
+        *(Binding(v.number, f"show_view('{v.key}')", v.title, show=False) for v in VIEWS),
+        Binding("slash", "search", "Search"),
+        Binding("f", "filter", "Filter"),
+        Binding("c", "cancel_run", "Cancel"),
+        Binding("r", "redrive_run", "Redrive"),
+        Binding("s", "signal_run", "Signal"),
+        Binding("w", "wake_run", "Wake"),
+        Binding("p", "pause_run", "Pause/resume", show=False),
+        Binding("y", "copy_id", "Copy id"),
+        Binding("d", "toggle_focus", "Detail", show=False),
+        Binding("escape", "leave", "Back", show=False),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, store: Store, clock: Clock, *, view: str = VIEWS[0].key) -> None:
+        """`view="auto"` opens on the first view with runs in it: what runs, waits, sleeps
+        or died comes before what is done."""
+        super().__init__()
+        self.store = store
+        self.clock = clock
+        self.view = _first_busy_view(store) if view == "auto" else view
+        self.workflow: str | None = None
+        self.search: str | None = None
+        self.limit = PAGE_SIZE
+        self._generation = 0  # bumps on every query; late answers to older queries are dropped
+        self._loading = False
+        self._data_version: int | None = None
+        self._rows: list[Row] = []
+        self._row_ids: list[str] = []
+        self._cells: dict[str, dict[str, str]] = {}
+        self._schedules: list[dict[str, Any]] = []
+        self._detail: ops.RunDetail | None = None
+        self._detail_run_id: str | None = None
+        self._detail_error: str | None = None
+        self._total = 0
+        self._search_timer: Timer | None = None
+
+    # -- layout ----------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield HeaderLine(id="header")
+        yield ViewBar(id="views")
+        with Horizontal(id="body"):
+            with Vertical(id="list"):
+                yield RunTable(
+                    id="table", cursor_type="row", zebra_stripes=True, on_tick=self._tick_rows
+                )
+                yield Static("loading…", id="empty")
+            with DetailPane(id="detail"):
+                yield DetailText(id="detail-text", on_tick=self._render_detail)
+        yield Input(placeholder="search run ids and input text", id="search")
+        yield KeyHints(id="hints")
+
+    def on_mount(self) -> None:
+        self.query_one("#detail").border_title = "Detail"
+        self.query_one("#search").display = False
+        self._set_columns()
+        self._render_header()
+        self.query_one(RunTable).focus()
+        self._data_version = self.store.data_version()
+        self._reload()
+        self.set_interval(POLL_SECONDS, self._poll)
+
+    MAIN_SCREEN_ACTIONS = frozenset(
+        {
+            "show_view",
+            "cycle_view",
+            "search",
+            "filter",
+            "cancel_run",
+            "redrive_run",
+            "signal_run",
+            "wake_run",
+            "pause_run",
+            "copy_id",
+            "toggle_focus",
+            "leave",
+            "help",
+            "quit",
+        }
+    )
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """While a dialog is open, the main screen's keys do nothing: `2` must not switch
+        views under a confirmation, and `q` must not quit from inside one."""
+        dialog_open = len(self.screen_stack) > 1
+        return not (dialog_open and action in self.MAIN_SCREEN_ACTIONS)
+
+    def _render_header(self) -> None:
+        self.query_one(HeaderLine).refresh()
+
+    @on(DetailPane.Resized)
+    def _detail_resized(self) -> None:
+        if self.is_running:
+            self._render_detail()  # rewrap at the new width
+
+    # -- queries ---------------------------------------------------------------
+
+    def _query(self) -> PageQuery:
+        return PageQuery(self.view, self.workflow, self.search, self.limit)
+
+    def _reload(self) -> None:
+        """Re-query the current view's page and the counts, in a thread."""
+        self._generation += 1
+        self._loading = True
+        self._load_page(self._query(), self._generation)
+
+    @work(thread=True, exclusive=True, group="page")
+    def _load_page(self, query: PageQuery, generation: int) -> None:
+        try:
+            page = load_page(self.store, query)
+        except Exception as e:
+            page = Page(query, error=describe_error(e))
+        self.post_message(PageLoaded(generation, page))
+
+    @work(thread=True, exclusive=True, group="detail")
+    def _load_detail(self, run_id: str) -> None:
+        try:
+            detail = ops.show_run(
+                self.store, run_id, clock=self.clock, timeline_limit=TIMELINE_LIMIT
+            )
+        except Exception as e:
+            self.post_message(DetailLoaded(run_id, None, describe_error(e)))
+        else:
+            self.post_message(DetailLoaded(run_id, detail, None))
+
+    def _poll(self) -> None:
+        """Re-query only when another connection committed: data_version says so cheaply."""
+        if self._loading or not self.is_running:
+            return  # a query is in flight; it will see the change, or the next poll will
+        version = self.store.data_version()
+        if version != self._data_version:
+            self._data_version = version
+            self._reload()
+
+    def _tick_rows(self, table: RunTable) -> None:
+        """Countdowns, from the clock alone (the table's own timer calls this)."""
+        if not self.is_running:
+            return
+        now = self.clock.now()
+        view = VIEWS_BY_KEY[self.view]
+        for row in self._rows:
+            cells = self._cells.get(row.run.run_id, {})
+            for column in view.columns:
+                if not column.live:
+                    continue
+                cell = column.cell(row, now)
+                if cells.get(column.key) != cell.plain:
+                    cells[column.key] = cell.plain
+                    table.update_cell(row.run.run_id, column.key, cell)
+
+    # -- applying results ------------------------------------------------------
+
+    @on(PageLoaded)
+    def _page_loaded(self, message: PageLoaded) -> None:
+        if not self.is_running:
+            return  # the app is exiting: its widgets are being removed
+        if message.generation != self._generation:
+            return  # an answer to an older query: the view, filter or search changed since
+        self._loading = False
+        page = message.page
+        if page.error:
+            self.notify(page.error, severity="error", title="query failed")
+            return
+        self._update_view_bar(page)
+        if page.query.view == "schedules":
+            self._show_schedules(page.schedules)
+        else:
+            self._show_rows(page.rows)
+        self._refresh_selected_detail()
+
+    def _update_view_bar(self, page: Page) -> None:
+        counts: dict[str, int | None] = {}
+        for view in VIEWS:
+            if view.key == "schedules":
+                counts[view.key] = len(page.schedules)
+            else:
+                statuses = RunStatus if view.statuses is None else view.statuses
+                counts[view.key] = sum(page.counts.get(s, 0) for s in statuses)
+        self.query_one(ViewBar).set_state(self.view, counts)
+        view = VIEWS_BY_KEY[self.view]
+        self._total = counts.get(view.key) or 0
+
+    def _set_columns(self) -> None:
+        table = self.query_one(RunTable)
+        table.clear(columns=True)
+        view = VIEWS_BY_KEY[self.view]
+        if view.key == "schedules":
+            return
+        for column in view.columns:
+            table.add_column(column.label, key=column.key, width=column.width)
+
+    def _show_rows(self, rows: list[Row]) -> None:
+        """Update cells in place when the same runs are listed; rebuild when the set changed."""
+        table = self.query_one(RunTable)
+        view = VIEWS_BY_KEY[self.view]
+        now = self.clock.now()
+        selected = self._selected_key()
+        ids = [r.run.run_id for r in rows]
+        rendered = {r.run.run_id: [c.cell(r, now) for c in view.columns] for r in rows}
+        if ids == self._row_ids:
+            for run_id, cells in rendered.items():
+                old = self._cells.get(run_id, {})
+                for column, cell in zip(view.columns, cells, strict=True):
+                    if old.get(column.key) != cell.plain:
+                        table.update_cell(run_id, column.key, cell)
+        else:
+            old_index = table.cursor_row
+            scroll_y = table.scroll_y
+            table.clear()
+            for run_id, cells in rendered.items():
+                table.add_row(*cells, key=run_id)
+            table.scroll_y = scroll_y
+            table.refresh(layout=True)  # new rows may widen auto-sized columns: re-measure now
+            if ids:
+                index = ids.index(selected) if selected in ids else min(old_index, len(ids) - 1)
+                table.move_cursor(row=max(index, 0))
+        table.fit_columns()
+        self._rows = rows
+        self._row_ids = ids
+        self._cells = {
+            run_id: {c.key: cell.plain for c, cell in zip(view.columns, cells, strict=True)}
+            for run_id, cells in rendered.items()
+        }
+        self._show_list_state(bool(rows))
+
+    def _show_schedules(self, schedules: list[dict[str, Any]]) -> None:
+        """Schedules are few: rebuild the table each time, keeping the cursor's row."""
+        table = self.query_one(RunTable)
+        cursor = table.cursor_row
+        self._rows, self._row_ids, self._cells = [], [], {}
+        table.clear(columns=True)
+        self._schedules = schedules
+        if not self._schedules:
+            self._show_list_state(False)
+            return
+        fields_ = [f for f in SCHEDULE_FIELDS if any(f in s for s in self._schedules)]
+        if "rule" not in fields_:
+            fields_ = [f for f in list(self._schedules[0]) if f != "name"][:4]
+            fields_.insert(0, "name")
+        for name in fields_:
+            table.add_column(name.upper().replace("_", " "), key=name)
+        for i, item in enumerate(self._schedules):
+            cells = [table_cell(schedule_field(item.get(f)), limit=44) for f in fields_]
+            table.add_row(*cells, key=f"s{i}")
+        table.fit_columns()
+        table.move_cursor(row=min(cursor, len(self._schedules) - 1))
+        self._show_list_state(True)
+
+    def _show_list_state(self, has_rows: bool) -> None:
+        """The table when there are rows; otherwise a one-line explanation of the empty view."""
+        view = VIEWS_BY_KEY[self.view]
+        empty = self.query_one("#empty", Static)
+        self.query_one("#list").set_class(not has_rows, "-empty")
+        narrowed = []
+        if self.workflow:
+            narrowed.append(f"workflow {self.workflow!r}")
+        if self.search:
+            narrowed.append(f"search {self.search!r}")
+        where = f" matching {' and '.join(narrowed)}" if narrowed else ""
+        if view.key == "schedules":
+            missing = not self._schedules
+            empty.update(Content.styled("no schedules" if missing else "", "dim"))
+        else:
+            what = "runs" if view.key == "all" else f"{view.title.lower()} runs"
+            empty.update(Content.styled(f"no {what}{where}", "dim"))
+        listing = self.query_one("#list")
+        listing.border_title = f"{view.title}"
+        if view.key == "schedules":
+            listing.border_subtitle = ""
+        elif len(self._rows) < self._total:
+            listing.border_subtitle = f"{len(self._rows)} of {self._total:,} (more load at the end)"
+        else:
+            listing.border_subtitle = f"{self._total:,}"
+        if not has_rows:
+            self._detail, self._detail_run_id, self._detail_error = None, None, None
+            self._render_detail()
+
+    def _selected_key(self) -> str | None:
+        table = self.query_one(RunTable)
+        if table.row_count == 0:
+            return None
+        try:
+            return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+        except Exception:
+            return None
+
+    def selected_run(self) -> Run | None:
+        """The run under the cursor, as of the last page query."""
+        key = self._selected_key()
+        if key is None or self.view == "schedules":
+            return None
+        for row in self._rows:
+            if row.run.run_id == key:
+                return row.run
+        return None
+
+    def _refresh_selected_detail(self) -> None:
+        if self.view == "schedules":
+            self._render_detail()
+            return
+        run = self.selected_run()
+        if run is not None:
+            self._load_detail(run.run_id)
+
+    @on(DataTable.RowHighlighted)
+    def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        key = event.row_key.value if event.row_key is not None else None
+        if self.view == "schedules":
+            self._render_detail()
+            return
+        if key is not None and key != self._detail_run_id:
+            self._load_detail(str(key))
+        at_end = event.cursor_row >= len(self._rows) - 1
+        if at_end and len(self._rows) < self._total and not self._loading:
+            self.limit += PAGE_SIZE  # the next page: the cursor reached the end
+            self._reload()
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        self.query_one("#body").add_class("-zoom")
+        self.query_one(DetailPane).focus()
+
+    @on(DetailLoaded)
+    def _detail_loaded(self, message: DetailLoaded) -> None:
+        if not self.is_running or message.run_id != self._selected_key():
+            return
+        if message.run_id != self._detail_run_id:
+            self.query_one(DetailPane).scroll_home(animate=False)
+        self._detail_run_id = message.run_id
+        self._detail = message.detail
+        self._detail_error = message.error
+        self._render_detail()
+
+    def _render_detail(self, text: DetailText | None = None) -> None:
+        """Render the selected run's detail into the pane (`text`, when its timer asks)."""
+        if not self.is_running:
+            return
+        if text is None:
+            text = self.query_one(DetailText)
+        if self.view == "schedules":
+            key = self._selected_key()
+            index = int(key[1:]) if key is not None and key.startswith("s") else -1
+            if 0 <= index < len(self._schedules):
+                text.update(render_schedule(self._schedules[index], self._detail_width(text)))
+            else:
+                text.update(Content.styled("no schedules", "dim"))
+            return
+        if self._detail_error:
+            text.update(Content.styled(self._detail_error, "$error"))
+            return
+        if self._detail is None or self._detail_run_id is None:
+            text.update(Content.styled("no run selected", "dim"))
+            return
+        text.update(render_detail(self._detail, self.clock.now(), self._detail_width(text)))
+
+    def _detail_width(self, text: DetailText) -> int:
+        """Cells available for one line of detail text (the gutter is reserved in CSS)."""
+        pane = text.parent
+        if not isinstance(pane, DetailPane):
+            return 80
+        width = pane.scrollable_content_region.width
+        return width if width > 0 else 80
+
+    # -- switching views, searching, filtering ---------------------------------
+
+    def action_show_view(self, key: str) -> None:
+        if key == self.view:
+            return
+        self.view = key
+        self.limit = PAGE_SIZE
+        self._rows, self._row_ids, self._cells = [], [], {}
+        self._detail, self._detail_run_id, self._detail_error = None, None, None
+        self._set_columns()
+        self.query_one("#body").remove_class("-zoom")
+        self.query_one(ViewBar).set_state(key, self.query_one(ViewBar).counts)
+        self._show_list_state(False)
+        self.query_one("#empty", Static).update(Content.styled("loading…", "dim"))
+        self.query_one(RunTable).focus()
+        self._reload()
+
+    def action_cycle_view(self, step: int) -> None:
+        keys = [v.key for v in VIEWS]
+        self.action_show_view(keys[(keys.index(self.view) + step) % len(keys)])
+
+    def action_search(self) -> None:
+        search = self.query_one("#search", Input)
+        search.display = True
+        search.focus()
+
+    @on(Input.Changed, "#search")
+    def _search_changed(self, event: Input.Changed) -> None:
+        """Search as you type, once typing pauses: a search scans every row's input text."""
+        if self._search_timer is not None:
+            self._search_timer.stop()
+        self._search_timer = self.set_timer(
+            SEARCH_DEBOUNCE, lambda: self._apply_search(event.value)
+        )
+
+    def _apply_search(self, text: str) -> None:
+        if not self.is_running:
+            return  # the debounce timer fired while the app exits
+        if self._search_timer is not None:
+            self._search_timer.stop()
+            self._search_timer = None
+        search = text.strip() or None
+        if search == self.search:
+            return
+        self.search = search
+        self.limit = PAGE_SIZE
+        self._render_header()
+        self._reload()
+
+    @on(Input.Submitted, "#search")
+    def _search_submitted(self, event: Input.Submitted) -> None:
+        self._apply_search(event.value)
+        if not event.value.strip():
+            self.query_one("#search").display = False
+        self.query_one(RunTable).focus()
+
+    def action_leave(self) -> None:
+        """Escape, innermost first: leave the search box (clearing it), leave the
+        full-screen detail, then drop a search kept with enter."""
+        search = self.query_one("#search", Input)
+        body = self.query_one("#body")
+        if search.has_focus or (not body.has_class("-zoom") and self.search):
+            search.value = ""
+            search.display = False
+            self._apply_search("")
+            self.query_one(RunTable).focus()
+        elif body.has_class("-zoom"):
+            body.remove_class("-zoom")
+            self.query_one(RunTable).focus()
+
+    def action_toggle_focus(self) -> None:
+        if self.query_one(DetailPane).has_focus:
+            self.query_one(RunTable).focus()
+        else:
+            self.query_one(DetailPane).focus()
+
+    def action_filter(self) -> None:
+        def chosen(name: str | None) -> None:
+            if name is None:
+                return
+            self.workflow = name or None
+            self.limit = PAGE_SIZE
+            self._render_header()
+            self._reload()
+
+        self.push_screen(FilterScreen(self.store, self.workflow), chosen)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.store.path))
+
+    # -- actions on the selected run -------------------------------------------
+
+    def _require_run(self) -> Run | None:
+        run = self.selected_run()
+        if run is None:
+            self.notify("select a run first", severity="warning")
+        return run
+
+    def _confirm(
+        self, title: str, question: Content, action: Callable[[], str], failure: str
+    ) -> None:
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._run_action(action, failure)
+
+        self.push_screen(ConfirmScreen(question, title), answered)
+
+    @work(thread=True, group="action")
+    def _run_action(self, action: Callable[[], str], failure: str) -> None:
+        """Run one ops call off the UI thread; its outcome comes back as a notification."""
+        try:
+            message = action()
+        except Exception as e:
+            self.post_message(ActionDone(f"{failure}: {describe_error(e)}", error=True))
+        else:
+            self.post_message(ActionDone(message, error=False))
+
+    @on(ActionDone)
+    def _action_done(self, message: ActionDone) -> None:
+        if not self.is_running:
+            return
+        self.notify(
+            message.message,
+            severity="error" if message.error else "information",
+            timeout=8 if message.error else 4,
+        )
+        self._reload()  # our own writes do not move data_version on our own connection
+
+    def _question(self, verb: str, run: Run, extra: str = "") -> Content:
+        return Content.assemble(
+            f"{verb} run ",
+            (run.run_id, "bold"),
+            f" ({run.workflow}, {run.status})?",
+            (f"\n\n{extra}" if extra else "", "dim"),
+        )
+
+    def action_cancel_run(self) -> None:
+        run = self._require_run()
+        if run is None:
+            return
+        if run.status.is_terminal:
+            self.notify(
+                f"{run.run_id} is already {run.status}; nothing to cancel", severity="warning"
+            )
+            return
+        extra = (
+            "It is running: it stops at its next heartbeat."
+            if run.status is RunStatus.RUNNING
+            else ""
+        )
+
+        def cancel() -> str:
+            after = ops.cancel(self.store, run.run_id, clock=self.clock)
+            if after.status is RunStatus.CANCELLED:
+                return f"cancelled {run.run_id}"
+            return f"cancel requested: {run.run_id} stops at its next heartbeat"
+
+        self._confirm("Cancel", self._question("Cancel", run, extra), cancel, "cancel failed")
+
+    def action_redrive_run(self) -> None:
+        run = self._require_run()
+        if run is None:
+            return
+        if run.status not in (RunStatus.DEAD, RunStatus.CANCELLED):
+            self.notify(
+                f"{run.run_id} is {run.status}: only dead or cancelled runs can be redriven",
+                severity="warning",
+            )
+            return
+
+        def redrive() -> str:
+            ops.redrive(self.store, run.run_id, clock=self.clock)
+            return f"redriven {run.run_id}: queued with a fresh attempt budget"
+
+        extra = (
+            "It is queued again with a fresh attempt budget; checkpoints before the failure stand."
+        )
+        self._confirm("Redrive", self._question("Redrive", run, extra), redrive, "redrive failed")
+
+    def action_wake_run(self) -> None:
+        run = self._require_run()
+        if run is None:
+            return
+        if run.status not in (RunStatus.SLEEPING, RunStatus.QUEUED):
+            self.notify(
+                f"{run.run_id} is {run.status}: only sleeping or queued runs can be woken",
+                severity="warning",
+            )
+            return
+
+        def wake() -> str:
+            ops.wake_now(self.store, run.run_id, clock=self.clock)
+            return f"woke {run.run_id}: due now (recorded as an operator action)"
+
+        extra = (
+            f"Due at {to_second(run.run_at)} UTC; it becomes due now. The timeline records who"
+            " woke it, and the recorded deadline is kept for history."
+        )
+        self._confirm("Wake now", self._question("Wake", run, extra), wake, "wake failed")
+
+    def action_pause_run(self) -> None:
+        """Pause the selected run, or resume it when it is paused (or a pause is pending)."""
+        run = self._require_run()
+        if run is None:
+            return
+        resuming = run.status is RunStatus.PAUSED or run.pause_requested
+        action = Action.RESUME if resuming else Action.PAUSE
+        refused = refusal(action, run.run_id, run.status, pause_requested=run.pause_requested)
+        if refused is not None:
+            self.notify(refused, severity="warning")
+            return
+        if resuming:
+
+            def act() -> str:
+                after = ops.resume(self.store, run.run_id, clock=self.clock)
+                if after.status is RunStatus.RUNNING:
+                    return f"resumed {run.run_id}: the pause it was asked for is withdrawn"
+                return f"resumed {run.run_id}: {after.status}"
+
+            extra = "It is due at once if its wake time passed while paused, else at its wake."
+            self._confirm("Resume", self._question("Resume", run, extra), act, "resume failed")
+            return
+
+        def pause() -> str:
+            after = ops.pause(self.store, run.run_id, clock=self.clock)
+            if after.status is RunStatus.RUNNING:
+                return f"pause requested: {run.run_id} parks at its next durable call"
+            return f"paused {run.run_id}"
+
+        extra = (
+            "It is running: it parks at its next durable call (nothing is interrupted)."
+            if run.status is RunStatus.RUNNING
+            else "It is never claimed while paused; its deadline still runs."
+        )
+        self._confirm("Pause", self._question("Pause", run, extra), pause, "pause failed")
+
+    def action_signal_run(self) -> None:
+        run = self._require_run()
+        if run is None:
+            return
+        if run.status.is_terminal:
+            self.notify(
+                f"{run.run_id} is {run.status}: signals go to queued, running, sleeping or"
+                " waiting runs",
+                severity="warning",
+            )
+            return
+
+        def sent(name: str | None) -> None:
+            if name:
+                self.notify(f"signal {name!r} sent to {run.run_id}")
+                self._reload()
+
+        self.push_screen(SignalScreen(self.store, self.clock, run.run_id), sent)
+
+    def action_copy_id(self) -> None:
+        run = self._require_run()
+        if run is None:
+            return
+        self.copy_to_clipboard(run.run_id)
+        self.notify(f"copied {run.run_id}")

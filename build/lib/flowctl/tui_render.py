@@ -1,0 +1,350 @@
+"""What `flowctl tui` shows, as text: list cells, countdowns, the detail pane, error blocks.
+
+Every function here is a pure function of its arguments (a run, `now`, a width), so a
+FakeClock makes every screen reproducible and the text can be checked without an app.
+Nothing here queries the store or touches a widget; `flowctl.tui` does both.
+
+The detail pane is built as Textual `Content` (its styles name theme variables such as
+`$error`), and list cells as Rich `Text`, so this module is on the Textual side of the
+import rule and only the TUI imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.text import Text
+from textual.content import Content
+
+from flowctl import ops
+from flowctl.durations import format_duration
+from flowctl.errors import FlowctlError
+from flowctl.model import EntryState, JournalEntry, Run, RunStatus, TimelineEvent
+
+TIMELINE_LIMIT = 200  # newest timeline events shown in the detail pane
+CHECKPOINT_LIMIT = 300  # newest checkpoints shown in the detail pane
+TEXT_LIMIT = 4000  # characters of input/result/traceback shown before "…"
+
+
+# ---------------------------------------------------------------------------
+# Formatting: pure functions of a run and `now`, so screens are reproducible
+
+
+def to_second(at: datetime | None) -> str:
+    """An instant as the operator reads it: UTC, to the second."""
+    return "—" if at is None else at.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def to_minute(at: datetime | None) -> str:
+    """An instant for a list column, where the year matters more than the seconds."""
+    return "—" if at is None else at.strftime("%Y-%m-%d %H:%M")
+
+
+def _short_when(at: datetime) -> str:
+    return at.strftime("%m-%d %H:%M:%S")
+
+
+def countdown(at: datetime | None, now: datetime) -> str:
+    """A countdown to `at`: "2d03h", "due", or "late 5m03s" when nothing has acted on it."""
+    if at is None:
+        return "—"
+    seconds = (at - now).total_seconds()
+    if seconds > 0:
+        return format_duration(at - now)
+    if seconds > -1:
+        return "due"
+    return f"late {format_duration(now - at)}"
+
+
+def ago(at: datetime | None, now: datetime) -> str:
+    return "—" if at is None else f"{format_duration(now - at)} ago"
+
+
+def compact_json(value: Any, limit: int = 48) -> str:
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _pretty_json(value: Any) -> str:
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    return text if len(text) <= TEXT_LIMIT else text[:TEXT_LIMIT] + "\n…"
+
+
+def error_first_line(error: dict[str, Any] | None) -> str:
+    """`Type: first line of the message`, as the dead-letter list shows it."""
+    if not error:
+        return ""
+    message = str(error.get("message") or "")
+    first = message.splitlines()[0] if message else ""
+    kind = str(error.get("type") or "Error")
+    return f"{kind}: {first}" if first else kind
+
+
+def describe_error(e: Exception) -> str:
+    """One line for a notification. Workers catch every exception, not only FlowctlError:
+    one that escaped would end the whole app (Textual's default), and an operator watching
+    a busy database should see "database is locked" and carry on."""
+    return str(e) if isinstance(e, FlowctlError) else f"{type(e).__name__}: {e}"
+
+
+def tab_count(n: int) -> str:
+    """A tab count that stays short at 100,000 runs."""
+    if n < 10_000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n // 1000}k"
+    return f"{n / 1_000_000:.1f}M"
+
+
+def table_cell(text: str, style: str = "", limit: int | None = None) -> Text:
+    """A table cell as plain text: run data must never be parsed as markup."""
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return Text(text, style=style, no_wrap=True, overflow="ellipsis")
+
+
+def schedule_field(value: Any) -> str:
+    """A schedule field for the table: ISO instants as UTC seconds, the rest as text."""
+    if value is None:
+        return "—"
+    if isinstance(value, str) and len(value) >= 19 and value[10:11] == "T":
+        try:
+            return to_second(datetime.fromisoformat(value).astimezone(UTC))
+        except ValueError:
+            return value
+    return value if isinstance(value, str) else compact_json(value, 40)
+
+
+# ---------------------------------------------------------------------------
+# The detail pane, rendered from a RunDetail, `now` and the pane's width
+#
+# Long lines are wrapped here, with a hanging indent, rather than by the widget: a
+# timeline entry whose data wraps back to column 0 is hard to scan.
+
+
+def _wrap(text: str, width: int, indent: int = 2) -> list[str]:
+    """`text` as lines of at most `width` cells; continuation lines indent past the first."""
+    out: list[str] = []
+    for line in text.rstrip("\n").splitlines() or [""]:
+        lead = len(line) - len(line.lstrip(" "))
+        out.extend(
+            textwrap.wrap(
+                line,
+                width=max(width, 20),
+                initial_indent=" " * indent,
+                subsequent_indent=" " * (indent + lead + 2),
+                break_long_words=True,
+                break_on_hyphens=False,
+            )
+            or [""]
+        )
+    return out
+
+
+def _indent(text: str, width: int, style: str = "") -> Content:
+    return Content.styled("".join(f"{line}\n" for line in _wrap(text, width)), style)
+
+
+def _section(title: str) -> Content:
+    return Content.styled(f"\n{title}\n", "bold $accent")
+
+
+def _kv(label: str, value: str, width: int, style: str = "") -> Content:
+    lines = _wrap(value, width - 10, indent=0)
+    body = "\n".join([lines[0], *(" " * 10 + line for line in lines[1:])])
+    return Content.assemble((f"{label:<10}", "dim"), (body, style), "\n")
+
+
+def _head_and_tail(head: Content, tail: str, width: int, tail_style: str) -> Content:
+    """`head tail` on one line when it fits, else `tail` wrapped on the lines below."""
+    if not tail:
+        return Content.assemble(head, "\n")
+    if head.cell_length + len(tail) <= width:
+        return Content.assemble(head, (tail, tail_style), "\n")
+    lines = "\n".join(_wrap(tail, width, indent=6))
+    return Content.assemble(head, "\n", (lines, tail_style), "\n")
+
+
+def _checkpoint_line(entry: JournalEntry, now: datetime, width: int) -> Content:
+    state_style = {
+        EntryState.DONE: "$success",
+        EntryState.ERROR: "$error",
+        EntryState.PENDING: "$warning",
+        EntryState.RETRYING: "$warning",
+    }[entry.state]
+    if entry.state is EntryState.ERROR:
+        what = error_first_line(entry.value if isinstance(entry.value, dict) else None)
+    elif entry.kind == "sleep":
+        at = entry.wake_at
+        what = f"wake_at {to_second(at)}"
+        if entry.state is EntryState.PENDING and at is not None:
+            what += f" (in {countdown(at, now)})"
+        elif entry.resolved_at is not None:
+            what += f", woke {to_second(entry.resolved_at)}"
+    elif entry.state is EntryState.RETRYING:
+        what = f"try {entry.tries + 1} at {to_second(entry.wake_at)}"
+    elif entry.state is EntryState.PENDING:
+        what = f"until {to_second(entry.wake_at)}" if entry.wake_at else "…"
+    else:
+        what = compact_json(entry.value, 120)
+    took = f"{format_duration(entry.duration)} " if entry.duration is not None else ""
+    head = Content.assemble(
+        (f"  #{entry.call_index:<3}", "dim"),
+        f"{entry.kind!s:<7}",
+        (f"{entry.name[:18]:<19}", "bold"),
+        (f"{entry.state!s:<9}", state_style),
+        (took, "dim"),
+    )
+    return _head_and_tail(head, what, width, "")
+
+
+def _timeline_line(event: TimelineEvent, width: int) -> Content:
+    data = ", ".join(f"{k}={v}" for k, v in event.data.items())
+    style = {
+        "dead-lettered": "$error",
+        "failed": "$error",
+        "step failed": "$error",
+        "timed out": "$error",
+        "cancelled": "$warning",
+        "woken by operator": "$warning",
+        "completed": "$success",
+    }.get(event.type, "bold")
+    head = Content.assemble((f"  {_short_when(event.at)}  ", "dim"), (f"{event.type:<18}", style))
+    return _head_and_tail(head, data, width, "dim")
+
+
+def _budget(run: Run) -> str:
+    spent = format_duration(run.exec_spent)
+    if run.timeout is None:
+        return f"no execution timeout ({spent} spent this attempt)"
+    left = max(run.timeout - run.exec_spent, 0.0)
+    return f"{format_duration(left)} left of {format_duration(run.timeout)} ({spent} spent)"
+
+
+def _deadline(run: Run, now: datetime) -> str:
+    if run.deadline is None:
+        return "none"
+    if run.deadline <= now:
+        return f"{to_second(run.deadline)} (passed)"
+    return f"{to_second(run.deadline)} (in {format_duration(run.deadline - now)})"
+
+
+def _error_block(error: dict[str, Any], title: str, width: int) -> list[Content]:
+    """The whole recorded error: message, why it is final, traceback, stderr tail."""
+    parts = [_section(title), Content.styled(f"  {error.get('type', 'Error')}\n", "bold $error")]
+    message = str(error.get("message") or "")
+    if message:
+        parts.append(_indent(message[:TEXT_LIMIT], width))
+    facts = [
+        f"{key}={error[key]}"
+        for key in ("kind", "attempt", "dead_reason", "exit_code", "by")
+        if error.get(key) is not None
+    ]
+    if facts:
+        parts.append(_indent(", ".join(facts), width, "dim"))
+    if error.get("traceback"):
+        parts.append(_section("Traceback"))
+        parts.append(_indent(str(error["traceback"])[-TEXT_LIMIT:], width))
+    if error.get("stderr_tail"):
+        parts.append(_section("Stderr (tail)"))
+        parts.append(_indent(str(error["stderr_tail"])[-TEXT_LIMIT:], width))
+    return parts
+
+
+def render_detail(detail: ops.RunDetail, now: datetime, width: int = 80) -> Content:
+    """Everything an operator asks about one run, as one scrollable block of text."""
+    run = detail.run
+    status_style = {
+        RunStatus.DEAD: "bold $error",
+        RunStatus.COMPLETED: "bold $success",
+        RunStatus.CANCELLED: "bold $warning",
+    }.get(run.status, "bold $accent")
+    parts: list[Content] = [
+        Content.assemble(
+            (run.run_id, "bold"),
+            "  ",
+            (run.workflow, "bold"),
+            "  ",
+            (str(run.status), status_style),
+            "\n",
+        )
+    ]
+    for note in detail.notes:
+        parts.append(
+            Content.styled("".join(f"{x}\n" for x in _wrap(f"! {note}", width, 0)), "$warning")
+        )
+    parts.append(_kv("why", ops.why(detail, now), width))
+    parts.append(_kv("attempt", f"{run.attempt} of {run.max_attempts}", width))
+    parts.append(_kv("deadline", _deadline(run, now), width))
+    parts.append(_kv("budget", _budget(run), width))
+    parts.append(_kv("created", to_second(run.created_at), width))
+    if run.started_at:
+        parts.append(_kv("started", to_second(run.started_at), width))
+    if run.finished_at:
+        parts.append(_kv("finished", to_second(run.finished_at), width))
+    parts.append(_kv("target", run.target, width, "dim"))
+    if run.schedule:
+        parts.append(_kv("schedule", f"{run.schedule} at {to_second(run.scheduled_at)}", width))
+    if run.parent_run_id:
+        parts.append(_kv("parent", run.parent_run_id, width))
+
+    parts.append(_section("Input"))
+    parts.append(_indent(_pretty_json(run.shown_input), width))
+    if run.status is RunStatus.COMPLETED:
+        parts.append(_section("Result"))
+        parts.append(_indent(_pretty_json(run.result), width))
+    if run.error:
+        title = {RunStatus.DEAD: "Error", RunStatus.CANCELLED: "Cancelled"}.get(
+            run.status, "Last error"
+        )
+        parts.extend(_error_block(run.error, title, width))
+        # The run's error may be recorded without the failing step's traceback or stderr
+        # tail; the step's checkpoint keeps them.
+        failed = [c for c in detail.checkpoints if c.state is EntryState.ERROR]
+        step_error = failed[-1].value if failed and isinstance(failed[-1].value, dict) else {}
+        for key, label in (("traceback", "Traceback"), ("stderr_tail", "Stderr (tail)")):
+            if step_error.get(key) and not run.error.get(key):
+                parts.append(_section(f"{label} of step {failed[-1].name!r}"))
+                parts.append(_indent(str(step_error[key])[-TEXT_LIMIT:], width))
+
+    if detail.published:
+        parts.append(_section("Published"))
+        for key, (value, _at) in detail.published.items():
+            parts.append(_indent(f"{key} = {compact_json(value, 120)}", width))
+
+    if detail.pending_signals:
+        parts.append(_section("Buffered signals"))
+        for name, payload, sent_at in detail.pending_signals:
+            line = f"{_short_when(sent_at)}  {name}  {compact_json(payload, 120)}"
+            parts.append(_indent(line, width))
+
+    parts.append(_section(f"Checkpoints ({len(detail.checkpoints)})"))
+    shown = detail.checkpoints[-CHECKPOINT_LIMIT:]
+    if len(shown) < len(detail.checkpoints):
+        hidden = len(detail.checkpoints) - len(shown)
+        parts.append(_indent(f"… {hidden} earlier checkpoints not shown", width, "dim"))
+    if not detail.checkpoints:
+        parts.append(_indent("none yet", width, "dim"))
+    for entry in shown:
+        parts.append(_checkpoint_line(entry, now, width))
+    for change_id, version, _at in detail.versions:
+        parts.append(_indent(f"version {change_id} = {version}", width, "dim"))
+
+    parts.append(_section("Timeline"))
+    if len(detail.timeline) >= TIMELINE_LIMIT:
+        parts.append(_indent(f"… only the newest {TIMELINE_LIMIT} events are shown", width, "dim"))
+    for event in detail.timeline:
+        parts.append(_timeline_line(event, width))
+    return Content.assemble(*parts)
+
+
+def render_schedule(item: dict[str, Any], width: int = 80) -> Content:
+    """Every field of one schedule, for the detail pane of the Schedules view."""
+    parts = [Content.styled(f"{item.get('name', 'schedule')}\n\n", "bold")]
+    for key, value in item.items():
+        shown = value if isinstance(value, str) else compact_json(value, 200)
+        parts.append(_kv(str(key)[:9], shown, width))
+    return Content.assemble(*parts)

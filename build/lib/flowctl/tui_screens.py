@@ -1,0 +1,226 @@
+"""The TUI's dialogs: confirm before a write, send a signal, filter by workflow, key help.
+
+Each dialog is a modal screen that dismisses with its answer; the app decides what to do
+with it. While one is open the main screen's keys are switched off (see
+`FlowctlApp.check_action`), so a dialog never acts on a run behind it by accident.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
+
+from flowctl import ops
+from flowctl.clock import Clock
+from flowctl.errors import FlowctlError
+from flowctl.store import Store
+from flowctl.tui_render import describe_error
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Yes/no before anything is written: y or enter confirms, n or escape backs out."""
+
+    BINDINGS: ClassVar = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n", "answer(False)", "No"),
+        Binding("escape", "answer(False)", "No", show=False),
+    ]
+
+    def __init__(self, question: Content, title: str) -> None:
+        super().__init__()
+        self.question = question
+        self.title_text = title
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog") as dialog:
+            dialog.border_title = self.title_text
+            yield Static(self.question, classes="question")
+            with Horizontal(classes="buttons"):
+                yield Button(Content("Yes [y]"), variant="error", id="yes")
+                yield Button(Content("No [n]"), id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+class SignalSent(Message):
+    def __init__(self, error: str | None) -> None:
+        super().__init__()
+        self.error = error
+
+
+class SignalScreen(ModalScreen[str | None]):
+    """Name + JSON payload. Mistakes are shown inline and the form stays open.
+
+    The payload is parsed with the CLI's own `ops.parse_json_arg`, and the name is
+    checked by `ops.send_signal` itself (reserved `_` names are refused there), so the
+    TUI cannot drift from the CLI's rules.
+    """
+
+    BINDINGS: ClassVar = [Binding("escape", "cancel", "Cancel", show=False)]
+
+    def __init__(self, store: Store, clock: Clock, run_id: str) -> None:
+        super().__init__()
+        self.store = store
+        self.clock = clock
+        self.run_id = run_id
+        self.sent_name = ""
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog") as dialog:
+            dialog.border_title = f"Send a signal to {self.run_id}"
+            yield Label("Signal name")
+            yield Input(placeholder="approved", id="signal-name")
+            yield Label("JSON payload (empty = null)")
+            yield Input(placeholder='{"by": "ana"}', id="signal-payload")
+            yield Static("", id="signal-error")
+            with Horizontal(classes="buttons"):
+                yield Button(Content("Send [enter]"), variant="primary", id="send")
+                yield Button(Content("Cancel [esc]"), id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#signal-name", Input).focus()
+
+    def _show_error(self, text: str) -> None:
+        self.query_one("#signal-error", Static).update(Content.styled(text, "bold $error"))
+
+    @on(Input.Submitted)
+    @on(Button.Pressed, "#send")
+    def submit(self) -> None:
+        name = self.query_one("#signal-name", Input).value.strip()
+        text = self.query_one("#signal-payload", Input).value.strip() or "null"
+        try:
+            payload = ops.parse_json_arg("payload", text)
+        except FlowctlError as e:
+            self._show_error(str(e))
+            return
+        self.sent_name = name
+        self._send(name, payload)
+
+    @work(thread=True, exclusive=True, group="signal")
+    def _send(self, name: str, payload: Any) -> None:
+        try:
+            ops.send_signal(self.store, self.run_id, name, payload, clock=self.clock)
+        except Exception as e:
+            self.post_message(SignalSent(describe_error(e)))
+        else:
+            self.post_message(SignalSent(None))
+
+    @on(SignalSent)
+    def _sent(self, message: SignalSent) -> None:
+        if message.error:
+            self._show_error(message.error)
+        else:
+            self.dismiss(self.sent_name)
+
+    @on(Button.Pressed, "#cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class WorkflowNames(Message):
+    def __init__(self, names: list[str]) -> None:
+        super().__init__()
+        self.names = names
+
+
+class FilterScreen(ModalScreen[str | None]):
+    """Pick a workflow to narrow every view to; "all workflows" clears the filter.
+
+    Dismisses with the workflow name, "" for all, or None when backed out.
+    """
+
+    BINDINGS: ClassVar = [Binding("escape", "back", "Back", show=False)]
+
+    def __init__(self, store: Store, current: str | None) -> None:
+        super().__init__()
+        self.store = store
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog") as dialog:
+            dialog.border_title = "Filter by workflow"
+            yield OptionList(Option("all workflows", id=""), id="workflows")
+
+    def on_mount(self) -> None:
+        self.query_one(OptionList).focus()
+        self._load()
+
+    @work(thread=True)
+    def _load(self) -> None:
+        self.post_message(WorkflowNames(ops.workflow_names(self.store)))
+
+    @on(WorkflowNames)
+    def _loaded(self, message: WorkflowNames) -> None:
+        options = self.query_one(OptionList)
+        options.add_options([Option(name, id=name) for name in message.names])
+        if self.current in message.names:
+            options.highlighted = message.names.index(self.current) + 1
+
+    @on(OptionList.OptionSelected)
+    def _chosen(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id or "")
+
+    def action_back(self) -> None:
+        self.dismiss(None)
+
+
+HELP = """\
+[b]Views[/b]
+  1 Running    2 Sleeping   3 Waiting    4 Queued
+  5 Dead       6 Completed  7 Schedules  8 All
+  tab / shift+tab   next / previous view
+
+[b]Moving[/b]
+  j k  ↑ ↓       move (in the list) or scroll (in the detail)
+  g G  home end  first / last row
+  ← →            scroll a wide list sideways
+  d              move focus between the list and the detail (to scroll it)
+  enter          open the detail full-screen; escape returns
+
+[b]Narrowing[/b]
+  /              search run ids and input text (enter keeps it, escape clears)
+  f              filter by workflow
+
+[b]Actions on the selected run[/b] (each asks first)
+  c  cancel      r  redrive (dead or cancelled)
+  s  signal      w  wake now (ends a sleep early)
+  p  pause / resume   y  copy the run id
+
+  ?  this help   q  quit
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS: ClassVar = [
+        Binding("escape,q,question_mark", "close", "Close", show=False),
+    ]
+
+    def __init__(self, db_path: str) -> None:
+        super().__init__()
+        self.db_path = db_path
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(classes="dialog help") as dialog:
+            dialog.border_title = "flowctl tui — keys"
+            yield Static(Content.from_markup(HELP))
+            yield Static(Content.styled(f"database: {self.db_path}", "dim"))
+
+    def action_close(self) -> None:
+        self.dismiss(None)

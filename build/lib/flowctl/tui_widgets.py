@@ -1,0 +1,168 @@
+"""The main screen's widgets: the tab bar, the key hints, the run list and the detail pane.
+
+Each widget renders what the app hands it and posts messages back; none of them queries
+the store. The header line reads the app's own state, so it lives with the app in
+`flowctl.tui`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.message import Message
+from textual.widgets import DataTable, Static
+
+from flowctl.tui_render import tab_count
+from flowctl.tui_views import VIEWS, View
+
+
+class ViewBar(Static):
+    """The tab bar: number key, view name and live count; labels shorten on narrow terminals."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.active = VIEWS[0].key
+        self.counts: dict[str, int | None] = {}
+
+    def set_state(self, active: str, counts: dict[str, int | None]) -> None:
+        self.active = active
+        self.counts = counts
+        self.refresh()
+
+    def _labels(self, names: str, gap: str) -> list[tuple[View, str]]:
+        """Tab labels; `names` is "full", "short", or "active" (only the current view named)."""
+        out = []
+        for view in VIEWS:
+            n = self.counts.get(view.key)
+            if view.optional and not n and view.key != self.active:
+                continue
+            if names == "full":
+                name = f" {view.title}"
+            elif names == "short" or view.key == self.active:
+                name = f" {view.short}"
+            else:
+                name = ""
+            out.append(
+                (view, f" {view.number}{name}{'' if n is None else ' ' + tab_count(n)}{gap}")
+            )
+        return out
+
+    def render(self) -> Content:
+        for names, gap in (("full", " "), ("short", " "), ("short", ""), ("active", " ")):
+            labels = self._labels(names, gap)
+            if sum(len(label) for _, label in labels) <= self.size.width:
+                break
+        parts: list[str | tuple[str, str]] = []
+        for view, label in labels:
+            click = f"@click=app.show_view('{view.key}')"
+            style = "reverse bold" if view.key == self.active else "dim"
+            parts.append((label, f"{style} {click}"))
+        return Content.assemble(*parts)
+
+
+class KeyHints(Static):
+    """The key reminder line; it drops the padding between items on narrow terminals."""
+
+    KEYS = (
+        ("?", "help"),
+        ("/", "search"),
+        ("f", "filter"),
+        ("c", "cancel"),
+        ("r", "redrive"),
+        ("s", "signal"),
+        ("w", "wake"),
+        ("y", "copy id"),
+        ("q", "quit"),
+    )
+
+    def render(self) -> Content:
+        wide = sum(len(k) + len(label) + 4 for k, label in self.KEYS) <= self.size.width
+        gap = "  " if wide else " "
+        parts: list[str | tuple[str, str]] = []
+        for key, label in self.KEYS:
+            parts.append((f"{gap[:1]}{key}", "bold $accent"))
+            parts.append(f" {label}{gap[1:]}")
+        return Content.assemble(*parts)
+
+
+# Tab cycles views from the list and the detail; bound on them, not on the app, so that
+# Tab still moves between fields in the signal form.
+VIEW_CYCLE_BINDINGS = [
+    Binding("tab", "app.cycle_view(1)", "Next view", show=False),
+    Binding("shift+tab", "app.cycle_view(-1)", "Previous view", show=False),
+]
+
+
+TICK_SECONDS = 1.0  # how often countdowns and relative times re-render (no database reads)
+
+# Widgets own their timers: a timer stops with the widget that owns it, so nothing touches a
+# widget after it was removed (an app-level timer still fires while the app's screens are
+# taken down at exit). A tick callback is handed the widget itself, never a query.
+
+
+class RunTable(DataTable[Text]):
+    """The run list, with vim keys on top of the arrows; `on_tick(table)` every second
+    re-renders its live cells (countdowns)."""
+
+    BINDINGS: ClassVar = [
+        *VIEW_CYCLE_BINDINGS,
+        Binding("j", "cursor_down", "Down", show=False),
+        Binding("k", "cursor_up", "Up", show=False),
+        Binding("g,home", "scroll_top", "Top", show=False),
+        Binding("G,end", "scroll_bottom", "Bottom", show=False),
+    ]
+
+    def __init__(self, *, on_tick: Callable[[RunTable], None], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._on_tick = on_tick
+
+    def on_mount(self) -> None:
+        self.set_interval(TICK_SECONDS, lambda: self._on_tick(self))
+
+    def fit_columns(self) -> None:
+        """Widen auto-width columns to their cells now. DataTable measures them only once
+        its message queue is idle, so until then they show at their label's width: what
+        the screen (or a snapshot) shows must not depend on when that happens."""
+        for key, column in self.columns.items():
+            if not column.auto_width:
+                continue
+            widths = [column.label.cell_len]
+            widths.extend(
+                cell.cell_len if isinstance(cell, Text) else len(str(cell))
+                for cell in self.get_column(key)
+            )
+            column.content_width = max(column.content_width, *widths)
+
+
+class DetailText(Static):
+    """The detail pane's text; `on_tick(text)` every second re-renders its relative times."""
+
+    def __init__(self, *, on_tick: Callable[[DetailText], None], **kwargs: Any) -> None:
+        super().__init__("", **kwargs)
+        self._on_tick = on_tick
+
+    def on_mount(self) -> None:
+        self.set_interval(TICK_SECONDS, lambda: self._on_tick(self))
+
+
+class DetailPane(VerticalScroll):
+    """The scrollable detail of the selected run (long tracebacks scroll here)."""
+
+    class Resized(Message):
+        """The pane changed width (zoom, terminal resize): its text must be rewrapped."""
+
+    BINDINGS: ClassVar = [
+        *VIEW_CYCLE_BINDINGS,
+        Binding("j", "scroll_down", "Down", show=False),
+        Binding("k", "scroll_up", "Up", show=False),
+        Binding("g", "scroll_home", "Top", show=False),
+        Binding("G", "scroll_end", "Bottom", show=False),
+    ]
+
+    def on_resize(self) -> None:
+        self.post_message(self.Resized())

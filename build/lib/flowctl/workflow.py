@@ -1,0 +1,569 @@
+"""Workflow definitions: the @workflow decorator, and loading `file.py:fn`, `module:fn`,
+a YAML file or a workflow name from the workflows folder."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import logging
+import stat
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar, overload
+
+from flowctl.durations import Duration, parse_duration
+from flowctl.errors import FlowctlError, InputError, TargetError, UsageError
+from flowctl.retry import RetryPolicy
+from flowctl.store import NewRun
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class WorkflowOptions:
+    """Per-workflow defaults, overridable per run from the CLI or client."""
+
+    name: str
+    max_attempts: int | None = None
+    timeout: timedelta | None = None
+    retry: RetryPolicy | None = None  # backoff between run attempts
+    secret_inputs: tuple[str, ...] = ()  # shown as *** everywhere; the handler gets them as given
+
+
+@overload
+def workflow(name: F) -> F: ...
+@overload
+def workflow(
+    name: str | None = None,
+    *,
+    max_attempts: int | None = None,
+    timeout: Duration | None = None,
+    retry: RetryPolicy | None = None,
+    secret_inputs: list[str] | tuple[str, ...] = (),
+) -> Callable[[F], F]: ...
+def workflow(
+    name: Any = None,
+    *,
+    max_attempts: int | None = None,
+    timeout: Duration | None = None,
+    retry: RetryPolicy | None = None,
+    secret_inputs: list[str] | tuple[str, ...] = (),
+) -> Any:
+    """Mark a function `fn(ctx, **input)` as a workflow: `@workflow`, `@workflow("name")`.
+
+    `secret_inputs=["token"]`: those inputs are shown as *** by ls, show, --json and the
+    TUI, and never match `ls --search`; the handler gets them unchanged.
+    """
+    if isinstance(secret_inputs, str) or not all(isinstance(k, str) for k in secret_inputs):
+        raise UsageError(
+            f"secret_inputs must be a list of input names, like ['token'], got {secret_inputs!r}"
+        )
+
+    def mark(fn: F, wf_name: str | None) -> F:
+        _check_secret_names(fn, secret_inputs)
+        fn.__flowctl_workflow__ = WorkflowOptions(  # type: ignore[attr-defined]
+            name=wf_name or fn.__name__,
+            max_attempts=max_attempts,
+            timeout=parse_duration(timeout) if timeout is not None else None,
+            retry=retry,
+            secret_inputs=tuple(secret_inputs),
+        )
+        return fn
+
+    if callable(name):
+        return mark(name, None)
+    return lambda fn: mark(fn, name)
+
+
+def _check_secret_names(fn: Callable[..., Any], names: tuple[str, ...] | list[str]) -> None:
+    """A secret name that is no input of the handler is a typo that would leave the real
+    input in sight: refuse it when the workflow is defined."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    known = [p.name for p in params]
+    for key in names:
+        if key not in known:
+            raise UsageError(
+                f"secret_inputs names {key!r}, which is not an input of"
+                f" {getattr(fn, '__name__', fn)}; its inputs: {', '.join(known) or 'none'}"
+            )
+
+
+@dataclass
+class WorkflowDef:
+    """A loaded workflow: what ops needs to start a run and the engine needs to run it."""
+
+    name: str
+    kind: str  # "python" | "yaml"
+    target: str  # canonical target stored with the run
+    handler: Callable[..., Any]
+    source: str | None = None
+    source_hash: str | None = None
+    source_path: str | None = None
+    cwd: str | None = None
+    max_attempts: int | None = None
+    timeout: timedelta | None = None
+    retry: RetryPolicy | None = None
+    validate: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    secret_inputs: tuple[str, ...] = ()
+    schedule: Any = None
+    schedule_places: list[dict[str, tuple[int, int]]] = field(default_factory=list)
+    description: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def check_input(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return self.validate(raw) if self.validate is not None else raw
+
+    def check_binds(self, input: dict[str, Any]) -> None:
+        """Raise InputError unless a stored run's input binds to the handler as it is now
+        (checked before it runs: the handler may have changed since the run was started)."""
+        self.check_input(dict(input))
+        try:
+            sig = inspect.signature(self.handler)
+        except (TypeError, ValueError):
+            return  # a callable without a signature: nothing to check it against
+        try:
+            sig.bind(None, **input)
+        except TypeError as e:
+            raise InputError(
+                f"the input of run of workflow {self.name} does not fit: {e}"
+            ) from None
+
+    def new_run(
+        self,
+        input: dict[str, Any],
+        *,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        deadline: datetime | None = None,
+        timeout: timedelta | None = None,
+        key: str | None = None,
+        parent_run_id: str | None = None,
+        schedule: str | None = None,
+        scheduled_at: datetime | None = None,
+    ) -> NewRun:
+        """The row for a new run of this workflow: its pinned source and its defaults,
+        overridden by what the caller gives. `input` must already be checked."""
+        from flowctl.ids import new_run_id
+
+        budget = timeout if timeout is not None else self.timeout
+        return NewRun(
+            run_id=new_run_id(),
+            workflow=self.name,
+            target=self.target,
+            kind=self.kind,
+            input=input,
+            source=self.source,
+            source_hash=self.source_hash,
+            source_path=self.source_path,
+            cwd=self.cwd,
+            run_at=run_at,
+            max_attempts=max_attempts or self.max_attempts or 3,
+            backoff=self.retry.to_json() if self.retry else None,
+            deadline=deadline,
+            timeout=budget.total_seconds() if budget is not None else None,
+            key=key,
+            parent_run_id=parent_run_id,
+            schedule=schedule,
+            scheduled_at=scheduled_at,
+            secret_keys=self.secret_inputs,
+        )
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# Python workflows
+
+_import_lock = threading.RLock()
+
+
+def _import_file(path: Path) -> Any:
+    """Import a .py file as a module whose name is stable for that path."""
+    resolved = path.resolve()
+    digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:8]
+    mod_name = f"flowctl_user.{resolved.stem}_{digest}"
+    with _import_lock:
+        if mod_name in sys.modules:
+            return sys.modules[mod_name]
+        if "flowctl_user" not in sys.modules:
+            import types
+
+            pkg = types.ModuleType("flowctl_user")
+            pkg.__path__ = []
+            sys.modules["flowctl_user"] = pkg
+        folder = str(resolved.parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        spec = importlib.util.spec_from_file_location(mod_name, resolved)
+        if spec is None or spec.loader is None:
+            raise TargetError(f"cannot import {path}: not a Python file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except FlowctlError:
+            del sys.modules[mod_name]
+            raise
+        except Exception as e:
+            del sys.modules[mod_name]
+            raise TargetError(f"importing {path} failed: {type(e).__name__}: {e}") from None
+        return module
+
+
+def _python_def(fn: Any, target: str, source_path: Path | None, cwd: str | None) -> WorkflowDef:
+    if not callable(fn):
+        raise TargetError(f"{target} is not a function")
+    opts: WorkflowOptions | None = getattr(fn, "__flowctl_workflow__", None)
+    name = opts.name if opts else getattr(fn, "__name__", target)
+    source = source_hash = None
+    if source_path is not None:
+        try:
+            source = source_path.read_text()
+            source_hash = _sha256(source)
+        except OSError:
+            pass
+    return WorkflowDef(
+        name=name,
+        kind="python",
+        target=target,
+        handler=fn,
+        source=source,
+        source_hash=source_hash,
+        source_path=str(source_path) if source_path else None,
+        cwd=cwd,
+        max_attempts=opts.max_attempts if opts else None,
+        timeout=opts.timeout if opts else None,
+        retry=opts.retry if opts else None,
+        validate=lambda raw: _check_python_input(fn, name, raw),
+        secret_inputs=opts.secret_inputs if opts else (),
+        description=(inspect.getdoc(fn) or "").splitlines()[0] if inspect.getdoc(fn) else "",
+    )
+
+
+def _check_python_input(fn: Callable[..., Any], name: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """Inputs must fit the handler's keyword parameters, so a typo fails before the run exists."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return raw
+    params = list(sig.parameters.values())[1:]  # skip ctx
+    accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    named = {
+        p.name: p
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    listing = (
+        ", ".join(
+            f"{p.name}{'' if p.default is not inspect.Parameter.empty else ' (required)'}"
+            for p in named.values()
+        )
+        or "no inputs"
+    )
+    if not accepts_any:
+        unknown = [k for k in raw if k not in named]
+        if unknown:
+            import difflib
+
+            hint = difflib.get_close_matches(unknown[0], list(named), n=1)
+            extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise InputError(
+                f"workflow {name} has no input {unknown[0]!r}{extra}; it takes: {listing}"
+            )
+    missing = [n for n, p in named.items() if p.default is inspect.Parameter.empty and n not in raw]
+    if missing:
+        raise InputError(
+            f"workflow {name} needs input {missing[0]!r} (pass -i {missing[0]}=VALUE); it takes: {listing}"
+        )
+    return raw
+
+
+# ---------------------------------------------------------------------------
+# Resolving targets
+
+
+def _yaml_def(path: Path, text: str | None = None) -> WorkflowDef:
+    from flowctl import yamlflow
+
+    resolved = path.resolve()
+    if text is None:
+        text = yamlflow.read_yaml_text(path)
+    wf = yamlflow.load_yaml(text, str(path))
+    return WorkflowDef(
+        name=wf.name,
+        kind="yaml",
+        target=str(resolved),
+        handler=wf.handler,
+        source=text,
+        source_hash=_sha256(text),
+        source_path=str(resolved),
+        cwd=str(resolved.parent),
+        max_attempts=wf.max_attempts,
+        validate=lambda raw: yamlflow.convert_inputs(wf, raw),
+        secret_inputs=tuple(n for n, spec in wf.inputs.items() if spec.secret),
+        schedule=wf.schedule,
+        schedule_places=wf.schedule_places,
+        description=wf.description or "",
+    )
+
+
+def load_target(
+    target: str, *, workflows_dir: str | Path | None = None, cwd: str | None = None
+) -> WorkflowDef:
+    """Resolve what the user typed: `file.py:fn`, `pkg.module:fn`, `file.yaml`, or a name."""
+    target = target.strip()
+    if not target:
+        raise TargetError(
+            "a workflow target is required: file.py:function, module:function, file.yaml or a name"
+        )
+    base = Path(cwd) if cwd else Path.cwd()
+    if target.endswith(YAML_SUFFIXES):
+        path = Path(target)
+        return _yaml_def(path if path.is_absolute() else base / path)
+    if ":" in target:
+        left, _, fn_name = target.rpartition(":")
+        if not fn_name.isidentifier():
+            raise TargetError(f"{target!r}: after ':' must come a function name")
+        if left.endswith(".py") or "/" in left:
+            path = Path(left) if Path(left).is_absolute() else base / left
+            if not path.is_file():
+                raise TargetError(f"workflow file {left} does not exist")
+            module = _import_file(path)
+            fn = getattr(module, fn_name, None)
+            if fn is None:
+                raise TargetError(f"{left} has no function {fn_name!r}{_suggest(module, fn_name)}")
+            return _python_def(fn, f"{path.resolve()}:{fn_name}", path.resolve(), str(base))
+        with _import_lock:
+            if str(base) not in sys.path:
+                sys.path.insert(0, str(base))
+            try:
+                module = importlib.import_module(left)
+            except ImportError as e:
+                raise TargetError(f"cannot import module {left!r}: {e}") from None
+            except Exception as e:
+                raise TargetError(f"importing {left} failed: {type(e).__name__}: {e}") from None
+        fn = getattr(module, fn_name, None)
+        if fn is None:
+            raise TargetError(
+                f"module {left} has no function {fn_name!r}{_suggest(module, fn_name)}"
+            )
+        module_file: str | None = getattr(module, "__file__", None)
+        source_path = Path(module_file) if module_file else None
+        return _python_def(fn, target, source_path, str(base))
+    if workflows_dir is not None:
+        entry = discover(workflows_dir).get(target)
+        if entry is not None:
+            if entry.kind == "yaml":
+                return _yaml_def(Path(entry.target))
+            return load_target(entry.target, cwd=str(Path(workflows_dir).resolve()))
+    if target.endswith(".py"):
+        path = Path(target) if Path(target).is_absolute() else base / target
+        text = _read_for_discovery(path) if path.is_file() else None
+        names = [e.target.rpartition(":")[2] for e in _python_entries(path, text or "")]
+        form = f"{target}:{names[0]}" if len(names) == 1 else f"{target}:FUNCTION"
+        found = f" ({target} has @workflow functions: {', '.join(names)})" if len(names) > 1 else ""
+        raise TargetError(f"{target!r} names a file, not a function: use {form}{found}")
+    folder = f" in {workflows_dir}" if workflows_dir else ""
+    raise TargetError(
+        f"unknown workflow {target!r}{folder}: give file.py:function, module:function, a .yaml file,"
+        " or a name listed by `flowctl workflows`"
+    )
+
+
+def _suggest(module: Any, name: str) -> str:
+    import difflib
+
+    names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
+    hint = difflib.get_close_matches(name, names, n=1)
+    return f" (did you mean {hint[0]!r}?)" if hint else ""
+
+
+# ---------------------------------------------------------------------------
+# Discovery: what is in the workflows folder, found by reading, never by running
+
+# Larger files are skipped by discovery (a workflow file is a few KiB).
+MAX_DISCOVERY_BYTES = 1024 * 1024
+
+log = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+
+@dataclass(frozen=True)
+class WorkflowEntry:
+    """A workflow found in the workflows folder: enough to list it and to load it by name.
+    Finding it executed nothing: YAML is parsed under the loader's guards, Python is read
+    as source (an AST pass for @workflow), and only the one file being run is imported."""
+
+    name: str
+    kind: str  # "python" | "yaml"
+    target: str  # what load_target takes: the YAML path, or `/abs/file.py:function`
+    source_path: str
+    description: str = ""
+
+
+def discover(workflows_dir: str | Path) -> dict[str, WorkflowEntry]:
+    """Every workflow in a folder, by name: YAML files by their `name:` (else the file's
+    stem), Python functions decorated with @workflow. The first file (sorted) wins a name."""
+    folder = Path(workflows_dir)
+    found: dict[str, WorkflowEntry] = {}
+    if not folder.is_dir():
+        return found
+    _warn_if_writable_by_others(folder, "workflows folder")
+    for path in sorted(folder.iterdir()):
+        is_yaml = path.suffix in YAML_SUFFIXES
+        is_python = path.suffix == ".py" and not path.name.startswith("_")
+        if not (is_yaml or is_python) or not path.is_file():
+            continue
+        text = _read_for_discovery(path)
+        if text is None:
+            continue
+        _warn_if_writable_by_others(path, "workflow file")
+        entries = _yaml_entries(path, text) if is_yaml else _python_entries(path, text)
+        for entry in entries:
+            found.setdefault(entry.name, entry)
+    return found
+
+
+def _read_for_discovery(path: Path) -> str | None:
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_DISCOVERY_BYTES + 1)
+        if len(data) > MAX_DISCOVERY_BYTES:
+            _warn_once(
+                path, "warning: skipping %s: larger than %d KiB", MAX_DISCOVERY_BYTES // 1024
+            )
+            return None
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        _warn_once(path, "warning: skipping %s: not UTF-8")
+        return None
+    except OSError:
+        return None
+
+
+def _yaml_entries(path: Path, text: str) -> list[WorkflowEntry]:
+    from flowctl import yamlflow
+
+    name, description = yamlflow.peek_yaml(text, str(path))
+    if name is None:
+        return []
+    resolved = str(path.resolve())
+    return [WorkflowEntry(name, "yaml", resolved, resolved, description)]
+
+
+def _python_entries(path: Path, text: str) -> list[WorkflowEntry]:
+    """Top-level functions decorated with `@workflow`, `@workflow("name")`,
+    `@workflow(name=...)` or `@flowctl.workflow...`, read from the source."""
+    import ast
+
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    resolved = path.resolve()
+    entries = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for deco in node.decorator_list:
+            name = _workflow_name(deco, node.name)
+            if name is not None:
+                doc = (ast.get_docstring(node) or "").strip().splitlines()
+                entries.append(
+                    WorkflowEntry(
+                        name,
+                        "python",
+                        f"{resolved}:{node.name}",
+                        str(resolved),
+                        doc[0] if doc else "",
+                    )
+                )
+                break
+    return entries
+
+
+def _workflow_name(deco: Any, fn_name: str) -> str | None:
+    """The workflow name a decorator gives, or None when it is not @workflow."""
+    import ast
+
+    def is_workflow(expr: ast.expr) -> bool:
+        return (isinstance(expr, ast.Name) and expr.id == "workflow") or (
+            isinstance(expr, ast.Attribute) and expr.attr == "workflow"
+        )
+
+    if is_workflow(deco):
+        return fn_name
+    if isinstance(deco, ast.Call) and is_workflow(deco.func):
+        given: ast.expr | None = deco.args[0] if deco.args else None
+        for kw in deco.keywords:
+            if kw.arg == "name":
+                given = kw.value
+        if isinstance(given, ast.Constant) and isinstance(given.value, str) and given.value:
+            return given.value
+        return fn_name
+    return None
+
+
+def _warn_if_writable_by_others(path: Path, what: str) -> None:
+    """Anyone who can write a workflow can run code as whoever runs it: say so, once."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if mode & stat.S_IWOTH:
+        _warn_once(
+            path,
+            f"warning: {what} %s is writable by other users, who could make it run code as you;"
+            " fix with: chmod o-w %s",
+            path,
+        )
+
+
+def _warn_once(path: Path, message: str, *args: Any) -> None:
+    """Log a warning about `path` once per process (discovery runs on every lookup)."""
+    key = f"{path.resolve()}\0{message}"
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message, path, *args)
+
+
+class Loader:
+    """Loads the handler of a stored run, caching by target and pinned source."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, str | None], WorkflowDef] = {}
+        self._lock = threading.Lock()
+
+    def for_run(
+        self, target: str, kind: str, cwd: str | None, source: str | None, source_hash: str | None
+    ) -> WorkflowDef:
+        key = (target, source_hash if kind == "yaml" else None)
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        if kind == "yaml":
+            # The run's pinned text, not the file on disk: editing the file never breaks a run in flight.
+            if source is None:
+                raise TargetError(f"run of {target} has no pinned YAML source")
+            wf = _yaml_def(Path(target), source)
+        else:
+            wf = load_target(target, cwd=cwd)
+        with self._lock:
+            self._cache[key] = wf
+        return wf

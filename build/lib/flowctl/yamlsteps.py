@@ -1,0 +1,441 @@
+"""A validated YAML workflow and how it runs: the step model, inputs, and the handler.
+
+`flowctl.yamlflow` builds a `YamlWorkflow` from a file; this module is what runs it. Its
+`handler` executes the steps in order under the replay Context, each executed step being
+one durable call, so a crash never re-runs a finished step. Values between steps are
+resolved by `flowctl.expressions`. No YAML here: a loaded workflow runs without the parser.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import os
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from flowctl.commands import run_command
+from flowctl.durations import parse_duration
+from flowctl.errors import (
+    DurableCallError,
+    InputError,
+    NonDeterminismError,
+    StepFailedError,
+    UsageError,
+    mark_non_retryable,
+)
+from flowctl.expressions import (
+    STEP_ATTRS,
+    Condition,
+    ExpressionError,
+    Scope,
+    describe,
+    did_you_mean,
+    env_name,
+    json_type,
+    step_record,
+    to_text,
+)
+from flowctl.model import SECRET_MASK
+from flowctl.retry import NO_RETRY, RetryPolicy, StepOptions, with_options
+
+_TRUE_INPUT = frozenset({"true", "1", "yes", "y", "on"})
+_FALSE_INPUT = frozenset({"false", "0", "no", "n", "off"})
+
+
+class StepContext(Protocol):
+    """The part of the replay Context a YAML workflow uses."""
+
+    run_id: str
+    workflow: str
+    cwd: str | None
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
+    def sleep(self, duration: Any) -> None: ...
+    def sleep_until(self, when: datetime | float) -> None: ...
+    def wait_signal(self, name: str, timeout: Any = None, **kwargs: Any) -> Any: ...
+    def child(self, target: str, input: dict[str, Any] | None = None) -> Any: ...
+    def check(self) -> None: ...
+    def interruption(self) -> BaseException | None: ...
+
+
+# ---------------------------------------------------------------------------------------
+# The model
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One declared input: its type, whether it must be given, and its default."""
+
+    name: str
+    type: str = "str"
+    required: bool = True
+    default: Any = None
+    description: str = ""
+    secret: bool = False  # shown as *** everywhere; steps get the value as given
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Step options that apply to every run/call step unless the step says otherwise."""
+
+    retry: dict[str, Any] | None = None
+    timeout: timedelta | None = None
+
+
+@dataclass
+class Step:
+    """One validated step. `value` is the kind's own value (argv, target, duration, ...)."""
+
+    id: str
+    kind: str
+    value: Any
+    index: int
+    line: int
+    auto_id: bool = False
+    with_: Any = None
+    retry: dict[str, Any] | None = None
+    timeout: timedelta | None = None
+    condition: Condition | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    continue_on_error: bool = False
+    on_timeout: str = "fail"
+
+    @property
+    def has_output(self) -> bool:
+        return self.kind in STEP_ATTRS
+
+
+@dataclass
+class YamlWorkflow:
+    """A loaded, validated YAML workflow; `handler` runs it under a replay Context."""
+
+    name: str
+    description: str
+    path: str
+    text: str
+    sha256: str
+    inputs: dict[str, InputSpec]
+    steps: list[Step]
+    env: dict[str, str] = field(default_factory=dict)
+    defaults: Defaults = field(default_factory=Defaults)
+    schedule: Any = None
+    schedule_places: list[dict[str, tuple[int, int]]] = field(default_factory=list)
+    max_attempts: int | None = None
+
+    def handler(self, ctx: StepContext, /, **input: Any) -> dict[str, Any]:
+        """Run the steps in order; each executed step is one durable call."""
+        return _Runner(self, ctx, convert_inputs(self, input)).run()
+
+    def step_options(self, step: Step) -> StepOptions:
+        """The step's retry/timeout merged over the workflow's `defaults`."""
+        retry = merged_retry(self.defaults.retry, step.retry)
+        policy = RetryPolicy.make(**retry) if retry is not None else NO_RETRY
+        timeout = step.timeout if step.timeout is not None else self.defaults.timeout
+        if step.kind not in ("run", "call"):
+            timeout = None
+        return StepOptions(retry=policy, timeout=timeout)
+
+
+def merged_retry(
+    defaults: dict[str, Any] | None, step: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """A step's `retry` keys laid over the workflow's `defaults.retry`; None if neither."""
+    if defaults is None and step is None:
+        return None
+    return {**(defaults or {}), **(step or {})}
+
+
+# ---------------------------------------------------------------------------------------
+# Inputs
+
+
+def convert_inputs(wf: YamlWorkflow, raw: dict[str, Any] | None) -> dict[str, Any]:
+    """Check `raw` against the declared inputs: defaults, required, unknown, type conversion."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise InputError(f"the input of workflow {wf.name!r} must be a JSON object")
+    for name in raw:
+        if name not in wf.inputs:
+            declared = ", ".join(wf.inputs) or "none"
+            hint = did_you_mean(str(name), tuple(wf.inputs))
+            raise InputError(
+                f"unknown input {name!r} for workflow {wf.name!r}{hint}; declared inputs: "
+                f"{declared}"
+            )
+    result: dict[str, Any] = {}
+    for name, spec in wf.inputs.items():
+        if name in raw and raw[name] is not None:
+            result[name] = convert_value(name, spec.type, raw[name], secret=spec.secret)
+        elif name in raw and not spec.required:
+            result[name] = None
+        elif spec.default is not None or not spec.required:
+            result[name] = copy.deepcopy(spec.default)
+        else:
+            raise InputError(
+                f"missing required input {name!r} ({spec.type}) for workflow {wf.name!r}: "
+                f"pass -i {name}=VALUE"
+            )
+    return result
+
+
+def convert_value(name: str, kind: str, value: Any, *, secret: bool = False) -> Any:
+    """Strings are converted to the declared type; other values must already have it.
+    A secret value is never quoted in the error: it reaches logs and schedule history."""
+    given = f"got {SECRET_MASK if secret else repr(value)} ({json_type(value)})"
+    wrong = InputError(f"input {name!r} must be {_TYPE_WORDS[kind]}, {given}")
+    if kind == "str":
+        if isinstance(value, str):
+            return value
+        raise wrong
+    if kind == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and re.fullmatch(r"\s*[-+]?\d+\s*", value):
+            return int(value)
+        raise wrong
+    if kind == "float":
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                raise wrong from None
+            if number == number and abs(number) != float("inf"):
+                return number
+        raise wrong
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            word = value.strip().lower()
+            if word in _TRUE_INPUT:
+                return True
+            if word in _FALSE_INPUT:
+                return False
+        raise wrong
+    wanted: type = list if kind == "list" else dict
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise wrong from None
+    if isinstance(value, wanted):
+        return value
+    raise wrong
+
+
+_TYPE_WORDS = {
+    "str": "a string (str)",
+    "int": "a whole number (int)",
+    "float": "a number (float)",
+    "bool": "true or false (bool: true/false, yes/no, 1/0)",
+    "list": "a JSON list (list)",
+    "dict": "a JSON object (dict)",
+}
+
+
+# ---------------------------------------------------------------------------------------
+# Running
+
+
+def parse_when(value: Any) -> datetime | float:
+    """A sleep_until value: an ISO-8601 time with a UTC offset, or epoch seconds."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float | datetime):
+        raise UsageError(f"expected an ISO-8601 time, got {describe(value)}")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, datetime):
+        when = value
+    else:
+        try:
+            when = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise UsageError(
+                f"{value!r} is not an ISO-8601 time; write it like "
+                "2030-01-31T09:00:00+01:00 or 2030-01-31T08:00:00Z"
+            ) from None
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise UsageError(f"{str(value)!r} has no UTC offset; add one, like +01:00 or Z")
+    return when
+
+
+def _error_info(exc: BaseException) -> tuple[str, str]:
+    """(type, message) of a step error, the same on first run and on replay."""
+    if isinstance(exc, StepFailedError):
+        return exc.type_name, exc.message
+    return str(getattr(exc, "error_type", type(exc).__name__)), str(exc)
+
+
+class _Runner:
+    """One pass of a YAML workflow's handler (replayed from the top on every resume)."""
+
+    def __init__(self, wf: YamlWorkflow, ctx: StepContext, inputs: dict[str, Any]) -> None:
+        self.wf = wf
+        self.ctx = ctx
+        self.scope = Scope(inputs)
+
+    def run(self) -> dict[str, Any]:
+        records = self.scope.steps
+        failed: dict[str, dict[str, Any]] = {}
+        for step in self.wf.steps:
+            self.ctx.check()
+            if step.condition is not None and not self.scope.test(step.condition):
+                records[step.id] = step_record(None, skipped=True)
+                continue
+            try:
+                output = self.execute(step)
+            except (NonDeterminismError, DurableCallError):
+                raise
+            except Exception as exc:
+                if not step.continue_on_error:
+                    raise
+                kind, message = _error_info(exc)
+                exit_code = getattr(exc, "exit_code", None)
+                exit_code = exit_code if isinstance(exit_code, int) else None
+                records[step.id] = {
+                    **step_record(None),
+                    "exit_code": exit_code,
+                    "failed": True,
+                    "error": message,
+                }
+                failed[step.id] = {"type": kind, "message": message, "exit_code": exit_code}
+                continue
+            if output is not None:
+                records[step.id] = output
+        result: dict[str, Any] = {
+            "steps": {
+                step_id: record["output"]
+                for step_id, record in records.items()
+                if not record["skipped"]
+            }
+        }
+        if failed:
+            result["failed"] = failed
+        return result
+
+    def flowctl_env(self) -> dict[str, str]:
+        """The FLOWCTL_* variables every run step gets (see `flowctl.expressions`)."""
+        env = {
+            "FLOWCTL_RUN_ID": str(self.ctx.run_id),
+            "FLOWCTL_WORKFLOW": str(self.wf.name),
+        }
+        for name, value in self.scope.inputs.items():
+            env[env_name("input", name)] = to_text(value)
+        for step_id, record in self.scope.steps.items():
+            if record["skipped"]:
+                continue
+            env[env_name("step", step_id, "output")] = to_text(record["output"])
+            if record.get("exit_code") is not None:
+                env[env_name("step", step_id, "exit_code")] = str(record["exit_code"])
+        for name, payload in self.scope.signals.items():
+            env[env_name("signal", name)] = json.dumps(payload, ensure_ascii=False)
+        return env
+
+    # -- steps --------------------------------------------------------------------------
+
+    def execute(self, step: Step) -> dict[str, Any] | None:
+        """Run one step; returns its record for `${{ steps.ID.* }}` (None for sleeps)."""
+        ctx = self.ctx
+        if step.kind == "run":
+            return self.run_step(step)
+        if step.kind == "call":
+            return self.call_step(step)
+        if step.kind in ("sleep", "sleep_until"):
+            value = self.scope.render(step.value)
+            try:
+                when = parse_duration(value) if step.kind == "sleep" else parse_when(value)
+            except UsageError as exc:
+                # Rendered from the input and recorded results: a retry renders it again.
+                raise mark_non_retryable(
+                    UsageError(f"step {step.id!r}: {step.kind}: {exc}")
+                ) from None
+            if isinstance(when, timedelta):
+                ctx.sleep(when)
+            else:
+                ctx.sleep_until(when)
+            return None
+        if step.kind == "wait_signal":
+            timeout = step.timeout
+            if step.on_timeout == "continue":
+                payload = ctx.wait_signal(step.value, timeout=timeout, default=None)
+            else:
+                payload = ctx.wait_signal(step.value, timeout=timeout)
+            self.scope.signals[step.value] = payload
+            return step_record(payload)
+        if step.kind == "workflow":
+            child_input = self.scope.render(step.with_) if step.with_ is not None else None
+            if child_input is not None and not isinstance(child_input, dict):
+                raise ExpressionError(f"step {step.id!r}: `with` must give a mapping")
+            return step_record(ctx.child(self.child_target(step.value), child_input))
+        raise AssertionError(f"unknown step kind {step.kind}")
+
+    def run_step(self, step: Step) -> dict[str, Any]:
+        ctx = self.ctx
+        text = self.scope.text
+        command: list[str] | str = (
+            step.value if isinstance(step.value, str) else [text(arg) for arg in step.value]
+        )
+        env = dict(os.environ)
+        env.update({key: text(value) for key, value in self.wf.env.items()})
+        env.update({key: text(value) for key, value in step.env.items()})
+        env.update(self.flowctl_env())
+        cwd = ctx.cwd
+        if step.cwd is not None:
+            cwd = os.path.join(ctx.cwd or os.getcwd(), text(step.cwd))
+        options = self.wf.step_options(step)
+        timeout = options.timeout.total_seconds() if options.timeout is not None else None
+
+        def run() -> dict[str, Any]:
+            result = run_command(
+                command, env=env, cwd=cwd, timeout=timeout, should_stop=ctx.interruption
+            )
+            return result.to_json()
+
+        result = ctx.step(step.id, with_options(run, options))
+        record = step_record(str(result.get("stdout", "")).strip())
+        record["json"] = result.get("json")
+        record["exit_code"] = result.get("exit_code")
+        return record
+
+    def call_step(self, step: Step) -> dict[str, Any]:
+        kwargs = self.scope.render(step.with_) if step.with_ is not None else {}
+        if not isinstance(kwargs, dict):
+            raise ExpressionError(f"step {step.id!r}: `with` must give a mapping")
+        target, folder = step.value, self.ctx.cwd
+
+        def call() -> Any:
+            return load_callable(target, folder)(**kwargs)
+
+        return step_record(self.ctx.step(step.id, with_options(call, self.wf.step_options(step))))
+
+    def child_target(self, target: str) -> str:
+        """File targets are relative to the folder holding the workflow file."""
+        file_part = target.split(":", 1)[0] if ".py:" in target else target
+        is_file = file_part.endswith((".yaml", ".yml", ".py"))
+        if is_file and not os.path.isabs(file_part) and self.ctx.cwd:
+            return os.path.join(self.ctx.cwd, target)
+        return target
+
+
+def load_callable(target: str, folder: str | None) -> Callable[..., Any]:
+    """Import `module:function`, looking in the workflow's folder first."""
+    module_name, _, attr = target.partition(":")
+    if folder and folder not in sys.path:
+        sys.path.insert(0, folder)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"cannot import {module_name!r} for call {target!r}: {exc}") from exc
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise UsageError(f"{target!r}: module {module_name!r} has no function {attr!r}")
+    return fn  # type: ignore[no-any-return]

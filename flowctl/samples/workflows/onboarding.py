@@ -1,0 +1,1 @@
+../../../workflows/onboarding.py
