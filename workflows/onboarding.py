@@ -21,8 +21,8 @@ def send_mail(user: str, template: str) -> dict:
 
 @workflow("onboarding")
 def onboarding(ctx, user: str):
-    ctx.step("welcome", send_mail, user, "welcome")
-    ctx.sleep("24h")
+    ctx.step("welcome", send_mail, user, "welcome")  # runs once: its result is journaled
+    ctx.sleep("24h")  # durable: survives crashes and deploys, and holds no process
     ctx.step("tips", send_mail, user, "tips")
     ctx.sleep("6d")
     ctx.step("check-in", send_mail, user, "check-in")
