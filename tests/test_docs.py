@@ -146,7 +146,7 @@ def test_readme_first_command_runs_a_real_workflow(tmp_path: Path) -> None:
     """The flowctl half of line one, as a subprocess on the default database. The example's
     durable 2-second sleep is ended early with `flowctl wake`, as an operator may, so the
     test takes no real 2 seconds; the output is the same either way."""
-    from flowctl.store import Store
+    from flowctl.store import open_store
 
     root, env = _checkout(tmp_path)
     command = SETUP.lines[0].split(" && ")[-1].removeprefix(".venv/bin/")
@@ -158,7 +158,7 @@ def test_readme_first_command_runs_a_real_workflow(tmp_path: Path) -> None:
     sleeping: list[str] = []
     while not sleeping and proc.poll() is None and time.monotonic() < limit:
         if db.exists():
-            with Store(db) as store:
+            with open_store(db) as store:
                 sleeping = [r.run_id for r in store.list_runs() if r.status == "sleeping"]
         time.sleep(0.02)
     if sleeping:
@@ -183,9 +183,9 @@ def _db(cwd: Path) -> Path:
 
 def _runs(cwd: Path) -> list[Run]:
     """Read straight from the file (a `flowctl ls` process per RUN would double the time)."""
-    from flowctl.store import Store
+    from flowctl.store import open_store
 
-    with Store(_db(cwd)) as store:
+    with open_store(_db(cwd)) as store:
         return store.list_runs()
 
 
