@@ -18,6 +18,7 @@ from flowctl.durations import Duration, parse_duration
 from flowctl.errors import FlowctlError
 from flowctl.model import Run, RunStatus
 from flowctl.store import open_store
+from flowctl.workflow import TargetCache
 
 
 class WaitTimeoutError(FlowctlError):
@@ -40,6 +41,7 @@ class Client:
         self.store = open_store(self.db_path, durability=str(config.get("durability")))
         self.workflows_dir = Path(workflows_dir) if workflows_dir else config.workflows_dir()
         self._config = config
+        self._targets = TargetCache()  # each target loaded once while its file is unchanged
 
     def close(self) -> None:
         self.store.close()
@@ -82,6 +84,7 @@ class Client:
             deadline=deadline_at,
             timeout=parse_duration(timeout) if timeout is not None else None,
             max_attempts=max_attempts,
+            targets=self._targets,
         )
         return started.run.run_id
 

@@ -29,7 +29,7 @@ from flowctl.model import (
     iso,
 )
 from flowctl.store import DaemonInfo, Store
-from flowctl.workflow import WorkflowEntry, discover, load_target
+from flowctl.workflow import TargetCache, WorkflowEntry, discover, load_target
 
 STATUS_NAMES = ", ".join(s.value for s in RunStatus)
 
@@ -189,13 +189,18 @@ def start(
     max_attempts: int | None = None,
     schedule: str | None = None,
     scheduled_at: datetime | None = None,
+    targets: TargetCache | None = None,
 ) -> Started:
-    """Validate and queue a run. Nothing is written when anything is wrong."""
+    """Validate and queue a run. Nothing is written when anything is wrong.
+
+    `targets` lets a caller that starts many runs load each target once (see TargetCache).
+    """
     if key is not None:
         existing = store.get_run_by_key(key)
         if existing is not None:
             return Started(existing, False)
-    wf = load_target(target, workflows_dir=workflows_dir, cwd=cwd)
+    load = targets.load if targets is not None else load_target
+    wf = load(target, workflows_dir=workflows_dir, cwd=cwd)
     checked = wf.check_input(dict(input or {}))
     if max_attempts is not None and max_attempts < 1:
         raise UsageError(f"--max-attempts must be at least 1, got {max_attempts}")
