@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +39,16 @@ class OperatorWrites(SqliteConnection):
         """
         with self._write() as c:
             return _insert_run(c, new, to_us(now))
+
+    def create_runs(self, news: Sequence[NewRun], now: datetime) -> list[tuple[Run, bool]]:
+        """create_run for many runs in one transaction (one fsync): all are queued or none.
+
+        Idempotency keys hold per run, also between runs of the same call: a key used
+        before, or earlier in `news`, returns that run with created False.
+        """
+        now_us = to_us(now)
+        with self._write() as c:
+            return [_insert_run(c, new, now_us) for new in news]
 
     def fork_run(
         self, new: NewRun, origin: str, upto: int, now: datetime, *, by: str | None = None

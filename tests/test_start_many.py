@@ -1,0 +1,72 @@
+"""Client.start_many / ops.start_many: many runs in one transaction, keys per run, and
+nothing written when any input is bad (issue 14, item 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flowctl import Client
+from flowctl.clock import FakeClock
+from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.errors import InputError, SerializationError, UsageError
+from flowctl.model import RunStatus
+
+FLOWS = """\
+from flowctl import workflow
+
+@workflow
+def double(ctx, n: int):
+    return ctx.step("double", lambda: 2 * n)
+"""
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> str:
+    (tmp_path / "flows.py").write_text(FLOWS)
+    return f"{tmp_path / 'flows.py'}:double"
+
+
+def test_a_thousand_runs_are_one_commit(tmp_path: Path, target: str) -> None:
+    with Client(tmp_path / "c.db") as client:
+        before = client.store.commit_stats().commits
+        ids = client.start_many(target, [{"n": i} for i in range(1000)])
+        assert client.store.commit_stats().commits - before == 1
+        assert len(set(ids)) == 1000
+        runs = client.store.runs_by_ids(ids)
+        assert {r.status for r in runs} == {RunStatus.QUEUED}
+        assert sorted(r.input["n"] for r in runs) == list(range(1000))
+        assert client.store.count_by_status()[RunStatus.QUEUED] == 1000
+
+
+def test_the_runs_it_queues_run_to_completion(tmp_path: Path, target: str) -> None:
+    clock = FakeClock()
+    with Client(tmp_path / "c.db", clock=clock) as client:
+        ids = client.start_many(target, [{"n": i} for i in range(5)])
+        Daemon(client.store, clock, DaemonConfig(concurrency=1)).tick()
+        assert [client.get(i).result for i in ids] == [0, 2, 4, 6, 8]
+
+
+def test_keys_hold_per_run_across_calls_and_within_one(tmp_path: Path, target: str) -> None:
+    with Client(tmp_path / "c.db") as client:
+        first = client.start_many(target, [{"n": 1}, {"n": 2}], keys=["a", "b"])
+        again = client.start_many(target, [{"n": 9}, {"n": 3}, {"n": 4}], keys=["b", "c", "c"])
+        assert again[0] == first[1]  # known key: the first run, not a new one
+        assert again[2] == again[1]  # the same key twice in one call: one run
+        assert client.get(again[0]).input == {"n": 2}
+        assert len(client.list(limit=100)) == 3
+
+
+def test_one_bad_input_writes_nothing_and_names_its_position(tmp_path: Path, target: str) -> None:
+    with Client(tmp_path / "c.db") as client:
+        with pytest.raises(InputError, match=r"input #3: .*needs input 'n'"):
+            client.start_many(target, [{"n": 1}, {"n": 2}, {}, {"n": 4}])
+        with pytest.raises(InputError, match=r"input #2 is list"):
+            client.start_many(target, [{"n": 1}, [1]])  # type: ignore[list-item]
+        with pytest.raises(SerializationError):
+            client.start_many(target, [{"n": 1}, {"n": object()}])
+        with pytest.raises(UsageError, match="2 keys for 1 inputs"):
+            client.start_many(target, [{"n": 1}], keys=["a", "b"])
+        assert client.list() == []
+        assert client.store.count_by_status()[RunStatus.QUEUED] == 0
