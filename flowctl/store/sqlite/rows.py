@@ -133,6 +133,24 @@ def _event(
     return (run_id, at_us, type_, None if not data else json.dumps(data, separators=(",", ":")))
 
 
+# `--search` reads at most this many of the newest runs (plus an exact id or key match at
+# any age): a substring of the input cannot be indexed, so the scan is bounded instead.
+SEARCH_WINDOW = 20_000
+
+
+def _search_source(search: str) -> tuple[str, list[Any]]:
+    """The rows a search looks at, as a derived table named `runs` with the runs table's
+    columns and its rowid as `rid`: the newest SEARCH_WINDOW runs, and the run whose id or
+    key is `search` exactly, however old. Bounded, so a search never scans every run."""
+    cols = f"{_RUN_COLUMNS}, rowid AS rid"
+    sql = (
+        f"(SELECT * FROM (SELECT {cols} FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?)"
+        f" UNION SELECT {cols} FROM runs WHERE run_id = ? UNION SELECT {cols} FROM runs"
+        " WHERE key = ?) AS runs"
+    )
+    return sql, [SEARCH_WINDOW, search, search]
+
+
 def _search_clause(search: str) -> tuple[str, list[Any]]:
     """`ls --search`: the run id, or the input as shown, with every secret value replaced
     by "***" before matching, so a secret never matches."""

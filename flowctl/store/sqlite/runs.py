@@ -26,6 +26,7 @@ from flowctl.store.sqlite.rows import (
     _loads,
     _run_from_row,
     _search_clause,
+    _search_source,
 )
 
 
@@ -71,32 +72,57 @@ class RunReads(SqliteConnection):
         offset: int = 0,
         order: str = "created_desc",
     ) -> list[Run]:
+        """One page of runs, newest first (or by run_at, or by finished_at).
+
+        Each status is listed from its own index range in order, and several are merged
+        from at most limit + offset rows each, so no listing sorts a growing set. Ties
+        are broken by rowid (insertion order). A search reads a bounded window of runs
+        (see _search_source).
+        """
+        orders = {
+            "created_desc": "created_at DESC, rid DESC",
+            "run_at": "run_at, rid",
+            "finished_desc": "finished_at DESC, rid DESC",
+        }
+        by = orders[order]
         where: list[str] = []
         params: list[Any] = []
-        if statuses:
-            where.append(f"status IN ({','.join('?' * len(statuses))})")
-            params.extend(str(s) for s in statuses)
         if workflow:
             where.append("workflow = ?")
             params.append(workflow)
         if since is not None:
             where.append("created_at >= ?")
             params.append(to_us(since))
+        source, source_params = "runs", list[Any]()
         if search:
-            clause, args = _search_clause(search)
+            source, source_params = _search_source(search)
+            clause, clause_args = _search_clause(search)
             where.append(clause)
-            params.extend(args)
-        orders = {
-            "created_desc": "created_at DESC, run_id DESC",
-            "run_at": "run_at, run_id",
-            "finished_desc": "finished_at DESC, run_id DESC",
-        }
-        sql = f"SELECT {_RUN_COLUMNS} FROM runs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY {orders[order]} LIMIT ? OFFSET ?"
-        params.extend([limit, offset])
-        return [_run_from_row(r) for r in self._read(sql, params)]
+            params.extend(clause_args)
+        rid = "rid" if search else "rowid AS rid"
+        wanted = [str(s) for s in statuses] if statuses else []
+        if not wanted and workflow and not search:
+            wanted = [str(s) for s in RunStatus]  # runs_workflow is (workflow, status, ...)
+        if len(wanted) <= 1 or search:  # one index range, or a bounded window: no merge
+            marks = ",".join("?" * len(wanted))
+            conds = ([f"status IN ({marks})"] if wanted else []) + where
+            sql = f"SELECT {_RUN_COLUMNS}, {rid} FROM {source}"
+            if conds:
+                sql += " WHERE " + " AND ".join(conds)
+            sql += f" ORDER BY {by} LIMIT ? OFFSET ?"
+            rows = self._read(sql, [*source_params, *wanted, *params, limit, offset])
+            return [_run_from_row(r) for r in rows]
+        parts: list[str] = []
+        args: list[Any] = []
+        for status in wanted:
+            part = " AND ".join(["status = ?", *where])
+            parts.append(
+                f"SELECT * FROM (SELECT {_RUN_COLUMNS}, {rid} FROM runs WHERE {part}"
+                f" ORDER BY {by} LIMIT ?)"
+            )
+            args += [status, *params, limit + offset]
+        sql = " UNION ALL ".join(parts) + f" ORDER BY {by} LIMIT ? OFFSET ?"
+        return [_run_from_row(r) for r in self._read(sql, [*args, limit, offset])]
 
     def runs_by_ids(self, run_ids: Sequence[str]) -> list[Run]:
         if not run_ids:
@@ -108,22 +134,34 @@ class RunReads(SqliteConnection):
         return [_run_from_row(r) for r in rows]
 
     def count_by_status(self, workflow: str | None = None) -> dict[RunStatus, int]:
+        """Runs per status (of one workflow): read from run_counts, which triggers keep in
+        the same transaction as every status change, so this never scans runs."""
         counts = {s: 0 for s in RunStatus}
         if workflow:
             rows = self._read(
-                "SELECT status, COUNT(*) FROM runs WHERE workflow = ? GROUP BY status", [workflow]
+                "SELECT status, n FROM run_counts WHERE workflow = ? AND n > 0", [workflow]
             )
         else:
-            rows = self._read("SELECT status, COUNT(*) FROM runs GROUP BY status")
+            rows = self._read("SELECT status, SUM(n) FROM run_counts GROUP BY status")
         for status, n in rows:
-            counts[RunStatus(status)] = n
+            if n:
+                counts[RunStatus(status)] = n
         return counts
 
     def workflows_seen(self) -> list[str]:
-        return [r[0] for r in self._read("SELECT DISTINCT workflow FROM runs ORDER BY workflow")]
+        return [
+            r[0]
+            for r in self._read(
+                "SELECT DISTINCT workflow FROM run_counts WHERE n > 0 ORDER BY workflow"
+            )
+        ]
 
     def run_source(self, run_id: str) -> tuple[str | None, str | None]:
-        rows = self._read("SELECT source, source_hash FROM runs WHERE run_id = ?", [run_id])
+        rows = self._read(
+            "SELECT COALESCE(r.source, s.source), r.source_hash FROM runs r LEFT JOIN sources s"
+            " ON s.source_hash = r.source_hash WHERE r.run_id = ?",
+            [run_id],
+        )
         if not rows:
             raise RunNotFoundError(run_id)
         return rows[0][0], rows[0][1]
@@ -230,20 +268,20 @@ class RunReads(SqliteConnection):
     ) -> dict[RunStatus, int]:
         """Counts per status under the same workflow/search narrowing as list_runs.
 
-        The TUI's tab counts must agree with the rows it lists when a search is active.
+        The TUI's tab counts must agree with the rows it lists when a search is active;
+        without a search they come from run_counts. A search counts in its bounded window.
         """
+        if not search:
+            return self.count_by_status(workflow)
+        source, params = _search_source(search)
         where: list[str] = []
-        params: list[Any] = []
         if workflow:
             where.append("workflow = ?")
             params.append(workflow)
-        if search:
-            clause, args = _search_clause(search)
-            where.append(clause)
-            params.extend(args)
-        sql = "SELECT status, COUNT(*) FROM runs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
+        clause, args = _search_clause(search)
+        where.append(clause)
+        params.extend(args)
+        sql = f"SELECT status, COUNT(*) FROM {source} WHERE " + " AND ".join(where)
         counts = {s: 0 for s in RunStatus}
         for status, n in self._read(sql + " GROUP BY status", params):
             counts[RunStatus(status)] = n

@@ -245,6 +245,56 @@ def _migration_10(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE schedules ADD COLUMN secret_keys TEXT")
 
 
+def _migration_11(db: sqlite_utils.Database) -> None:
+    """Throughput at a million runs (issue 14).
+
+    - `sources`: a workflow's pinned text, once per definition hash. A run keeps only its
+      `source_hash`; `runs.source` stays NULL (it holds text only for a run with no hash).
+    - `run_counts`: runs per (workflow, status), kept by triggers in the transaction of
+      every insert, delete and status change, so counts cost O(workflows), not a scan.
+      Rows may reach n = 0; readers skip them.
+    - `runs_workflow` becomes (workflow, status, created_at): `ls --workflow W --status S`
+      seeks instead of filtering every run of W. Listings break created_at ties by rowid,
+      which every index already holds, so no listing sorts.
+    """
+    db.execute("CREATE TABLE sources (source_hash TEXT PRIMARY KEY, source TEXT NOT NULL) STRICT")
+    db.execute(
+        "INSERT OR IGNORE INTO sources (source_hash, source) SELECT source_hash, source"
+        " FROM runs WHERE source_hash IS NOT NULL AND source IS NOT NULL"
+    )
+    db.execute("UPDATE runs SET source = NULL WHERE source_hash IS NOT NULL AND source IS NOT NULL")
+    db.execute(
+        """
+        CREATE TABLE run_counts (
+            workflow TEXT NOT NULL,
+            status TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            PRIMARY KEY (workflow, status)
+        ) STRICT, WITHOUT ROWID
+        """
+    )
+    db.execute(
+        "INSERT INTO run_counts (workflow, status, n)"
+        " SELECT workflow, status, COUNT(*) FROM runs GROUP BY workflow, status"
+    )
+    add = (
+        "INSERT INTO run_counts (workflow, status, n) VALUES (NEW.workflow, NEW.status, 1)"
+        " ON CONFLICT (workflow, status) DO UPDATE SET n = n + 1;"
+    )
+    remove = (
+        "UPDATE run_counts SET n = n - 1 WHERE workflow = OLD.workflow AND status = OLD.status;"
+    )
+    db.execute(f"CREATE TRIGGER run_counts_insert AFTER INSERT ON runs BEGIN {add} END")
+    db.execute(f"CREATE TRIGGER run_counts_delete AFTER DELETE ON runs BEGIN {remove} END")
+    db.execute(
+        "CREATE TRIGGER run_counts_update AFTER UPDATE OF status, workflow ON runs"
+        " WHEN NEW.status IS NOT OLD.status OR NEW.workflow IS NOT OLD.workflow"
+        f" BEGIN {remove} {add} END"
+    )
+    db.execute("DROP INDEX runs_workflow")
+    db.execute("CREATE INDEX runs_workflow ON runs(workflow, status, created_at)")
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -256,6 +306,7 @@ MIGRATIONS = [
     _migration_8,
     _migration_9,
     _migration_10,
+    _migration_11,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -51,6 +51,14 @@ def _insert_run(c: sqlite3.Connection, new: NewRun, now_us: int) -> tuple[Run, b
         row = c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE key = ?", [new.key]).fetchone()
         if row is not None:
             return _run_from_row(row), False
+    # The pinned text is kept once per definition hash (sources), not in every run row.
+    source = new.source
+    if source is not None and new.source_hash is not None:
+        c.execute(
+            "INSERT OR IGNORE INTO sources (source_hash, source) VALUES (?, ?)",
+            [new.source_hash, source],
+        )
+        source = None
     c.execute(
         "INSERT INTO runs (run_id, workflow, target, kind, source, source_hash, source_path,"
         " cwd, input, status, run_at, created_at, max_attempts, backoff, deadline,"
@@ -61,7 +69,7 @@ def _insert_run(c: sqlite3.Connection, new: NewRun, now_us: int) -> tuple[Run, b
             new.workflow,
             new.target,
             new.kind,
-            new.source,
+            source,
             new.source_hash,
             new.source_path,
             new.cwd,
