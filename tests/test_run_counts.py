@@ -16,7 +16,7 @@ from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import RunStatus
-from flowctl.store import Store
+from flowctl.store.sqlite import SqliteStore as Store
 
 rows = importlib.import_module("flowctl.store.sqlite.rows")
 

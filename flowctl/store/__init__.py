@@ -97,6 +97,11 @@ class Store(Protocol):
         idempotency key already used, return that run and False instead."""
         ...
 
+    def create_runs(self, news: Sequence[NewRun], now: datetime) -> list[tuple[Run, bool]]:
+        """create_run for each of `news`, in order, in one transaction: all or none. A key
+        used before, or earlier in `news`, gives that run and False (issue 14)."""
+        ...
+
     def fork_run(
         self, new: NewRun, origin: str, upto: int, now: datetime, *, by: str | None = None
     ) -> Run:
@@ -129,25 +134,33 @@ class Store(Protocol):
     ) -> list[Run]:
         """A page of runs narrowed by status, workflow, creation time and `search` (run id or
         input with secrets masked: a secret value never matches), in `order`
-        (created_desc | run_at | finished_desc)."""
+        (created_desc | run_at | finished_desc); ties in the order go by insertion.
+
+        Bounded at any size: each status is read from an index in order (several are
+        merged), and `search` looks only at the newest 20,000 runs plus the run whose id
+        or key is exactly `search` (a substring of the input cannot be indexed)."""
         ...
 
     def count_by_status(self, workflow: str | None = None) -> dict[RunStatus, int]:
-        """How many runs have each status (every status present, 0 when none)."""
+        """How many runs have each status (every status present, 0 when none). O(1) in the
+        number of runs: a backend keeps per-(workflow, status) counts in the same
+        transaction as every insert, delete and status change (SQLite: run_counts)."""
         ...
 
     def count_by_status_matching(
         self, workflow: str | None, search: str | None
     ) -> dict[RunStatus, int]:
-        """count_by_status under the same workflow/search narrowing as list_runs."""
+        """count_by_status under the same workflow/search narrowing as list_runs (a search
+        counts within the same bounded window list_runs searches)."""
         ...
 
     def workflows_seen(self) -> list[str]:
-        """Every workflow name any run has, sorted."""
+        """Every workflow name any run has, sorted (from the counts, not a scan)."""
         ...
 
     def run_source(self, run_id: str) -> tuple[str | None, str | None]:
-        """The workflow source text and its hash recorded when the run started (YAML runs)."""
+        """The workflow source text and its hash recorded when the run started (YAML runs).
+        The text is stored once per hash (SQLite: the sources table), not per run."""
         ...
 
     def journal(self, run_id: str) -> dict[int, JournalEntry]:
