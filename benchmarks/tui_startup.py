@@ -99,7 +99,8 @@ def seed(path: Path, n: int) -> None:
 def measure(path: Path) -> None:
     from typing import Any
 
-    from flowctl.tui import VIEWS, FlowctlApp, PageQuery, Row, load_page
+    from flowctl.tui import FlowctlApp
+    from flowctl.tui.views import VIEWS, PageQuery, Row, load_page
 
     store = Store(path)
     clock = FakeClock(NOW)

@@ -1,4 +1,4 @@
-"""The daemon: a timer wheel of the soonest wake times, claims with leases and fences,
+"""The daemon: a timer wheel (flowctl.wheel) of the soonest wake times, claims with leases and fences,
 heartbeats, crash recovery and graceful drain.
 
 `Daemon.tick()` runs one iteration synchronously (tests drive it with a FakeClock);
@@ -8,11 +8,11 @@ The same class, restricted to one run, is the worker behind `flowctl run --wait`
 
 from __future__ import annotations
 
-import heapq
 import logging
 import os
 import queue
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +20,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from flowctl.clock import Clock
-from flowctl.commands import kill_running_commands
 from flowctl.context import LeaseLost, LiveRun
 from flowctl.engine import Engine, Outcome
 from flowctl.errors import (
@@ -32,15 +31,15 @@ from flowctl.errors import (
     ExecutionTimeoutError,
     UsageError,
 )
-from flowctl.identity import HOST, make_owner, owner_is_dead, proc_start
+from flowctl.ids import HOST, make_owner, owner_is_dead, proc_start
 from flowctl.model import JournalEntry, RunStatus, from_us, to_us
-from flowctl.scheduler import Scheduler
+from flowctl.schedule.firing import Scheduler
 from flowctl.store import Claim, Store
+from flowctl.wheel import TimerWheel
 
 log = logging.getLogger(__name__)
 
 POLL_INTERVAL = 0.05  # data_version is read at least this often
-WHEEL_SIZE = 512  # soonest wake times kept in memory; the rest stay in the index
 JUMP_THRESHOLD = 2.0  # seconds of disagreement between wall and monotonic time
 UNWIND_WAIT = 0.5  # after the grace period: time for interrupted handlers to stop, then exit
 REAP_EVERY = 1.0  # seconds between checks for dead owners holding leases
@@ -56,52 +55,6 @@ class DaemonStopping(LeaseLost):
     """
 
     reason = "daemon stopping"
-
-
-# ---------------------------------------------------------------------------
-# The timer wheel
-
-
-class TimerWheel:
-    """A min-heap of the soonest (run_at, run_id) pairs, refilled from the (status, run_at) index.
-
-    At most `size` entries are loaded at a time; `horizon` is the last time loaded,
-    beyond which more may wait in the database. A million sleepers cost rows, not
-    memory. Not thread-safe: the daemon guards it with a lock.
-    """
-
-    def __init__(self, size: int = WHEEL_SIZE) -> None:
-        self.size = size
-        self._heap: list[tuple[int, str]] = []
-        self.horizon: int | None = None  # None: everything claimable is in memory
-
-    def refill(self, store: Store) -> None:
-        rows = store.next_due(self.size)
-        self._heap = list(rows)
-        heapq.heapify(self._heap)
-        self.horizon = rows[-1][0] if len(rows) >= self.size else None
-
-    def push(self, at: datetime, run_id: str) -> None:
-        at_us = to_us(at)
-        if self.horizon is not None and at_us > self.horizon:
-            return  # beyond what we hold; the index brings it back at the next refill
-        heapq.heappush(self._heap, (at_us, run_id))
-
-    def next_at(self) -> int | None:
-        return self._heap[0][0] if self._heap else None
-
-    def pop_due(self, now_us: int) -> int:
-        n = 0
-        while self._heap and self._heap[0][0] <= now_us:
-            heapq.heappop(self._heap)
-            n += 1
-        return n
-
-    def needs_refill(self) -> bool:
-        return not self._heap and self.horizon is not None
-
-    def __len__(self) -> int:
-        return len(self._heap)
 
 
 # ---------------------------------------------------------------------------
@@ -571,7 +524,10 @@ class Daemon:
         if self._live:
             # Told at once, but a command that ignores SIGTERM would keep its handler (and
             # this exit) waiting for its SIGKILL: the exit keeps to the grace period instead.
-            n = kill_running_commands()
+            # A command runs only through flowctl.yamlflow.commands, so if that module was never
+            # loaded none runs; looked up, not imported: no import while the daemon stops.
+            commands = sys.modules.get("flowctl.yamlflow.commands")
+            n = commands.kill_running_commands() if commands is not None else 0
             if n:
                 log.warning("killed %d command(s) still running", n)
         held = [live.lease for live in lives]

@@ -1,8 +1,11 @@
-"""Run ids: short, random, and sortable by creation time."""
+"""Identities: run ids (short, random, sortable by creation time) and lease owners (host,
+pid and the process's start time, so a dead owner is provable)."""
 
 from __future__ import annotations
 
 import os
+import random
+import socket
 import threading
 import time
 
@@ -27,3 +30,45 @@ def new_run_id() -> str:
         _last = max(_last, ms)
         ms = _last
     return _b32(ms, 8) + _b32(int.from_bytes(os.urandom(5), "big"), 8)
+
+
+HOST = socket.gethostname()
+
+
+def proc_start(pid: int) -> str | None:
+    """The kernel's start time of `pid` (clock ticks since boot), None if it is gone.
+
+    A zombie (killed, not yet reaped by its parent) counts as gone: it will never
+    write again.
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(")") + 2 :].split()
+    if not fields or fields[0] in ("Z", "X"):
+        return None
+    return fields[19] if len(fields) > 19 else None
+
+
+def make_owner() -> str:
+    pid = os.getpid()
+    return f"{HOST}/{pid}/{proc_start(pid) or '?'}/{random.randrange(16**4):04x}"
+
+
+def owner_is_dead(owner: str) -> bool:
+    """True only when provably gone: same host, and the pid is gone or was reused."""
+    parts = owner.split("/")
+    if len(parts) < 3 or parts[0] != HOST:
+        return False
+    try:
+        pid = int(parts[1])
+    except ValueError:
+        return False
+    start = proc_start(pid)
+    return start is None or (parts[2] != "?" and start != parts[2])
+
+
+def owner_alive(owner: str) -> bool:
+    return not owner_is_dead(owner)

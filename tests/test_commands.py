@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from flowctl.commands import CommandResult, run_command
 from flowctl.errors import Cancelled, CommandFailedError, CommandTimeoutError
+from flowctl.yamlflow.commands import CommandResult, run_command
 
 ENV = dict(os.environ)
 

@@ -23,8 +23,7 @@ from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.engine import Engine, Outcome
 from flowctl.errors import InvalidStateError
-from flowctl.identity import HOST, make_owner, proc_start
-from flowctl.ids import new_run_id
+from flowctl.ids import HOST, make_owner, new_run_id, proc_start
 from flowctl.model import EntryState, RunStatus
 from flowctl.store import NewRun
 from flowctl.store.sqlite import SqliteStore as Store

@@ -12,8 +12,8 @@ TESTS = Path(__file__).resolve().parent
 
 def test_core_does_not_load_front_ends() -> None:
     code = (
-        "import sys, flowctl.engine, flowctl.daemon, flowctl.ops, flowctl.schedule_ops, flowctl.client, flowctl.testing; "
-        "print(sorted(m for m in ('typer', 'textual', 'flowctl.cli', 'flowctl.cli_common', 'flowctl.cli_schedule', 'flowctl.tui', 'flowctl.tui_render', 'flowctl.tui_views', 'flowctl.tui_widgets', 'flowctl.tui_screens') if m in sys.modules))"
+        "import sys, flowctl.engine, flowctl.daemon, flowctl.ops, flowctl.ops.schedules, flowctl.client, flowctl.testing; "
+        "print(sorted(m for m in ('typer', 'textual', 'flowctl.cli', 'flowctl.cli.common', 'flowctl.cli.schedule', 'flowctl.tui', 'flowctl.tui.render', 'flowctl.tui.views', 'flowctl.tui.widgets', 'flowctl.tui.screens') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
@@ -24,7 +24,7 @@ def test_core_does_not_load_front_ends() -> None:
 def test_cli_startup_does_not_load_textual_or_the_engine() -> None:
     code = (
         "import sys; from flowctl import cli; "
-        "print(sorted(m for m in ('textual', 'flowctl.tui', 'yaml', 'flowctl.schedule_ops', 'cronsim') if m in sys.modules))"
+        "print(sorted(m for m in ('textual', 'flowctl.tui', 'yaml', 'flowctl.ops.schedules', 'cronsim') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

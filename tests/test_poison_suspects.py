@@ -18,7 +18,7 @@ from helpers import wait_until
 from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
-from flowctl.identity import HOST
+from flowctl.ids import HOST
 from flowctl.model import RunStatus
 from flowctl.store.sqlite import SqliteStore as Store
 

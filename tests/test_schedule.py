@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from flowctl.errors import UsageError
-from flowctl.schedule import (
+from flowctl.schedule.calendar import (
     ScheduleSpec,
     describe,
     due_fires,

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from flowctl import cli, schedule_ops
+from flowctl import cli
 from flowctl.clock import FakeClock
 from flowctl.errors import ValidationError
+from flowctl.ops import schedules as schedule_ops
 from flowctl.store import Store
 
 STEPS = "steps:\n  - run: [echo, hi]\n"

@@ -19,8 +19,8 @@ from flowctl import cli
 from flowctl.clock import FakeClock
 from flowctl.model import RunStatus
 from flowctl.store.sqlite import SqliteStore as Store
-from flowctl.tui_render import render_schedule
-from flowctl.tui_views import list_schedule_dicts
+from flowctl.tui.render import render_schedule
+from flowctl.tui.views import list_schedule_dicts
 
 SECRET = "s3cr3t-value-42"
 DIGEST = hashlib.sha256(SECRET.encode()).hexdigest()[:12]

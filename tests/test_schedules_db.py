@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
-from flowctl import ops, schedule_ops
+from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import RunStatus, iso
-from flowctl.schedule import ScheduleSpec, jitter_offset
-from flowctl.scheduler import Scheduler, fire_key
+from flowctl.ops import schedules as schedule_ops
+from flowctl.schedule.calendar import ScheduleSpec, jitter_offset
+from flowctl.schedule.firing import Scheduler, fire_key
 from flowctl.store import MIGRATIONS, FirePlan, NewRun
 from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.store.sqlite import schedules as store_module

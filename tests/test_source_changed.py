@@ -18,7 +18,7 @@ from flowctl.clock import FakeClock, SystemClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import RunStatus
 from flowctl.store.sqlite import SqliteStore as Store
-from flowctl.tui_render import render_detail
+from flowctl.tui.render import render_detail
 from tests.conftest import ROOT
 
 PY = """

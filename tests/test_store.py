@@ -30,7 +30,7 @@ from flowctl.errors import (
     RunNotFoundError,
     SerializationError,
 )
-from flowctl.identity import HOST
+from flowctl.ids import HOST
 from flowctl.model import (
     CallKind,
     EntryState,

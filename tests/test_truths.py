@@ -18,7 +18,7 @@ from flowctl import cli
 from flowctl.clock import FakeClock
 from flowctl.durations import parse_duration
 from flowctl.errors import DurationError
-from flowctl.identity import HOST, make_owner, proc_start
+from flowctl.ids import HOST, make_owner, proc_start
 from flowctl.store.sqlite import SqliteStore as Store
 from tests.conftest import ROOT
 from tests.inproc import Ran, run_main

@@ -23,10 +23,11 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 from textual.worker import WorkerCancelled
 
-from flowctl import ops, schedule_ops
+from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
+from flowctl.ops import schedules as schedule_ops
 from flowctl.store import Lease, NewRun
 from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.tui import FlowctlApp, RunTable, SignalScreen

@@ -15,12 +15,13 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.widgets import Static
 
-from flowctl import tui, tui_widgets
 from flowctl.clock import FakeClock
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
 from flowctl.store import NewRun, Store
 from flowctl.tui import FlowctlApp, RunTable
-from flowctl.tui_widgets import DetailText
+from flowctl.tui import app as tui
+from flowctl.tui import widgets as tui_widgets
+from flowctl.tui.widgets import DetailText
 
 pytestmark = pytest.mark.tui
 

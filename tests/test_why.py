@@ -19,7 +19,7 @@ from flowctl import cli, ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.explain import DaemonFact, OperatorEvent, WhyFacts, explain, when
-from flowctl.identity import HOST, make_owner
+from flowctl.ids import HOST, make_owner
 from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus
 from flowctl.store.sqlite import SqliteStore as Store
 

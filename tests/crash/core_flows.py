@@ -56,7 +56,7 @@ def steps(ctx, effects: str, n: int = 3, busy_ms: float = 5.0, nap: float = 0.02
 @workflow
 def deaf_command(ctx, pidfile: str) -> dict:
     """A command that ignores SIGTERM, as does the child it starts (SIG_IGN is inherited)."""
-    from flowctl.commands import run_command
+    from flowctl.yamlflow.commands import run_command
 
     script = f"trap '' TERM; sleep 60 & echo $! > \"{pidfile}\"; wait"
 

@@ -80,7 +80,7 @@ def hold(ctx, effects: str, seconds: float = 30.0) -> str:
 @workflow
 def command(ctx, marker: str, seconds: float = 0.5) -> dict:
     """A step that starts a command; the command writes 'done' only if it is not killed."""
-    from flowctl.commands import run_command
+    from flowctl.yamlflow.commands import run_command
 
     script = f'echo started >> "$M"; sleep {seconds}; echo done >> "$M"'
 
@@ -100,7 +100,7 @@ def command(ctx, marker: str, seconds: float = 0.5) -> dict:
 @workflow
 def stoppable(ctx, pidfile: str, seconds: float = 30.0) -> dict:
     """A step whose command the daemon may stop (should_stop polls ctx.interruption)."""
-    from flowctl.commands import run_command
+    from flowctl.yamlflow.commands import run_command
 
     def go() -> dict:
         res = run_command(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from flowctl.schedule import ScheduleSpec
+from flowctl.schedule.calendar import ScheduleSpec
 from tests.crash.conftest import ROOT, Daemons
 from tests.helpers import wait_until
 

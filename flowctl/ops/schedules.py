@@ -1,7 +1,7 @@
 """Operator actions on schedules, shared by the CLI, the TUI and Python callers.
 
 add/ls/show/pause/resume/rm/trigger/explain/sync and the agenda (issue 7). The calendar is
-flowctl.schedule, firing is flowctl.scheduler; these functions validate everything first
+flowctl.schedule.calendar, firing is flowctl.schedule.firing; these functions validate everything first
 (nothing is written on bad input), then write once. Like flowctl.ops, nothing here prints.
 """
 
@@ -26,7 +26,7 @@ from flowctl.errors import (
     ValidationError,
 )
 from flowctl.model import Run, iso
-from flowctl.schedule import (
+from flowctl.schedule.calendar import (
     Fire,
     ScheduleSpec,
     describe,
@@ -35,7 +35,7 @@ from flowctl.schedule import (
     next_fires,
     parse_spec,
 )
-from flowctl.scheduler import Scheduler
+from flowctl.schedule.firing import Scheduler
 from flowctl.store import FireOutcome, NewSchedule, ScheduleEvent, ScheduleRow, Store
 from flowctl.workflow import YAML_SUFFIXES, WorkflowDef, load_target
 

@@ -5,9 +5,9 @@ so a crash never re-runs a finished step. `load_yaml` parses the text into a tre
 keeps every value's line and column, has it validated, and raises one ValidationError
 listing every mistake as file:line:column. The other jobs live in their own modules:
 
-    flowctl.yamlschema    what a workflow may contain; validation with field paths and hints
-    flowctl.expressions   the `${{ }}` value language, `if:` conditions, FLOWCTL_* env names
-    flowctl.yamlsteps     the validated model, input conversion, and the handler running steps
+    flowctl.yamlflow.schema    what a workflow may contain; validation with field paths and hints
+    flowctl.yamlflow.expressions   the `${{ }}` value language, `if:` conditions, FLOWCTL_* env names
+    flowctl.yamlflow.steps     the validated model, input conversion, and the handler running steps
 
 Their public names are re-exported here, so `flowctl.yamlflow` stays the one import.
 """
@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from flowctl.errors import TargetError, ValidationError
-from flowctl.expressions import (
+from flowctl.yamlflow.expressions import (
     DEEP_ATTRS,
     STEP_ATTRS,
     Condition,
@@ -35,7 +35,7 @@ from flowctl.expressions import (
     truthy,
     values_equal,
 )
-from flowctl.yamlschema import (
+from flowctl.yamlflow.schema import (
     DEFAULTS_KEYS,
     INPUT_KEYS,
     INPUT_TYPES,
@@ -50,7 +50,7 @@ from flowctl.yamlschema import (
     Problems,
     build_workflow,
 )
-from flowctl.yamlsteps import (
+from flowctl.yamlflow.steps import (
     Defaults,
     InputSpec,
     Step,
@@ -59,7 +59,7 @@ from flowctl.yamlsteps import (
     convert_inputs,
     convert_value,
     load_callable,
-    parse_when,
+    parse_sleep_until,
 )
 
 __all__ = [
@@ -91,7 +91,7 @@ __all__ = [
     "load_yaml_file",
     "parse_condition",
     "parse_path",
-    "parse_when",
+    "parse_sleep_until",
     "peek_yaml",
     "read_yaml_text",
     "shell_variable",

@@ -1,13 +1,14 @@
 """`flowctl tui`: a live, keyboard-first view of what is running, sleeping, waiting and dead.
 
-Only the `flowctl.tui*` modules import Textual, and only `flowctl tui` imports them, so
+Only the `flowctl.tui` package imports Textual, and only `flowctl tui` imports them, so
 every other command starts without paying for Textual. The TUI is split by job:
 
-- `flowctl.tui` (here): the app — its state, bindings, workers, live refresh and actions.
-- `flowctl.tui_views`: which runs each tab lists, with which columns; `load_page`.
-- `flowctl.tui_render`: pure text — cells, countdowns, the detail pane, error blocks.
-- `flowctl.tui_widgets`: the main screen's widgets (tab bar, run list, detail pane, keys).
-- `flowctl.tui_screens`: the dialogs (confirm, signal, filter, help).
+- `flowctl.tui.app` (here): the app — its state, bindings, workers, live refresh and actions.
+- `flowctl.tui.views`: which runs each tab lists, with which columns; `load_page`.
+- `flowctl.tui.render`: pure text — cells, countdowns, the detail pane, error blocks.
+- `flowctl.tui.widgets`: the main screen's widgets (tab bar, run list, detail pane, keys).
+- `flowctl.tui.screens`: the dialogs (confirm, signal, filter, help).
+- `flowctl.tui.messages`: what the thread workers post back.
 
 How it stays instant on a database with 100,000 runs:
 
@@ -18,7 +19,7 @@ How it stays instant on a database with 100,000 runs:
   is re-queried only when another connection (the daemon, the CLI) committed.
 - Countdowns ("wakes in 2d03h") are re-rendered every second from the injected clock,
   without touching the database, so a FakeClock makes every screen reproducible. The
-  widgets that tick own their timers (see `flowctl.tui_widgets`), so nothing ticks into a
+  widgets that tick own their timers (see `flowctl.tui.widgets`), so nothing ticks into a
   widget that is gone; handlers of worker messages do nothing once the app is exiting.
 
 Every query and every action runs in a thread worker through `flowctl.ops`, exactly
@@ -37,7 +38,6 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
-from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import DataTable, Input, Static
 
@@ -46,7 +46,8 @@ from flowctl.clock import Clock
 from flowctl.model import Run, RunStatus
 from flowctl.store import Store
 from flowctl.transitions import Action, refusal
-from flowctl.tui_render import (
+from flowctl.tui.messages import ActionDone, DetailLoaded, PageLoaded
+from flowctl.tui.render import (
     TIMELINE_LIMIT,
     describe_error,
     render_detail,
@@ -55,8 +56,8 @@ from flowctl.tui_render import (
     table_cell,
     to_second,
 )
-from flowctl.tui_screens import ConfirmScreen, FilterScreen, HelpScreen, SignalScreen
-from flowctl.tui_views import (
+from flowctl.tui.screens import ConfirmScreen, FilterScreen, HelpScreen, SignalScreen
+from flowctl.tui.views import (
     SCHEDULE_FIELDS,
     VIEWS,
     VIEWS_BY_KEY,
@@ -65,7 +66,7 @@ from flowctl.tui_views import (
     Row,
     load_page,
 )
-from flowctl.tui_widgets import TICK_SECONDS, DetailPane, DetailText, KeyHints, RunTable, ViewBar
+from flowctl.tui.widgets import TICK_SECONDS, DetailPane, DetailText, KeyHints, RunTable, ViewBar
 
 # FlowctlApp is what `flowctl tui` imports; the rest stay importable from here for the
 # tests and benchmarks/tui_startup.py, which predate the split.
@@ -74,32 +75,6 @@ __all__ = ["VIEWS", "FlowctlApp", "PageQuery", "Row", "RunTable", "SignalScreen"
 PAGE_SIZE = 200  # rows per query; the next page is fetched when the cursor reaches the end
 POLL_SECONDS = 0.5  # how often data_version is read
 SEARCH_DEBOUNCE = 0.25  # seconds of no typing before a search query runs
-
-
-# ---------------------------------------------------------------------------
-# Messages from thread workers
-
-
-class PageLoaded(Message):
-    def __init__(self, generation: int, page: Page) -> None:
-        super().__init__()
-        self.generation = generation
-        self.page = page
-
-
-class DetailLoaded(Message):
-    def __init__(self, run_id: str, detail: ops.RunDetail | None, error: str | None) -> None:
-        super().__init__()
-        self.run_id = run_id
-        self.detail = detail
-        self.error = error
-
-
-class ActionDone(Message):
-    def __init__(self, message: str, error: bool) -> None:
-        super().__init__()
-        self.message = message
-        self.error = error
 
 
 def _first_busy_view(store: Store) -> str:
@@ -147,7 +122,7 @@ class FlowctlApp(App[None]):
     """A live view of one flowctl database. Built from explicit inputs: a Store and a Clock."""
 
     TITLE = "flowctl"
-    CSS_PATH = Path(__file__).with_name("tui.tcss")  # absolute: subclasses live elsewhere
+    CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses live elsewhere
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     ENABLE_COMMAND_PALETTE = False
 

@@ -1,77 +1,33 @@
-"""The `flowctl` command: parse -> ops -> render. Builds the app, holds the run commands
-and registers the schedule ones (flowctl/cli_schedule.py). With `_Group` (flowctl/cli_common.py)
-this is the one place errors become exit codes."""
+"""The run commands: `flowctl run`, `ls`, `show`, `why`, `signal`, `cancel`, `redrive`,
+`fork`, `rerun`, `pause`, `resume` and `wake`: parse -> flowctl.ops -> render.
+
+flowctl/cli/__init__.py registers them on the app, in the order `flowctl --help` lists them.
+"""
 
 from __future__ import annotations
 
 import json
-import logging
-import sys
-import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import datetime
 from typing import Annotated, Any
 
 import typer
 
-try:  # typer >= 0.26 ships its own copy of click
-    from typer._click import exceptions as click_exc
-except ImportError:  # pragma: no cover - older typer uses click itself
-    from click import exceptions as click_exc  # type: ignore[no-redef]
-
 from flowctl import ops
-from flowctl.cli_common import (
+from flowctl.cli.common import (
     State,
+    _daemon_config,
     _emit_json,
-    _Group,
     _local,
     _relative,
     _run_json,
     _state,
     _table,
 )
-from flowctl.cli_schedule import _sync_at_daemon_start, agenda, schedule_app
-from flowctl.clock import SystemClock
 from flowctl.durations import format_duration, parse_duration
-from flowctl.errors import FlowctlError, UsageError
-from flowctl.limits import MAX_COUNT, is_utf8, one_line, shown_bytes
+from flowctl.errors import UsageError
+from flowctl.limits import MAX_COUNT
 from flowctl.model import EntryState, Run, RunStatus, iso
-from flowctl.store import Store
-
-app = typer.Typer(
-    cls=_Group,
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-    help="Durable workflows on one machine: one command, one SQLite file.",
-)
-
-
-def _version(value: bool) -> None:
-    if value:
-        from flowctl import __version__
-
-        typer.echo(f"flowctl {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    ctx: typer.Context,
-    db: Annotated[
-        str | None,
-        typer.Option(
-            "--db", help="SQLite file to use (default: FLOWCTL_DB, flowctl.toml, XDG state dir)."
-        ),
-    ] = None,
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
-    ] = False,
-) -> None:
-    ctx.obj = State(db, SystemClock())  # looked up here, so tests can swap cli.SystemClock
-
 
 # ---------------------------------------------------------------------------
 # rendering helpers
@@ -100,64 +56,9 @@ def _describe_value(value: Any) -> str:
 
 
 # ---------------------------------------------------------------------------
-# init / workflows
-
-
-@app.command()
-def init(
-    ctx: typer.Context,
-    force: Annotated[
-        bool, typer.Option("--force", help="Overwrite an existing flowctl.toml.")
-    ] = False,
-) -> None:
-    """Create flowctl.toml here with the documented defaults, and its database.  Example: flowctl init"""
-    from flowctl.config import write_default_config
-
-    path = write_default_config(Path.cwd(), force=force)
-    typer.echo(f"wrote {path}")
-    st = _state(ctx)  # its config is read now, so the database is the one flowctl.toml names
-    existed = st.db_path.exists()
-    st.open_store(create=True)
-    typer.echo(f"{'using existing' if existed else 'created'} database {st.db_path}")
-
-
-@app.command()
-def workflows(
-    ctx: typer.Context,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-) -> None:
-    """List the workflows found in the workflows folder.  Example: flowctl workflows"""
-    st = _state(ctx)
-    folder = st.config.workflows_dir()
-    found = ops.list_workflows(folder)
-    if as_json:
-        _emit_json(
-            [
-                {"name": w.name, "kind": w.kind, "target": w.target, "description": w.description}
-                for w in found
-            ]
-        )
-        return
-    if not found:
-        typer.echo(f"no workflows in {folder}")
-        return
-    cwd = Path.cwd()
-    rows = []
-    for w in found:
-        file = w.source_path or w.target
-        try:
-            file = str(Path(file).relative_to(cwd))
-        except ValueError:
-            pass
-        rows.append([w.name, w.kind, file, w.description])
-    _table(["NAME", "KIND", "FILE", "DESCRIPTION"], rows)
-
-
-# ---------------------------------------------------------------------------
 # run
 
 
-@app.command()
 def run(
     ctx: typer.Context,
     target: Annotated[
@@ -242,7 +143,9 @@ def run(
         run_at = clock.now() + parse_duration(in_)
     elif at is not None:
         run_at = ops.parse_start_at(at, clock)
-    deadline_at = ops.parse_when(deadline, clock, flag="--deadline") if deadline else None
+    deadline_at = (
+        ops.parse_duration_or_time(deadline, clock, flag="--deadline") if deadline else None
+    )
     if timeout is not None:
         parse_duration(timeout)
     started = ops.start(
@@ -382,25 +285,10 @@ def _print_end(run: Run, now: datetime) -> None:
         typer.echo(f"{run.status} {run.run_id}: {_first_error_line(run)}", err=True)
 
 
-def _daemon_config(st: State, **overrides: Any) -> Any:
-    from flowctl.daemon import DaemonConfig
-
-    cfg = st.config
-    values: dict[str, Any] = {
-        "concurrency": int(cfg.get("concurrency")),
-        "lease": parse_duration(cfg.get("lease")).total_seconds(),
-        "heartbeat": parse_duration(cfg.get("heartbeat")).total_seconds(),
-        "grace": parse_duration(cfg.get("grace")).total_seconds(),
-    }
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return DaemonConfig(**values)
-
-
 # ---------------------------------------------------------------------------
-# ls / show
+# ls / show / why
 
 
-@app.command("ls")
 def ls(
     ctx: typer.Context,
     status: Annotated[
@@ -462,7 +350,6 @@ def ls(
         typer.echo(cut)
 
 
-@app.command()
 def show(
     ctx: typer.Context,
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
@@ -542,7 +429,6 @@ def show(
         typer.echo(f"  {_local(e.at)}.{e.at.microsecond // 1000:03d}  {e.type:<20} {data}")
 
 
-@app.command()
 def why(
     ctx: typer.Context,
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
@@ -566,7 +452,6 @@ def why(
 # operator actions
 
 
-@app.command("signal")
 def send_signal(
     ctx: typer.Context,
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
@@ -584,7 +469,6 @@ def send_signal(
         typer.echo(f"sent {name!r} to {run_obj.run_id} ({run_obj.status})")
 
 
-@app.command()
 def cancel(
     ctx: typer.Context,
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
@@ -616,7 +500,6 @@ def cancel(
         typer.echo(f"{run_obj.status} {run_obj.run_id}")
 
 
-@app.command()
 def redrive(
     ctx: typer.Context,
     run_ref: Annotated[
@@ -675,10 +558,11 @@ def _start_copy(st: State, new: Run, origin: str, index: int, wait: bool, as_jso
 _FORK_INPUT = typer.Option(
     "--input", metavar="JSON", help="Input as a JSON object (default: the original's)."
 )
+
+
 _FORK_WAIT = typer.Option("--wait", help="Run it here, in the foreground, until it ends.")
 
 
-@app.command()
 def fork(
     ctx: typer.Context,
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
@@ -704,7 +588,6 @@ def fork(
     _start_copy(st, new, origin, from_index, wait, as_json)
 
 
-@app.command()
 def rerun(
     ctx: typer.Context,
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
@@ -752,7 +635,6 @@ def _say_resumed(run: Run, now: datetime) -> str:
 _PAUSE_WORKFLOW = typer.Option("--workflow", "-w", help="Every run of this workflow instead.")
 
 
-@app.command()
 def pause(
     ctx: typer.Context,
     run_ref: Annotated[
@@ -775,7 +657,6 @@ def pause(
     )
 
 
-@app.command()
 def resume(
     ctx: typer.Context,
     run_ref: Annotated[
@@ -824,7 +705,6 @@ def _act_on_runs(
         typer.echo(f"{len(runs)} run(s) of {workflow} {done}")
 
 
-@app.command()
 def wake(
     ctx: typer.Context,
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
@@ -837,214 +717,3 @@ def wake(
         _emit_json(_run_json(run_obj))
     else:
         typer.echo(f"woke {run_obj.run_id}: due now")
-
-
-# ---------------------------------------------------------------------------
-# daemon / status
-
-
-@app.command()
-def daemon(
-    ctx: typer.Context,
-    concurrency: Annotated[
-        int | None,
-        typer.Option("--concurrency", "-c", max=1024, help="Runs executed at once."),
-    ] = None,
-    lease: Annotated[str | None, typer.Option("--lease", help="Lease length, e.g. 15s.")] = None,
-    heartbeat: Annotated[
-        str | None, typer.Option("--heartbeat", help="Heartbeat interval, e.g. 1s.")
-    ] = None,
-    grace: Annotated[
-        str | None, typer.Option("--grace", help="On SIGTERM, wait this long for running handlers.")
-    ] = None,
-    until_idle: Annotated[
-        bool, typer.Option("--until-idle", help="Exit when nothing is running or due.")
-    ] = False,
-    log_level: Annotated[
-        str, typer.Option("--log-level", help="debug, info, warning or error.")
-    ] = "info",
-) -> None:
-    """Run queued work and wake sleepers on time; SIGTERM/Ctrl-C drains.  Example: flowctl daemon -c 8"""
-    from flowctl.daemon import Daemon
-
-    st = _state(ctx)
-    level = getattr(logging, log_level.upper(), None)
-    if not isinstance(level, int):
-        raise UsageError(f"--log-level {log_level!r}: use debug, info, warning or error")
-    if concurrency is not None and concurrency < 1:
-        raise UsageError(f"--concurrency must be at least 1, got {concurrency}")
-    cfg = _daemon_config(
-        st,
-        concurrency=concurrency,
-        lease=parse_duration(lease).total_seconds() if lease else None,
-        heartbeat=parse_duration(heartbeat).total_seconds() if heartbeat else None,
-        grace=parse_duration(grace).total_seconds() if grace is not None else None,
-    )
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
-    )
-    created = not st.db_path.exists()
-    d = Daemon(_open_when_room(st), st.clock, cfg)
-    logging.getLogger("flowctl").info(
-        "daemon %s %s %s (concurrency %d, lease %gs, heartbeat %gs)",
-        d.owner,
-        "created a new database at" if created else "on",
-        st.db_path,
-        cfg.concurrency,
-        cfg.lease,
-        cfg.heartbeat,
-    )
-    for other in ops.other_live_daemons(st.store, d.owner):
-        logging.getLogger("flowctl").info(
-            "daemon pid %d on %s already serves this database; this one shares the work"
-            " (each run is claimed by one of them)",
-            other.pid,
-            other.host,
-        )
-        break
-    _sync_at_daemon_start(st)  # YAML `schedule:` blocks and flowctl.toml [schedules.*]
-    code = d.run_forever(until_idle=until_idle, install_signals=True)
-    raise typer.Exit(code)
-
-
-def _open_when_room(st: State) -> Store:
-    """The daemon's database; a full disk at start-up is waited out (said once), as one
-    later is, so a supervisor does not restart the daemon in a loop."""
-    from flowctl.daemon import FULL_RETRY
-    from flowctl.errors import DiskFullError
-
-    said = False
-    while True:
-        try:
-            store = st.open_store(create=True)
-            if said:
-                logging.getLogger("flowctl").warning("the database has room again: serving")
-            return store
-        except DiskFullError as e:
-            if not said:
-                logging.getLogger("flowctl").warning(
-                    "%s; nothing committed is lost; retrying every %gs", e, FULL_RETRY
-                )
-                said = True
-            st.clock.wait(threading.Event(), FULL_RETRY)
-
-
-@app.command()
-def status(
-    ctx: typer.Context,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-) -> None:
-    """Is a daemon running on this database; run counts; wake lateness.  Example: flowctl status"""
-    st = _state(ctx)
-    report = ops.status(st.store, clock=st.clock)
-    if as_json:
-        _emit_json(report.to_json())
-        return
-    typer.echo(f"database  {report.db}")
-    alive = [(d, held) for d, ok, held in report.daemons if ok]
-    if not alive:
-        typer.echo("daemon    not running (start one with `flowctl daemon`)")
-    for d, held in alive:
-        typer.echo(
-            f"daemon    pid {d.pid} on {d.host} since {_local(d.started_at)}, holding {held} run(s)"
-        )
-    typer.echo("runs      " + ", ".join(f"{k} {v}" for k, v in report.counts.items()))
-    lt = report.lateness
-    if lt["wakes"]:
-        typer.echo(
-            f"wakes     {lt['wakes']} in the last hour; lateness p50 {lt['p50_ms']} ms, p99 {lt['p99_ms']} ms, max {lt['max_ms']} ms"
-        )
-    else:
-        typer.echo("wakes     none in the last hour")
-
-
-# ---------------------------------------------------------------------------
-# validate / tui
-
-
-@app.command()
-def validate(
-    files: Annotated[list[Path], typer.Argument(metavar="FILE...", help="YAML workflow files.")],
-    as_json: Annotated[
-        bool, typer.Option("--json", help='Print {"ok": bool, "problems": [...]} on stdout.')
-    ] = False,
-) -> None:
-    """Check YAML workflows; every mistake with file:line:column.  Example: flowctl validate workflows/*.yaml"""
-    from flowctl.errors import ValidationError
-    from flowctl.schedule_ops import yaml_schedules
-    from flowctl.workflow import load_target
-
-    problems: list[str] = []
-    for path in files:
-        try:
-            wf = load_target(str(path))
-        except ValidationError as e:
-            problems.extend(e.problems)
-            continue
-        except FlowctlError as e:
-            problems.append(f"{path}: {e}")
-            continue
-        problems.extend(yaml_schedules(wf, path)[1])
-    if as_json:
-        _emit_json({"ok": not problems, "problems": problems})
-    elif problems:
-        for p in problems:
-            typer.echo(one_line(p), err=True)
-    else:
-        typer.echo(f"ok: {len(files)} file(s) valid")
-    if problems:
-        raise typer.Exit(2)
-
-
-@app.command()
-def tui(ctx: typer.Context) -> None:
-    """Live view of sleeping, running and dead-lettered runs.  Example: flowctl tui"""
-    from flowctl.tui import FlowctlApp  # lazy: `flowctl ls` must not pay for Textual
-
-    st = _state(ctx)
-    FlowctlApp(store=st.store, clock=st.clock, view="auto").run()
-
-
-# ---------------------------------------------------------------------------
-# schedules / agenda: flowctl/cli_schedule.py
-
-app.command()(agenda)
-app.add_typer(schedule_app, name="schedule")
-
-
-# typer >= 0.26 raises its own Exit/Abort; older versions raise click's.
-_EXITS: tuple[type[Any], ...] = (typer.Exit, getattr(click_exc, "Exit", typer.Exit))
-_ABORTS: tuple[type[BaseException], ...] = (typer.Abort, getattr(click_exc, "Abort", typer.Abort))
-
-
-def main() -> None:
-    """Entry point, and the boundary no input crosses as a traceback: arguments that are
-    not UTF-8 and click's usage errors become one line on stderr with exit code 2."""
-    for arg in sys.argv[1:]:
-        if not is_utf8(arg):
-            typer.echo(
-                f"flowctl: argument '{one_line(shown_bytes(arg))}' is not valid UTF-8; give UTF-8 text",
-                err=True,
-            )
-            sys.exit(2)
-    try:
-        rv = app(standalone_mode=False)
-    except click_exc.NoArgsIsHelpError as e:
-        typer.echo(e.ctx.get_help() if e.ctx else str(e))
-        sys.exit(0)
-    except click_exc.UsageError as e:
-        cmd = e.ctx.command_path if e.ctx else "flowctl"
-        typer.echo(f"flowctl: {one_line(e.format_message())} (see `{cmd} --help`)", err=True)
-        sys.exit(2)
-    except _EXITS as e:
-        sys.exit(e.exit_code)
-    except _ABORTS:
-        typer.echo("aborted", err=True)
-        sys.exit(130)
-    except FlowctlError as e:
-        typer.echo(f"flowctl: {one_line(str(e))}", err=True)
-        sys.exit(e.exit_code)
-    sys.exit(rv if isinstance(rv, int) else 0)
-
-
-_ = UTC

@@ -15,11 +15,12 @@ from typing import Any
 
 from rich.text import Text
 
-from flowctl import ops, schedule_ops
+from flowctl import ops
 from flowctl.durations import format_duration
 from flowctl.model import Run, RunStatus
+from flowctl.ops import schedules as schedule_ops
 from flowctl.store import Store
-from flowctl.tui_render import (
+from flowctl.tui.render import (
     ago,
     compact_json,
     countdown,

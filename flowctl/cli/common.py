@@ -2,8 +2,9 @@
 one `flowctl: ...` line and its exit code, the per-invocation State, and the renderers
 (JSON, tables, local and relative times).
 
-flowctl/cli.py builds the app and registers the command modules (flowctl/cli_schedule.py);
-they import from here, never from each other, so there is no import cycle.
+flowctl/cli/__init__.py builds the app and registers the command modules (runs, admin,
+schedule); they import from here, never from each other (admin's daemon start-up call into
+schedule aside), so there is no import cycle.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typer.core import TyperGroup
 
 from flowctl.clock import Clock
 from flowctl.config import Config, load_config, resolve_db
-from flowctl.durations import format_duration
+from flowctl.durations import format_duration, parse_duration
 from flowctl.errors import FlowctlError
 from flowctl.limits import one_line
 from flowctl.model import Run
@@ -131,3 +132,17 @@ def _table(headers: list[str], rows: list[list[str]]) -> None:
 
 def _run_json(run: Run) -> dict[str, Any]:
     return run.to_json()
+
+
+def _daemon_config(st: State, **overrides: Any) -> Any:
+    from flowctl.daemon import DaemonConfig
+
+    cfg = st.config
+    values: dict[str, Any] = {
+        "concurrency": int(cfg.get("concurrency")),
+        "lease": parse_duration(cfg.get("lease")).total_seconds(),
+        "heartbeat": parse_duration(cfg.get("heartbeat")).total_seconds(),
+        "grace": parse_duration(cfg.get("grace")).total_seconds(),
+    }
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return DaemonConfig(**values)

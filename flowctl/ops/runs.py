@@ -1,8 +1,8 @@
 """Operator actions on runs, shared by the CLI, the TUI and Python callers.
 
 Validation, defaults and writes live here so every front end behaves the same.
-Nothing here prints; functions return values or raise FlowctlError. Schedules and the
-agenda have their own module, flowctl.schedule_ops.
+Nothing here prints; functions return values or raise FlowctlError. Parsing the
+operator's input is flowctl.ops.parse; schedules and the agenda are flowctl.ops.schedules.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from typing import Any
 
 from flowctl.clock import Clock
 from flowctl.durations import parse_duration
-from flowctl.errors import DurationError, FlowctlError, InputError, InvalidStateError, UsageError
+from flowctl.errors import FlowctlError, InputError, InvalidStateError, UsageError
 from flowctl.explain import DaemonFact, OperatorEvent, Why, WhyFacts, explain
-from flowctl.limits import MAX_YEAR, MIN_YEAR, check_time, loads_json
 from flowctl.model import (
     ACTIVE,
     CallKind,
@@ -29,141 +28,11 @@ from flowctl.model import (
     TimelineEvent,
     iso,
 )
+from flowctl.ops.parse import (
+    parse_statuses,
+)
 from flowctl.store import DaemonInfo, Store
 from flowctl.workflow import TargetCache, WorkflowEntry, discover, load_target
-
-STATUS_NAMES = ", ".join(s.value for s in RunStatus)
-
-
-# ---------------------------------------------------------------------------
-# Parsing user input
-
-
-def parse_inputs(pairs: list[str] | None = None, input_json: str | None = None) -> dict[str, Any]:
-    """`--input JSON` first, then `-i key=value` (string) and `-i key:=JSON` (typed) on top."""
-    data: dict[str, Any] = {}
-    if input_json is not None:
-        loaded = loads_json(input_json, "--input")
-        if not isinstance(loaded, dict):
-            raise InputError(
-                f"--input must be a JSON object like '{{\"user\": 42}}', got {input_json!r}"
-            )
-        data.update(loaded)
-    for pair in pairs or []:
-        if ":=" in pair and (
-            pair.find(":=") < pair.find("=") + 1 or "=" not in pair.split(":=")[0]
-        ):
-            key, _, raw = pair.partition(":=")
-            value = loads_json(
-                raw,
-                f"-i {key.strip()}:=",
-                hint=f"; the value after ':=' must be JSON, for a plain string use {key}=VALUE",
-            )
-        elif "=" in pair:
-            key, _, value = pair.partition("=")
-        else:
-            raise InputError(
-                f"-i {pair!r}: use key=value for a string or key:=JSON for a typed value"
-            )
-        key = key.strip()
-        if not key:
-            raise InputError(f"-i {pair!r}: the input name before '=' is empty")
-        data[key] = value
-    return data
-
-
-def parse_json_arg(flag: str, text: str) -> Any:
-    return loads_json(text, flag)
-
-
-def parse_time(text: str, clock: Clock, *, flag: str = "--at", tz: str | None = None) -> datetime:
-    """An ISO-8601 time ("2026-12-01T09:00:00+01:00", "2026-12-01 09:00" in local time)."""
-    try:
-        value = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise UsageError(
-            f"{flag} {text!r} is not a time: use ISO-8601 like 2026-12-01T09:00:00Z or '2026-12-01 09:00'"
-        ) from None
-    try:
-        if value.tzinfo is None:
-            from zoneinfo import ZoneInfo  # lazy: `flowctl --help` does not load zone data
-
-            zone = ZoneInfo(tz) if tz else None
-            value = value.replace(tzinfo=zone) if zone else value.astimezone()
-        return check_time(value, f"{flag} {text!r}")
-    except (OverflowError, ValueError, KeyError):
-        raise UsageError(
-            f"{flag} {text!r} is out of range; use a year between {MIN_YEAR} and {MAX_YEAR}"
-        ) from None
-
-
-def parse_when(text: str, clock: Clock, *, flag: str) -> datetime:
-    """A duration from now ("15m") or an absolute ISO time."""
-    try:
-        return clock.now() + parse_duration(text)
-    except DurationError:
-        pass
-    if not _looks_like_time(text):
-        raise UsageError(
-            f"{flag} {text!r} is neither a duration (15m, 2h, 7d) nor an ISO-8601 time (2026-12-01T09:00Z)"
-        )
-    return parse_time(text, clock, flag=flag)
-
-
-def _looks_like_time(text: str) -> bool:
-    """ISO-8601 as Python reads it; whether it is in range is parse_time's to say."""
-    try:
-        datetime.fromisoformat(text.strip())
-    except ValueError:
-        return False
-    return True
-
-
-def parse_start_at(text: str, clock: Clock) -> datetime:
-    """`run --at`: `now`, or an ISO time that has not passed (a past one is a typo, not
-    a wish to start at once: say `now` for that)."""
-    if text.strip().lower() == "now":
-        return clock.now()
-    when = parse_time(text, clock, flag="--at")
-    if when < clock.now():
-        raise UsageError(
-            f"--at {text!r} is in the past ({when.isoformat()}); give a later time, or --at now"
-        )
-    return when
-
-
-def parse_since(text: str, clock: Clock, *, flag: str = "--since") -> datetime:
-    """A duration ago ("2h", "2h ago", "3 days") or an ISO time."""
-    spoken = text.strip()
-    if spoken.lower().endswith(" ago"):
-        spoken = spoken[:-4]
-    try:
-        return clock.now() - parse_duration(spoken)
-    except DurationError:
-        pass
-    if not _looks_like_time(text):
-        raise UsageError(
-            f"{flag} {text!r} is neither a duration ago (2h, 7d, '3 days ago') nor an ISO-8601"
-            " time (2026-12-01T09:00Z)"
-        )
-    return parse_time(text, clock, flag=flag)
-
-
-def parse_statuses(values: list[str] | None) -> list[RunStatus] | None:
-    if not values:
-        return None
-    out = []
-    for value in values:
-        for part in value.split(","):
-            part = part.strip().lower()
-            if not part:
-                continue
-            try:
-                out.append(RunStatus(part))
-            except ValueError:
-                raise UsageError(f"unknown status {part!r}: use one of {STATUS_NAMES}") from None
-    return out or None
-
 
 # ---------------------------------------------------------------------------
 # Starting runs
@@ -514,7 +383,7 @@ def explain_detail(detail: RunDetail, now: datetime) -> Why | None:
 
 def why_facts(store: Store, ref: str) -> WhyFacts:
     """Read from the store everything `explain` needs to say why a run is not running."""
-    from flowctl.identity import owner_alive, owner_is_dead
+    from flowctl.ids import owner_alive, owner_is_dead
 
     run = store.find_run(ref)
     entries = list(store.journal(run.run_id).values())
@@ -758,13 +627,13 @@ class StatusReport:
 
 def other_live_daemons(store: Store, owner: str) -> list[DaemonInfo]:
     """Daemons registered on this database, not `owner`, whose process may still run."""
-    from flowctl.identity import owner_alive
+    from flowctl.ids import owner_alive
 
     return [d for d in store.daemons() if d.owner != owner and owner_alive(d.owner)]
 
 
 def status(store: Store, *, clock: Clock, window: timedelta = timedelta(hours=1)) -> StatusReport:
-    from flowctl.identity import owner_alive
+    from flowctl.ids import owner_alive
 
     daemons = [(d, owner_alive(d.owner), store.held_count(d.owner)) for d in store.daemons()]
     lates = sorted(store.recent_wakes(clock.now() - window))

@@ -17,8 +17,8 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import DataTable, Static
 
-from flowctl.tui_render import tab_count
-from flowctl.tui_views import VIEWS, View
+from flowctl.tui.render import tab_count
+from flowctl.tui.views import VIEWS, View
 
 
 class ViewBar(Static):

@@ -1,8 +1,8 @@
 """`flowctl schedule ...` and `flowctl agenda`: parse -> schedule_ops -> render.
 
-flowctl/cli.py registers `schedule_app` with `app.add_typer` and `agenda` with
+flowctl/cli/__init__.py registers `schedule_app` with `app.add_typer` and `agenda` with
 `app.command()`. Errors reach the user through the same `_Group` as every other command.
-The commands import flowctl.schedule_ops when they run, so `flowctl --help` and
+The commands import flowctl.ops.schedules when they run, so `flowctl --help` and
 `flowctl ls` do not load the cron and time zone code.
 """
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from flowctl import ops
-from flowctl.cli_common import (
+from flowctl.cli.common import (
     State,
     _emit_json,
     _Group,
@@ -33,7 +33,7 @@ from flowctl.limits import MAX_COUNT, one_line
 from flowctl.model import iso
 
 if TYPE_CHECKING:
-    from flowctl import schedule_ops
+    from flowctl.ops import schedules as schedule_ops
 
 schedule_app = typer.Typer(
     cls=_Group,
@@ -83,7 +83,7 @@ def _last_outcome(event: Any, now: datetime) -> str:
 
 
 def _sync_declared(st: State) -> schedule_ops.SyncReport:
-    from flowctl import schedule_ops
+    from flowctl.ops import schedules as schedule_ops
 
     return schedule_ops.sync_schedules(
         st.open_store(create=True),
@@ -159,7 +159,7 @@ def schedule_add(
     as_json: Annotated[bool, typer.Option("--json", help="Print the schedule as JSON.")] = False,
 ) -> None:
     """Add a schedule.  Example: flowctl schedule add nightly --cron "0 9 * * MON-FRI" --tz Europe/Paris examples/report.yaml -i team=ops"""
-    from flowctl import schedule_ops
+    from flowctl.ops import schedules as schedule_ops
 
     st = _state(ctx)
     data = ops.parse_inputs(inputs, input_json)
@@ -199,7 +199,7 @@ def schedule_ls(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
     """List schedules: rule, next fire, last fire and its outcome.  Example: flowctl schedule ls"""
-    from flowctl import schedule_ops
+    from flowctl.ops import schedules as schedule_ops
 
     st = _state(ctx)
     infos = schedule_ops.list_schedules(st.store)
@@ -238,7 +238,7 @@ def schedule_show(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Show a schedule: its rule, next fires and recent history.  Example: flowctl schedule show nightly"""
-    from flowctl import schedule_ops
+    from flowctl.ops import schedules as schedule_ops
 
     st = _state(ctx)
     detail = schedule_ops.show_schedule(st.store, name, clock=st.clock, count=count)
@@ -284,7 +284,7 @@ def schedule_pause(
     ctx: typer.Context, name: Annotated[str, typer.Argument(help="Schedule name.")]
 ) -> None:
     """Stop a schedule from firing until resumed.  Example: flowctl schedule pause nightly"""
-    from flowctl import schedule_ops
+    from flowctl.ops import schedules as schedule_ops
 
     st = _state(ctx)
     info = schedule_ops.pause_schedule(st.store, name, clock=st.clock)
@@ -296,7 +296,7 @@ def schedule_resume(
     ctx: typer.Context, name: Annotated[str, typer.Argument(help="Schedule name.")]
 ) -> None:
     """Resume a paused schedule from now (fires during the pause are not run).  Example: flowctl schedule resume nightly"""
-    from flowctl import schedule_ops
+    from flowctl.ops import schedules as schedule_ops
 
     st = _state(ctx)
     info = schedule_ops.resume_schedule(st.store, name, clock=st.clock)
@@ -312,7 +312,7 @@ def schedule_rm(
     ctx: typer.Context, name: Annotated[str, typer.Argument(help="Schedule name.")]
 ) -> None:
     """Delete a schedule and its history (its runs stay).  Example: flowctl schedule rm nightly"""
-    from flowctl import schedule_ops
+    from flowctl.ops import schedules as schedule_ops
 
     st = _state(ctx)
     schedule_ops.remove_schedule(st.store, name)
@@ -326,7 +326,7 @@ def schedule_trigger(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Fire a schedule now, once (recorded as manual).  Example: flowctl schedule trigger nightly"""
-    from flowctl import schedule_ops
+    from flowctl.ops import schedules as schedule_ops
 
     st = _state(ctx)
     done = schedule_ops.trigger_schedule(st.store, name, clock=st.clock)
@@ -367,7 +367,7 @@ def schedule_explain(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List the next fires of a cron expression, flagging DST gaps and folds.  Example: flowctl schedule explain "30 2 * * *" --tz Europe/Paris"""
-    from flowctl import schedule_ops
+    from flowctl.ops import schedules as schedule_ops
 
     st = _state(ctx)
     zone = tz or _default_tz(st)
@@ -436,8 +436,8 @@ def agenda(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
     """Every future wake, start, retry, timeout, deadline and schedule fire, in time order.  Example: flowctl agenda --until 7d"""
-    from flowctl import schedule_ops
     from flowctl.durations import parse_duration
+    from flowctl.ops import schedules as schedule_ops
 
     st = _state(ctx)
     parse_duration(until)  # bad input is exit 2 before the database is looked for

@@ -4,7 +4,7 @@ The loader in `flowctl.yamlflow` turns YAML text into a tree of `Node`s that rem
 their line and column; `build_workflow` walks that tree, records each problem with its
 field path (`steps[2].retry.backoff`) and a did-you-mean hint, and builds the validated
 `YamlWorkflow`. References inside `${{ }}` are checked against the declared inputs, the
-earlier steps and the waited-for signals, with the rules of `flowctl.expressions`.
+earlier steps and the waited-for signals, with the rules of `flowctl.yamlflow.expressions`.
 No YAML here: the tree is plain Python.
 """
 
@@ -19,7 +19,8 @@ from typing import Any
 
 from flowctl.durations import parse_duration
 from flowctl.errors import DurationError, InputError, UsageError
-from flowctl.expressions import (
+from flowctl.retry import RetryPolicy
+from flowctl.yamlflow.expressions import (
     Condition,
     ExpressionError,
     StepRef,
@@ -34,15 +35,14 @@ from flowctl.expressions import (
     reference_problem,
     shell_variable,
 )
-from flowctl.retry import RetryPolicy
-from flowctl.yamlsteps import (
+from flowctl.yamlflow.steps import (
     Defaults,
     InputSpec,
     Step,
     YamlWorkflow,
     convert_value,
     merged_retry,
-    parse_when,
+    parse_sleep_until,
 )
 
 INPUT_TYPES = ("str", "int", "float", "bool", "list", "dict")
@@ -700,7 +700,7 @@ class _Validator:
             self.bad(node, where, f"expected an ISO-8601 time, got {describe(node.value)}")
             return
         try:
-            parse_when(node.value)
+            parse_sleep_until(node.value)
         except UsageError as exc:
             self.bad(node, where, str(exc))
             return

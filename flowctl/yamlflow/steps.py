@@ -3,7 +3,7 @@
 `flowctl.yamlflow` builds a `YamlWorkflow` from a file; this module is what runs it. Its
 `handler` executes the steps in order under the replay Context, each executed step being
 one durable call, so a crash never re-runs a finished step. Values between steps are
-resolved by `flowctl.expressions`. No YAML here: a loaded workflow runs without the parser.
+resolved by `flowctl.yamlflow.expressions`. No YAML here: a loaded workflow runs without the parser.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from flowctl.commands import run_command
 from flowctl.durations import parse_duration
 from flowctl.errors import (
     DurableCallError,
@@ -29,7 +28,10 @@ from flowctl.errors import (
     UsageError,
     mark_non_retryable,
 )
-from flowctl.expressions import (
+from flowctl.model import SECRET_MASK
+from flowctl.retry import NO_RETRY, RetryPolicy, StepOptions, with_options
+from flowctl.yamlflow.commands import run_command
+from flowctl.yamlflow.expressions import (
     STEP_ATTRS,
     Condition,
     ExpressionError,
@@ -41,8 +43,6 @@ from flowctl.expressions import (
     step_record,
     to_text,
 )
-from flowctl.model import SECRET_MASK
-from flowctl.retry import NO_RETRY, RetryPolicy, StepOptions, with_options
 
 _TRUE_INPUT = frozenset({"true", "1", "yes", "y", "on"})
 _FALSE_INPUT = frozenset({"false", "0", "no", "n", "off"})
@@ -247,7 +247,7 @@ _TYPE_WORDS = {
 # Running
 
 
-def parse_when(value: Any) -> datetime | float:
+def parse_sleep_until(value: Any) -> datetime | float:
     """A sleep_until value: an ISO-8601 time with a UTC offset, or epoch seconds."""
     if isinstance(value, bool) or not isinstance(value, str | int | float | datetime):
         raise UsageError(f"expected an ISO-8601 time, got {describe(value)}")
@@ -323,7 +323,7 @@ class _Runner:
         return result
 
     def flowctl_env(self) -> dict[str, str]:
-        """The FLOWCTL_* variables every run step gets (see `flowctl.expressions`)."""
+        """The FLOWCTL_* variables every run step gets (see `flowctl.yamlflow.expressions`)."""
         env = {
             "FLOWCTL_RUN_ID": str(self.ctx.run_id),
             "FLOWCTL_WORKFLOW": str(self.wf.name),
@@ -352,7 +352,7 @@ class _Runner:
         if step.kind in ("sleep", "sleep_until"):
             value = self.scope.render(step.value)
             try:
-                when = parse_duration(value) if step.kind == "sleep" else parse_when(value)
+                when = parse_duration(value) if step.kind == "sleep" else parse_sleep_until(value)
             except UsageError as exc:
                 # Rendered from the input and recorded results: a retry renders it again.
                 raise mark_non_retryable(

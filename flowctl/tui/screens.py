@@ -14,7 +14,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
-from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
@@ -23,7 +22,8 @@ from flowctl import ops
 from flowctl.clock import Clock
 from flowctl.errors import FlowctlError
 from flowctl.store import Store
-from flowctl.tui_render import describe_error
+from flowctl.tui.messages import SignalSent, WorkflowNames
+from flowctl.tui.render import describe_error
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -57,12 +57,6 @@ class ConfirmScreen(ModalScreen[bool]):
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
-
-
-class SignalSent(Message):
-    def __init__(self, error: str | None) -> None:
-        super().__init__()
-        self.error = error
 
 
 class SignalScreen(ModalScreen[str | None]):
@@ -132,12 +126,6 @@ class SignalScreen(ModalScreen[str | None]):
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:
         self.dismiss(None)
-
-
-class WorkflowNames(Message):
-    def __init__(self, names: list[str]) -> None:
-        super().__init__()
-        self.names = names
 
 
 class FilterScreen(ModalScreen[str | None]):

@@ -1,6 +1,6 @@
 """Schedules made real: the daemon's Scheduler fires what is due, exactly once, via the store.
 
-schedule.py decides *when* (the pure calendar: due_fires, jitter_offset); this module turns
+flowctl.schedule.calendar decides *when* (pure: due_fires, jitter_offset); this module turns
 those decisions into one store transaction per schedule (`Store.fire_schedule`): the runs
 (each with the idempotency key `schedule:{name}:{fire time}`), the history rows and the new
 last/next fire times commit together, so a crash never fires twice or loses a fire.
@@ -21,7 +21,7 @@ from flowctl.clock import Clock
 from flowctl.durations import format_duration
 from flowctl.errors import FlowctlError
 from flowctl.model import iso
-from flowctl.schedule import ScheduleSpec, due_fires, jitter_offset
+from flowctl.schedule.calendar import ScheduleSpec, due_fires, jitter_offset
 from flowctl.store import FireOutcome, FirePlan, NewRun, ScheduleRow, Store
 from flowctl.workflow import WorkflowDef, load_target
 

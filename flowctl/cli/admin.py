@@ -1,0 +1,243 @@
+"""The commands around the runs: `flowctl init`, `workflows`, `daemon`, `status`,
+`validate` and `tui`: parse -> flowctl.ops (or the daemon, or the TUI) -> render.
+
+flowctl/cli/__init__.py registers them on the app, in the order `flowctl --help` lists them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from flowctl import ops
+from flowctl.cli.common import (
+    State,
+    _daemon_config,
+    _emit_json,
+    _local,
+    _state,
+    _table,
+)
+from flowctl.cli.schedule import _sync_at_daemon_start
+from flowctl.durations import parse_duration
+from flowctl.errors import FlowctlError, UsageError
+from flowctl.limits import one_line
+from flowctl.store import Store
+
+# ---------------------------------------------------------------------------
+# init / workflows
+
+
+def init(
+    ctx: typer.Context,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite an existing flowctl.toml.")
+    ] = False,
+) -> None:
+    """Create flowctl.toml here with the documented defaults, and its database.  Example: flowctl init"""
+    from flowctl.config import write_default_config
+
+    path = write_default_config(Path.cwd(), force=force)
+    typer.echo(f"wrote {path}")
+    st = _state(ctx)  # its config is read now, so the database is the one flowctl.toml names
+    existed = st.db_path.exists()
+    st.open_store(create=True)
+    typer.echo(f"{'using existing' if existed else 'created'} database {st.db_path}")
+
+
+def workflows(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List the workflows found in the workflows folder.  Example: flowctl workflows"""
+    st = _state(ctx)
+    folder = st.config.workflows_dir()
+    found = ops.list_workflows(folder)
+    if as_json:
+        _emit_json(
+            [
+                {"name": w.name, "kind": w.kind, "target": w.target, "description": w.description}
+                for w in found
+            ]
+        )
+        return
+    if not found:
+        typer.echo(f"no workflows in {folder}")
+        return
+    cwd = Path.cwd()
+    rows = []
+    for w in found:
+        file = w.source_path or w.target
+        try:
+            file = str(Path(file).relative_to(cwd))
+        except ValueError:
+            pass
+        rows.append([w.name, w.kind, file, w.description])
+    _table(["NAME", "KIND", "FILE", "DESCRIPTION"], rows)
+
+
+# ---------------------------------------------------------------------------
+# daemon / status
+
+
+def daemon(
+    ctx: typer.Context,
+    concurrency: Annotated[
+        int | None,
+        typer.Option("--concurrency", "-c", max=1024, help="Runs executed at once."),
+    ] = None,
+    lease: Annotated[str | None, typer.Option("--lease", help="Lease length, e.g. 15s.")] = None,
+    heartbeat: Annotated[
+        str | None, typer.Option("--heartbeat", help="Heartbeat interval, e.g. 1s.")
+    ] = None,
+    grace: Annotated[
+        str | None, typer.Option("--grace", help="On SIGTERM, wait this long for running handlers.")
+    ] = None,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Exit when nothing is running or due.")
+    ] = False,
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="debug, info, warning or error.")
+    ] = "info",
+) -> None:
+    """Run queued work and wake sleepers on time; SIGTERM/Ctrl-C drains.  Example: flowctl daemon -c 8"""
+    from flowctl.daemon import Daemon
+
+    st = _state(ctx)
+    level = getattr(logging, log_level.upper(), None)
+    if not isinstance(level, int):
+        raise UsageError(f"--log-level {log_level!r}: use debug, info, warning or error")
+    if concurrency is not None and concurrency < 1:
+        raise UsageError(f"--concurrency must be at least 1, got {concurrency}")
+    cfg = _daemon_config(
+        st,
+        concurrency=concurrency,
+        lease=parse_duration(lease).total_seconds() if lease else None,
+        heartbeat=parse_duration(heartbeat).total_seconds() if heartbeat else None,
+        grace=parse_duration(grace).total_seconds() if grace is not None else None,
+    )
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
+    )
+    created = not st.db_path.exists()
+    d = Daemon(_open_when_room(st), st.clock, cfg)
+    logging.getLogger("flowctl").info(
+        "daemon %s %s %s (concurrency %d, lease %gs, heartbeat %gs)",
+        d.owner,
+        "created a new database at" if created else "on",
+        st.db_path,
+        cfg.concurrency,
+        cfg.lease,
+        cfg.heartbeat,
+    )
+    for other in ops.other_live_daemons(st.store, d.owner):
+        logging.getLogger("flowctl").info(
+            "daemon pid %d on %s already serves this database; this one shares the work"
+            " (each run is claimed by one of them)",
+            other.pid,
+            other.host,
+        )
+        break
+    _sync_at_daemon_start(st)  # YAML `schedule:` blocks and flowctl.toml [schedules.*]
+    code = d.run_forever(until_idle=until_idle, install_signals=True)
+    raise typer.Exit(code)
+
+
+def _open_when_room(st: State) -> Store:
+    """The daemon's database; a full disk at start-up is waited out (said once), as one
+    later is, so a supervisor does not restart the daemon in a loop."""
+    from flowctl.daemon import FULL_RETRY
+    from flowctl.errors import DiskFullError
+
+    said = False
+    while True:
+        try:
+            store = st.open_store(create=True)
+            if said:
+                logging.getLogger("flowctl").warning("the database has room again: serving")
+            return store
+        except DiskFullError as e:
+            if not said:
+                logging.getLogger("flowctl").warning(
+                    "%s; nothing committed is lost; retrying every %gs", e, FULL_RETRY
+                )
+                said = True
+            st.clock.wait(threading.Event(), FULL_RETRY)
+
+
+def status(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Is a daemon running on this database; run counts; wake lateness.  Example: flowctl status"""
+    st = _state(ctx)
+    report = ops.status(st.store, clock=st.clock)
+    if as_json:
+        _emit_json(report.to_json())
+        return
+    typer.echo(f"database  {report.db}")
+    alive = [(d, held) for d, ok, held in report.daemons if ok]
+    if not alive:
+        typer.echo("daemon    not running (start one with `flowctl daemon`)")
+    for d, held in alive:
+        typer.echo(
+            f"daemon    pid {d.pid} on {d.host} since {_local(d.started_at)}, holding {held} run(s)"
+        )
+    typer.echo("runs      " + ", ".join(f"{k} {v}" for k, v in report.counts.items()))
+    lt = report.lateness
+    if lt["wakes"]:
+        typer.echo(
+            f"wakes     {lt['wakes']} in the last hour; lateness p50 {lt['p50_ms']} ms, p99 {lt['p99_ms']} ms, max {lt['max_ms']} ms"
+        )
+    else:
+        typer.echo("wakes     none in the last hour")
+
+
+# ---------------------------------------------------------------------------
+# validate / tui
+
+
+def validate(
+    files: Annotated[list[Path], typer.Argument(metavar="FILE...", help="YAML workflow files.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help='Print {"ok": bool, "problems": [...]} on stdout.')
+    ] = False,
+) -> None:
+    """Check YAML workflows; every mistake with file:line:column.  Example: flowctl validate workflows/*.yaml"""
+    from flowctl.errors import ValidationError
+    from flowctl.ops.schedules import yaml_schedules
+    from flowctl.workflow import load_target
+
+    problems: list[str] = []
+    for path in files:
+        try:
+            wf = load_target(str(path))
+        except ValidationError as e:
+            problems.extend(e.problems)
+            continue
+        except FlowctlError as e:
+            problems.append(f"{path}: {e}")
+            continue
+        problems.extend(yaml_schedules(wf, path)[1])
+    if as_json:
+        _emit_json({"ok": not problems, "problems": problems})
+    elif problems:
+        for p in problems:
+            typer.echo(one_line(p), err=True)
+    else:
+        typer.echo(f"ok: {len(files)} file(s) valid")
+    if problems:
+        raise typer.Exit(2)
+
+
+def tui(ctx: typer.Context) -> None:
+    """Live view of sleeping, running and dead-lettered runs.  Example: flowctl tui"""
+    from flowctl.tui import FlowctlApp  # lazy: `flowctl ls` must not pay for Textual
+
+    st = _state(ctx)
+    FlowctlApp(store=st.store, clock=st.clock, view="auto").run()

@@ -1,0 +1,96 @@
+"""Operator actions shared by every front end (CLI, TUI, Client, HTTP): validation,
+defaults and writes live here so each one behaves the same. Nothing here prints.
+
+    flowctl.ops.runs        start, list, show, why, signal, cancel, redrive, fork, pause ...
+    flowctl.ops.parse       operator input: -i/--input, times, statuses
+    flowctl.ops.schedules   schedules and the agenda (imported where used: it loads cron)
+
+The run actions are re-exported, so `from flowctl import ops; ops.start(...)` is the one
+import a front end needs.
+"""
+
+from __future__ import annotations
+
+from flowctl.ops.parse import (
+    STATUS_NAMES,
+    parse_duration_or_time,
+    parse_inputs,
+    parse_json_arg,
+    parse_since,
+    parse_start_at,
+    parse_statuses,
+    parse_time,
+)
+from flowctl.ops.runs import (
+    RunDetail,
+    Started,
+    StatusReport,
+    cancel,
+    count_listed,
+    count_runs,
+    explain_detail,
+    fork,
+    list_runs,
+    list_workflows,
+    other_live_daemons,
+    pause,
+    pause_workflow,
+    redrive,
+    redrive_many,
+    rerun,
+    resume,
+    resume_workflow,
+    send_signal,
+    show_run,
+    source_changed_note,
+    start,
+    start_many,
+    status,
+    waiting_for,
+    wake_now,
+    why,
+    why_facts,
+    why_run,
+    workflow_names,
+)
+
+__all__ = [
+    "STATUS_NAMES",
+    "RunDetail",
+    "Started",
+    "StatusReport",
+    "cancel",
+    "count_listed",
+    "count_runs",
+    "explain_detail",
+    "fork",
+    "list_runs",
+    "list_workflows",
+    "other_live_daemons",
+    "parse_duration_or_time",
+    "parse_inputs",
+    "parse_json_arg",
+    "parse_since",
+    "parse_start_at",
+    "parse_statuses",
+    "parse_time",
+    "pause",
+    "pause_workflow",
+    "redrive",
+    "redrive_many",
+    "rerun",
+    "resume",
+    "resume_workflow",
+    "send_signal",
+    "show_run",
+    "source_changed_note",
+    "start",
+    "start_many",
+    "status",
+    "waiting_for",
+    "wake_now",
+    "why",
+    "why_facts",
+    "why_run",
+    "workflow_names",
+]
