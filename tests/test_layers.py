@@ -1,4 +1,9 @@
-"""The import direction is a checked fact: the core never loads the CLI's or TUI's libraries."""
+"""The import direction is a checked fact: each library is used by its own package only,
+the store depends on no execution code, and nothing imports a front end.
+
+The same rules as ruff's banned-api lines in pyproject.toml, checked here at run time over
+the AST of every module (imports inside functions and under TYPE_CHECKING included).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,172 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent
+PACKAGE = TESTS.parent / "flowctl"
+
+# (imported module or package, the packages that may import it). A name matches itself
+# and everything under it: "flowctl.cli" covers flowctl.cli.runs.
+LIBRARIES: dict[str, tuple[str, ...]] = {
+    "typer": ("flowctl.cli",),
+    "click": ("flowctl.cli",),
+    "textual": ("flowctl.tui",),
+    "yaml": ("flowctl.yamlflow",),
+    "sqlite3": ("flowctl.store",),
+    "sqlite_utils": ("flowctl.store",),
+    "psycopg": ("flowctl.store",),
+}
+FRONT_ENDS: dict[str, tuple[str, ...]] = {
+    "flowctl.cli": ("flowctl.cli", "flowctl.__main__"),
+    "flowctl.tui": ("flowctl.tui", "flowctl.cli"),
+    # operator actions are for front ends; the core below them never calls up
+    "flowctl.ops": (
+        "flowctl.ops",
+        "flowctl.cli",
+        "flowctl.tui",
+        "flowctl.client",
+        "flowctl.testing",
+    ),
+}
+# A backend is reached through the Store protocol and open_store, never by name.
+BACKENDS = ("flowctl.store.sqlite", "flowctl.store.postgres")
+# The store holds SQL and nothing that runs workflows.
+EXECUTION = (
+    "flowctl.context",
+    "flowctl.engine",
+    "flowctl.workflow",
+    "flowctl.daemon",
+    "flowctl.wheel",
+    "flowctl.client",
+    "flowctl.testing",
+    "flowctl.cli",
+    "flowctl.tui",
+    "flowctl.ops",
+    "flowctl.yamlflow",
+    "flowctl.schedule",
+)
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(source: str, importer: str, *, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, module) for every import in `source`; `from m import n` yields m and m.n
+    (n may be a submodule), relative imports are resolved against `importer`."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = importer.split(".")
+                if not is_package:
+                    package = package[:-1]
+                package = package[: len(package) - (node.level - 1)]
+                base = ".".join([*package, *([base] if base else [])])
+            found.append((node.lineno, base))
+            found += [(node.lineno, f"{base}.{a.name}") for a in node.names if a.name != "*"]
+    return found
+
+
+def broken_rules(importer: str, modules: list[tuple[int, str]]) -> list[str]:
+    """Each import of `importer` that breaks a rule, as "importer:line: imports X (why)"."""
+    out = []
+    for line, mod in modules:
+        why = None
+        for lib, allowed in (LIBRARIES | FRONT_ENDS).items():
+            if _under(mod, lib) and not any(_under(importer, a) for a in allowed):
+                why = f"only {', '.join(allowed)} may"
+        if any(mod.startswith(b) for b in BACKENDS) and not _under(importer, "flowctl.store"):
+            why = "a backend is reached through flowctl.store, never by name"
+        if _under(importer, "flowctl.store") and any(_under(mod, e) for e in EXECUTION):
+            why = "the store imports no execution module"
+        if why:
+            out.append(f"{importer}:{line}: imports {mod} ({why})")
+    return out
+
+
+def test_every_module_keeps_to_its_layer() -> None:
+    files = sorted(PACKAGE.rglob("*.py"))
+    assert PACKAGE / "cli" / "__init__.py" in files and len(files) > 30  # the walk sees them all
+    problems = [
+        problem
+        for path in files
+        for problem in broken_rules(
+            module_name(path),
+            imported(path.read_text(), module_name(path), is_package=path.name == "__init__.py"),
+        )
+    ]
+    assert problems == [], "imports across a layer:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("importer", "source", "broken"),
+    [
+        ("flowctl.engine", "import typer", "typer"),
+        ("flowctl.ops.runs", "from textual.widgets import Static", "textual"),
+        ("flowctl.workflow", "def f():\n    import yaml", "yaml"),
+        ("flowctl.daemon", "import sqlite3", "sqlite3"),
+        ("flowctl.tui.views", "from sqlite_utils import Database", "sqlite_utils"),
+        ("flowctl.client", "import psycopg", "psycopg"),
+        ("flowctl.engine", "from flowctl.store.sqlite import runs", "flowctl.store.sqlite"),
+        ("flowctl.cli.runs", "from flowctl.store import postgres", "flowctl.store.postgres"),
+        ("flowctl.store", "from flowctl.engine import Engine", "flowctl.engine"),
+        ("flowctl.store.sqlite.leases", "from ... import schedule", "flowctl.schedule"),
+        ("flowctl.daemon", "from flowctl import cli", "flowctl.cli"),
+        ("flowctl.engine", "from flowctl.tui.render import ago", "flowctl.tui.render"),
+        ("flowctl.schedule.firing", "from flowctl import ops", "flowctl.ops"),
+        ("flowctl.yamlflow.steps", "from ..ops import schedules", "flowctl.ops"),
+    ],
+)
+def test_the_layer_check_sees_each_rule(importer: str, source: str, broken: str) -> None:
+    problems = broken_rules(importer, imported(source, importer))
+    assert problems and all(broken in p for p in problems), problems
+
+
+def test_the_layer_check_allows_each_part_its_own() -> None:
+    allowed = [
+        (
+            "flowctl.cli.admin",
+            "import typer\nfrom flowctl.tui import FlowctlApp\nfrom flowctl import ops",
+        ),
+        ("flowctl.tui.app", "from textual.app import App\nfrom flowctl import ops"),
+        ("flowctl.yamlflow", "import yaml"),
+        ("flowctl.store.sqlite.runs", "import sqlite3\nfrom flowctl.store.sqlite import schema"),
+        ("flowctl.store", "from flowctl.model import Run\nfrom flowctl.transitions import claim"),
+        ("flowctl.__main__", "from flowctl.cli import main"),
+        ("flowctl.testing", "from flowctl import ops\nfrom flowctl.daemon import Daemon"),
+    ]
+    assert [p for imp, src in allowed for p in broken_rules(imp, imported(src, imp))] == []
+
+
+MAX_MODULE_LINES = 800
+
+
+def test_every_module_is_under_800_lines() -> None:
+    """A module that passes ~800 lines is split by job (STYLE.md 3.1), not left to grow."""
+    long = {
+        str(path.relative_to(PACKAGE)): n
+        for path in PACKAGE.rglob("*.py")
+        if (n := len(path.read_text().splitlines())) >= MAX_MODULE_LINES
+    }
+    assert long == {}, f"split these by job: {long}"
 
 
 def test_core_does_not_load_front_ends() -> None:
     code = (
-        "import sys, flowctl.engine, flowctl.daemon, flowctl.ops, flowctl.ops.schedules, flowctl.client, flowctl.testing; "
-        "print(sorted(m for m in ('typer', 'textual', 'flowctl.cli', 'flowctl.cli.common', 'flowctl.cli.schedule', 'flowctl.tui', 'flowctl.tui.render', 'flowctl.tui.views', 'flowctl.tui.widgets', 'flowctl.tui.screens') if m in sys.modules))"
+        "import sys, flowctl.engine, flowctl.daemon, flowctl.ops, flowctl.ops.schedules, "
+        "flowctl.client, flowctl.testing; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'textual') "
+        "or m.split('.')[:2] in (['flowctl', 'cli'], ['flowctl', 'tui'])))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
@@ -24,7 +188,9 @@ def test_core_does_not_load_front_ends() -> None:
 def test_cli_startup_does_not_load_textual_or_the_engine() -> None:
     code = (
         "import sys; from flowctl import cli; "
-        "print(sorted(m for m in ('textual', 'flowctl.tui', 'yaml', 'flowctl.ops.schedules', 'cronsim') if m in sys.modules))"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'yaml', 'cronsim') "
+        "or m.split('.')[:2] in (['flowctl', 'tui'], ['flowctl', 'yamlflow']) "
+        "or m == 'flowctl.ops.schedules'))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
