@@ -9,7 +9,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import click
 import pytest
+import typer.main
+import typer.testing
 
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
@@ -17,6 +20,23 @@ from flowctl.engine import Engine
 from flowctl.store.sqlite import SqliteStore as Store
 
 ROOT = Path(__file__).resolve().parent.parent
+
+_build_command = typer.main.get_command
+_built: dict[typer.Typer, click.Command] = {}
+
+
+def _command_built_once(app: typer.Typer) -> click.Command:
+    """Typer rebuilds the click command tree from every function's signature on each call
+    (tens of ms); a test session calls it for each of thousands of in-process invocations
+    of an app that never changes, so each app's tree is built once and reused (click runs
+    a command from a fresh context every time, as a new process would)."""
+    if app not in _built:
+        _built[app] = _build_command(app)
+    return _built[app]
+
+
+typer.main.get_command = _command_built_once  # what Typer.__call__ (cli.main) calls
+typer.testing._get_command = _command_built_once  # what CliRunner.invoke calls
 
 
 @pytest.fixture
