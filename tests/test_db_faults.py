@@ -118,7 +118,8 @@ def test_a_daemon_whose_file_is_replaced_exits_and_leaves_the_new_file_alone(
     proc = spawn_daemon(db)
     wait_until(lambda: registered(db))
     fresh = tmp_path / "restored.db"
-    assert flowctl(fresh, "run", flow, "--detach").returncode == 0
+    with Store(fresh) as store:
+        ops.start(store, flow, {}, clock=SystemClock())
     before = fresh.read_bytes()
     os.replace(fresh, db)  # a restore from a backup, say
     for p in (Path(f"{db}-wal"), Path(f"{db}-shm")):
@@ -199,8 +200,9 @@ def test_a_full_disk_is_one_line_and_a_daemon_started_on_it_waits_for_room(
     small_disk: Path, tmp_path: Path, spawn_daemon: Spawn, flow: str
 ) -> None:
     db = small_disk / "f.db"
-    for i in range(20):
-        assert flowctl(db, "run", flow, "--detach", "-i", f"n:={i}").returncode == 0
+    with Store(db) as store:  # in process: a real process per run only costs start-ups
+        for i in range(20):
+            ops.start(store, flow, {"n": i}, clock=SystemClock())
     assert counts(db) == {"queued": 20}
     filler = fill(small_disk)
 
