@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 from pathlib import Path
+
+import pytest
 
 from flowctl import ops
 from flowctl.clock import SystemClock
@@ -15,16 +15,16 @@ from flowctl.model import RunStatus
 from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.testing import WorkflowEnvironment
 from tests.helpers import wait_until
+from tests.inproc import Ran, run_main
 
 
-def _cli(db: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "flowctl", "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        cwd=str(cwd),
-        timeout=60,
-    )
+def _cli(db: Path, *args: str, cwd: Path) -> Ran:
+    """`flowctl --db DB ARGS...` run from `cwd`, in process (tests/test_cli_process.py has
+    the real-process cases); the commands that YAML steps start are real processes."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(cwd)
+        mp.delenv("FLOWCTL_DB", raising=False)
+        return run_main(mp, "--db", str(db), *args)
 
 
 INJECT = """\

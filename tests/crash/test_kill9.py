@@ -147,7 +147,6 @@ def test_a_sleep_keeps_its_deadline_across_a_kill_and_a_late_restart(
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     time.sleep(1.0)  # the daemon is down for a while
-    restarted_at_us = time.time_ns() // 1000
     daemons.start(db)
     wait_until(lambda: statuses(db)[run_id] == "completed", timeout=15)
 
@@ -165,7 +164,9 @@ def test_a_sleep_keeps_its_deadline_across_a_kill_and_a_late_restart(
     # serving then) as soon as it was: within a few hundred ms either way ...
     ((serving_since,),) = read(db, "SELECT started_at FROM daemons")
     assert woke["at_us"] - max(wake_at, serving_since) < 300_000
-    assert woke["at_us"] < restarted_at_us + 2_500_000  # ... not 3 s after the restart
+    # ... not 3 s after it began serving (counted from then, not from the restart: a loaded
+    # box can spend seconds importing before the daemon serves)
+    assert woke["at_us"] < serving_since + 2_500_000
 
 
 def test_a_killed_daemons_runs_are_reclaimed_at_once_not_after_the_lease(
