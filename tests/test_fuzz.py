@@ -33,8 +33,8 @@ from flowctl.limits import is_utf8, one_line
 from tests.conftest import ROOT
 from tests.inproc import Ran, run_main
 
-# CI: 220 invocations and 80 mutated files (about a minute on a loaded 2-core machine); FLOWCTL_FUZZ_SCALE=10 runs
-# ten times as many.
+# CI: 220 invocations and 80 mutated files (a few seconds in process); FLOWCTL_FUZZ_SCALE=10
+# runs ten times as many.
 SCALE = float(os.environ.get("FLOWCTL_FUZZ_SCALE", "1"))
 START = datetime(2026, 3, 27, 12, 0, tzinfo=UTC)
 
