@@ -11,6 +11,7 @@ from typing import Any
 from flowctl.model import (
     DUE,
     JournalEntry,
+    Run,
     RunStatus,
     from_us,
     to_us,
@@ -145,28 +146,28 @@ class Leases(SqliteConnection):
         with self._write() as c:
             if run_id is not None:
                 candidates = c.execute(
-                    "SELECT run_id FROM runs WHERE run_id = ? AND status IN"
+                    "SELECT run_at, run_id FROM runs WHERE run_id = ? AND status IN"
                     " ('queued','sleeping','waiting','running','paused') AND run_at <= ?",
                     [run_id, now_us],
                 ).fetchall()
             else:
-                candidates = []
-                for status in ("queued", "sleeping", "waiting", "running", "paused"):
-                    candidates.extend(
-                        c.execute(
-                            "SELECT run_at, run_id FROM runs WHERE status = ? AND run_at <= ?"
-                            " ORDER BY run_at LIMIT ?",
-                            [status, now_us, limit + 16],
-                        ).fetchall()
-                    )
-                candidates.sort()
-                candidates = [(rid,) for _, rid in candidates]
-            for (rid,) in candidates:
-                if len(claims) >= limit:
-                    break
-                claim = self._claim_one(c, rid, owner, now_us, lease_us, ended, alone)
-                if claim is not None:
-                    claims.append(claim)
+                # One statement: each claimable status's soonest runs from its own range of
+                # the (status, run_at) index, merged; no scan, no sort of a growing set.
+                candidates = c.execute(
+                    _CANDIDATES, [now_us, limit + 16] * 5 + [limit + 16]
+                ).fetchall()
+            ids = [rid for _, rid in candidates]
+            while ids and len(claims) < limit:
+                # The rows of as many candidates as claims still wanted, in one statement.
+                chunk, ids = ids[: limit - len(claims)], ids[limit - len(claims) :]
+                loaded, settled = _load_runs(c, chunk), len(ended)
+                for rid in chunk:
+                    # A run ended here may have woken a parent or released a held run: the
+                    # rows read before that are read again.
+                    run = loaded[rid] if len(ended) == settled else rid
+                    claim = self._claim_one(c, run, owner, now_us, lease_us, ended, alone)
+                    if claim is not None:
+                        claims.append(claim)
         return claims, ended
 
     def claim_suspect(
@@ -199,14 +200,17 @@ class Leases(SqliteConnection):
     def _claim_one(
         self,
         c: sqlite3.Connection,
-        rid: str,
+        run: Run | str,
         owner: str,
         now_us: int,
         lease_us: int,
         ended: list[str],
         alone: bool,
     ) -> Claim | None:
-        run = _load_run(c, rid)
+        """Claim one run (its row as read in this transaction, or its id) if still due."""
+        if isinstance(run, str):
+            run = _load_run(c, run)
+        rid = run.run_id
         prev = run.status
         if prev not in DUE or run.run_at is None or to_us(run.run_at) > now_us:
             return None
@@ -287,12 +291,16 @@ class Leases(SqliteConnection):
                 )
             )
         c.executemany("INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)", events)
-        # Sleeps whose deadline has passed resolve now; their resolved_at records the actual wake.
-        c.execute(
-            "UPDATE journal SET state = 'done', resolved_at = ? WHERE run_id = ? AND kind = 'sleep'"
-            " AND state = 'pending' AND wake_at <= ?",
-            [now_us, rid, now_us],
-        )
+        # Sleeps whose deadline has passed resolve now; their resolved_at records the actual
+        # wake. A queued run is parked on no sleep (a suspended sleep leaves it sleeping, and
+        # pause/resume keep that status), so its claim skips the statement; a pending sleep
+        # a fork copied into it is resolved by the replay itself (Context._sleep).
+        if prev is not RunStatus.QUEUED:
+            c.execute(
+                "UPDATE journal SET state = 'done', resolved_at = ? WHERE run_id = ?"
+                " AND kind = 'sleep' AND state = 'pending' AND wake_at <= ?",
+                [now_us, rid, now_us],
+            )
         # The row as just written, without reading it back (one statement fewer per claim).
         claimed = dataclasses.replace(
             run,
@@ -326,7 +334,10 @@ class Leases(SqliteConnection):
         now_us = to_us(now)
         run_id = lease.run_id
         with self._write() as c:
-            if _held(c, lease) is None:
+            # The fence check also says whether progress has suspicion to clear, so a run
+            # with none (nearly all) costs no UPDATE of its row.
+            held = _held(c, lease, "reclaims != 0 OR suspect != 0")
+            if held is None:
                 return False
             c.execute(
                 f"INSERT OR REPLACE INTO journal ({_ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -346,11 +357,8 @@ class Leases(SqliteConnection):
                     None if entry.duration is None else round(entry.duration * 1e6),
                 ],
             )
-            # Progress: a suspect is cleared, and the crashes charged to it forgiven.
-            c.execute(
-                f"UPDATE runs SET {_CLEARED} WHERE run_id = ? AND (reclaims != 0 OR suspect != 0)",
-                [run_id],
-            )
+            if held[0]:  # progress: a suspect is cleared, and the crashes charged to it forgiven
+                c.execute(f"UPDATE runs SET {_CLEARED} WHERE run_id = ?", [run_id])
             if event is not None:
                 _add_event(c, run_id, now_us, event[0], event[1])
             return True
@@ -530,8 +538,10 @@ class Leases(SqliteConnection):
         run_id = lease.run_id
         result_text = dumps(result, "the workflow's result")
         with self._write() as c:
-            if _held(c, lease) is None:
+            held = _held(c, lease, "parent_run_id, schedule")
+            if held is None:
                 return False
+            parent, schedule = held
             c.execute(
                 "UPDATE runs SET status = 'completed', result = ?, error = NULL, finished_at = ?,"
                 " run_at = NULL, lease_owner = NULL, lease_until = NULL, exec_spent_us = ?,"
@@ -539,8 +549,10 @@ class Leases(SqliteConnection):
                 [result_text, now_us, round(exec_spent * 1e6), run_id],
             )
             _add_event(c, run_id, now_us, "completed", {})
-            _wake_parent(c, run_id, now_us)
-            _release_held(c, run_id, now_us)
+            if parent is not None:  # read under the lease: no statement for a run without
+                _wake_parent(c, run_id, now_us)
+            if schedule is not None:
+                _release_held(c, run_id, now_us)
             return True
 
     def fail_attempt(
@@ -658,6 +670,23 @@ class Leases(SqliteConnection):
                 "SELECT COUNT(*) FROM runs WHERE status = 'running' AND lease_owner = ?", [owner]
             )[0][0]
         )
+
+
+_CANDIDATES = (
+    " UNION ALL ".join(
+        f"SELECT * FROM (SELECT run_at, run_id FROM runs WHERE status = '{status}'"
+        " AND run_at <= ? ORDER BY run_at LIMIT ?)"
+        for status in ("queued", "sleeping", "waiting", "running", "paused")
+    )
+    + " ORDER BY run_at, run_id LIMIT ?"
+)
+
+
+def _load_runs(c: sqlite3.Connection, run_ids: Sequence[str]) -> dict[str, Run]:
+    """Rows of these runs as they are inside this transaction (each is known to exist)."""
+    marks = ",".join("?" * len(run_ids))
+    rows = c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id IN ({marks})", list(run_ids))
+    return {r[0]: _run_from_row(r) for r in rows}
 
 
 def _held(c: sqlite3.Connection, lease: Lease, columns: str = "1") -> Sequence[Any] | None:

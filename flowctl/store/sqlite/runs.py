@@ -76,12 +76,13 @@ class RunReads(SqliteConnection):
 
         Each status is listed from its own index range in order, and several are merged
         from at most limit + offset rows each, so no listing sorts a growing set. Ties
-        are broken by rowid (insertion order). A search reads a bounded window of runs
+        are broken by rowid (insertion order; by run_id in run_at order, which its index
+        holds). A search reads a bounded window of runs
         (see _search_source).
         """
         orders = {
             "created_desc": "created_at DESC, rid DESC",
-            "run_at": "run_at, rid",
+            "run_at": "run_at, run_id",  # runs_due is (status, run_at, run_id)
             "finished_desc": "finished_at DESC, rid DESC",
         }
         by = orders[order]

@@ -153,7 +153,9 @@ class Schedules(SqliteConnection):
         rows = self._read(
             f"SELECT {_HISTORY_COLUMNS} FROM schedule_history h"
             " LEFT JOIN runs r ON r.run_id = h.run_id"
-            " WHERE h.seq IN (SELECT MAX(seq) FROM schedule_history GROUP BY schedule)"
+            # One seek per schedule into (schedule, seq), not a scan of all history.
+            " WHERE h.seq IN (SELECT (SELECT MAX(seq) FROM schedule_history x"
+            " WHERE x.schedule = s.name) FROM schedules s)"
         )
         return {r[0]: _history_from_row(r) for r in rows}
 

@@ -295,6 +295,13 @@ def _migration_11(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX runs_workflow ON runs(workflow, status, created_at)")
 
 
+def _migration_12(db: sqlite_utils.Database) -> None:
+    """`runs_due` becomes (status, run_at, run_id): a claim's candidates, the wheel's refill
+    and a listing in run_at order read only this index, in order, never the rows (issue 14)."""
+    db.execute("DROP INDEX runs_due")
+    db.execute("CREATE INDEX runs_due ON runs(status, run_at, run_id)")
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -307,6 +314,7 @@ MIGRATIONS = [
     _migration_9,
     _migration_10,
     _migration_11,
+    _migration_12,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,0 +1,205 @@
+"""No query the CLI, the TUI or the daemon runs regresses to a scan (issue 14, item 5).
+
+Every statement SQLite runs while the CLI lists, shows and explains runs, while the TUI
+loads each view (with and without a search and a workflow filter), and while the daemon
+claims, executes and wakes runs, is captured with a trace callback on every connection,
+then `EXPLAIN QUERY PLAN` is asked of each on a generated database. A statement may not
+scan a table that grows with the runs (a `SCAN` of it, or of one of its indexes, without
+a LIMIT that bounds it), nor sort a growing set (`TEMP B-TREE`) outside a bounded
+subquery. The few statements that are allowed to read a bounded window say why below.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowctl import ops
+from flowctl.clock import FakeClock
+from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.model import CallKind, EntryState, JournalEntry
+from flowctl.store.sqlite import SqliteStore as Store
+from tests.inproc import run_main
+
+# Tables whose size grows with the number of runs.
+GROWING = ("runs", "journal", "timeline", "signals", "versions", "published", "schedule_history")
+
+FLOWS = """\
+from flowctl import workflow
+
+@workflow
+def quick(ctx, user: str = "u"):
+    return ctx.step("fetch", lambda: user)
+
+@workflow
+def nap(ctx, user: str = "u"):
+    ctx.step("fetch", lambda: user)
+    ctx.sleep(3600)
+    return "rested"
+
+@workflow
+def approve(ctx, user: str = "u"):
+    ctx.step("fetch", lambda: user)
+    return ctx.wait_signal("approved", timeout="7d")
+
+@workflow(max_attempts=1)
+def fail(ctx, user: str = "u"):
+    def boom():
+        raise RuntimeError("upstream 503")
+    ctx.step("boom", boom)
+"""
+
+
+@pytest.fixture
+def seeded(tmp_path: Path) -> tuple[Path, str, FakeClock]:
+    """A database with a few thousand runs of every status, made through the store."""
+    flows = tmp_path / "flows.py"
+    flows.write_text(FLOWS)
+    db = tmp_path / "plans.db"
+    clock = FakeClock()
+    with Store(db) as store:
+        for name, n in (("quick", 600), ("nap", 600), ("approve", 300), ("fail", 200)):
+            ops.start_many(
+                store, f"{flows}:{name}", [{"user": f"u{i}"} for i in range(n)], clock=clock
+            )
+        Daemon(store, clock, DaemonConfig(concurrency=1, claim_batch=64)).tick()
+        ops.start_many(store, f"{flows}:quick", [{"user": "late"}] * 300, clock=clock)
+        lease = clock.now() + timedelta(minutes=5)
+        claims, _ = store.claim_due("plans-test", clock.now(), lease, 50)
+        for claim in claims[:25]:  # some running, with a journal
+            entry = JournalEntry(claim.run.run_id, 0, CallKind.STEP, "fetch", EntryState.DONE, 1)
+            store.record_entry(claim.lease, entry, clock.now())
+    return db, str(flows), clock
+
+
+class Captured:
+    def __init__(self) -> None:
+        self.statements: dict[str, str] = {}  # shape -> one full statement of that shape
+
+    def __call__(self, sql: str) -> None:
+        shape = re.sub(r"'[^']*'|\b\d+\b", "?", " ".join(sql.split()))
+        self.statements.setdefault(shape, sql)
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[Captured]:
+    """Every statement on every connection opened from here on."""
+    cap = Captured()
+    real = sqlite3.connect
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = real(*args, **kwargs)
+        conn.set_trace_callback(cap)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    yield cap
+
+
+def violations(db: Path, statements: dict[str, str]) -> list[str]:
+    conn = sqlite3.connect(str(db))
+    bad = []
+    try:
+        for shape, sql in statements.items():
+            if shape in BOUNDED_BY_NATURE:
+                continue
+            head = sql.lstrip().split(None, 1)[0].upper()
+            if head not in ("SELECT", "UPDATE", "DELETE", "INSERT", "WITH"):
+                continue
+            try:
+                plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql)]
+            except sqlite3.Error:
+                continue  # e.g. a statement about a temporary table of its connection
+            bounded = " LIMIT " in sql.upper()
+            for line in plan:
+                m = re.match(r"SCAN (\w+)", line)
+                if m and m.group(1) in GROWING and not bounded:
+                    bad.append(f"{line}\n    in: {shape}")
+                if "TEMP B-TREE" in line and not _sorts_a_bounded_set(sql, plan):
+                    bad.append(f"{line}\n    in: {shape}")
+    finally:
+        conn.close()
+    return bad
+
+
+# Statements allowed to read or sort more than one run's rows without a LIMIT, and why.
+BOUNDED_BY_NATURE = {
+    # Only running runs: as many as the live daemons' worker slots, not all runs.
+    "SELECT DISTINCT lease_owner FROM runs WHERE status = ? AND lease_owner IS NOT NULL",
+    "SELECT run_id FROM runs WHERE status = ? AND run_at <= ? ORDER BY crashes, run_at LIMIT ?",
+}
+LIMITED_SUBQUERY = re.compile(r"\(SELECT [^()]* LIMIT (\?|\d+)\)")
+
+
+def _sorts_a_bounded_set(sql: str, plan: list[str]) -> bool:
+    """A sort is fine over LIMITed subqueries (a merge of per-status pages, the search
+    window), over one run's rows (run_id=?), or over tables that do not grow."""
+    if LIMITED_SUBQUERY.search(re.sub(r"'[^']*'", "?", sql)):
+        return True
+    touched = [line for line in plan for t in GROWING if re.search(rf"\b(SCAN|SEARCH) {t}\b", line)]
+    return all("(run_id=?" in line for line in touched)
+
+
+def exercise(monkeypatch: pytest.MonkeyPatch, db: Path, clock: FakeClock) -> None:
+    """What an operator and a daemon do: every listing, every view, a claim and a wake."""
+    from flowctl.tui_views import VIEWS, PageQuery, load_page
+
+    with Store(db) as store:
+        some = store.list_runs(limit=5)
+        for view in VIEWS:
+            for workflow in (None, "nap"):
+                for search in (None, "u42", some[0].run_id[:8]):
+                    load_page(store, PageQuery(view.key, workflow, search, 200))
+        ops.workflow_names(store)
+        Daemon(store, clock, DaemonConfig(concurrency=2)).tick()
+        clock.advance(timedelta(hours=2))
+        Daemon(store, clock, DaemonConfig(concurrency=4)).tick()
+    args = ["--db", str(db)]
+    for extra in (
+        [],
+        ["--status", "sleeping", "--status", "waiting"],
+        ["--status", "dead"],
+        ["--workflow", "quick", "--status", "completed"],
+        ["--search", "u42"],
+        ["--search", "u42", "--status", "completed"],
+        ["-n", "5"],
+    ):
+        assert run_main(monkeypatch, *args, "ls", *extra).returncode == 0
+    for run in some[:3]:
+        assert run_main(monkeypatch, *args, "show", run.run_id).returncode == 0
+        assert run_main(monkeypatch, *args, "show", run.run_id, "--json").returncode == 0
+        assert run_main(monkeypatch, *args, "why", run.run_id).returncode == 0
+
+
+def test_no_query_scans_a_growing_table(
+    monkeypatch: pytest.MonkeyPatch, seeded: tuple[Path, str, FakeClock], captured: Captured
+) -> None:
+    db, _, clock = seeded
+    exercise(monkeypatch, db, clock)
+    assert len(captured.statements) > 40, "the exercise ran too few distinct statements"
+    found = violations(db, captured.statements)
+    Path("/tmp/tperf_viol.txt").write_text("\n".join(found))
+    assert found == []
+
+
+def test_the_check_sees_a_scan(
+    seeded: tuple[Path, str, FakeClock],
+) -> None:
+    """The check itself: a query that must scan is reported, one that seeks is not."""
+    db, _, _ = seeded
+    bad = violations(
+        db,
+        {
+            "scan": "SELECT run_id FROM runs WHERE input LIKE '%x%'",
+            "sort": "SELECT run_id FROM runs WHERE status IN ('queued','dead') ORDER BY created_at",
+            "seek": "SELECT run_id FROM runs WHERE run_id = 'r_1'",
+        },
+    )
+    assert [b.split("\n")[0].split()[0] for b in bad] == ["SCAN", "USE"]
+    assert {b.rsplit("in: ", 1)[1] for b in bad} == {"scan", "sort"}
