@@ -7,8 +7,10 @@ flowctl/cli/__init__.py registers them on the app, in the order `flowctl --help`
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -128,6 +130,15 @@ def run(
             help="Idempotency key: a second run with the same key returns the first.",
         ),
     ] = None,
+    input_file: Annotated[
+        str | None,
+        typer.Option(
+            "--input-file",
+            metavar="FILE|-",
+            help="Queue one run per line of JSON objects (- reads stdin), in one transaction;"
+            " with --key, line N's run gets key KEY:N. Needs --detach.",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Start a workflow run.  Example: flowctl run examples/hello.py:hello -i name=ana --wait"""
@@ -137,6 +148,11 @@ def run(
         raise UsageError("give --in or --at, not both")
     if wait and detach:
         raise UsageError("give --wait or --detach, not both")
+    if input_file is not None:
+        if not detach:
+            raise UsageError("--input-file only queues runs: add --detach")
+        if inputs or input_json is not None:
+            raise UsageError("give -i/--input or --input-file, not both")
     data = ops.parse_inputs(inputs, input_json)
     run_at = None
     if in_ is not None:
@@ -148,6 +164,9 @@ def run(
     )
     if timeout is not None:
         parse_duration(timeout)
+    if input_file is not None:
+        _run_many(st, target, input_file, key, run_at, deadline_at, timeout, max_attempts, as_json)
+        return
     started = ops.start(
         st.open_store(create=True),
         target,
@@ -187,6 +206,48 @@ def run(
         _print_end(final, clock.now())
     if final.status in (RunStatus.DEAD, RunStatus.CANCELLED):
         raise typer.Exit(1)
+
+
+def _run_many(
+    st: State,
+    target: str,
+    input_file: str,
+    key: str | None,
+    run_at: datetime | None,
+    deadline_at: datetime | None,
+    timeout: str | None,
+    max_attempts: int | None,
+    as_json: bool,
+) -> None:
+    """`run --detach --input-file`: every line checked, then all queued in one transaction."""
+    if input_file == "-":
+        text, source = sys.stdin.read(), "stdin"
+    else:
+        try:
+            text = Path(input_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise UsageError(f"--input-file {input_file}: cannot read it ({e})") from None
+        source = input_file
+    inputs = ops.parse_input_lines(text, source)
+    keys = None if key is None else [f"{key}:{i}" for i in range(1, len(inputs) + 1)]
+    started = ops.start_many(
+        st.open_store(create=True),
+        target,
+        inputs,
+        clock=st.clock,
+        keys=keys,
+        workflows_dir=st.config.workflows_dir(),
+        run_at=run_at,
+        deadline=deadline_at,
+        timeout=timeout,
+        max_attempts=max_attempts,
+    )
+    if as_json:
+        _emit_json([_run_summary(s.run, created=s.created) for s in started])
+        return
+    new = sum(s.created for s in started)
+    known = f" ({len(started) - new} already existed for their keys)" if new < len(started) else ""
+    typer.echo(f"queued {new} run(s) of {started[0].run.workflow}{known}")
 
 
 def _run_summary(run: Run, *, created: bool = True) -> dict[str, Any]:
@@ -299,7 +360,12 @@ def ls(
         str | None, typer.Option("--workflow", "-w", help="Filter by workflow name.")
     ] = None,
     search: Annotated[
-        str | None, typer.Option("--search", help="Match run id or input text.")
+        str | None,
+        typer.Option(
+            "--search",
+            help="Match run id or input text among the newest 20,000 runs, or an exact run id"
+            " or key.",
+        ),
     ] = None,
     limit: Annotated[
         int, typer.Option("--limit", "-n", max=MAX_COUNT, help="At most this many runs.")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from flowctl.ops.parse import (
     STATUS_NAMES,
     parse_duration_or_time,
+    parse_input_lines,
     parse_inputs,
     parse_json_arg,
     parse_since,
@@ -68,6 +69,7 @@ __all__ = [
     "list_workflows",
     "other_live_daemons",
     "parse_duration_or_time",
+    "parse_input_lines",
     "parse_inputs",
     "parse_json_arg",
     "parse_since",

@@ -17,6 +17,26 @@ from flowctl.model import RunStatus
 STATUS_NAMES = ", ".join(s.value for s in RunStatus)
 
 
+def parse_input_lines(text: str, source: str) -> list[dict[str, Any]]:
+    """`run --input-file`: one JSON object per line (blank lines skipped), one run each.
+
+    InputError naming the line for anything else, so a bad file queues nothing."""
+    out: list[dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        value = loads_json(line, f"{source} line {number}")
+        if not isinstance(value, dict):
+            raise InputError(
+                f"{source} line {number}: each line must be a JSON object like"
+                f' {{"user": 42}}, got {type(value).__name__}'
+            )
+        out.append(value)
+    if not out:
+        raise InputError(f"{source} holds no input: give one JSON object per line")
+    return out
+
+
 def parse_inputs(pairs: list[str] | None = None, input_json: str | None = None) -> dict[str, Any]:
     """`--input JSON` first, then `-i key=value` (string) and `-i key:=JSON` (typed) on top."""
     data: dict[str, Any] = {}
