@@ -363,7 +363,7 @@ def ls(
         str | None,
         typer.Option(
             "--search",
-            help="Match run id or input text among the newest 20,000 runs, or an exact run id"
+            help="Match run id or input text among the newest 5,000 runs, or an exact run id"
             " or key.",
         ),
     ] = None,

@@ -137,7 +137,7 @@ class Store(Protocol):
         (created_desc | run_at | finished_desc); ties in the order go by insertion.
 
         Bounded at any size: each status is read from an index in order (several are
-        merged), and `search` looks only at the newest 20,000 runs plus the run whose id
+        merged), and `search` looks only at the newest 5,000 runs plus the run whose id
         or key is exactly `search` (a substring of the input cannot be indexed)."""
         ...
 

@@ -135,30 +135,33 @@ def _event(
 
 # `--search` reads at most this many of the newest runs (plus an exact id or key match at
 # any age): a substring of the input cannot be indexed, so the scan is bounded instead.
-SEARCH_WINDOW = 20_000
+SEARCH_WINDOW = 5_000
 
 
 def _search_source(search: str) -> tuple[str, list[Any]]:
-    """The rows a search looks at, as a derived table named `runs` with the runs table's
+    """The rows a search looks at, as a derived table `searched` with the runs table's
     columns and its rowid as `rid`: the newest SEARCH_WINDOW runs, and the run whose id or
-    key is `search` exactly, however old. Bounded, so a search never scans every run."""
+    key is `search` exactly, however old (once: not again when it is in the window).
+    Bounded, so a search never scans every run; UNION ALL, so nothing sorts the window."""
     cols = f"{_RUN_COLUMNS}, rowid AS rid"
+    newest = "SELECT rowid FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?"
     sql = (
         f"(SELECT * FROM (SELECT {cols} FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?)"
-        f" UNION SELECT {cols} FROM runs WHERE run_id = ? UNION SELECT {cols} FROM runs"
-        " WHERE key = ?) AS runs"
+        f" UNION ALL SELECT {cols} FROM runs WHERE run_id = ? AND rowid NOT IN ({newest})"
+        f" UNION ALL SELECT {cols} FROM runs WHERE key = ? AND run_id != ?"
+        f" AND rowid NOT IN ({newest})) AS searched"
     )
-    return sql, [SEARCH_WINDOW, search, search]
+    return sql, [SEARCH_WINDOW, search, SEARCH_WINDOW, search, search, SEARCH_WINDOW]
 
 
 def _search_clause(search: str) -> tuple[str, list[Any]]:
     """`ls --search`: the run id, or the input as shown, with every secret value replaced
-    by "***" before matching, so a secret never matches."""
+    by "***" before matching, so a secret never matches; over _search_source's rows."""
     pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     clause = (
         "(run_id LIKE ? ESCAPE '\\' OR (CASE WHEN secret_keys IS NULL THEN input ELSE"
         " json_patch(input, (SELECT json_group_object(value, '***')"
-        " FROM json_each(runs.secret_keys))) END) LIKE ? ESCAPE '\\')"
+        " FROM json_each(searched.secret_keys))) END) LIKE ? ESCAPE '\\')"
     )
     return clause, [pattern, pattern]
 
