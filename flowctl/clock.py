@@ -25,6 +25,13 @@ class Clock(Protocol):
         """Wait for `event` or `timeout` seconds (on this clock); True if the event is set."""
         ...
 
+    def wait_until(self, event: threading.Event, deadline: float) -> bool:
+        """Wait for `event` or until `monotonic()` reaches `deadline`; True if the event is set.
+
+        An absolute deadline keeps a periodic loop on time: a clock that moves while the
+        caller is busy between waits is not lost, as it is with a timeout taken afresh."""
+        ...
+
     def sleep(self, seconds: float) -> None: ...
 
 
@@ -37,6 +44,9 @@ class SystemClock:
 
     def wait(self, event: threading.Event, timeout: float | None) -> bool:
         return event.wait(timeout)
+
+    def wait_until(self, event: threading.Event, deadline: float) -> bool:
+        return event.wait(max(0.0, deadline - time.monotonic()))
 
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
@@ -98,14 +108,21 @@ class FakeClock:
             self._cond.notify_all()
 
     def wait(self, event: threading.Event, timeout: float | None) -> bool:
-        # Fake time only moves by advance(); real waiting is capped so threads stay responsive.
         with self._cond:
             deadline = None if timeout is None else self._mono + timeout
-            while not event.is_set():
-                if deadline is not None and self._mono >= deadline:
-                    return False
-                self._cond.wait(0.01)
-            return True
+            return self._wait_locked(event, deadline)
+
+    def wait_until(self, event: threading.Event, deadline: float) -> bool:
+        with self._cond:
+            return self._wait_locked(event, deadline)
+
+    def _wait_locked(self, event: threading.Event, deadline: float | None) -> bool:
+        """Fake time only moves by advance(); real waiting is capped so threads stay responsive."""
+        while not event.is_set():
+            if deadline is not None and self._mono >= deadline:
+                return False
+            self._cond.wait(0.01)
+        return True
 
     def sleep(self, seconds: float) -> None:
         self.wait(threading.Event(), seconds)

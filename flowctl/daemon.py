@@ -276,8 +276,8 @@ class Daemon:
                     # Exit within the grace plus UNWIND_WAIT, however late this loop looked.
                     self._abandon("grace period over", until=drain_deadline + UNWIND_WAIT)
                     return 0
-                self.clock.wait(
-                    self._wake, min(POLL_INTERVAL, drain_deadline - self.clock.monotonic())
+                self.clock.wait_until(
+                    self._wake, min(self.clock.monotonic() + POLL_INTERVAL, drain_deadline)
                 )
                 self._wake.clear()
                 continue
@@ -330,6 +330,7 @@ class Daemon:
     def _wait_for_work(self) -> None:
         """Until the next due time, a schedule fire, a worker finishing (the wake event) or
         the next data_version read, whichever is first."""
+        start = self.clock.monotonic()  # first: time that passes before the wait shortens it
         timeout = POLL_INTERVAL
         next_at = self._next_at()
         may_claim = self._free() > 0 and self._solo is None and not self._suspects
@@ -338,7 +339,7 @@ class Daemon:
         if self._next_fire is not None:
             timeout = min(timeout, (self._next_fire - self.clock.now()).total_seconds())
         if timeout > 0:
-            self.clock.wait(self._wake, timeout)
+            self.clock.wait_until(self._wake, start + timeout)
         self._wake.clear()
 
     def stop(self, *, drain: bool = True) -> None:
@@ -519,7 +520,7 @@ class Daemon:
             live.interrupt(DaemonStopping(reason))
         give_up = until
         while self._live and self.clock.monotonic() < give_up:
-            self.clock.wait(self._wake, min(POLL_INTERVAL, give_up - self.clock.monotonic()))
+            self.clock.wait_until(self._wake, min(self.clock.monotonic() + POLL_INTERVAL, give_up))
             self._wake.clear()
         if self._live:
             # Told at once, but a command that ignores SIGTERM would keep its handler (and
@@ -547,11 +548,12 @@ class Daemon:
             self._heartbeats()
 
     def _heartbeats(self) -> None:
+        # An absolute schedule: time passing while a beat is written counts toward the next.
+        due = self.clock.monotonic() + self.config.heartbeat
         while not self._hard_stop:
-            self.clock.wait(self._served, self.config.heartbeat)
-            if self._hard_stop or self._served.is_set():
-                return
-            if self._stopping and not self._live:
+            self.clock.wait_until(self._served, due)
+            due = max(due, self.clock.monotonic()) + self.config.heartbeat
+            if self._hard_stop or self._served.is_set() or (self._stopping and not self._live):
                 return
             try:
                 self.heartbeat_once()
@@ -729,7 +731,7 @@ def drive_run(
             run = store.get_run(run_id)
             if run.status.is_terminal:
                 return run
-            now = clock.now()
+            start, now = clock.monotonic(), clock.now()
             due = run.run_at is not None and run.run_at <= now
             if not due:
                 if not wait:
@@ -739,7 +741,7 @@ def drive_run(
                 pause = POLL_INTERVAL
                 if run.run_at is not None and run.status is not RunStatus.RUNNING:
                     pause = max(0.0, min(pause, (run.run_at - now).total_seconds()))
-                clock.wait(idle, pause)
+                clock.wait_until(idle, start + pause)
                 continue
             claims = worker._claim(now, 1)
             for claim in claims:
@@ -763,12 +765,9 @@ def _raise_if_operator_interrupted(engine: Engine) -> None:
 def _mark_operator_interrupts(
     engine: Engine, executing: threading.Event, idle: threading.Event
 ) -> Callable[[], None]:
-    """While a foreground worker runs, a real SIGINT is marked as the operator's, so a
-    KeyboardInterrupt raised by workflow code fails its attempt instead. While a handler
-    executes, the interrupt is raised into it (a Python step cannot be stopped otherwise);
-    between runs it only wakes the wait loop, which raises at a point where no lock is held
-    (raising inside a Condition wait can leave its lock released twice). Returns the undo.
-    Only the main thread may set handlers; elsewhere nothing changes."""
+    """A real SIGINT is the operator's (a KeyboardInterrupt raised by workflow code fails
+    its attempt instead): raised into an executing handler, else it wakes the wait loop,
+    which raises where no lock is held. Returns the undo; off the main thread, a no-op."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     previous = signal.getsignal(signal.SIGINT)
@@ -790,7 +789,9 @@ def _mark_operator_interrupts(
 
 
 def _heartbeat_until(worker: Daemon, stop: threading.Event) -> None:
-    while not worker.clock.wait(stop, worker.config.heartbeat):
+    due = worker.clock.monotonic() + worker.config.heartbeat
+    while not worker.clock.wait_until(stop, due):
+        due = max(due, worker.clock.monotonic()) + worker.config.heartbeat
         try:
             worker.heartbeat_once()
         except Exception:

@@ -48,6 +48,12 @@ class CliClock(FakeClock):
             return event.is_set()
         return super().wait(event, timeout)
 
+    def wait_until(self, event: threading.Event, deadline: float) -> bool:
+        if threading.get_ident() == self._owner and not event.is_set():
+            self.advance(max(0.0, deadline - self.monotonic()))
+            return event.is_set()
+        return super().wait_until(event, deadline)
+
 
 @dataclass
 class Ran:

@@ -1,3 +1,0 @@
-from flowctl.cli import main
-
-main()
