@@ -109,11 +109,13 @@ def test_readme_client_example_runs(tmp_path, monkeypatch) -> None:
 # ----------------------------------------------------------------- set-up lines
 
 
-def _checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """A fresh copy of what a checkout holds for the README, and an environment with its
-    own HOME: no flowctl.toml up the tree, so the default database is new and private."""
+def _checkout(tmp_path: Path, *, empty: bool = False) -> tuple[Path, dict[str, str]]:
+    """A fresh copy of what a checkout holds for the README (`empty`: a new project's
+    folder), and an environment with its own HOME: no flowctl.toml up the tree, so the
+    default database is new and private."""
     root = tmp_path / "checkout"
-    for folder in ("examples", "workflows"):
+    root.mkdir()
+    for folder in () if empty else ("examples", "workflows"):
         shutil.copytree(ROOT / folder, root / folder)
     home = tmp_path / "home"
     home.mkdir()
@@ -209,9 +211,11 @@ def _check_glance(cwd: Path, env: dict[str, str]) -> None:
 
 def _check_install(cwd: Path, env: dict[str, str]) -> None:
     assert (cwd / "flowctl.toml").is_file()
-    assert (cwd / ".flowctl" / "flowctl.db").is_file()
+    for name in ("onboarding.py", "followup.yaml"):  # the files "At a glance" shows
+        assert (cwd / "workflows" / name).read_bytes() == (ROOT / "workflows" / name).read_bytes()
     assert ".flowctl/" in (cwd / ".gitignore").read_text().splitlines()
     assert ".flowctl/" in (ROOT / ".gitignore").read_text().splitlines()
+    assert [(r.workflow, r.status) for r in _runs(cwd)] == [("onboarding", "sleeping")]
 
 
 def _check_schedules(cwd: Path, env: dict[str, str]) -> None:
@@ -223,15 +227,17 @@ def _check_schedules(cwd: Path, env: dict[str, str]) -> None:
 
 # What each section's commands must have done, beyond exiting 0.
 CHECKS = {"At a glance": _check_glance, "Install": _check_install, "Schedules": _check_schedules}
+# Sections whose commands start in an empty folder ("a project of your own").
+EMPTY_START = {"Install"}
 
 
 def test_each_checked_section_has_commands() -> None:
-    assert set(CHECKS) <= {b.section for b in SH}
+    assert set(CHECKS) | EMPTY_START <= {b.section for b in SH}
 
 
 @pytest.mark.parametrize("block", SH, ids=[f"{b.section}:{b.line}" for b in SH])
 def test_readme_commands_run(tmp_path: Path, block: Block) -> None:
-    root, env = _checkout(tmp_path)
+    root, env = _checkout(tmp_path, empty=block.section in EMPTY_START)
     ran = 0  # a block may be all `not run` lines (pipx); its section is checked elsewhere
     for offset, line in enumerate(block.lines):
         where = f"README.md:{block.line + offset}"

@@ -36,18 +36,33 @@ from flowctl.store import Store
 def init(
     ctx: typer.Context,
     force: Annotated[
-        bool, typer.Option("--force", help="Overwrite an existing flowctl.toml.")
+        bool, typer.Option("--force", help="Overwrite an existing flowctl.toml (and samples).")
+    ] = False,
+    example: Annotated[
+        bool,
+        typer.Option("--example", help="Also write sample workflows into workflows/."),
     ] = False,
 ) -> None:
-    """Create flowctl.toml here with the documented defaults, and its database.  Example: flowctl init"""
-    from flowctl.config import write_default_config
+    """Create flowctl.toml here with the documented defaults, and its database.  Example: flowctl init --example"""
+    from flowctl import starter
+    from flowctl.config import DEFAULTS, write_default_config
 
-    path = write_default_config(Path.cwd(), force=force)
+    here = Path.cwd()
+    samples = here / str(DEFAULTS["workflows"])  # the folder the new flowctl.toml names
+    if example:
+        starter.check_free(samples, force=force)  # before anything is written
+    path = write_default_config(here, force=force)
     typer.echo(f"wrote {path}")
     st = _state(ctx)  # its config is read now, so the database is the one flowctl.toml names
     existed = st.db_path.exists()
     st.open_store(create=True)
     typer.echo(f"{'using existing' if existed else 'created'} database {st.db_path}")
+    if example:
+        written = starter.write_samples(samples, force=force)
+        typer.echo("wrote " + ", ".join(str(p.relative_to(here)) for p in written))
+        typer.echo(f"next: {starter.FIRST_RUN}    # a welcome mail, then a durable 24h sleep")
+        typer.echo("      then flowctl ls, flowctl why RUN, flowctl daemon (README: At a glance)")
+        typer.echo(f"more examples: {starter.SAMPLES / 'examples'}")
 
 
 def workflows(
