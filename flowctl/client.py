@@ -16,7 +16,7 @@ from flowctl.clock import Clock, SystemClock
 from flowctl.config import load_config, resolve_db
 from flowctl.daemon import DaemonConfig, drive_run
 from flowctl.durations import Duration, parse_duration
-from flowctl.errors import FlowctlError
+from flowctl.errors import FlowctlError, UsageError
 from flowctl.model import Run, RunStatus
 from flowctl.store import open_store
 from flowctl.workflow import TargetCache
@@ -159,8 +159,20 @@ class Client:
                 )
             self.clock.wait(tick, 0.05)
 
-    def signal(self, run_id: str, name: str, data: Any = None) -> Run:
-        return ops.send_signal(self.store, run_id, name, data, clock=self.clock)
+    def signal(
+        self,
+        run_id: str | None = None,
+        name: str | None = None,
+        data: Any = None,
+        *,
+        key: str | None = None,
+    ) -> Run:
+        """Signal a run by id, or with `key=` the one active run started with that key."""
+        if name is not None and key is not None and run_id is None:
+            return ops.send_signal_by_key(self.store, key, name, data, clock=self.clock)
+        if name is not None and run_id is not None and key is None:
+            return ops.send_signal(self.store, run_id, name, data, clock=self.clock)
+        raise UsageError("Client.signal needs a name and either a run id or key=, not both")
 
     def cancel(self, run_id: str, reason: str | None = None) -> Run:
         return ops.cancel(self.store, run_id, clock=self.clock, reason=reason)

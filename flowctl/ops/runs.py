@@ -16,7 +16,13 @@ from typing import Any
 
 from flowctl.clock import Clock
 from flowctl.durations import parse_duration
-from flowctl.errors import FlowctlError, InputError, InvalidStateError, UsageError
+from flowctl.errors import (
+    FlowctlError,
+    InputError,
+    InvalidStateError,
+    RunNotFoundError,
+    UsageError,
+)
 from flowctl.explain import DaemonFact, OperatorEvent, Why, WhyFacts, explain
 from flowctl.model import (
     ACTIVE,
@@ -474,12 +480,47 @@ def _actor() -> str:
         return "operator"
 
 
-def send_signal(store: Store, ref: str, name: str, payload: Any, *, clock: Clock) -> Run:
+def _check_signal_name(name: str) -> None:
     if not name or name.startswith("_"):
         raise UsageError(
             f"signal name {name!r} is reserved or empty: names beginning with '_' are for flowctl itself"
         )
+
+
+def send_signal(store: Store, ref: str, name: str, payload: Any, *, clock: Clock) -> Run:
+    _check_signal_name(name)
     run = store.find_run(ref)
+    store.send_signal(run.run_id, name, payload, clock.now())
+    return store.get_run(run.run_id)
+
+
+def run_by_key(store: Store, key: str) -> Run:
+    """The active run started with idempotency key `key`; none is RunNotFoundError (exit 1).
+
+    Keys are unique across all runs, so at most one run has it; an ended one is not a
+    target, and the error says which run ended so the sender can tell a typo from a late
+    reply.
+    """
+    run = store.get_run_by_key(key)
+    if run is None:
+        raise RunNotFoundError(
+            key, f"no run has the key {key!r}: start one with `flowctl run ... --key {key}`"
+        )
+    if run.status.is_terminal:
+        raise RunNotFoundError(
+            key, f"no active run has the key {key!r}: run {run.run_id} with it is {run.status}"
+        )
+    return run
+
+
+def send_signal_by_key(store: Store, key: str, name: str, payload: Any, *, clock: Clock) -> Run:
+    """`flowctl signal --key KEY NAME`: the same rules as by id, to the key's active run.
+
+    A run that ends between the look-up and the write is refused by the store's guard, in
+    the same transaction as the write, so no signal is ever buffered for an ended run.
+    """
+    _check_signal_name(name)
+    run = run_by_key(store, key)
     store.send_signal(run.run_id, name, payload, clock.now())
     return store.get_run(run.run_id)
 
