@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from flowctl.errors import ConfigError
+from flowctl.notify import NotifyConfig, parse_notify
 
 CONFIG_NAME = "flowctl.toml"
 
@@ -33,6 +34,8 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "heartbeat": (str, int, float),
     "grace": (str, int, float),
     "schedules": dict,  # [schedules.NAME] tables, checked by `flowctl schedule sync`
+    "notify": dict,  # [notify]: who is told when runs end (flowctl.notify)
+    "serve": dict,  # [serve] token = "...": the HTTP API's bearer token (file must be 0600)
 }
 
 _COMMENT = """# flowctl configuration. Paths are relative to this file.
@@ -56,6 +59,10 @@ class Config:
 
     def workflows_dir(self) -> Path:
         return self.root / str(self.values["workflows"])
+
+    def notify(self) -> NotifyConfig | None:
+        """The [notify] table, checked when the file was loaded; None when there is none."""
+        return parse_notify(self.values.get("notify"), str(self.path))
 
 
 def find_config(start: Path | None = None) -> Path | None:
@@ -97,6 +104,10 @@ def load_config(path: Path | None = None, start: Path | None = None) -> Config:
     for name, table in values.get("schedules", {}).items():
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: schedules.{name} must be a table [schedules.{name}]")
+    parse_notify(values.get("notify"), str(path))
+    unknown_serve = sorted(set(values.get("serve", {})) - {"token"})
+    if unknown_serve:
+        raise ConfigError(f"{path}: unknown [serve] key {unknown_serve[0]!r}; accepted: token")
     if values["durability"] not in ("full", "normal"):
         raise ConfigError(
             f'{path}: durability must be "full" or "normal", got {values["durability"]!r}'

@@ -36,6 +36,7 @@ class WorkflowOptions:
     timeout: timedelta | None = None
     retry: RetryPolicy | None = None  # backoff between run attempts
     secret_inputs: tuple[str, ...] = ()  # shown as *** everywhere; the handler gets them as given
+    notify: dict[str, Any] | None = None  # override of [notify], pinned by each run
 
 
 @overload
@@ -48,6 +49,7 @@ def workflow(
     timeout: Duration | None = None,
     retry: RetryPolicy | None = None,
     secret_inputs: list[str] | tuple[str, ...] = (),
+    notify: dict[str, Any] | bool | None = None,
 ) -> Callable[[F], F]: ...
 def workflow(
     name: Any = None,
@@ -56,12 +58,21 @@ def workflow(
     timeout: Duration | None = None,
     retry: RetryPolicy | None = None,
     secret_inputs: list[str] | tuple[str, ...] = (),
+    notify: dict[str, Any] | bool | None = None,
 ) -> Any:
     """Mark a function `fn(ctx, **input)` as a workflow: `@workflow`, `@workflow("name")`.
 
     `secret_inputs=["token"]`: those inputs are shown as *** by ls, show, --json and the
     TUI, and never match `ls --search`; the handler gets them unchanged.
+    `notify={"on": ["dead", "timed_out"], "webhook": URL, "command": [...]}` overrides
+    flowctl.toml's [notify] for this workflow's runs, key by key; `notify=False` silences it.
     """
+    from flowctl.notify import override_json, parse_notify
+
+    if notify is True:
+        raise UsageError("notify must be a table like {'on': ['dead']} or False, not True")
+    parse_notify(notify, "@workflow(notify=...)", override=True)
+    pinned = override_json(notify)
     if isinstance(secret_inputs, str) or not all(isinstance(k, str) for k in secret_inputs):
         raise UsageError(
             f"secret_inputs must be a list of input names, like ['token'], got {secret_inputs!r}"
@@ -75,6 +86,7 @@ def workflow(
             timeout=parse_duration(timeout) if timeout is not None else None,
             retry=retry,
             secret_inputs=tuple(secret_inputs),
+            notify=pinned,
         )
         return fn
 
@@ -122,6 +134,7 @@ class WorkflowDef:
     schedule_places: list[dict[str, tuple[int, int]]] = field(default_factory=list)
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    notify: dict[str, Any] | None = None  # `notify:` / @workflow(notify=...), checked
     # The handler's signature, computed once per def (inspect.signature costs ~50 µs and
     # a def is reused for every run of its target); None: it has none to check against.
     _signature: inspect.Signature | bool | None = field(
@@ -191,6 +204,7 @@ class WorkflowDef:
             schedule=schedule,
             scheduled_at=scheduled_at,
             secret_keys=self.secret_inputs,
+            notify=self.notify,
         )
 
 
@@ -263,6 +277,7 @@ def _python_def(fn: Any, target: str, source_path: Path | None, cwd: str | None)
         retry=opts.retry if opts else None,
         validate=_python_validator(fn, name),
         secret_inputs=opts.secret_inputs if opts else (),
+        notify=opts.notify if opts else None,
         description=(inspect.getdoc(fn) or "").splitlines()[0] if inspect.getdoc(fn) else "",
     )
 
@@ -342,6 +357,7 @@ def _yaml_def(path: Path, text: str | None = None) -> WorkflowDef:
         schedule=wf.schedule,
         schedule_places=wf.schedule_places,
         description=wf.description or "",
+        notify=wf.notify,
     )
 
 

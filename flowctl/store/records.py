@@ -78,6 +78,7 @@ class NewRun:
     schedule: str | None = None
     scheduled_at: datetime | None = None
     secret_keys: tuple[str, ...] = ()  # input keys shown as *** and never searched
+    notify: dict[str, Any] | None = None  # the workflow's `notify:` override, pinned
 
 
 @dataclass(frozen=True)
@@ -174,3 +175,44 @@ class FireOutcome:
     run_id: str | None
     created: bool
     detail: str | None = None
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Cumulative counts at each upper bound (seconds), as Prometheus histograms carry them."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[int, ...]  # observations <= each bound
+    count: int
+    total: float  # sum of the observations, in seconds
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """Everything /metrics reports, read in one transaction so the figures agree."""
+
+    runs: tuple[tuple[str, str, int], ...]  # (status, workflow, count)
+    wake_lateness: Histogram
+    step_durations: tuple[tuple[str, Histogram], ...]  # (workflow, histogram)
+    claims: int
+    reclaims: int
+    daemons: tuple[tuple[DaemonInfo, int], ...]  # (daemon, leases held)
+    notifications: tuple[tuple[str, int], ...]  # (state, count)
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One row of the notification outbox: a run's ending to be told to its channels.
+
+    Written in the transaction that ends the run; `channels_done` lists the channels that
+    have had it, so a retry after a partial success never repeats a delivered one.
+    """
+
+    seq: int
+    run_id: str
+    status: str  # the run's terminal status
+    error_kind: str | None  # the recorded error's kind (timeout, deadline, ...) if any
+    created_at: datetime
+    tries: int
+    channels_done: tuple[str, ...]
+    override: dict[str, Any] | None  # the run's pinned `notify:` override

@@ -55,6 +55,7 @@ TOP_KEYS = (
     "defaults",
     "schedule",
     "max_attempts",
+    "notify",
     "steps",
 )
 STEP_OPTIONS = ("retry", "timeout", "env", "cwd", "continue_on_error", "with", "on_timeout")
@@ -271,6 +272,7 @@ class _Validator:
         max_attempts = None
         if "max_attempts" in top:
             max_attempts = self.integer(top["max_attempts"], "max_attempts", 1)
+        notify = self.notify_block(top["notify"]) if "notify" in top else None
         steps: list[Step] = []
         if "steps" not in top:
             self.bad(root, "steps", "missing `steps:` (a list of steps)")
@@ -289,7 +291,22 @@ class _Validator:
             schedule=schedule,
             schedule_places=self.schedule_places,
             max_attempts=max_attempts,
+            notify=notify,
         )
+
+    def notify_block(self, node: Node) -> dict[str, Any] | None:
+        """`notify:` overrides flowctl.toml's [notify] for this workflow (`false` silences
+        it); checked by the same rules as the table."""
+        from flowctl.errors import ConfigError
+        from flowctl.notify import override_json, parse_notify
+
+        value = _plain(node)
+        try:
+            parse_notify(value, "notify", override=True)
+        except ConfigError as e:
+            self.bad(node, "notify", str(e).removeprefix("notify: "))
+            return None
+        return override_json(value)
 
     def input_block(self, node: Node) -> None:
         if not node.is_map:
@@ -777,3 +794,12 @@ class _Validator:
             f"{shown} is not allowed in a shell string (values are never pasted into shell "
             f"text); {advice}",
         )
+
+
+def _plain(node: Node) -> Any:
+    """A Node tree as plain Python values."""
+    if isinstance(node.value, dict):
+        return {k: _plain(v) for k, v in node.value.items()}
+    if isinstance(node.value, list):
+        return [_plain(v) for v in node.value]
+    return node.value

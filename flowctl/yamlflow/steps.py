@@ -128,6 +128,7 @@ class YamlWorkflow:
     schedule: Any = None
     schedule_places: list[dict[str, tuple[int, int]]] = field(default_factory=list)
     max_attempts: int | None = None
+    notify: dict[str, Any] | None = None  # `notify:`, checked; pinned by each run
 
     def handler(self, ctx: StepContext, /, **input: Any) -> dict[str, Any]:
         """Run the steps in order; each executed step is one durable call."""

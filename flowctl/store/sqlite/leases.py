@@ -31,7 +31,14 @@ from flowctl.store.sqlite.rows import (
     _suspect_data,
     _us,
 )
-from flowctl.store.sqlite.writes import _end, _fail, _park_paused, _release_held, _wake_parent
+from flowctl.store.sqlite.writes import (
+    _end,
+    _fail,
+    _park_paused,
+    _record_ending,
+    _release_held,
+    _wake_parent,
+)
 from flowctl.transitions import (
     Applied,
     ClaimAction,
@@ -549,6 +556,7 @@ class Leases(SqliteConnection):
                 [result_text, now_us, round(exec_spent * 1e6), run_id],
             )
             _add_event(c, run_id, now_us, "completed", {})
+            _record_ending(c, run_id, RunStatus.COMPLETED, None, now_us)
             if parent is not None:  # read under the lease: no statement for a run without
                 _wake_parent(c, run_id, now_us)
             if schedule is not None:

@@ -302,6 +302,34 @@ def _migration_12(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX runs_due ON runs(status, run_at, run_id)")
 
 
+def _migration_13(db: sqlite_utils.Database) -> None:
+    """Notifications (issue 16): an outbox row is written in the transaction that ends a run,
+    so a notification is never lost to a crash between the ending and its delivery. The
+    daemon delivers it at least once, retrying at `due_at` with backoff, up to a bounded
+    number of tries. `runs.notify` is the workflow's own `notify:` override (JSON), pinned
+    when the run starts."""
+    db.execute(
+        """
+        CREATE TABLE notifications (
+            seq INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+            status TEXT NOT NULL,
+            error_kind TEXT,
+            created_at INTEGER NOT NULL,
+            state TEXT NOT NULL DEFAULT 'pending'
+                CHECK (state IN ('pending', 'delivered', 'failed')),
+            due_at INTEGER NOT NULL,
+            tries INTEGER NOT NULL DEFAULT 0,
+            channels_done TEXT,
+            last_error TEXT,
+            finished_at INTEGER
+        ) STRICT
+        """
+    )
+    db.execute("CREATE INDEX notifications_due ON notifications(state, due_at)")
+    db.execute("ALTER TABLE runs ADD COLUMN notify TEXT")
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -315,6 +343,7 @@ MIGRATIONS = [
     _migration_10,
     _migration_11,
     _migration_12,
+    _migration_13,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

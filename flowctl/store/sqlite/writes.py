@@ -62,8 +62,8 @@ def _insert_run(c: sqlite3.Connection, new: NewRun, now_us: int) -> tuple[Run, b
     c.execute(
         "INSERT INTO runs (run_id, workflow, target, kind, source, source_hash, source_path,"
         " cwd, input, status, run_at, created_at, max_attempts, backoff, deadline,"
-        " timeout_us, key, parent_run_id, schedule, scheduled_at, secret_keys)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        " timeout_us, key, parent_run_id, schedule, scheduled_at, secret_keys, notify)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         [
             new.run_id,
             new.workflow,
@@ -86,6 +86,7 @@ def _insert_run(c: sqlite3.Connection, new: NewRun, now_us: int) -> tuple[Run, b
             new.schedule,
             _us(new.scheduled_at),
             dumps(sorted(new.secret_keys)) if new.secret_keys else None,
+            None if new.notify is None else dumps(new.notify, "the notify override"),
         ],
     )
     data: dict[str, Any] = {"attempt": 1}
@@ -197,8 +198,24 @@ def _end(
     label = "dead-lettered" if status is RunStatus.DEAD else str(status)
     data = {} if error is None else {"kind": error.get("kind"), "error": _first_line(error)}
     _add_event(c, run.run_id, now_us, label, data)
+    _record_ending(c, run.run_id, status, None if error is None else error.get("kind"), now_us)
     _wake_parent(c, run.run_id, now_us)
     _release_held(c, run.run_id, now_us)
+
+
+def _record_ending(
+    c: sqlite3.Connection, run_id: str, status: RunStatus, kind: Any, now_us: int
+) -> None:
+    """Put the run's ending in the notification outbox, in the ending's own transaction.
+
+    Every ending is recorded; whether anyone is told is the notifier's decision (the
+    daemon's [notify] and the run's pinned override), made when it delivers.
+    """
+    c.execute(
+        "INSERT INTO notifications (run_id, status, error_kind, created_at, due_at)"
+        " VALUES (?,?,?,?,?)",
+        [run_id, str(status), None if kind is None else str(kind), now_us, now_us],
+    )
 
 
 def _wake_parent(c: sqlite3.Connection, run_id: str, now_us: int) -> None:

@@ -1,0 +1,97 @@
+"""The notification outbox: rows written with each run's ending, read and settled by the
+daemon's notifier (policy in flowctl.notify; this module only applies it)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from flowctl.model import from_us, to_us
+from flowctl.store.records import Notification
+from flowctl.store.sqlite.connection import SqliteConnection
+from flowctl.store.sqlite.rows import _event, _loads
+
+
+class Notifications(SqliteConnection):
+    """The outbox's side of the store."""
+
+    def due_notifications(self, now: datetime, limit: int = 64) -> list[Notification]:
+        """Pending outbox rows due at `now`, oldest first."""
+        rows = self._read(
+            "SELECT n.seq, n.run_id, n.status, n.error_kind, n.created_at, n.tries,"
+            " n.channels_done, r.notify FROM notifications n JOIN runs r USING (run_id)"
+            " WHERE n.state = 'pending' AND n.due_at <= ? ORDER BY n.due_at, n.seq LIMIT ?",
+            [to_us(now), limit],
+        )
+        return [
+            Notification(
+                seq=r[0],
+                run_id=r[1],
+                status=r[2],
+                error_kind=r[3],
+                created_at=from_us(r[4]),
+                tries=r[5],
+                channels_done=tuple(_loads(r[6]) or ()),
+                override=_loads(r[7]),
+            )
+            for r in rows
+        ]
+
+    def claim_notification(self, seq: int, now: datetime, until: datetime) -> bool:
+        """Take one pending row for a delivery try: it is due again at `until` (so a crash
+        mid-delivery leaves it to the next try), and its try count goes up. False, changing
+        nothing, when another deliverer took it first."""
+        with self._write() as c:
+            cur = c.execute(
+                "UPDATE notifications SET due_at = ?, tries = tries + 1"
+                " WHERE seq = ? AND state = 'pending' AND due_at <= ?",
+                [to_us(until), seq, to_us(now)],
+            )
+            return cur.rowcount == 1
+
+    def settle_notification(
+        self,
+        seq: int,
+        run_id: str,
+        now: datetime,
+        *,
+        done: Sequence[str],
+        error: str | None,
+        retry_at: datetime | None,
+        events: Sequence[tuple[str, dict[str, Any]]],
+    ) -> None:
+        """Record a try's outcome: the channels that have it now, and the row delivered (no
+        error), pending again at `retry_at`, or failed for good (an error, no retry)."""
+        now_us = to_us(now)
+        state = "delivered" if error is None else ("pending" if retry_at is not None else "failed")
+        with self._write() as c:
+            c.execute(
+                "UPDATE notifications SET channels_done = ?, last_error = ?, state = ?,"
+                " due_at = COALESCE(?, due_at), finished_at = ? WHERE seq = ?",
+                [
+                    json.dumps(sorted(done)),
+                    error,
+                    state,
+                    None if retry_at is None else to_us(retry_at),
+                    None if state == "pending" else now_us,
+                    seq,
+                ],
+            )
+            c.executemany(
+                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+                [_event(run_id, now_us, type_, data) for type_, data in events],
+            )
+
+    def drop_notifications(self, seqs: Sequence[int]) -> None:
+        """Forget outbox rows that no channel wants (no [notify] event matched)."""
+        if not seqs:
+            return
+        with self._write() as c:
+            c.executemany("DELETE FROM notifications WHERE seq = ?", [[s] for s in seqs])
+
+    def notification_counts(self) -> dict[str, int]:
+        """Outbox rows by state (pending, delivered, failed)."""
+        rows = self._read("SELECT state, COUNT(*) FROM notifications GROUP BY state")
+        return {str(state): int(n) for state, n in rows}
