@@ -16,9 +16,9 @@ from flowctl.clock import FakeClock
 from flowctl.config import load_config
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.errors import ConfigError, ValidationError
-from flowctl.metrics import render
 from flowctl.model import RunStatus
 from flowctl.notify import NotifyConfig, events_of, parse_notify, retry_delay, wanted
+from flowctl.ops.metrics import render
 from flowctl.store import Store
 from flowctl.workflow import load_target
 from tests.helpers import query

@@ -18,6 +18,7 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 from flowctl.cli import admin, runs
 from flowctl.cli.common import State, _Group
 from flowctl.cli.schedule import agenda, schedule_app
+from flowctl.cli.serve import serve
 from flowctl.clock import SystemClock
 from flowctl.errors import FlowctlError
 from flowctl.limits import is_utf8, one_line, shown_bytes
@@ -72,6 +73,7 @@ app.command()(runs.resume)
 app.command()(runs.wake)
 app.command()(admin.daemon)
 app.command()(admin.status)
+app.command("serve")(serve)
 app.command()(admin.validate)
 app.command()(admin.tui)
 app.command()(agenda)

@@ -140,7 +140,7 @@ def daemon(
         level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
     )
     created = not st.db_path.exists()
-    d = Daemon(_open_when_room(st), st.clock, cfg)
+    d = Daemon(_open_when_room(st), st.clock, cfg, notify=st.config.notify())
     logging.getLogger("flowctl").info(
         "daemon %s %s %s (concurrency %d, lease %gs, heartbeat %gs)",
         d.owner,
@@ -188,9 +188,22 @@ def _open_when_room(st: State) -> Store:
 def status(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    prometheus: Annotated[
+        bool,
+        typer.Option(
+            "--prometheus", help="Print Prometheus text exposition (what /metrics serves)."
+        ),
+    ] = False,
 ) -> None:
     """Is a daemon running on this database; run counts; wake lateness.  Example: flowctl status"""
     st = _state(ctx)
+    if prometheus and as_json:
+        raise UsageError("give --json or --prometheus, not both")
+    if prometheus:
+        from flowctl.ops.metrics import render
+
+        sys.stdout.write(render(st.store).decode("utf-8"))
+        return
     report = ops.status(st.store, clock=st.clock)
     if as_json:
         _emit_json(report.to_json())

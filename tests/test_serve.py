@@ -1,0 +1,301 @@
+"""`flowctl serve` driven over a real socket: a real server process on an ephemeral port."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from flowctl.serve.app import build_app
+from flowctl.serve.openapi import spec
+from tests.helpers import query
+from tests.serve_helpers import ROOT, TOKEN, Api, port_of, start_serve
+
+pytestmark = pytest.mark.crash  # real processes
+
+FLOWS = """\
+from flowctl import workflow
+
+@workflow(secret_inputs=["token"])
+def followup(ctx, user: str, token: str = ""):
+    ctx.sleep("1h")
+    return ctx.wait_signal("replied", timeout="7d")
+"""
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("project")
+    (root / "flows.py").write_text(FLOWS)
+    (root / "outside").mkdir()
+    return root
+
+
+@pytest.fixture(scope="module")
+def api(project: Path) -> Iterator[Api]:
+    proc, log = start_serve(project, project / "f.db")
+    try:
+        yield Api(port_of(proc, log))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert "Traceback" not in log.read_text()
+
+
+def rows(project: Path) -> tuple[int, int, int]:
+    """What a request could have written: runs, signals, timeline events."""
+    db = project / "f.db"
+    (runs,) = query(db, "SELECT COUNT(*) FROM runs")[0]
+    (signals,) = query(db, "SELECT COUNT(*) FROM signals")[0]
+    (events,) = query(db, "SELECT COUNT(*) FROM timeline")[0]
+    return runs, signals, events
+
+
+def start(api: Api, key: str, **extra: object) -> str:
+    reply = api.call(
+        "POST",
+        "/runs",
+        {"target": "flows.py:followup", "input": {"user": "42", "token": "s3cret"}, "key": key}
+        | extra,
+    )
+    assert reply.status == 201, reply.body
+    created = reply.json()
+    assert created["created"] is True
+    return str(created["id"])
+
+
+def test_start_read_signal_by_key_and_cancel(api: Api, project: Path) -> None:
+    assert api.call("GET", "/healthz", token=None).json() == {"ok": True}
+    run_id = start(api, "user-42", deadline="30d", max_attempts=2)
+    again = api.call("POST", "/runs", {"target": "flows.py:followup", "key": "user-42"})
+    assert (again.status, again.json()["id"], again.json()["created"]) == (200, run_id, False)
+
+    listed = api.call("GET", "/runs?status=queued&workflow=followup&limit=10").json()["runs"]
+    assert [r["id"] for r in listed] == [run_id]
+    shown = api.call("GET", f"/runs/{run_id}").json()
+    assert shown["run"]["input"] == {"user": "42", "token": "***"}  # secret masked
+    assert shown["run"]["max_attempts"] == 2
+    assert [e["type"] for e in shown["timeline"]] == ["created"]
+    assert b"s3cret" not in api.call("GET", "/runs?limit=1000").body
+
+    sent = api.call("POST", "/signals/replied?key=user-42", {"text": "thanks"})
+    assert (sent.status, sent.json()["id"]) == (202, run_id)
+    by_id = api.call("POST", f"/runs/{run_id}/signals/replied", raw=b"")
+    assert by_id.status == 202
+    assert query(
+        project / "f.db", "SELECT name, payload FROM signals WHERE run_id = ?", (run_id,)
+    ) == [
+        ("replied", '{"text":"thanks"}'),
+        ("replied", "null"),
+    ]
+
+    paused = api.call("POST", f"/runs/{run_id}/pause")
+    assert (paused.status, paused.json()["run"]["status"]) == (200, "paused")
+    assert api.call("POST", f"/runs/{run_id}/resume").json()["run"]["status"] == "queued"
+    cancelled = api.call("POST", f"/runs/{run_id}/cancel")
+    assert (cancelled.status, cancelled.json()["run"]["status"]) == (200, "cancelled")
+    redriven = api.call("POST", f"/runs/{run_id}/redrive")
+    assert (redriven.status, redriven.json()["run"]["status"]) == (200, "queued")
+    assert api.call("POST", f"/runs/{run_id}/cancel").status == 200
+
+
+def test_every_refusal_is_json_and_writes_nothing(api: Api, project: Path) -> None:
+    done = start(api, "done-1")
+    assert api.call("POST", f"/runs/{done}/cancel").status == 200
+    live = start(api, "live-1")
+    big = b'{"target": "flows.py:followup", "input": {"pad": "' + b"x" * (1024 * 1024) + b'"}}'
+    cases = [
+        (401, "POST", "/runs", {"target": "flows.py:followup"}, {"token": None}),
+        (401, "POST", "/signals/replied?key=live-1", 1, {"token": "wrong-token-0123456789"}),
+        (
+            401,
+            "GET",
+            "/runs",
+            None,
+            {"headers": {"Authorization": f"Basic {TOKEN}"}, "token": None},
+        ),
+        (401, "GET", "/metrics", None, {"token": None}),
+        (401, "GET", "/openapi.json", None, {"token": None}),
+        (400, "POST", "/runs", None, {"raw": b"{bad json"}),
+        (400, "POST", "/runs", None, {"raw": b"\xff\xfe"}),
+        (400, "POST", "/runs", [1, 2], {}),
+        (400, "POST", "/runs", {"target": "flows.py:followup", "bogus": 1}, {}),
+        (400, "POST", "/runs", {"target": "flows.py:followup", "input": {"nope": 1}}, {}),
+        (
+            400,
+            "POST",
+            "/runs",
+            {"target": "flows.py:followup", "input": {"user": "1"}, "in": "soon"},
+            {},
+        ),
+        (400, "POST", "/runs", {"target": "flows.py:followup", "max_attempts": 0}, {}),
+        (400, "POST", "/runs", {"target": "flows.py:followup", "max_attempts": True}, {}),
+        (400, "POST", "/runs", {"target": "os:system"}, {}),
+        (400, "POST", "/runs", {"target": "../flows.py:followup"}, {}),
+        (400, "POST", "/runs", {"target": "/etc/passwd.yaml"}, {}),
+        (400, "POST", "/runs", {"target": "no-such-workflow"}, {}),
+        (
+            400,
+            "POST",
+            "/runs",
+            {
+                "target": "flows.py:followup",
+                "input": {"user": "1"},
+                "deadline": "2001-01-01T00:00Z",
+            },
+            {},
+        ),
+        (400, "GET", "/runs?status=bogus", None, {}),
+        (400, "GET", "/runs?limit=0", None, {}),
+        (400, "GET", "/runs?limit=abc", None, {}),
+        (400, "GET", "/runs?color=red", None, {}),
+        (400, "POST", f"/runs/{live}/signals/_reserved", 1, {}),
+        (400, "POST", f"/runs/{live}/signals/replied", None, {"raw": b"{nope"}),
+        (400, "POST", "/signals/replied", 1, {}),
+        (404, "GET", "/runs/no-such-run", None, {}),
+        (404, "POST", "/runs/no-such-run/cancel", None, {}),
+        (404, "POST", "/runs/no-such-run/signals/replied", 1, {}),
+        (404, "POST", "/signals/replied?key=no-such-key", 1, {}),
+        (404, "POST", "/signals/replied?key=done-1", 1, {}),  # its run ended
+        (404, "GET", "/no/such/endpoint", None, {}),
+        (405, "DELETE", "/runs", None, {}),
+        (409, "POST", f"/runs/{done}/signals/replied", 1, {}),
+        (409, "POST", f"/runs/{done}/pause", None, {}),
+        (409, "POST", f"/runs/{done}/wake", None, {}),
+        (409, "POST", f"/runs/{live}/redrive", None, {}),
+        (409, "POST", f"/runs/{live}/resume", None, {}),
+        (413, "POST", "/runs", None, {"raw": big}),
+        (413, "POST", "/signals/replied?key=live-1", None, {"raw": big}),
+    ]
+    before = rows(project)
+    for status, method, path, body, options in cases:
+        reply = api.call(method, path, body, **options)  # type: ignore[arg-type]
+        assert reply.status == status, (method, path, reply.status, reply.body[:300])
+        assert reply.headers["content-type"].startswith("application/json"), path
+        error = reply.json()["error"]
+        assert isinstance(error, str) and error and "\n" not in error, (path, error)
+        assert "Traceback" not in error
+        if status == 401:
+            assert reply.headers["www-authenticate"] == "Bearer"
+    assert rows(project) == before
+
+
+def test_openapi_describes_every_route() -> None:
+    from starlette.routing import Route
+
+    from flowctl.serve.routes import Served
+
+    app = build_app(Served(None, None, None, Path("."), Path("."), lambda: b""))  # type: ignore[arg-type]
+    served = {
+        (method.lower(), route.path)
+        for route in app.routes
+        if isinstance(route, Route)
+        for method in (route.methods or ()) - {"HEAD"}
+    }
+    documented = {(m, p) for p, ops in spec()["paths"].items() for m in ops}
+    assert served == documented
+    issue_list = {
+        ("get", "/healthz"),
+        ("post", "/runs"),
+        ("get", "/runs"),
+        ("get", "/runs/{id}"),
+        ("post", "/runs/{id}/signals/{name}"),
+        ("post", "/signals/{name}"),
+        ("post", "/runs/{id}/cancel"),
+        ("post", "/runs/{id}/redrive"),
+        ("post", "/runs/{id}/pause"),
+        ("post", "/runs/{id}/resume"),
+        ("post", "/runs/{id}/wake"),
+        ("get", "/metrics"),
+        ("get", "/openapi.json"),
+    }
+    assert issue_list <= documented
+
+
+def test_openapi_and_metrics_over_the_socket(api: Api) -> None:
+    doc = api.call("GET", "/openapi.json").json()
+    assert doc["openapi"].startswith("3.1") and "/signals/{name}" in doc["paths"]
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = api.call("GET", "/metrics").body.decode()
+    names = {f.name for f in text_string_to_metric_families(text)}
+    assert {
+        "flowctl_runs",
+        "flowctl_wake_lateness_seconds",
+        "flowctl_step_duration_seconds",
+        "flowctl_claims",
+        "flowctl_reclaims",
+        "flowctl_daemon_up",
+        "flowctl_daemon_leases_held",
+        "flowctl_notifications",
+    } <= names
+
+
+def serve_refusal(
+    project: Path, *args: str, env: dict[str, str] | None = None, token: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in __import__("os").environ.items() if k != "FLOWCTL_TOKEN"}
+    full["PYTHONPATH"] = str(ROOT)
+    if token:
+        full["FLOWCTL_TOKEN"] = token
+    full.update(env or {})
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flowctl",
+            "--db",
+            str(project / "f.db"),
+            "serve",
+            "--port",
+            "0",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=str(project),
+        env=full,
+        timeout=60,
+    )
+
+
+def test_serve_refuses_to_start_without_a_safe_token(tmp_path: Path) -> None:
+    out = serve_refusal(tmp_path)
+    assert out.returncode == 2 and "needs a bearer token" in out.stderr
+    out = serve_refusal(tmp_path, "--no-auth", "--host", "0.0.0.0")
+    assert out.returncode == 2 and "--no-auth binds only to loopback" in out.stderr
+    out = serve_refusal(tmp_path, token="short")
+    assert out.returncode == 2 and "at least 16 characters" in out.stderr
+    toml = tmp_path / "flowctl.toml"
+    toml.write_text(f'[serve]\ntoken = "{TOKEN}"\n')
+    toml.chmod(0o644)
+    out = serve_refusal(tmp_path)
+    assert out.returncode == 2 and "chmod 600" in out.stderr
+    for o in (out,):
+        assert "Traceback" not in o.stderr and len(o.stderr.strip().splitlines()) == 1
+
+
+def test_token_from_a_private_flowctl_toml_and_no_auth_on_loopback(tmp_path: Path) -> None:
+    (tmp_path / "flows.py").write_text(FLOWS)
+    toml = tmp_path / "flowctl.toml"
+    toml.write_text(f'[serve]\ntoken = "{TOKEN}"\n')
+    toml.chmod(0o600)
+    proc, log = start_serve(tmp_path, tmp_path / "f.db", token=None)
+    try:
+        api = Api(port_of(proc, log))
+        assert api.call("GET", "/runs").status == 200
+        assert api.call("GET", "/runs", token=None).status == 401
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    proc, log = start_serve(tmp_path, tmp_path / "f.db", "--no-auth", token=None)
+    try:
+        open_api = Api(port_of(proc, log), token=None)
+        assert "NO AUTH" in log.read_text()
+        assert open_api.call("GET", "/runs", token=None).status == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
