@@ -14,6 +14,9 @@ Shared rules every backend keeps:
   lease is expected. The check and the write are atomic: no claim can slip between them.
 - Instants are aware UTC datetimes at microsecond precision; JSON values round-trip as JSON
   (`dumps` refuses what is not JSON, never pickles).
+- Every transition that ends a run (completed, dead, cancelled) also writes its outbox row
+  (`due_notifications`) in the same transaction, so no ending is lost to a crash before
+  its notification is delivered.
 - Which statuses an operator action accepts, claim verdicts, backoff and the deadline clamp
   are decided in `flowctl.transitions` (pure); a store applies those decisions.
 """
@@ -35,8 +38,10 @@ from flowctl.store.records import (
     FirePlan,
     HeartbeatReply,
     Lease,
+    MetricsSnapshot,
     NewRun,
     NewSchedule,
+    Notification,
     ScheduleEvent,
     ScheduleRow,
     dumps,
@@ -488,6 +493,46 @@ class Store(Protocol):
         """A manual fire under the schedule's overlap policy; last/next fire do not move."""
         ...
 
+    # -- the notification outbox -----------------------------------------------
+
+    def due_notifications(self, now: datetime, limit: int = 64) -> list[Notification]:
+        """Pending outbox rows due at `now`, oldest first, each with its run's pinned override."""
+        ...
+
+    def claim_notification(self, seq: int, now: datetime, until: datetime) -> bool:
+        """Take a due pending row for one try (due again at `until`, tries + 1); False,
+        changing nothing, when it is no longer pending or due (another deliverer took it)."""
+        ...
+
+    def settle_notification(
+        self,
+        seq: int,
+        run_id: str,
+        now: datetime,
+        *,
+        done: Sequence[str],
+        error: str | None,
+        retry_at: datetime | None,
+        events: Sequence[tuple[str, dict[str, Any]]],
+    ) -> None:
+        """Record a try in one transaction: channels done, the row delivered (no error),
+        pending again at `retry_at`, or failed; and `events` in the run's timeline."""
+        ...
+
+    def drop_notifications(self, seqs: Sequence[int]) -> None:
+        """Delete outbox rows no channel wants."""
+        ...
+
+    # -- metrics ---------------------------------------------------------------
+
+    def metrics_snapshot(
+        self, lateness_bounds: Sequence[float], step_bounds: Sequence[float]
+    ) -> MetricsSnapshot:
+        """Runs by status and workflow, wake-lateness and step-duration histograms (bounds in
+        seconds), claim and reclaim counts, daemons with leases held, outbox rows by state,
+        all read in one transaction."""
+        ...
+
 
 def open_store(
     url_or_path: str | os.PathLike[str],
@@ -523,8 +568,10 @@ __all__ = [
     "FirePlan",
     "HeartbeatReply",
     "Lease",
+    "MetricsSnapshot",
     "NewRun",
     "NewSchedule",
+    "Notification",
     "ScheduleEvent",
     "ScheduleRow",
     "Store",

@@ -90,8 +90,3 @@ class Notifications(SqliteConnection):
             return
         with self._write() as c:
             c.executemany("DELETE FROM notifications WHERE seq = ?", [[s] for s in seqs])
-
-    def notification_counts(self) -> dict[str, int]:
-        """Outbox rows by state (pending, delivered, failed)."""
-        rows = self._read("SELECT state, COUNT(*) FROM notifications GROUP BY state")
-        return {str(state): int(n) for state, n in rows}
