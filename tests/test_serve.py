@@ -161,6 +161,8 @@ def test_every_refusal_is_json_and_writes_nothing(api: Api, project: Path) -> No
         (404, "POST", "/signals/replied?key=no-such-key", 1, {}),
         (404, "POST", "/signals/replied?key=done-1", 1, {}),  # its run ended
         (404, "GET", "/no/such/endpoint", None, {}),
+        (404, "GET", "/runs/", None, {}),  # no redirect to /runs
+        (404, "POST", "/runs//cancel", None, {}),
         (405, "DELETE", "/runs", None, {}),
         (409, "POST", f"/runs/{done}/signals/replied", 1, {}),
         (409, "POST", f"/runs/{done}/pause", None, {}),

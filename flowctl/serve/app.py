@@ -36,6 +36,9 @@ def build_app(served: Served) -> Starlette:
         routes=table,
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
     )
+    # No redirect from "/runs/" to "/runs": an empty run id is a 404 like any unknown path,
+    # and a client never gets a 307 that replays its body elsewhere (found by the fuzz test).
+    app.router.redirect_slashes = False
     app.state.served = served
     return app
 
