@@ -15,8 +15,6 @@ import json
 import logging
 import os
 import subprocess
-import urllib.error
-import urllib.request
 from datetime import timedelta
 from typing import Any
 
@@ -137,6 +135,9 @@ class Notifier:
         }
         if config.secret:
             headers[SIGNATURE_HEADER] = signature(config.secret, body)
+        import urllib.error  # only a daemon with a webhook to call pays for loading these
+        import urllib.request
+
         request = urllib.request.Request(config.webhook, data=body, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=config.timeout) as response:
