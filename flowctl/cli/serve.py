@@ -33,7 +33,7 @@ def serve(
         import uvicorn  # noqa: F401
     except ImportError:
         raise UsageError(
-            "flowctl serve needs the HTTP extra: pip install 'flowctl[serve]'"
+            "flowctl serve needs the HTTP extra: pip install 'flowctl-runner[serve]'"
         ) from None
     from flowctl.ops.metrics import render
     from flowctl.serve.auth import check_bind, resolve_token
