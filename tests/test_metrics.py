@@ -89,3 +89,11 @@ def test_status_prometheus_prints_the_same_exposition(
     out = run_main(monkeypatch, "--db", str(db_path), "status", "--prometheus")
     assert out.returncode == 0, out.stderr
     assert samples(out.stdout) == samples(render(store).decode())
+
+
+def test_status_takes_json_or_prometheus_not_both(
+    monkeypatch: pytest.MonkeyPatch, db_path: Path, store: Store
+) -> None:
+    out = run_main(monkeypatch, "--db", str(db_path), "status", "--json", "--prometheus")
+    assert out.returncode == 2
+    assert out.stderr.strip() == "flowctl: give --json or --prometheus, not both"
