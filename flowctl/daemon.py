@@ -133,7 +133,7 @@ class Daemon:
         self._next_fire: datetime | None = None  # soonest schedule fire not yet handled
         # Notifications are delivered by the daemon only; a one-run worker leaves them in
         # the outbox for it.
-        self.notifier = Notifier(store, clock, notify) if only_run_id is None else None
+        self.notifier = Notifier(store, clock, notify, self.owner) if only_run_id is None else None
 
     # -- the loop body -------------------------------------------------------
 

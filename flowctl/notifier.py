@@ -1,7 +1,8 @@
 """Deliver the notification outbox: the daemon's side of `[notify]`.
 
-At least once: a row is claimed for one try (due again after the try's time budget, so a
-daemon killed mid-delivery leaves it to the next one), then settled in one transaction with
+At least once: a row is claimed for one try (due again after the try's time budget, or at
+once when the claiming daemon is provably gone, so a daemon killed mid-delivery leaves it
+to the next one), then settled in one transaction with
 its timeline events. A channel that has had the notification is never tried again for it;
 a failed one is retried with backoff (flowctl.notify.retry_delay) up to `tries` times.
 Receivers can drop duplicates by the X-Flowctl-Delivery header (the outbox row's number).
@@ -47,13 +48,27 @@ def signature(secret: str, body: bytes) -> str:
 
 
 class Notifier:
-    def __init__(self, store: Store, clock: Clock, config: NotifyConfig | None) -> None:
+    def __init__(self, store: Store, clock: Clock, config: NotifyConfig | None, owner: str) -> None:
         self.store = store
         self.clock = clock
         self.config = config
+        self.owner = owner
+
+    def reclaim_orphans(self) -> int:
+        """Rows held by a deliverer that is provably gone (killed mid-try) become due now,
+        rather than after the try's time budget; returns how many."""
+        from flowctl.identity import owner_is_dead
+
+        now = self.clock.now()
+        freed = 0
+        for seq, owner in self.store.notification_claims(now):
+            if owner != self.owner and owner_is_dead(owner):
+                freed += int(self.store.release_notification(seq, owner, now))
+        return freed
 
     def deliver_due(self) -> int:
         """One pass over the due outbox rows; returns how many tries were made."""
+        self.reclaim_orphans()
         now = self.clock.now()
         rows = self.store.due_notifications(now)
         unwanted: list[int] = []
@@ -66,7 +81,8 @@ class Notifier:
                 continue
             todo = [c for c in channels if c not in row.channels_done]
             budget = config.timeout * max(1, len(todo)) + CLAIM_MARGIN
-            if not self.store.claim_notification(row.seq, now, now + timedelta(seconds=budget)):
+            until = now + timedelta(seconds=budget)
+            if not self.store.claim_notification(row.seq, now, until, self.owner):
                 continue  # another daemon has it
             tried += 1
             self._try(row, config, todo)

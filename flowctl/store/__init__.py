@@ -499,9 +499,17 @@ class Store(Protocol):
         """Pending outbox rows due at `now`, oldest first, each with its run's pinned override."""
         ...
 
-    def claim_notification(self, seq: int, now: datetime, until: datetime) -> bool:
-        """Take a due pending row for one try (due again at `until`, tries + 1); False,
-        changing nothing, when it is no longer pending or due (another deliverer took it)."""
+    def claim_notification(self, seq: int, now: datetime, until: datetime, owner: str) -> bool:
+        """Take a due pending row for one try by `owner` (due again at `until`, tries + 1);
+        False, changing nothing, when it is no longer pending or due (another took it)."""
+        ...
+
+    def notification_claims(self, now: datetime) -> list[tuple[int, str]]:
+        """(seq, owner) of pending rows held by a deliverer for a try not yet due again."""
+        ...
+
+    def release_notification(self, seq: int, owner: str, now: datetime) -> bool:
+        """Make a row held by `owner` (a process now gone) due at `now`; False if it moved on."""
         ...
 
     def settle_notification(

@@ -39,15 +39,34 @@ class Notifications(SqliteConnection):
             for r in rows
         ]
 
-    def claim_notification(self, seq: int, now: datetime, until: datetime) -> bool:
+    def claim_notification(self, seq: int, now: datetime, until: datetime, owner: str) -> bool:
         """Take one pending row for a delivery try: it is due again at `until` (so a crash
         mid-delivery leaves it to the next try), and its try count goes up. False, changing
         nothing, when another deliverer took it first."""
         with self._write() as c:
             cur = c.execute(
-                "UPDATE notifications SET due_at = ?, tries = tries + 1"
+                "UPDATE notifications SET due_at = ?, tries = tries + 1, claimed_by = ?"
                 " WHERE seq = ? AND state = 'pending' AND due_at <= ?",
-                [to_us(until), seq, to_us(now)],
+                [to_us(until), owner, seq, to_us(now)],
+            )
+            return cur.rowcount == 1
+
+    def notification_claims(self, now: datetime) -> list[tuple[int, str]]:
+        """(seq, owner) of pending rows a deliverer holds for a try not yet due again."""
+        rows = self._read(
+            "SELECT seq, claimed_by FROM notifications WHERE state = 'pending'"
+            " AND claimed_by IS NOT NULL AND due_at > ? ORDER BY seq",
+            [to_us(now)],
+        )
+        return [(int(r[0]), str(r[1])) for r in rows]
+
+    def release_notification(self, seq: int, owner: str, now: datetime) -> bool:
+        """Make a row `owner` held due at `now` (its owner is gone); False if it moved on."""
+        with self._write() as c:
+            cur = c.execute(
+                "UPDATE notifications SET due_at = ?, claimed_by = NULL"
+                " WHERE seq = ? AND state = 'pending' AND claimed_by = ?",
+                [to_us(now), seq, owner],
             )
             return cur.rowcount == 1
 
@@ -69,7 +88,7 @@ class Notifications(SqliteConnection):
         with self._write() as c:
             c.execute(
                 "UPDATE notifications SET channels_done = ?, last_error = ?, state = ?,"
-                " due_at = COALESCE(?, due_at), finished_at = ? WHERE seq = ?",
+                " due_at = COALESCE(?, due_at), finished_at = ?, claimed_by = NULL WHERE seq = ?",
                 [
                     json.dumps(sorted(done)),
                     error,

@@ -306,7 +306,8 @@ def _migration_13(db: sqlite_utils.Database) -> None:
     """Notifications (issue 16): an outbox row is written in the transaction that ends a run,
     so a notification is never lost to a crash between the ending and its delivery. The
     daemon delivers it at least once, retrying at `due_at` with backoff, up to a bounded
-    number of tries. `runs.notify` is the workflow's own `notify:` override (JSON), pinned
+    number of tries. `claimed_by` is the daemon trying it now: when that process is
+    provably gone, the next daemon retries at once instead of waiting out the try's budget. `runs.notify` is the workflow's own `notify:` override (JSON), pinned
     when the run starts."""
     db.execute(
         """
@@ -322,6 +323,7 @@ def _migration_13(db: sqlite_utils.Database) -> None:
             tries INTEGER NOT NULL DEFAULT 0,
             channels_done TEXT,
             last_error TEXT,
+            claimed_by TEXT,
             finished_at INTEGER
         ) STRICT
         """
