@@ -33,8 +33,6 @@ from flowctl.errors import (
 )
 from flowctl.ids import HOST, make_owner, owner_is_dead, proc_start
 from flowctl.model import JournalEntry, RunStatus, from_us, to_us
-from flowctl.notifier import Notifier
-from flowctl.notify import NotifyConfig
 from flowctl.schedule.firing import Scheduler
 from flowctl.store import Claim, Store
 from flowctl.wheel import TimerWheel
@@ -46,7 +44,6 @@ JUMP_THRESHOLD = 2.0  # seconds of disagreement between wall and monotonic time
 UNWIND_WAIT = 0.5  # after the grace period: time for interrupted handlers to stop, then exit
 REAP_EVERY = 1.0  # seconds between checks for dead owners holding leases
 WATCH_FILE_EVERY = 1.0  # seconds between checks that the database file is still at its path
-NOTIFY_EVERY = 0.25  # seconds between passes over the notification outbox
 FULL_RETRY = 1.0  # seconds between retries while the disk (or the database) is full
 
 
@@ -84,7 +81,6 @@ class Daemon:
         only_run_id: str | None = None,
         on_checkpoint: Callable[[JournalEntry], None] | None = None,
         on_outcome: Callable[[Outcome], None] | None = None,
-        notify: NotifyConfig | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -131,9 +127,6 @@ class Daemon:
         # Schedules fire from the daemon, never from a one-run worker (`flowctl run --wait`).
         self.scheduler = Scheduler(store, clock) if only_run_id is None else None
         self._next_fire: datetime | None = None  # soonest schedule fire not yet handled
-        # Notifications are delivered by the daemon only; a one-run worker leaves them in
-        # the outbox for it.
-        self.notifier = Notifier(store, clock, notify, self.owner) if only_run_id is None else None
 
     # -- the loop body -------------------------------------------------------
 
@@ -241,10 +234,6 @@ class Daemon:
             self._workers.append(t)
         hb = threading.Thread(target=self._heartbeat_loop, name="flowctl-heartbeat", daemon=True)
         hb.start()
-        nt = None
-        if self.notifier is not None:
-            nt = threading.Thread(target=self._notify_loop, name="flowctl-notify", daemon=True)
-            nt.start()
         try:
             with self.store.own_writes():
                 return self._serve(until_idle)
@@ -255,8 +244,6 @@ class Daemon:
             self.store.set_group_commit(False)
             self._served.set()
             hb.join(timeout=5)
-            if nt is not None:
-                nt.join(timeout=5)
             try:
                 if not self._db_gone:  # never write to a file that is no longer there
                     self.store.unregister_daemon(self.owner, self.clock.now())
@@ -555,21 +542,6 @@ class Daemon:
             return
         if n:
             log.warning("released %d run(s) for another worker to reclaim (%s)", n, reason)
-
-    def _notify_loop(self) -> None:
-        """Deliver due notifications until run_forever returns; a delivery never holds up
-        claims or heartbeats (it runs on this thread, with its own timeout)."""
-        if self.notifier is None:
-            return
-        with self.store.own_writes():
-            while not self._served.is_set() and not self._db_gone:
-                try:
-                    self.notifier.deliver_due()
-                except DatabaseError as e:
-                    log.warning("notification pass failed: %s", e)
-                except Exception:
-                    log.exception("notification pass failed")
-                self.clock.wait(self._served, NOTIFY_EVERY)
 
     def _heartbeat_loop(self) -> None:
         with self.store.own_writes():

@@ -16,10 +16,12 @@ import json
 import logging
 import os
 import subprocess
+import threading
 from datetime import timedelta
 from typing import Any
 
 from flowctl.clock import Clock
+from flowctl.errors import DatabaseError
 from flowctl.limits import one_line
 from flowctl.model import Run
 from flowctl.notify import (
@@ -36,6 +38,7 @@ from flowctl.store.records import Notification
 log = logging.getLogger(__name__)
 
 CLAIM_MARGIN = 5.0  # seconds past a try's own time budget before another daemon retries it
+PASS_EVERY = 0.25  # seconds between passes over the outbox
 
 
 class DeliveryError(Exception):
@@ -54,10 +57,30 @@ class Notifier:
         self.config = config
         self.owner = owner
 
+    def start(self, stop: threading.Event) -> threading.Thread:
+        """Deliver on a thread of its own until `stop` is set: a slow receiver never holds
+        up the daemon's claims or heartbeats. `flowctl daemon` runs one beside its loop; a
+        one-run worker (`flowctl run --wait`) runs none and leaves the outbox to a daemon."""
+        thread = threading.Thread(target=self._serve, args=(stop,), name="flowctl-notify")
+        thread.daemon = True
+        thread.start()
+        return thread
+
+    def _serve(self, stop: threading.Event) -> None:
+        with self.store.own_writes():
+            while not stop.is_set():
+                try:
+                    self.deliver_due()
+                except DatabaseError as e:
+                    log.warning("notification pass failed: %s", e)
+                except Exception:
+                    log.exception("notification pass failed")
+                self.clock.wait(stop, PASS_EVERY)
+
     def reclaim_orphans(self) -> int:
         """Rows held by a deliverer that is provably gone (killed mid-try) become due now,
         rather than after the try's time budget; returns how many."""
-        from flowctl.identity import owner_is_dead
+        from flowctl.ids import owner_is_dead
 
         now = self.clock.now()
         freed = 0

@@ -125,6 +125,15 @@ def override_json(table: Any) -> dict[str, Any] | None:
     return {k: table[k] for k in OVERRIDE_KEYS if k in table}
 
 
+def checked_override(value: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """A workflow's `notify:` value as a run pins it, or the one-line problem with it."""
+    try:
+        parse_notify(value, "notify", override=True)
+    except ConfigError as e:
+        return None, str(e).removeprefix("notify: ")
+    return override_json(value), None
+
+
 def effective(config: NotifyConfig | None, override: Mapping[str, Any] | None) -> NotifyConfig:
     """The deliverer's [notify] with the run's pinned override on top, key by key."""
     base = config or NotifyConfig(on=frozenset())

@@ -27,15 +27,19 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "sqlite3": ("flowctl.store",),
     "sqlite_utils": ("flowctl.store",),
     "psycopg": ("flowctl.store",),
+    "starlette": ("flowctl.serve",),
+    "uvicorn": ("flowctl.serve",),
 }
 FRONT_ENDS: dict[str, tuple[str, ...]] = {
     "flowctl.cli": ("flowctl.cli", "flowctl.__main__"),
     "flowctl.tui": ("flowctl.tui", "flowctl.cli"),
+    "flowctl.serve": ("flowctl.serve", "flowctl.cli"),
     # operator actions are for front ends; the core below them never calls up
     "flowctl.ops": (
         "flowctl.ops",
         "flowctl.cli",
         "flowctl.tui",
+        "flowctl.serve",
         "flowctl.client",
         "flowctl.testing",
     ),
@@ -48,11 +52,13 @@ EXECUTION = (
     "flowctl.engine",
     "flowctl.workflow",
     "flowctl.daemon",
+    "flowctl.notifier",
     "flowctl.wheel",
     "flowctl.client",
     "flowctl.testing",
     "flowctl.cli",
     "flowctl.tui",
+    "flowctl.serve",
     "flowctl.ops",
     "flowctl.yamlflow",
     "flowctl.schedule",

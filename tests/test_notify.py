@@ -17,6 +17,7 @@ from flowctl.config import load_config
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.errors import ConfigError, ValidationError
 from flowctl.model import RunStatus
+from flowctl.notifier import Notifier
 from flowctl.notify import NotifyConfig, events_of, parse_notify, retry_delay, wanted
 from flowctl.ops.metrics import render
 from flowctl.store import Store
@@ -73,8 +74,16 @@ def timeline(store: Store, run_id: str, *types: str) -> list[dict[str, object]]:
     return [e.data for e in store.timeline(run_id) if e.type in types]
 
 
-def daemon_with(store: Store, clock: FakeClock, notify: NotifyConfig | None) -> Daemon:
-    return Daemon(store, clock, DaemonConfig(concurrency=1), notify=notify)
+class WithNotifier(Daemon):
+    """A tick()-driven daemon and the notifier `flowctl daemon` runs beside it."""
+
+    def __init__(self, store: Store, clock: FakeClock, notify: NotifyConfig | None) -> None:
+        super().__init__(store, clock, DaemonConfig(concurrency=1))
+        self.notifier = Notifier(store, clock, notify, self.owner)
+
+
+def daemon_with(store: Store, clock: FakeClock, notify: NotifyConfig | None) -> WithNotifier:
+    return WithNotifier(store, clock, notify)
 
 
 def start(store: Store, flows: Path, fn: str, clock: FakeClock, **kw: object) -> str:
@@ -92,7 +101,6 @@ def test_a_dead_run_is_posted_once_with_an_hmac_signature(
         assert store.get_run(run_id).status is RunStatus.DEAD
         # Recorded with the ending, before anyone delivered it.
         assert outbox(db_path) == [(run_id, "dead", "pending", 0)]
-        assert daemon.notifier is not None
         assert daemon.notifier.deliver_due() == 1
         assert daemon.notifier.deliver_due() == 0
     assert len(hook.received) == 1
@@ -118,7 +126,7 @@ def test_a_command_gets_the_run_on_stdin_and_its_id_and_status_in_env(
     daemon = daemon_with(store, fake_clock, config)
     run_id = start(store, flows, "fine", fake_clock)
     daemon.tick()
-    assert daemon.notifier is not None and daemon.notifier.deliver_due() == 1
+    assert daemon.notifier.deliver_due() == 1
     line = (tmp_path / "out.log").read_text().splitlines()
     assert len(line) == 1
     rid, status, event, body = line[0].split(" ", 3)
@@ -135,7 +143,6 @@ def test_failures_retry_with_backoff_up_to_the_bound_then_give_up(
         daemon = daemon_with(store, fake_clock, config)
         run_id = start(store, flows, "doomed", fake_clock)
         daemon.tick()
-        assert daemon.notifier is not None
         notifier = daemon.notifier
         assert notifier.deliver_due() == 1
         assert notifier.deliver_due() == 0  # not due again before its backoff
@@ -167,7 +174,6 @@ def test_a_channel_that_had_it_is_not_told_again(
         daemon = daemon_with(store, fake_clock, config)
         run_id = start(store, flows, "doomed", fake_clock)
         daemon.tick()
-        assert daemon.notifier is not None
         daemon.notifier.deliver_due()
         hook.status = 200
         fake_clock.advance(retry_delay(1))
@@ -191,7 +197,7 @@ def test_unsubscribed_endings_are_dropped_and_timed_out_is_its_own_event(
         daemon.tick()
         assert store.get_run(late).status is RunStatus.DEAD
         assert store.get_run(done).status is RunStatus.COMPLETED
-        assert daemon.notifier is not None and daemon.notifier.deliver_due() == 1
+        assert daemon.notifier.deliver_due() == 1
     assert [h["x-flowctl-event"] for h, _ in hook.received] == ["timed_out"]
     assert [r[0] for r in outbox(db_path)] == [late]  # the completed run's row was dropped
 
@@ -207,7 +213,7 @@ def test_workflow_overrides_pin_with_the_run(
         for _ in range(3):
             daemon.tick()
         assert store.get_run(quiet).status is RunStatus.DEAD
-        assert daemon.notifier is not None and daemon.notifier.deliver_due() == 1
+        assert daemon.notifier.deliver_due() == 1
     assert [h["x-flowctl-run"] for h, _ in hook.received] == [loud]
     assert (tmp_path / "out.log").read_text().startswith(f"{loud} completed")
 

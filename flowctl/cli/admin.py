@@ -122,6 +122,7 @@ def daemon(
 ) -> None:
     """Run queued work and wake sleepers on time; SIGTERM/Ctrl-C drains.  Example: flowctl daemon -c 8"""
     from flowctl.daemon import Daemon
+    from flowctl.notifier import Notifier
 
     st = _state(ctx)
     level = getattr(logging, log_level.upper(), None)
@@ -140,7 +141,7 @@ def daemon(
         level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
     )
     created = not st.db_path.exists()
-    d = Daemon(_open_when_room(st), st.clock, cfg, notify=st.config.notify())
+    d = Daemon(_open_when_room(st), st.clock, cfg)
     logging.getLogger("flowctl").info(
         "daemon %s %s %s (concurrency %d, lease %gs, heartbeat %gs)",
         d.owner,
@@ -159,7 +160,13 @@ def daemon(
         )
         break
     _sync_at_daemon_start(st)  # YAML `schedule:` blocks and flowctl.toml [schedules.*]
-    code = d.run_forever(until_idle=until_idle, install_signals=True)
+    # Notifications go out beside the daemon's loop, on their own thread, as this daemon.
+    served = threading.Event()
+    Notifier(d.store, st.clock, st.config.notify(), d.owner).start(served)
+    try:
+        code = d.run_forever(until_idle=until_idle, install_signals=True)
+    finally:
+        served.set()
     raise typer.Exit(code)
 
 

@@ -29,16 +29,16 @@ def serve(
 ) -> None:
     """Serve the JSON HTTP API; needs FLOWCTL_TOKEN or [serve] token.  Example: FLOWCTL_TOKEN=... flowctl serve --port 8765"""
     try:
-        import starlette  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError:
+        from flowctl.serve.routes import Served
+        from flowctl.serve.server import run
+    except ImportError as e:
+        if e.name not in ("starlette", "uvicorn"):
+            raise
         raise UsageError(
             "flowctl serve needs the HTTP extra: pip install 'flowctl-runner[serve]'"
         ) from None
     from flowctl.ops.metrics import render
     from flowctl.serve.auth import check_bind, resolve_token
-    from flowctl.serve.routes import Served
-    from flowctl.serve.server import run
 
     st = _state(ctx)
     config = st.config

@@ -6,6 +6,8 @@ from __future__ import annotations
 import socket
 import sys
 
+import uvicorn
+
 from flowctl.errors import UsageError
 from flowctl.serve.app import build_app
 from flowctl.serve.routes import Served
@@ -29,8 +31,6 @@ def bind(host: str, port: int) -> socket.socket:
 
 def run(served: Served, host: str, port: int, *, log_level: str = "warning") -> None:
     """Serve until SIGINT or SIGTERM (uvicorn's own handlers stop it cleanly)."""
-    import uvicorn
-
     sock = bind(host, port)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host

@@ -295,18 +295,13 @@ class _Validator:
         )
 
     def notify_block(self, node: Node) -> dict[str, Any] | None:
-        """`notify:` overrides flowctl.toml's [notify] for this workflow (`false` silences
-        it); checked by the same rules as the table."""
-        from flowctl.errors import ConfigError
-        from flowctl.notify import override_json, parse_notify
+        """`notify:` overrides flowctl.toml's [notify] for this workflow (`false` silences it)."""
+        from flowctl.notify import checked_override
 
-        value = _plain(node)
-        try:
-            parse_notify(value, "notify", override=True)
-        except ConfigError as e:
-            self.bad(node, "notify", str(e).removeprefix("notify: "))
-            return None
-        return override_json(value)
+        pinned, problem = checked_override(_plain(node))
+        if problem:
+            self.bad(node, "notify", problem)
+        return pinned
 
     def input_block(self, node: Node) -> None:
         if not node.is_map:
@@ -798,8 +793,7 @@ class _Validator:
 
 def _plain(node: Node) -> Any:
     """A Node tree as plain Python values."""
-    if isinstance(node.value, dict):
-        return {k: _plain(v) for k, v in node.value.items()}
-    if isinstance(node.value, list):
-        return [_plain(v) for v in node.value]
-    return node.value
+    value = node.value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return [_plain(v) for v in value] if isinstance(value, list) else value
