@@ -22,7 +22,7 @@ from flowctl import ops
 from flowctl.clock import Clock
 from flowctl.durations import parse_duration
 from flowctl.errors import FlowctlError, UsageError
-from flowctl.limits import MAX_COUNT, check_utf8, loads_json
+from flowctl.limits import MAX_COUNT, check_utf8, loads_json, one_line
 from flowctl.serve.auth import token_matches
 from flowctl.serve.errors import MAX_BODY, HttpError, status_for
 from flowctl.store import Store
@@ -56,6 +56,7 @@ def served(request: Request) -> Served:
 
 
 def error_response(status: int, message: str) -> JSONResponse:
+    message = one_line(message)  # a quoted value may hold a newline; the error never does
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
@@ -78,7 +79,7 @@ async def call(request: Request, op: Callable[[], Any], status: int = 200) -> Re
     except HttpError as e:
         return error_response(e.status, e.message)
     except FlowctlError as e:
-        return error_response(status_for(e), str(e))
+        return error_response(status_for(e), one_line(str(e)))
     except (OverflowError, RecursionError) as e:
         return error_response(400, f"a value is out of range: {type(e).__name__}")
     if isinstance(result, Response):
