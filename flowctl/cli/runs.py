@@ -531,19 +531,15 @@ def send_signal(
     data: Annotated[str, typer.Option("--data", help="JSON payload.")] = "null",
     as_json: Annotated[bool, typer.Option("--json", help="Print the run as JSON.")] = False,
 ) -> None:
-    """Send a signal to a run, by id or by key.  Example: flowctl signal 01jd approved --data '{"by":"ana"}'
-    or flowctl signal --key user-42 replied"""
+    """Send a signal to a run, by id or by key.  Example: flowctl signal --key user-42 replied"""
     st = _state(ctx)
-    wanted = 1 if key is not None else 2
-    if len(args) != wanted:
+    if len(args) != (1 if key is not None else 2):
         shape = "NAME (with --key)" if key is not None else "RUN NAME (or --key KEY NAME)"
         raise UsageError(f"signal takes {shape}, got {len(args)} argument(s)")
-    payload = ops.parse_json_arg("--data", data)
+    payload, name = ops.parse_json_arg("--data", data), args[-1]
     if key is not None:
-        name = args[0]
         run_obj = ops.send_signal_by_key(st.store, key, name, payload, clock=st.clock)
     else:
-        name = args[1]
         run_obj = ops.send_signal(st.store, args[0], name, payload, clock=st.clock)
     if as_json:
         _emit_json(_run_json(run_obj))
