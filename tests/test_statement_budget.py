@@ -69,4 +69,6 @@ def test_a_three_step_run_stays_within_its_statement_budget(
     # the last claim, which finds nothing left)
     assert len(commits) == 5 * n + 1
     assert fence_only == []  # every fence check reads what its write needs
-    assert per_run <= 28, f"{per_run:.1f} statements per three-step run (was 37 before)"
+    # 29 since issue 16: the completion also writes the run's notification outbox row, in
+    # its own transaction, so no ending is lost before its notification goes out
+    assert per_run <= 29, f"{per_run:.1f} statements per three-step run (was 37 before)"
