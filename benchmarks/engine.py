@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,7 +19,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import bytecode  # noqa: E402
 
 from flowctl import ops  # noqa: E402
 from flowctl.clock import FakeClock, SystemClock  # noqa: E402
@@ -89,37 +86,9 @@ def replay_cost(tmp: Path, sizes: list[int]) -> None:
 
 
 def startup(tmp: Path, repeats: int) -> None:
-    exe = ROOT / ".venv" / "bin" / "flowctl"
-    if not exe.exists():
-        print(f"startup: {exe} not found (make the venv: python -m venv .venv && pip install -e .)")
-        return
-    db = tmp / "startup.db"
-    Store(db).close()  # `ls` opens an existing database only
-    print(f"start-up through {exe.relative_to(ROOT)} (median of {repeats}, after one warm-up)")
-    print(f"  this machine: {bytecode.describe()}")
-    where = subprocess.run(
-        [str(exe.parent / "python"), "-c", "import flowctl; print(flowctl.__file__)"],
-        cwd=tmp,
-        env={**os.environ, "FLOWCTL_DB": str(db)},
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    if not where.startswith(str(ROOT)):
-        print(f"  note: the entry point loads {where}, not this checkout (pip install -e .)")
-    for label, variant in bytecode.envs(tmp):
-        print(f"  {label}:")
-        for args, target in ((["--help"], 250), (["ls"], 350)):
-            times = []
-            for i in range(repeats + 1):
-                t = time.perf_counter()
-                subprocess.run(
-                    [str(exe), *args], env={**variant, "FLOWCTL_DB": str(db)}, capture_output=True,
-                    check=True,
-                )  # fmt: skip
-                if i:
-                    times.append(time.perf_counter() - t)
-            med = statistics.median(times)
-            print(f"    flowctl {' '.join(args):<7} {med * 1000:6.0f} ms  (target < {target} ms)")
+    import startup as startup_bench  # benchmarks/startup.py: wall and CPU, both bytecode cases
+
+    startup_bench.startup(tmp, repeats)
 
 
 def main() -> None:

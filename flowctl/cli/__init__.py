@@ -15,13 +15,15 @@ try:  # typer >= 0.26 ships its own copy of click
 except ImportError:  # pragma: no cover - older typer uses click itself
     from click import exceptions as click_exc  # type: ignore[no-redef]
 
-from flowctl.cli import admin, runs
+from flowctl.cli import admin, coerce, runs
 from flowctl.cli.common import State, _Group
 from flowctl.cli.schedule import agenda, schedule_app
 from flowctl.cli.serve import serve
 from flowctl.clock import SystemClock
 from flowctl.errors import FlowctlError
 from flowctl.limits import is_utf8, one_line, shown_bytes
+
+coerce.install()  # before any command is parsed: keeps pydantic off the start-up path
 
 app = typer.Typer(
     cls=_Group,

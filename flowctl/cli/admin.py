@@ -10,7 +10,7 @@ import logging
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -27,7 +27,9 @@ from flowctl.cli.schedule import _sync_at_daemon_start
 from flowctl.durations import parse_duration
 from flowctl.errors import FlowctlError, UsageError
 from flowctl.limits import one_line
-from flowctl.store import Store
+
+if TYPE_CHECKING:
+    from flowctl.store import Store
 
 # ---------------------------------------------------------------------------
 # init / workflows

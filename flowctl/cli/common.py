@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperGroup
@@ -22,8 +22,10 @@ from flowctl.config import Config, load_config, resolve_db
 from flowctl.durations import format_duration, parse_duration
 from flowctl.errors import FlowctlError
 from flowctl.limits import one_line
-from flowctl.model import Run
-from flowctl.store import Store, open_store
+
+if TYPE_CHECKING:  # the store (sqlite_utils, the backend) loads when a command opens it
+    from flowctl.model import Run
+    from flowctl.store import Store
 
 
 class _Group(TyperGroup):
@@ -65,6 +67,8 @@ class State:
         nothing is created. One this process cannot write opens read-only, and says so;
         a write to it is then one line ("read-only database: ...")."""
         if self._store is None:
+            from flowctl.store import open_store
+
             self._store = open_store(
                 self.db_path,
                 durability=str(self.config.get("durability")),
@@ -84,6 +88,8 @@ class State:
         add/sync`): with `create`, a missing file (and folder, 0700) is created; it must be
         writable. Returns the store that `store` returns from then on."""
         if self._store is None:
+            from flowctl.store import open_store
+
             self._store = open_store(
                 self.db_path, durability=str(self.config.get("durability")), create=create
             )

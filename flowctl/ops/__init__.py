@@ -11,51 +11,54 @@ import a front end needs.
 
 from __future__ import annotations
 
-from flowctl.ops.parse import (
-    STATUS_NAMES,
-    parse_duration_or_time,
-    parse_input_lines,
-    parse_inputs,
-    parse_json_arg,
-    parse_since,
-    parse_start_at,
-    parse_statuses,
-    parse_time,
-)
-from flowctl.ops.runs import (
-    RunDetail,
-    Started,
-    StatusReport,
-    cancel,
-    count_listed,
-    count_runs,
-    explain_detail,
-    fork,
-    list_runs,
-    list_workflows,
-    other_live_daemons,
-    pause,
-    pause_workflow,
-    redrive,
-    redrive_many,
-    rerun,
-    resume,
-    resume_workflow,
-    run_by_key,
-    send_signal,
-    send_signal_by_key,
-    show_run,
-    source_changed_note,
-    start,
-    start_many,
-    status,
-    waiting_for,
-    wake_now,
-    why,
-    why_facts,
-    why_run,
-    workflow_names,
-)
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from flowctl.ops.parse import (
+        STATUS_NAMES,
+        parse_duration_or_time,
+        parse_input_lines,
+        parse_inputs,
+        parse_json_arg,
+        parse_since,
+        parse_start_at,
+        parse_statuses,
+        parse_time,
+    )
+    from flowctl.ops.runs import (
+        RunDetail,
+        Started,
+        StatusReport,
+        cancel,
+        count_listed,
+        count_runs,
+        explain_detail,
+        fork,
+        list_runs,
+        list_workflows,
+        other_live_daemons,
+        pause,
+        pause_workflow,
+        redrive,
+        redrive_many,
+        rerun,
+        resume,
+        resume_workflow,
+        run_by_key,
+        send_signal,
+        send_signal_by_key,
+        show_run,
+        source_changed_note,
+        start,
+        start_many,
+        status,
+        waiting_for,
+        wake_now,
+        why,
+        why_facts,
+        why_run,
+        workflow_names,
+    )
 
 __all__ = [
     "STATUS_NAMES",
@@ -100,3 +103,19 @@ __all__ = [
     "why_run",
     "workflow_names",
 ]
+
+
+_PARSE = frozenset(name for name in __all__ if name.startswith("parse_") or name == "STATUS_NAMES")
+
+
+def __getattr__(name: str) -> object:
+    """A re-exported name, imported on first use: `from flowctl import ops` costs nothing,
+    so a front end's start-up pays only for the actions it calls (`flowctl --help` none)."""
+    if name not in __all__:
+        raise AttributeError(f"module 'flowctl.ops' has no attribute {name!r}")
+    import importlib
+
+    module = importlib.import_module("flowctl.ops.parse" if name in _PARSE else "flowctl.ops.runs")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value

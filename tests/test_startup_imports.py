@@ -1,0 +1,166 @@
+"""Start-up stays cheap: parsing `flowctl --help`, or importing the CLI or the package,
+loads none of the heavy modules (issue 17, item 4). The time itself is a benchmark
+(benchmarks/startup.py), never asserted here; what is asserted is which modules load.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from flowctl.cli import app, coerce
+
+HEAVY = (
+    "textual",
+    "yaml",
+    "cronsim",
+    "flowctl.engine",
+    "flowctl.daemon",
+    "flowctl.context",
+    "flowctl.workflow",
+    "flowctl.yamlflow",
+    "flowctl.schedule",
+    "flowctl.store",
+    "sqlite3",
+    "sqlite_utils",
+    "psycopg",
+    "starlette",
+    "uvicorn",
+    "httpx",
+    "pydantic",
+    "rich",
+)
+
+
+def _loaded_after(code: str) -> list[str]:
+    """Top-level-or-flowctl module names from HEAVY loaded after running `code` fresh."""
+    probe = (
+        "import sys, json\n"
+        f"{code}\n"
+        f"heavy = {HEAVY!r}\n"
+        "print(json.dumps(sorted(m for m in sys.modules"
+        " if any(m == h or m.startswith(h + '.') for h in heavy))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    loaded: list[str] = json.loads(out.strip().splitlines()[-1])
+    return loaded
+
+
+HELP = (
+    "import flowctl.cli\n"
+    "try:\n"
+    "    flowctl.cli.app({argv!r}, prog_name='flowctl', standalone_mode=False)\n"
+    "except SystemExit:\n"
+    "    pass\n"
+)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import flowctl",
+        "import flowctl.cli",
+        HELP.format(argv=["--help"]),
+        HELP.format(argv=["ls", "--help"]),
+        HELP.format(argv=["schedule", "--help"]),
+        HELP.format(argv=["tui", "--help"]),
+    ],
+    ids=[
+        "import flowctl",
+        "import flowctl.cli",
+        "--help",
+        "ls --help",
+        "schedule --help",
+        "tui --help",
+    ],
+)
+def test_start_up_loads_no_heavy_module(code: str) -> None:
+    assert _loaded_after(code) == []
+
+
+def test_ls_loads_the_store_but_not_the_engine_or_pydantic(tmp_path: object) -> None:
+    code = (
+        "import os, flowctl.cli\n"
+        f"os.environ['FLOWCTL_DB'] = {str(tmp_path) + '/f.db'!r}\n"
+        "try:\n"
+        "    flowctl.cli.app(['ls'], prog_name='flowctl', standalone_mode=False)\n"
+        "except BaseException:\n"
+        "    pass\n"
+    )
+    loaded = _loaded_after(code)
+    assert "flowctl.store" in loaded  # the probe really ran `ls` as far as the database
+    for name in ("pydantic", "textual", "yaml", "cronsim", "flowctl.engine", "flowctl.daemon"):
+        assert not any(m == name or m.startswith(name + ".") for m in loaded), name
+
+
+def test_public_api_still_resolves_lazily() -> None:
+    import flowctl
+    from flowctl.errors import FlowctlError
+    from flowctl.workflow import workflow
+
+    assert flowctl.FlowctlError is FlowctlError
+    assert flowctl.workflow is workflow
+    assert "Client" in dir(flowctl)
+    with pytest.raises(AttributeError):
+        _ = flowctl.no_such_name  # type: ignore[attr-defined]
+
+
+# --- the plain converter accepts and rejects what Typer's pydantic one does ----------
+
+
+def _cmd(
+    n: int = typer.Option(5, "-n", max=10),
+    name: str = typer.Option("x"),
+    tag: list[str] = typer.Option([], "--tag"),  # noqa: B008
+    flag: bool = typer.Option(False, "--flag"),
+) -> None:
+    typer.echo(json.dumps([n, name, tag, flag]))
+
+
+ARGS = [
+    ["-n", "7"],
+    ["-n", " 7"],
+    ["-n", "+3"],
+    ["-n", "-2"],
+    ["-n", "10"],
+    ["-n", "11"],
+    ["-n", "abc"],
+    ["-n", "2.5"],
+    ["-n", ""],
+    ["--name", "héllo", "--tag", "a", "--tag", "b", "--flag"],
+    [],
+]
+
+
+@pytest.mark.parametrize("argv", ARGS, ids=[" ".join(a) or "defaults" for a in ARGS])
+def test_plain_converter_agrees_with_typers(argv: list[str]) -> None:
+    assert coerce.installed()
+    ours = CliRunner().invoke(_fresh_probe(), argv)
+    with coerce.typers_converter():
+        assert not coerce.installed()
+        theirs = CliRunner().invoke(_fresh_probe(), argv)
+    assert ours.exit_code == theirs.exit_code, (ours.output, theirs.output)
+    if ours.exit_code == 0:
+        assert json.loads(ours.output) == json.loads(theirs.output)
+
+
+def _fresh_probe() -> typer.Typer:
+    fresh = typer.Typer()
+    fresh.command()(_cmd)
+    return fresh
+
+
+def test_install_is_idempotent_and_used_by_the_app() -> None:
+    coerce.install()
+    coerce.install()
+    assert coerce.installed()
+    result = CliRunner().invoke(app, ["ls", "-n", "abc"])
+    assert result.exit_code == 2
+    assert "'abc' is not a whole number" in result.output
