@@ -128,9 +128,11 @@ class Run:
         return mask_secrets(self.input, self.secret_keys)
 
     def to_json(self) -> dict[str, Any]:
+        """The run object of every `--json`: `id` is the run's id; `run_id` repeats it, an
+        alias kept only for scripts written before `id` (do not use it in new ones)."""
         return {
             "id": self.run_id,
-            "run_id": self.run_id,
+            "run_id": self.run_id,  # alias of "id" (documented in `flowctl ls --help`)
             "workflow": self.workflow,
             "target": self.target,
             "kind": self.kind,

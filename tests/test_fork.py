@@ -231,5 +231,5 @@ def test_help_has_examples(invoke: Any) -> None:
     def help_of(command: str) -> str:
         return " ".join(invoke(command, "--help").stdout.split())
 
-    assert "Example: flowctl fork 01jd --from 3 --wait" in help_of("fork")
-    assert "Example: flowctl rerun 01jd --wait" in help_of("rerun")
+    assert "Examples: flowctl fork m8rtkeef --from 3 --wait" in help_of("fork")
+    assert "Examples: flowctl rerun m8rtkeef --wait" in help_of("rerun")

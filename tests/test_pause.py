@@ -417,4 +417,4 @@ def test_pause_resume_commands(invoke: Any, fake_clock: FakeClock) -> None:
 def test_help_has_examples(invoke: Any) -> None:
     for command in ("pause", "resume"):
         text = " ".join(invoke(command, "--help").stdout.split())
-        assert f"Example: flowctl {command} 01jd" in text
+        assert f"Examples: flowctl {command} m8rtkeef" in text

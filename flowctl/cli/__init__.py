@@ -28,9 +28,10 @@ coerce.install()  # before any command is parsed: keeps pydantic off the start-u
 app = typer.Typer(
     cls=_Group,
     no_args_is_help=True,
-    rich_markup_mode=None,
+    rich_markup_mode=None,  # Rich help costs its import on every --help: see helpfmt.py
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     help="Durable workflows on one machine: one command, one SQLite file.",
 )
 

@@ -102,18 +102,37 @@ def workflows(
 # daemon / status
 
 
+def _from_config(key: str) -> str:
+    """The default shown for a daemon option that flowctl.toml may set."""
+    from flowctl.config import DEFAULTS
+
+    return f"[default: {DEFAULTS[key]}, or `{key}` in flowctl.toml]"
+
+
 def daemon(
     ctx: typer.Context,
     concurrency: Annotated[
         int | None,
-        typer.Option("--concurrency", "-c", max=1024, help="Runs executed at once."),
+        typer.Option(
+            "--concurrency",
+            "-c",
+            max=1024,
+            help=f"Runs executed at once.  {_from_config('concurrency')}",
+        ),
     ] = None,
-    lease: Annotated[str | None, typer.Option("--lease", help="Lease length, e.g. 15s.")] = None,
+    lease: Annotated[
+        str | None, typer.Option("--lease", help=f"Lease length.  {_from_config('lease')}")
+    ] = None,
     heartbeat: Annotated[
-        str | None, typer.Option("--heartbeat", help="Heartbeat interval, e.g. 1s.")
+        str | None,
+        typer.Option("--heartbeat", help=f"Heartbeat interval.  {_from_config('heartbeat')}"),
     ] = None,
     grace: Annotated[
-        str | None, typer.Option("--grace", help="On SIGTERM, wait this long for running handlers.")
+        str | None,
+        typer.Option(
+            "--grace",
+            help=f"On SIGTERM, wait this long for running handlers.  {_from_config('grace')}",
+        ),
     ] = None,
     until_idle: Annotated[
         bool, typer.Option("--until-idle", help="Exit when nothing is running or due.")

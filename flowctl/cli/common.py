@@ -29,6 +29,14 @@ if TYPE_CHECKING:  # the store (sqlite_utils, the backend) loads when a command 
 
 
 class _Group(TyperGroup):
+    """flowctl's groups: help that names things (cli/helpfmt.py) and one error boundary."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from flowctl.cli.helpfmt import polish
+
+        polish(self)
+
     def invoke(self, ctx: Any) -> Any:
         try:
             rv = super().invoke(ctx)
@@ -104,6 +112,9 @@ def _state(ctx: typer.Context) -> State:
 
 # ---------------------------------------------------------------------------
 # rendering helpers
+
+
+RUN_LIST_JSON_HELP = "Print a JSON list of run objects; `id` is the run id (`run_id`: an alias kept for old scripts)."
 
 
 def _emit_json(data: Any) -> None:

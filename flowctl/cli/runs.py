@@ -17,6 +17,7 @@ import typer
 
 from flowctl import ops
 from flowctl.cli.common import (
+    RUN_LIST_JSON_HELP,
     State,
     _daemon_config,
     _emit_json,
@@ -370,9 +371,7 @@ def ls(
     limit: Annotated[
         int, typer.Option("--limit", "-n", max=MAX_COUNT, help="At most this many runs.")
     ] = 50,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print a JSON list of run objects.")
-    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help=RUN_LIST_JSON_HELP)] = False,
 ) -> None:
     """List runs, newest first.  Example: flowctl ls --status sleeping --json"""
     st = _state(ctx)
@@ -423,7 +422,7 @@ def show(
         bool, typer.Option("--json", help="Print run, checkpoints and timeline as JSON.")
     ] = False,
 ) -> None:
-    """Show one run: header, checkpoints by call index, timeline.  Example: flowctl show 01jd"""
+    """Show one run: header, checkpoints by call index, timeline.  Example: flowctl show m8rtkeef"""
     st = _state(ctx)
     detail = ops.show_run(st.store, run_ref, clock=st.clock)
     if as_json:
@@ -504,7 +503,7 @@ def why(
 ) -> None:
     """Say in one line why a run is not running (sleeping until T, no daemon, paused …).
 
-    Example: flowctl why 01jd --json
+    Example: flowctl why m8rtkeef --json
     """
     st = _state(ctx)
     answer = ops.why_run(st.store, run_ref, clock=st.clock)
@@ -531,7 +530,7 @@ def send_signal(
     data: Annotated[str, typer.Option("--data", help="JSON payload.")] = "null",
     as_json: Annotated[bool, typer.Option("--json", help="Print the run as JSON.")] = False,
 ) -> None:
-    """Send a signal to a run, by id or by key.  Example: flowctl signal --key user-42 replied"""
+    """Send a signal to a run, by id or by key.  Example: flowctl signal m8rtkeef approved --data '{"by":"ana"}'  Example: flowctl signal --key user-42 replied"""
     st = _state(ctx)
     if len(args) != (1 if key is not None else 2):
         shape = "NAME (with --key)" if key is not None else "RUN NAME (or --key KEY NAME)"
@@ -558,7 +557,7 @@ def cancel(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run as JSON.")] = False,
 ) -> None:
-    """Cancel a run; a running one is told at its next heartbeat.  Example: flowctl cancel 01jd --reason dup"""
+    """Cancel a run; a running one is told at its next heartbeat.  Example: flowctl cancel m8rtkeef --reason dup"""
     st = _state(ctx)
     run_obj = ops.cancel(st.store, run_ref, clock=st.clock, reason=reason)
     if run_obj.status is RunStatus.RUNNING and wait:
@@ -595,7 +594,7 @@ def redrive(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
 ) -> None:
-    """Give dead runs a fresh attempt budget, keeping their checkpoints.  Example: flowctl redrive 01jd"""
+    """Give dead runs a fresh attempt budget, keeping their checkpoints.  Example: flowctl redrive m8rtkeef"""
     st = _state(ctx)
     if all_ == (run_ref is not None):
         raise UsageError("give a RUN, or --all with optional --workflow/--since filters")
@@ -658,7 +657,7 @@ def fork(
     as_json: Annotated[bool, typer.Option("--json", help="Print the new run as JSON.")] = False,
 ) -> None:
     """Start a new run of the same workflow from a call index of an earlier one; the
-    original is left as it was.  Example: flowctl fork 01jd --from 3 --wait"""
+    original is left as it was.  Example: flowctl fork m8rtkeef --from 3 --wait"""
     st = _state(ctx)
     data = ops.parse_inputs(None, input_json) if input_json is not None else None
     new = ops.fork(st.store, run_ref, from_index, clock=st.clock, input=data)
@@ -674,7 +673,7 @@ def rerun(
     as_json: Annotated[bool, typer.Option("--json", help="Print the new run as JSON.")] = False,
 ) -> None:
     """Start the same workflow again with the same input (a fork from 0).
-    Example: flowctl rerun 01jd --wait"""
+    Example: flowctl rerun m8rtkeef --wait"""
     st = _state(ctx)
     data = ops.parse_inputs(None, input_json) if input_json is not None else None
     new = ops.rerun(st.store, run_ref, clock=st.clock, input=data)
@@ -722,7 +721,7 @@ def pause(
     as_json: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
 ) -> None:
     """Pause a run: never claimed until resumed; its deadline still runs. A running run
-    parks at its next durable call.  Example: flowctl pause 01jd"""
+    parks at its next durable call.  Example: flowctl pause m8rtkeef"""
     _act_on_runs(
         _state(ctx),
         run_ref,
@@ -744,7 +743,7 @@ def resume(
     as_json: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
 ) -> None:
     """Resume a paused run: due at once if its wake passed, else at its wake.
-    Example: flowctl resume 01jd"""
+    Example: flowctl resume m8rtkeef"""
     _act_on_runs(
         _state(ctx),
         run_ref,
@@ -788,7 +787,7 @@ def wake(
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the run as JSON.")] = False,
 ) -> None:
-    """End a sleep early (recorded as an operator action).  Example: flowctl wake 01jd"""
+    """End a sleep early (recorded as an operator action).  Example: flowctl wake m8rtkeef"""
     st = _state(ctx)
     run_obj = ops.wake_now(st.store, run_ref, clock=st.clock)
     if as_json:

@@ -233,7 +233,7 @@ def schedule_show(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Schedule name.")],
     count: Annotated[
-        int, typer.Option("--count", "-n", max=1000, help="Upcoming fires to list.")
+        int, typer.Option("--limit", "--count", "-n", max=1000, help="Upcoming fires to list.")
     ] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -281,25 +281,35 @@ def schedule_show(
 
 @schedule_app.command("pause")
 def schedule_pause(
-    ctx: typer.Context, name: Annotated[str, typer.Argument(help="Schedule name.")]
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Schedule name.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the schedule as JSON.")] = False,
 ) -> None:
     """Stop a schedule from firing until resumed.  Example: flowctl schedule pause nightly"""
     from flowctl.ops import schedules as schedule_ops
 
     st = _state(ctx)
     info = schedule_ops.pause_schedule(st.store, name, clock=st.clock)
+    if as_json:
+        _emit_json(info.to_json())
+        return
     typer.echo(f"paused {info.name}")
 
 
 @schedule_app.command("resume")
 def schedule_resume(
-    ctx: typer.Context, name: Annotated[str, typer.Argument(help="Schedule name.")]
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Schedule name.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the schedule as JSON.")] = False,
 ) -> None:
     """Resume a paused schedule from now (fires during the pause are not run).  Example: flowctl schedule resume nightly"""
     from flowctl.ops import schedules as schedule_ops
 
     st = _state(ctx)
     info = schedule_ops.resume_schedule(st.store, name, clock=st.clock)
+    if as_json:
+        _emit_json(info.to_json())
+        return
     nxt = info.row.next_fire_at
     tzname = info.spec.tz if info.spec else None
     typer.echo(
@@ -309,13 +319,20 @@ def schedule_resume(
 
 @schedule_app.command("rm")
 def schedule_rm(
-    ctx: typer.Context, name: Annotated[str, typer.Argument(help="Schedule name.")]
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Schedule name.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help='Print {"name": ..., "removed": true} as JSON.')
+    ] = False,
 ) -> None:
     """Delete a schedule and its history (its runs stay).  Example: flowctl schedule rm nightly"""
     from flowctl.ops import schedules as schedule_ops
 
     st = _state(ctx)
     schedule_ops.remove_schedule(st.store, name)
+    if as_json:
+        _emit_json({"name": name, "removed": True})
+        return
     typer.echo(f"removed schedule {name}")
 
 
@@ -357,7 +374,9 @@ def schedule_explain(
     ctx: typer.Context,
     expression: Annotated[str, typer.Argument(metavar="EXPR", help='Cron, e.g. "30 2 * * *".')],
     tz: Annotated[str | None, typer.Option("--tz", help="IANA zone (default: local).")] = None,
-    count: Annotated[int, typer.Option("--count", "-n", max=1000, help="How many fires.")] = 10,
+    count: Annotated[
+        int, typer.Option("--limit", "--count", "-n", max=1000, help="How many fires.")
+    ] = 10,
     gap: Annotated[str, typer.Option("--gap", help=_POLICY_HELP["gap"])] = "shift",
     fold: Annotated[str, typer.Option("--fold", help=_POLICY_HELP["fold"])] = "first",
     from_: Annotated[
