@@ -130,23 +130,37 @@ def xdg_state_db() -> Path:
     return Path(base) / "flowctl" / "flowctl.db"
 
 
-def resolve_db(explicit: str | None, config: Config) -> Path:
+DATABASE_URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_database_url(name: str) -> bool:
+    """Whether a --db / FLOWCTL_DB / flowctl.toml `db` value is a PostgreSQL URL; anything
+    else is a SQLite file path."""
+    return name.strip().lower().startswith(DATABASE_URL_SCHEMES)
+
+
+def resolve_db(explicit: str | None, config: Config) -> Path | str:
     """--db, then FLOWCTL_DB, then flowctl.toml's db (next to the file), then the XDG state dir.
 
-    An explicit but empty path is a usage error, never a silent fall-back to the default.
+    A `postgresql://` or `postgres://` URL comes back as it was given (a str, never a Path,
+    which would fold its `//`); anything else is a SQLite file path. An explicit but empty
+    value is a usage error, never a silent fall-back to the default.
     """
     if explicit is not None:
         if not explicit.strip():
             raise ConfigError(
-                "--db is empty: give a database file (e.g. --db ./flowctl.db), or leave --db"
-                " out for the default"
+                "--db is empty: give a database file (e.g. --db ./flowctl.db) or a"
+                " postgresql:// URL, or leave --db out for the default"
             )
-        return Path(explicit).expanduser()
+        return explicit.strip() if is_database_url(explicit) else Path(explicit).expanduser()
     env = os.environ.get("FLOWCTL_DB")
     if env:
-        return Path(env).expanduser()
+        return env.strip() if is_database_url(env) else Path(env).expanduser()
     if config.path is not None:
-        db = Path(str(config.values["db"])).expanduser()
+        value = str(config.values["db"])
+        if is_database_url(value):
+            return value.strip()
+        db = Path(value).expanduser()
         return db if db.is_absolute() else config.root / db
     return xdg_state_db()
 

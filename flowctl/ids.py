@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import socket
 import threading
 import time
+from datetime import datetime, timedelta
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
 _lock = threading.Lock()
@@ -32,7 +34,20 @@ def new_run_id() -> str:
     return _b32(ms, 8) + _b32(int.from_bytes(os.urandom(5), "big"), 8)
 
 
-HOST = socket.gethostname()
+# A daemon on another host can only be judged by its heartbeat: one not seen for this long
+# is not counted live (its runs are reclaimed when their leases lapse, as for any owner).
+REMOTE_STALE = timedelta(seconds=60)
+
+
+def _host() -> str:
+    """This machine's name in lease owners: FLOWCTL_HOST when set (containers, tests: where
+    the kernel's host name does not say which machine, or which pid namespace, this is),
+    else the host name. '/' (the owner's separator) and whitespace become '-'."""
+    name = os.environ.get("FLOWCTL_HOST", "").strip() or socket.gethostname()
+    return re.sub(r"[/\s]+", "-", name)
+
+
+HOST = _host()
 
 
 def proc_start(pid: int) -> str | None:
@@ -72,3 +87,15 @@ def owner_is_dead(owner: str) -> bool:
 
 def owner_alive(owner: str) -> bool:
     return not owner_is_dead(owner)
+
+
+def on_this_host(owner: str) -> bool:
+    return owner.split("/", 1)[0] == HOST
+
+
+def daemon_live(owner: str, seen_at: datetime, now: datetime) -> bool:
+    """Whether a registered daemon counts as live: on this host, while its process is there
+    (a pid check); on another host, while its heartbeat is recent (no pid to check there)."""
+    if on_this_host(owner):
+        return owner_alive(owner)
+    return now - seen_at <= REMOTE_STALE

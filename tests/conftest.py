@@ -49,9 +49,17 @@ def fake_clock() -> FakeClock:
     return FakeClock(datetime(2026, 3, 29, 0, 59, tzinfo=UTC))
 
 
-@pytest.fixture
-def store(db_path: Path) -> Iterator[Store]:
-    s = Store(db_path)
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """The store under test, once per backend: a SQLite file in tmp_path (the file db_path
+    names), and a fresh PostgreSQL database of its own (skipped without a server; see
+    tests/pg.py)."""
+    if request.param == "sqlite":
+        s = Store(tmp_path / "flowctl.db")
+    else:
+        from flowctl.store.postgres.store import PostgresStore
+
+        s = PostgresStore(request.getfixturevalue("pg_url"))  # type: ignore[assignment]
     yield s
     s.close()
 
@@ -106,3 +114,33 @@ def spawn_daemon(tmp_path: Path) -> Iterator[object]:
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database of its own (see tests/pg.py); skips without a
+    server, fails without one under CI=true."""
+    from tests.pg import fresh_database
+
+    with fresh_database() as url:
+        yield url
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The PostgreSQL variant of a `store` test that also uses the SQLite file itself (it,
+    or a fixture it uses, asks for `db_path`: the file's header, WAL, pragmas, a direct
+    connection) is not generated: that test is about the SQLite backend. Nor is that of a
+    TUI snapshot test: it checks the rendering, the same for both, and the PostgreSQL
+    database's name (shown in the header) differs in every test."""
+    keep, drop = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        names = getattr(item, "fixturenames", ())
+        sqlite_file = "db_path" in names or "snap_compare" in names
+        if callspec is not None and callspec.params.get("store") == "postgres" and sqlite_file:
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

@@ -9,6 +9,19 @@ from pathlib import Path
 from typing import Any
 
 
+def open_same(store: Any) -> Any:
+    """Another connection to the database `store` uses (the CLI, the TUI, another daemon),
+    on the same backend: a SQLite file path, or a PostgreSQL URL."""
+    url = getattr(store, "url", None)
+    if url is not None:
+        from flowctl.store.postgres.store import PostgresStore
+
+        return PostgresStore(url)
+    from flowctl.store import open_store
+
+    return open_store(store.path)
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
     """Call predicate until it returns something truthy; fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout

@@ -14,7 +14,7 @@ from pathlib import Path
 import durable_flows as flows
 import pytest
 from durable_flows import CALLS, KNOBS, SEEN, calls, events, start
-from helpers import execute
+from helpers import execute, wait_until
 
 from flowctl import ops
 from flowctl.clock import FakeClock
@@ -27,7 +27,7 @@ from flowctl.errors import (
     StepFailedError,
     UsageError,
 )
-from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
+from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus, to_us
 from flowctl.store import Store
 
 T0 = datetime(2026, 3, 29, 0, 59, tzinfo=UTC)
@@ -47,6 +47,16 @@ def nudge_due(store: Store, run_id: str, at: datetime) -> None:
     Nothing in flowctl's own API does this on purpose, hence the raw write, made the way
     another process would make it: on its own connection to the file.
     """
+    url = getattr(store, "url", None)
+    if url is not None:  # PostgreSQL: a connection of its own, as another host would use
+        import psycopg
+
+        before = store.data_version()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("UPDATE runs SET run_at = %s WHERE run_id = %s", (to_us(at), run_id))
+        # Its NOTIFY arrives a moment after the commit (SQLite's data_version: at once).
+        wait_until(lambda: store.data_version() != before, timeout=5)
+        return
     execute(
         Path(store.path),
         "UPDATE runs SET run_at = ? WHERE run_id = ?",

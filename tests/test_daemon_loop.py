@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_until
+from helpers import open_same, wait_until
 
 from flowctl import ops
 from flowctl.clock import FakeClock
@@ -92,9 +92,9 @@ class Serving:
 
 
 @pytest.fixture
-def serving(db_path: Path, fake_clock: FakeClock) -> Iterator[Serving]:
+def serving(store: Store, fake_clock: FakeClock) -> Iterator[Serving]:
     # The daemon has its own connection, as in production; the test writes through another.
-    daemon_store = Store(db_path)
+    daemon_store = open_same(store)
     s = Serving(Daemon(daemon_store, fake_clock, DaemonConfig(concurrency=2, heartbeat=1)))
     yield s
     s.close()

@@ -10,6 +10,7 @@ springs forward 2026-03-29 02:00 -> 03:00 (01:00 UTC) and falls back 2026-10-25 
 from __future__ import annotations
 
 import sqlite3
+import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -196,7 +197,8 @@ def test_a_crash_inside_the_fire_transaction_neither_fires_nor_loses_the_fire(
     def crash(*args: Any) -> None:
         raise RuntimeError("killed mid-fire")
 
-    monkeypatch.setattr(store_module, "_add_history", crash)
+    backend = store_module if isinstance(store, Store) else sys.modules[type(store).__module__]
+    monkeypatch.setattr(backend, "_add_history", crash)
     retry_at = Scheduler(store, fake_clock).tick()  # logs the failure, never raises
     assert retry_at == fake_clock.now() + timedelta(seconds=1)
     assert runs_of(store, "hourly") == []

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import open_same
 from textual.filter import Monochrome
 from textual.pilot import Pilot
 from textual.widgets import Input
@@ -381,7 +382,8 @@ async def test_refused_actions_and_failed_actions_are_notifications(seeded: Seed
 
         await pilot.press("c")  # ask, then the run ends elsewhere before we confirm
         await settle(pilot)
-        ops.cancel(Store(seeded.store.path), seeded.ids["sleeping"][0], clock=seeded.clock)
+        with open_same(seeded.store) as other:
+            ops.cancel(other, seeded.ids["sleeping"][0], clock=seeded.clock)
         await pilot.press("y")
         await settle(pilot)
         assert notes[-1][1] == "error" and "already cancelled" in notes[-1][0]
@@ -401,7 +403,7 @@ async def test_copy_run_id(seeded: Seeded) -> None:
 @pilot_test
 async def test_live_update_sees_a_run_added_by_another_connection(seeded: Seeded) -> None:
     app = FlowctlApp(store=seeded.store, clock=seeded.clock)
-    other = Store(seeded.store.path)
+    other = open_same(seeded.store)
     try:
         async with app.run_test(size=(120, 36)) as pilot:
             await pilot.press("4")

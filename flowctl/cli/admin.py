@@ -56,9 +56,10 @@ def init(
     path = write_default_config(here, force=force)
     typer.echo(f"wrote {path}")
     st = _state(ctx)  # its config is read now, so the database is the one flowctl.toml names
-    existed = st.db_path.exists()
-    st.open_store(create=True)
-    typer.echo(f"{'using existing' if existed else 'created'} database {st.db_path}")
+    db = st.db_path
+    existed = isinstance(db, str) or db.exists()  # a server's database exists before us
+    store = st.open_store(create=True)
+    typer.echo(f"{'using existing' if existed else 'created'} database {store.path}")
     if example:
         written = starter.write_samples(samples, force=force)
         typer.echo("wrote " + ", ".join(str(p.relative_to(here)) for p in written))
@@ -161,13 +162,14 @@ def daemon(
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
     )
-    created = not st.db_path.exists()
+    db = st.db_path
+    created = isinstance(db, Path) and not db.exists()
     d = Daemon(_open_when_room(st), st.clock, cfg)
     logging.getLogger("flowctl").info(
         "daemon %s %s %s (concurrency %d, lease %gs, heartbeat %gs)",
         d.owner,
         "created a new database at" if created else "on",
-        st.db_path,
+        d.store.path,  # a URL's password is not logged
         cfg.concurrency,
         cfg.lease,
         cfg.heartbeat,
@@ -297,3 +299,38 @@ def tui(ctx: typer.Context) -> None:
 
     st = _state(ctx)
     FlowctlApp(store=st.store, clock=st.clock, view="auto").run()
+
+
+def copy(
+    ctx: typer.Context,
+    src: Annotated[
+        str, typer.Argument(help="Database to copy: a file path or a postgresql:// URL.")
+    ],
+    dest: Annotated[
+        str, typer.Argument(help="Database to copy into: empty (a new file is created).")
+    ],
+) -> None:
+    """Copy every run, journal entry, event, signal, published value and schedule to another
+    database, SQLite or PostgreSQL, keeping deadlines, fences and ids.  Example: flowctl copy
+    ~/.local/state/flowctl/flowctl.db postgresql://flow@db.internal/flowctl"""
+    from flowctl.config import resolve_db
+    from flowctl.store import open_store
+    from flowctl.store.copy import copy_rows
+
+    st = _state(ctx)
+    durability = str(st.config.get("durability"))
+    source = open_store(resolve_db(src, st.config), durability=durability, create=False)
+    try:
+        target = open_store(resolve_db(dest, st.config), durability=durability)
+        try:
+            plan = ops.plan_copy(source, target, clock=st.clock)
+            if sys.stderr.isatty() and plan.total:
+                with typer.progressbar(length=plan.total, label="copying", file=sys.stderr) as bar:
+                    copied = copy_rows(source, target, plan, bar.update)
+            else:
+                copied = copy_rows(source, target, plan)
+            typer.echo(f"copied {ops.copy_summary(copied)} from {source.path} to {target.path}")
+        finally:
+            target.close()
+    finally:
+        source.close()

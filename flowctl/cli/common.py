@@ -66,7 +66,7 @@ class State:
         return self._config
 
     @property
-    def db_path(self) -> Path:
+    def db_path(self) -> Path | str:
         return resolve_db(self._db, self.config)
 
     @property

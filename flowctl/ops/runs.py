@@ -674,9 +674,15 @@ def other_live_daemons(store: Store, owner: str) -> list[DaemonInfo]:
 
 
 def status(store: Store, *, clock: Clock, window: timedelta = timedelta(hours=1)) -> StatusReport:
-    from flowctl.ids import owner_alive
+    """Counts, every registered daemon (live: see ids.daemon_live; host, pid, since, runs
+    held) and recent wake lateness."""
+    from flowctl.ids import daemon_live
 
-    daemons = [(d, owner_alive(d.owner), store.held_count(d.owner)) for d in store.daemons()]
+    now = clock.now()
+    daemons = [
+        (d, daemon_live(d.owner, d.seen_at, now), store.held_count(d.owner))
+        for d in store.daemons()
+    ]
     lates = sorted(store.recent_wakes(clock.now() - window))
     lateness: dict[str, float | int | None] = {
         "window_s": window.total_seconds(),
@@ -720,3 +726,41 @@ def waiting_for(store: Store, run_ids: list[str]) -> dict[str, str]:
 def workflow_names(store: Store) -> list[str]:
     """Every workflow name that has runs, sorted: the choices for a workflow filter."""
     return store.workflows_seen()
+
+
+# ---------------------------------------------------------------------------
+# flowctl copy
+
+
+def plan_copy(src: Store, dest: Store, *, clock: Clock) -> Any:
+    """Check that SRC may be copied into DEST (no daemon live on SRC, DEST holds no runs)
+    and count what will move; writes nothing. Returns a flowctl.store.copy.CopyPlan."""
+    from flowctl.ids import daemon_live
+    from flowctl.store.copy import plan_copy as plan
+
+    now = clock.now()
+    live = [
+        f"pid {d.pid} on {d.host}" for d in src.daemons() if daemon_live(d.owner, d.seen_at, now)
+    ]
+    return plan(src, dest, live)
+
+
+COPY_NOUNS = {
+    "runs": ("run", "runs"),
+    "journal": ("journal entry", "journal entries"),
+    "versions": ("version marker", "version markers"),
+    "timeline": ("timeline event", "timeline events"),
+    "signals": ("signal", "signals"),
+    "published": ("published value", "published values"),
+    "schedules": ("schedule", "schedules"),
+    "schedule_history": ("schedule history row", "schedule history rows"),
+}
+
+
+def copy_summary(copied: dict[str, int]) -> str:
+    """'3 runs, 12 journal entries, ...': what a copy moved, every kind named."""
+    parts = []
+    for table, (one, many) in COPY_NOUNS.items():
+        n = copied.get(table, 0)
+        parts.append(f"{n} {one if n == 1 else many}")
+    return ", ".join(parts)

@@ -29,7 +29,6 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
-from flowctl.errors import StoreUnavailableError
 from flowctl.model import CallKind, JournalEntry, Run, RunStatus, TimelineEvent
 from flowctl.store.records import (
     Claim,
@@ -549,16 +548,18 @@ def open_store(
     create: bool = True,
     allow_read_only: bool = False,
 ) -> Store:
-    """Open the database at a SQLite path, or a `postgresql://` URL (not available yet:
-    StoreUnavailableError). Arguments as SqliteStore's: `create` a missing file,
-    `allow_read_only` open one this process cannot write for reading only."""
+    """Open the database at a SQLite path, or at a `postgresql://` / `postgres://` URL (the
+    PostgreSQL store: it needs the [postgres] extra, else one line saying so). Arguments as
+    SqliteStore's: `create` a missing file (or schema), `allow_read_only` open one this
+    process cannot write for reading only."""
     target = os.fspath(url_or_path)
-    if target.startswith(POSTGRES_SCHEMES):
-        scheme = target.split("://", 1)[0]
-        raise StoreUnavailableError(
-            f"{scheme}:// database URLs need the PostgreSQL store, which this flowctl does not"
-            " have yet (it will come with the [postgres] extra); give --db a SQLite file path"
-        )
+    if target.strip().lower().startswith(POSTGRES_SCHEMES):
+        from flowctl.store.postgres.connect import driver
+
+        driver()  # without psycopg: one line naming the extra to install
+        from flowctl.store.postgres.store import PostgresStore
+
+        return PostgresStore(target, durability=durability, create=create)
     return SqliteStore(
         target, durability=durability, create=create, allow_read_only=allow_read_only
     )

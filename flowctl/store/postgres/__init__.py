@@ -1,0 +1,1 @@
+"""The PostgreSQL store (a `postgresql://` URL): the optional `[postgres]` extra."""
