@@ -116,10 +116,7 @@ class Daemon:
         # nobody advances time after a test's daemon stops: a timed wait alone never ends).
         self._served = threading.Event()
         self._data_version = -1
-        # A store whose change notices travel a network (PostgreSQL's NOTIFY) asks for a
-        # bounded safety re-read: the wheel is refilled at least every refresh_interval.
-        self._refresh: float | None = getattr(store, "refresh_interval", None)
-        self._refreshed_at: datetime | None = None
+        self._refresh, self._refresh_at = getattr(store, "refresh_interval", None), from_us(0)
         self._last_reap = float("-inf")
         self._last_file_check = float("-inf")
         self._db_gone = False  # the file was deleted or replaced: write nothing more
@@ -156,14 +153,10 @@ class Daemon:
         now = self.clock.now()
         self._watch_clock(now)
         dv = self.store.data_version()
-        backstop = self._refresh is not None and (
-            self._refreshed_at is None
-            or (now - self._refreshed_at).total_seconds() >= self._refresh
-        )
-        if dv != self._data_version or self._dirty or self.wheel.needs_refill() or backstop:
+        stale = self._refresh is not None and now >= self._refresh_at  # PostgreSQL's backstop
+        if dv != self._data_version or self._dirty or self.wheel.needs_refill() or stale:
             changed = dv != self._data_version
-            self._data_version = dv
-            self._refreshed_at = now
+            self._data_version, self._refresh_at = dv, now + timedelta(seconds=self._refresh or 0)
             self._refill()
             if changed and self._live:
                 self._pass_cancels()
