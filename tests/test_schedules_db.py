@@ -186,6 +186,9 @@ def _copy_run(run: Any) -> NewRun:
     )
 
 
+_PG_FIRES = "flowctl.store.postgres.transitions"
+
+
 def test_a_crash_inside_the_fire_transaction_neither_fires_nor_loses_the_fire(
     store: Store, fake_clock: FakeClock, quick: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -197,7 +200,8 @@ def test_a_crash_inside_the_fire_transaction_neither_fires_nor_loses_the_fire(
     def crash(*args: Any) -> None:
         raise RuntimeError("killed mid-fire")
 
-    backend = store_module if isinstance(store, Store) else sys.modules[type(store).__module__]
+    # The module whose fire transaction appends the history row, for the store in use.
+    backend = store_module if isinstance(store, Store) else sys.modules[_PG_FIRES]
     monkeypatch.setattr(backend, "_add_history", crash)
     retry_at = Scheduler(store, fake_clock).tick()  # logs the failure, never raises
     assert retry_at == fake_clock.now() + timedelta(seconds=1)
