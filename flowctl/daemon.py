@@ -152,8 +152,7 @@ class Daemon:
         self._watch_db_file()
         now = self.clock.now()
         self._watch_clock(now)
-        dv = self.store.data_version()
-        stale = self._refresh is not None and now >= self._refresh_at  # PostgreSQL's backstop
+        dv, stale = self.store.data_version(), self._refresh is not None and now >= self._refresh_at
         if dv != self._data_version or self._dirty or self.wheel.needs_refill() or stale:
             changed = dv != self._data_version
             self._data_version, self._refresh_at = dv, now + timedelta(seconds=self._refresh or 0)
