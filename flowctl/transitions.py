@@ -8,6 +8,10 @@ stores (and the engine, the daemon and the operator front ends) cannot drift apa
 - `parked_run_at()`: when a parked run is next due (wake, signal timeout, retry, deadline).
 - `claim_verdict()`: what claiming a due run does (claim it, or end it here, and why).
 - `next_attempt()`: after a failed attempt, retry at T or dead-letter.
+- `requested_only()`: whether cancel/pause apply at once or are asked of a running handler.
+- `held_notice()`: what a heartbeat tells the handler of a run its worker still holds.
+- `suspension()`: how a run whose handler stopped at a durable call is parked.
+- `claim_wakes()`, `agenda_kind()`: what a due time means (a wake, a start, a retry...).
 """
 
 from __future__ import annotations
@@ -135,6 +139,14 @@ def guard(action: Action, run_id: str, status: RunStatus, *, pause_requested: bo
         raise InvalidStateError(why)
 
 
+def requested_only(action: Action, status: RunStatus) -> bool:
+    """Whether `action` (accepted by guard) only changes a request: a running handler is
+    never interrupted mid-call, so cancel reaches it at its next heartbeat, pause at its
+    next durable call, and resume withdraws that pause request. In any other status they
+    apply at once."""
+    return action in (Action.CANCEL, Action.PAUSE, Action.RESUME) and status is RunStatus.RUNNING
+
+
 # ---------------------------------------------------------------------------
 # When a parked run is next due
 
@@ -160,6 +172,46 @@ class Applied:
 
     status: RunStatus
     run_at: datetime | None
+
+
+def suspension(
+    status: RunStatus, run_at: datetime | None, now: datetime
+) -> tuple[RunStatus, datetime | None]:
+    """The status and wake a suspending handler parks its run with (before the deadline
+    clamp): as asked, except that one which stopped at a durable call to honour a pause
+    (PAUSED) parks as queued and due now, which the pause then takes effect on."""
+    if status is RunStatus.PAUSED:
+        return RunStatus.QUEUED, now
+    return status, run_at
+
+
+@dataclass(frozen=True)
+class Notice:
+    """What a heartbeat tells the handler of a run its worker still holds."""
+
+    cancel: bool = False  # an operator asked to cancel it
+    deadline: bool = False  # the run's deadline has passed
+    timeout: bool = False  # the attempt has used up its execution budget
+    pause: bool = False  # an operator asked to pause it: park at the next durable call
+
+
+def held_notice(
+    *,
+    cancel_requested: bool,
+    pause_requested: bool,
+    deadline: datetime | None,
+    timeout: float | None,
+    spent: float,
+    now: datetime,
+) -> Notice:
+    """A deadline passes at its instant (deadline <= now); a budget is used up once the
+    execution time spent reaches it (spent >= timeout)."""
+    return Notice(
+        cancel=cancel_requested,
+        deadline=deadline is not None and deadline <= now,
+        timeout=timeout is not None and spent >= timeout,
+        pause=pause_requested,
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -277,6 +329,26 @@ def claim_verdict(run: Run, now: datetime, *, alone: bool = False) -> ClaimVerdi
         charged=charged,
         suspect=suspect,
     )
+
+
+def claim_wakes(prev: RunStatus, run_at: datetime, created_at: datetime) -> bool:
+    """Whether claiming a run due at `run_at` wakes it (a `woke` event with its lateness,
+    what `status` reports as wake lateness): it slept, waited, or was queued for later than
+    its creation (--in/--at, a retry); a run queued to start now only starts."""
+    return prev in (RunStatus.SLEEPING, RunStatus.WAITING) or (
+        prev is RunStatus.QUEUED and run_at > created_at
+    )
+
+
+def agenda_kind(status: RunStatus, attempt: int, retrying_step: bool) -> str:
+    """What an active run's next due time is, for `flowctl agenda`: a sleeper's wake, a
+    signal wait's timeout, or a queued run's retry (a later attempt, or a step waiting to
+    retry) or start."""
+    if status is RunStatus.SLEEPING:
+        return "wake"
+    if status is RunStatus.WAITING:
+        return "timeout"
+    return "retry" if (retrying_step or attempt > 1) else "start"
 
 
 def cancel_error(reason: str | None, by: str | None = None) -> dict[str, Any]:

@@ -43,7 +43,10 @@ from flowctl.transitions import (
     Applied,
     ClaimAction,
     claim_verdict,
+    claim_wakes,
+    held_notice,
     parked_run_at,
+    suspension,
 )
 
 
@@ -274,11 +277,7 @@ class Leases(SqliteConnection):
                 data.update(alone=alone, crashes=verdict.crashes)
             events.append(_event(rid, now_us, "reclaimed", data))
         else:
-            if prev in (RunStatus.SLEEPING, RunStatus.WAITING) or (
-                prev is RunStatus.QUEUED
-                and run.run_at is not None
-                and to_us(run.run_at) > to_us(run.created_at)
-            ):
+            if claim_wakes(prev, run.run_at, run.created_at):
                 scheduled = to_us(run.run_at)
                 events.append(
                     _event(
@@ -461,20 +460,28 @@ class Leases(SqliteConnection):
                 if row is None:
                     replies.append(HeartbeatReply(run_id, lost=True))
                     continue
-                cancel, deadline, timeout_us, pause_requested = row
+                cancel, deadline_us, timeout_us, pause_requested = row
                 spent_us = round(spent * 1e6)
                 c.execute(
                     "UPDATE runs SET lease_until = ?, run_at = ?, exec_spent_us = ?,"
                     " current_step = ? WHERE run_id = ?",
                     [lease_us, lease_us, spent_us, (steps or {}).get(run_id), run_id],
                 )
+                notice = held_notice(
+                    cancel_requested=bool(cancel),
+                    pause_requested=bool(pause_requested),
+                    deadline=_dt(deadline_us),
+                    timeout=None if timeout_us is None else timeout_us / 1e6,
+                    spent=spent_us / 1e6,
+                    now=now,
+                )
                 replies.append(
                     HeartbeatReply(
                         run_id,
-                        cancel=bool(cancel),
-                        deadline=deadline is not None and deadline <= now_us,
-                        timeout=timeout_us is not None and spent_us >= timeout_us,
-                        pause=bool(pause_requested),
+                        cancel=notice.cancel,
+                        deadline=notice.deadline,
+                        timeout=notice.timeout,
+                        pause=notice.pause,
                     )
                 )
         return replies
@@ -501,8 +508,7 @@ class Leases(SqliteConnection):
             row = _held(c, lease, "deadline, pause_requested")
             if row is None:
                 return None
-            if status is RunStatus.PAUSED:  # stopped at a durable call to honour a pause
-                status, run_at = RunStatus.QUEUED, now
+            status, run_at = suspension(status, run_at, now)
             at = _us(parked_run_at(run_at, deadline=_dt(row[0])))
             if entry is not None:
                 c.execute(

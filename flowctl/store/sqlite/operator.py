@@ -23,6 +23,7 @@ from flowctl.transitions import (
     Action,
     cancel_error,
     guard,
+    requested_only,
     resume,
 )
 
@@ -95,7 +96,7 @@ class OperatorWrites(SqliteConnection):
         with self._write() as c:
             run = _load_run(c, run_id)
             guard(Action.PAUSE, run_id, run.status)
-            if run.status is RunStatus.RUNNING:
+            if requested_only(Action.PAUSE, run.status):
                 if not run.pause_requested:
                     c.execute("UPDATE runs SET pause_requested = 1 WHERE run_id = ?", [run_id])
                     _add_event(c, run_id, now_us, "pause requested", {"by": by})
@@ -110,7 +111,7 @@ class OperatorWrites(SqliteConnection):
         with self._write() as c:
             run = _load_run(c, run_id)
             guard(Action.RESUME, run_id, run.status, pause_requested=run.pause_requested)
-            if run.status is RunStatus.RUNNING:
+            if requested_only(Action.RESUME, run.status):
                 c.execute("UPDATE runs SET pause_requested = 0 WHERE run_id = ?", [run_id])
                 _add_event(c, run_id, now_us, "resumed", {"by": by, "was": "pause requested"})
                 return _load_run(c, run_id)
@@ -166,7 +167,7 @@ class OperatorWrites(SqliteConnection):
             run = _load_run(c, run_id)
             guard(Action.CANCEL, run_id, run.status)
             data = {"by": by, **({"reason": reason} if reason else {})}
-            if run.status is RunStatus.RUNNING:
+            if requested_only(Action.CANCEL, run.status):
                 c.execute(
                     "UPDATE runs SET cancel_requested = 1, cancel_reason = ? WHERE run_id = ?",
                     [reason, run_id],

@@ -28,6 +28,7 @@ from flowctl.store.sqlite.rows import (
     _search_clause,
     _search_source,
 )
+from flowctl.transitions import agenda_kind
 
 
 class RunReads(SqliteConnection):
@@ -319,13 +320,7 @@ class RunReads(SqliteConnection):
         for r in rows:
             run = _run_from_row(r)
             assert run.run_at is not None
-            if run.status is RunStatus.SLEEPING:
-                kind = "wake"
-            elif run.status is RunStatus.WAITING:
-                kind = "timeout"
-            else:
-                kind = "retry" if (r[-1] or run.attempt > 1) else "start"
-            out.append((run.run_at, kind, run))
+            out.append((run.run_at, agenda_kind(run.status, run.attempt, bool(r[-1])), run))
         rows = self._read(
             f"SELECT {_RUN_COLUMNS} FROM runs WHERE deadline IS NOT NULL AND deadline <= ?"
             " AND status IN ('queued', 'running', 'sleeping', 'waiting', 'paused')"
