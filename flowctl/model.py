@@ -100,7 +100,7 @@ class Run:
     error: dict[str, Any] | None = None
     lease_owner: str | None = None
     lease_until: datetime | None = None
-    fence: int = 0
+    fence: int = 0  # the row as read (show, notes); a worker's writes carry its claim's Lease
     reclaims: int = 0
     cancel_requested: bool = False
     cancel_reason: str | None = None
