@@ -36,6 +36,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "schedules": dict,  # [schedules.NAME] tables, checked by `flowctl schedule sync`
     "notify": dict,  # [notify]: who is told when runs end (flowctl.notify)
     "serve": dict,  # [serve] token = "...": the HTTP API's bearer token (file must be 0600)
+    "retention": dict,  # [retention] completed = "30d" ...: applied by the daemon hourly
 }
 
 _COMMENT = """# flowctl configuration. Paths are relative to this file.
@@ -117,6 +118,10 @@ def load_config(path: Path | None = None, start: Path | None = None) -> Config:
     from flowctl.durations import parse_duration
     from flowctl.errors import DurationError
 
+    if "retention" in values:
+        from flowctl.retention import parse_retention
+
+        parse_retention(values["retention"], str(path))
     for key in ("lease", "heartbeat", "grace"):
         try:
             parse_duration(values[key])

@@ -31,6 +31,7 @@ from flowctl.errors import (
     mark_non_retryable,
 )
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
+from flowctl.output import capturing
 from flowctl.retry import options_of
 from flowctl.store import dumps
 
@@ -248,7 +249,8 @@ class Context:
         self._in_step = name
         self._live.current_step = f"#{index} {name!r}"
         try:
-            result = fn(*args, **kwargs)
+            with capturing(self._store, self.run_id, index, name, self._clock):
+                result = fn(*args, **kwargs)
             if self.halted is None:
                 # Return what replay will return: a tuple comes back as a list, int dict
                 # keys as strings, on the first run too. A value that is not JSON fails here.

@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,7 +32,8 @@ from flowctl.errors import (
     UsageError,
 )
 from flowctl.ids import HOST, make_owner, owner_is_dead, proc_start
-from flowctl.model import JournalEntry, RunStatus, from_us, to_us
+from flowctl.model import JournalEntry, RunStatus, to_us
+from flowctl.retention import RetentionPass
 from flowctl.schedule.firing import Scheduler
 from flowctl.store import Claim, Store
 from flowctl.wheel import TimerWheel
@@ -68,6 +69,7 @@ class DaemonConfig:
     heartbeat: float = 1.0
     grace: float = 30.0
     claim_batch: int = 64
+    retention: dict[RunStatus, timedelta] = field(default_factory=dict)  # see RetentionPass
 
 
 class Daemon:
@@ -118,6 +120,7 @@ class Daemon:
         self._data_version = -1
         self._refresh, self._refresh_at = getattr(store, "refresh_interval", None), from_us(0)
         self._last_reap = float("-inf")
+        self._retention = RetentionPass(self.config.retention if only_run_id is None else {})
         self._last_file_check = float("-inf")
         self._db_gone = False  # the file was deleted or replaced: write nothing more
         self._full = False  # the last pass failed on a full disk
@@ -165,6 +168,7 @@ class Daemon:
             self._next_fire = self.scheduler.tick(now)
             self._refill()  # the runs it created are our own writes: data_version is silent
         self._reap_dead_owners()
+        self._retention.run(self.store, self.clock)
         if self._dirty:
             self._refill()
         if self._solo is not None:
@@ -685,10 +689,6 @@ class Daemon:
 def _boottime(clock: Clock) -> float:
     fn = getattr(clock, "boottime", None)
     return float(fn()) if callable(fn) else clock.monotonic()
-
-
-def wall(at_us: int) -> datetime:
-    return from_us(at_us)
 
 
 def drive_run(

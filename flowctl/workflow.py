@@ -3,6 +3,7 @@ a YAML file or a workflow name from the workflows folder."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -11,7 +12,7 @@ import logging
 import stat
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -249,6 +250,29 @@ def _import_file(path: Path) -> Any:
             del sys.modules[mod_name]
             raise TargetError(f"importing {path} failed: {type(e).__name__}: {e}") from None
         return module
+
+
+@contextlib.contextmanager
+def fresh_imports(modules: Iterable[str] = ()) -> Iterator[None]:
+    """While the block runs, workflow files (and the named `module:fn` modules, with their
+    submodules) are imported anew from disk; afterwards the modules this process had
+    loaded before are put back, so a daemon in the same process keeps the code it runs.
+    (`flowctl check` runs in a process of its own, where every import is fresh anyway.)"""
+    roots = ("flowctl_user", *modules)
+
+    def hidden(name: str) -> bool:
+        return any(name == r or name.startswith(r + ".") for r in roots)
+
+    with _import_lock:
+        saved = {n: m for n, m in sys.modules.items() if hidden(n)}
+        for n in saved:
+            del sys.modules[n]
+        try:
+            yield
+        finally:
+            for n in [n for n in sys.modules if hidden(n)]:
+                del sys.modules[n]
+            sys.modules.update(saved)
 
 
 def _python_def(fn: Any, target: str, source_path: Path | None, cwd: str | None) -> WorkflowDef:

@@ -15,7 +15,7 @@ try:  # typer >= 0.26 ships its own copy of click
 except ImportError:  # pragma: no cover - older typer uses click itself
     from click import exceptions as click_exc  # type: ignore[no-redef]
 
-from flowctl.cli import admin, coerce, runs
+from flowctl.cli import admin, coerce, maintenance, runs
 from flowctl.cli.common import State, _Group
 from flowctl.cli.schedule import agenda, schedule_app
 from flowctl.cli.serve import serve
@@ -78,6 +78,11 @@ app.command()(admin.daemon)
 app.command()(admin.status)
 app.command("serve")(serve)
 app.command()(admin.copy)
+app.command()(maintenance.check)
+app.command()(maintenance.logs)
+app.command()(maintenance.prune)
+app.command()(maintenance.vacuum)
+app.command()(maintenance.backup)
 app.command()(admin.validate)
 app.command()(admin.tui)
 app.command()(agenda)

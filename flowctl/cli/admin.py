@@ -112,6 +112,25 @@ def _from_config(key: str) -> str:
 
 def daemon(
     ctx: typer.Context,
+    action: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[stop]",
+            help="stop: ask the daemons on this database to drain, and wait for them to exit.",
+        ),
+    ] = None,
+    install: Annotated[
+        bool,
+        typer.Option(
+            "--install", help="Install and start a systemd user service for this database."
+        ),
+    ] = False,
+    uninstall: Annotated[
+        bool, typer.Option("--uninstall", help="Stop and remove that service.")
+    ] = False,
+    print_unit: Annotated[
+        bool, typer.Option("--print", help="Print the systemd unit (with --install: only print).")
+    ] = False,
     concurrency: Annotated[
         int | None,
         typer.Option(
@@ -142,11 +161,22 @@ def daemon(
         str, typer.Option("--log-level", help="debug, info, warning or error.")
     ] = "info",
 ) -> None:
-    """Run queued work and wake sleepers on time; SIGTERM/Ctrl-C drains.  Example: flowctl daemon -c 8"""
+    """Run queued work and wake sleepers on time; SIGTERM/Ctrl-C drains; `daemon stop`
+    drains a running one; --install makes it a systemd user service.  Example: flowctl daemon -c 8"""
     from flowctl.daemon import Daemon
     from flowctl.notifier import Notifier
 
     st = _state(ctx)
+    if action is not None and action != "stop":
+        raise UsageError(f"flowctl daemon {action!r}: the only action is `stop`")
+    if sum((action is not None, install or print_unit, uninstall)) > 1:
+        raise UsageError("give one of `stop`, --install/--print or --uninstall")
+    if action == "stop":
+        _stop_daemons(st)
+        return
+    if install or print_unit or uninstall:
+        _service(st, uninstall=uninstall, print_only=print_unit, grace=grace)
+        return
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
         raise UsageError(f"--log-level {log_level!r}: use debug, info, warning or error")
@@ -191,6 +221,44 @@ def daemon(
     finally:
         served.set()
     raise typer.Exit(code)
+
+
+def _stop_daemons(st: State) -> None:
+    """`flowctl daemon stop`: SIGTERM (the drain) to this database's daemons, then wait."""
+    from flowctl.ops.service import STOP_MARGIN, stop_daemons
+
+    grace = _daemon_config(st).grace
+    results = stop_daemons(st.store, st.clock, wait=grace + STOP_MARGIN)
+    if not results:
+        typer.echo(f"no daemon is running on {st.db_path}")
+        return
+    for r in results:
+        typer.echo(f"daemon pid {r.daemon.pid} on {r.daemon.host}: {r.note}")
+    if not all(r.stopped for r in results):
+        raise typer.Exit(1)
+
+
+def _service(st: State, *, uninstall: bool, print_only: bool, grace: str | None) -> None:
+    """`daemon --install/--print/--uninstall`: the systemd user unit of this database."""
+    from flowctl.ops import service
+
+    db = st.db_path.resolve()
+    if uninstall:
+        report = service.uninstall(db)
+        typer.echo(f"removed {report.path}")
+    else:
+        seconds = parse_duration(grace).total_seconds() if grace else _daemon_config(st).grace
+        workdir = st.config.root if st.config.path is not None else db.parent
+        text = service.unit_text(service.flowctl_argv(), db, workdir, seconds)
+        if print_only:
+            typer.echo(text, nl=False)
+            return
+        report = service.install(text, db)
+        typer.echo(f"wrote {report.path}")
+    for argv in report.ran:
+        typer.echo(f"ran: {' '.join(argv)}")
+    for note in report.notes:
+        typer.echo(note)
 
 
 def _open_when_room(st: State) -> Store:

@@ -465,6 +465,10 @@ def show(
         typer.echo(f"published {key} = {json.dumps(value)}")
     for note in detail.notes:
         typer.echo(f"note      {note}")
+    if detail.output_step is not None:
+        typer.echo(f"output    of step {detail.output_step} (`flowctl logs {r.run_id} -f`):")
+        for line in detail.output_tail:
+            typer.echo(f"          {line}")
     typer.echo("")
     typer.echo("checkpoints")
     if not detail.checkpoints and not detail.versions:

@@ -247,6 +247,9 @@ class RunDetail:
     notes: list[str] = field(default_factory=list)
     published: dict[str, tuple[Any, datetime]] = field(default_factory=dict)
     why_facts: WhyFacts | None = None  # what `why` reads; re-explained as the clock moves
+    # A running run: the step printing now ("#3 'fetch'") and its last lines (`flowctl logs`).
+    output_step: str | None = None
+    output_tail: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         checkpoints = [c.to_json() for c in self.checkpoints]
@@ -270,6 +273,11 @@ class RunDetail:
             "source_changed": self.source_changed,
             "notes": self.notes,
             "published": {k: {"value": v, "at": iso(at)} for k, (v, at) in self.published.items()},
+            "output_tail": (
+                {"step": self.output_step, "lines": self.output_tail}
+                if self.output_step is not None
+                else None
+            ),
         }
 
 
@@ -306,7 +314,26 @@ def show_run(
         notes=notes,
         published=store.published(run.run_id),
         why_facts=facts,
+        **_output_tail(store, run),
     )
+
+
+TAIL_LINES = 5  # lines of the running step's output that show and the TUI detail show
+
+
+def _output_tail(store: Store, run: Run) -> dict[str, Any]:
+    """The last lines the step now running printed: only for a running run."""
+    if run.status is not RunStatus.RUNNING:
+        return {}
+    chunks = store.output_tail(run.run_id)
+    if not chunks:
+        return {}
+    lines = [line for c in chunks if c.stream != "note" for line in c.text.splitlines()]
+    last = chunks[-1]
+    return {
+        "output_step": f"#{last.call_index} {last.step!r}",
+        "output_tail": lines[-TAIL_LINES:],
+    }
 
 
 def source_changed_note(run: Run) -> str:

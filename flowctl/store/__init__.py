@@ -41,6 +41,8 @@ from flowctl.store.records import (
     NewRun,
     NewSchedule,
     Notification,
+    OutputChunk,
+    PrunedRun,
     ScheduleEvent,
     ScheduleRow,
     dumps,
@@ -428,6 +430,56 @@ class Store(Protocol):
         latest heartbeat of one registered); None if never."""
         ...
 
+    # -- care of a long-lived database (issue 15) --------------------------------
+
+    def append_output(
+        self,
+        run_id: str,
+        call_index: int,
+        step: str,
+        at: datetime,
+        chunks: Sequence[tuple[str, str]],
+    ) -> None:
+        """Store (stream, text) chunks a step printed, in order, in one transaction; not
+        fenced (output is a record of what ran, even late); nothing for a run that is gone."""
+        ...
+
+    def output(
+        self, run_id: str, *, after: int = 0, step: str | None = None, limit: int = 1000
+    ) -> list[OutputChunk]:
+        """The run's output chunks with seq above `after` (of `step` only, if given), in the
+        order written, at most `limit`."""
+        ...
+
+    def output_tail(self, run_id: str, chunks: int = 20) -> list[OutputChunk]:
+        """The last `chunks` chunks of the run's highest call index that printed, in order."""
+        ...
+
+    def prunable_runs(
+        self, statuses: Sequence[RunStatus], before: datetime, limit: int
+    ) -> list[PrunedRun]:
+        """Finished runs of these statuses (completed, cancelled, dead only) that finished
+        before `before`, oldest first, at most `limit` (a read)."""
+        ...
+
+    def prune_runs(
+        self, statuses: Sequence[RunStatus], before: datetime, limit: int
+    ) -> list[PrunedRun]:
+        """Delete, in one transaction, up to `limit` of prunable_runs with everything they
+        recorded (journal, versions, timeline, signals, published, output); the status is
+        re-checked by the delete, so a run that is not finished is never deleted."""
+        ...
+
+    def vacuum(self) -> tuple[int, int]:
+        """Give the space of deleted rows back: (bytes before, bytes after)."""
+        ...
+
+    def backup_to(self, dest: str | os.PathLike[str], *, overwrite: bool = False) -> None:
+        """Write a consistent copy of the database to `dest` while others write, checked
+        whole (integrity check) before it appears at `dest`; refuses an existing `dest`
+        unless `overwrite`; on failure `dest` is untouched."""
+        ...
+
     # -- schedules -------------------------------------------------------------
 
     def add_schedule(
@@ -581,6 +633,8 @@ __all__ = [
     "NewRun",
     "NewSchedule",
     "Notification",
+    "OutputChunk",
+    "PrunedRun",
     "ScheduleEvent",
     "ScheduleRow",
     "Store",

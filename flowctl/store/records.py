@@ -216,3 +216,27 @@ class Notification:
     tries: int
     channels_done: tuple[str, ...]
     override: dict[str, Any] | None  # the run's pinned `notify:` override
+
+
+@dataclass(frozen=True)
+class PrunedRun:
+    """A finished run that prune deleted (or, with --dry-run, would delete)."""
+
+    run_id: str
+    workflow: str
+    status: RunStatus
+    finished_at: datetime
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """Lines a step printed: `stream` is stdout, stderr, log (a logging record) or note
+    (flowctl's own, e.g. what the 1 MiB cap cut). `seq` orders all chunks of a database."""
+
+    seq: int
+    run_id: str
+    call_index: int
+    step: str
+    stream: str
+    at: datetime
+    text: str

@@ -315,6 +315,10 @@ def render_detail(detail: ops.RunDetail, now: datetime, width: int = 80) -> Cont
         for key, (value, _at) in detail.published.items():
             parts.append(_indent(f"{key} = {compact_json(value, 120)}", width))
 
+    if detail.output_step is not None:
+        parts.append(_section(f"Output of step {detail.output_step} (last lines)"))
+        parts.append(_indent("\n".join(detail.output_tail)[-TEXT_LIMIT:], width))
+
     if detail.pending_signals:
         parts.append(_section("Buffered signals"))
         for name, payload, sent_at in detail.pending_signals:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowctl.errors import CommandFailedError, CommandTimeoutError, FlowctlError
+from flowctl.output import StepOutput
+from flowctl.output import current as current_output
 
 POLL_SECONDS = 0.05  # how often stop requests and timeouts are checked
 DEFAULT_CAP = 1 << 20  # bytes kept per stream
@@ -83,14 +85,19 @@ class CommandResult:
 
 
 class _Tail:
-    """Keeps the last `cap` bytes of a stream and counts all of them."""
+    """Keeps the last `cap` bytes of a stream and counts all of them; with `sink`, each
+    chunk is also handed to the step's stored output as it arrives (`flowctl logs`)."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, sink: StepOutput | None = None, stream: str = "") -> None:
         self.cap = max(0, cap)
         self.buf = bytearray()
         self.total = 0
+        self.sink = sink
+        self.stream = stream
 
     def add(self, data: bytes) -> None:
+        if self.sink is not None:
+            self.sink.write_bytes(self.stream, data)
         self.total += len(data)
         self.buf += data
         if len(self.buf) > self.cap:
@@ -160,7 +167,8 @@ def run_command(
     except PermissionError as exc:
         raise CommandFailedError(126, f"{argv[0]}: permission denied", argv=cmd) from exc
 
-    out, err = _Tail(cap), _Tail(cap)
+    sink = current_output()
+    out, err = _Tail(cap, sink, "stdout"), _Tail(cap, sink, "stderr")
     stop_exc: BaseException | None = None
     with _running_lock:
         _running.add(proc.pid)
@@ -219,6 +227,8 @@ def _supervise(
             sel.register(pidfd, selectors.EVENT_READ, None)
         while True:
             _pump(sel, POLL_SECONDS, idle)
+            if out.sink is not None:
+                out.sink.tick()
             if _has_exited(proc.pid):
                 break
             now = time.monotonic()

@@ -332,6 +332,25 @@ def _migration_13(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN notify TEXT")
 
 
+def _migration_14(db: sqlite_utils.Database) -> None:
+    """What steps printed (issue 15): chunks of complete lines per run, call index and
+    stream, in the order they were written (`seq`); they go with the run."""
+    db.execute(
+        """
+        CREATE TABLE output (
+            seq INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+            call_index INTEGER NOT NULL,
+            step TEXT NOT NULL,
+            stream TEXT NOT NULL,
+            at INTEGER NOT NULL,
+            text TEXT NOT NULL
+        ) STRICT
+        """
+    )
+    db.execute("CREATE INDEX output_run ON output(run_id, seq)")
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -346,6 +365,7 @@ MIGRATIONS = [
     _migration_11,
     _migration_12,
     _migration_13,
+    _migration_14,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

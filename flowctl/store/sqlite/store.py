@@ -10,14 +10,18 @@ each of them.
 from __future__ import annotations
 
 from flowctl.store.sqlite.leases import Leases
+from flowctl.store.sqlite.maintenance import Maintenance
 from flowctl.store.sqlite.metrics import MetricsReads
 from flowctl.store.sqlite.notifications import Notifications
 from flowctl.store.sqlite.operator import OperatorWrites
+from flowctl.store.sqlite.output import Output
 from flowctl.store.sqlite.runs import RunReads
 from flowctl.store.sqlite.schedules import Schedules
 
 
-class SqliteStore(RunReads, Leases, OperatorWrites, Schedules, Notifications, MetricsReads):
+class SqliteStore(
+    RunReads, Leases, OperatorWrites, Schedules, Notifications, MetricsReads, Maintenance, Output
+):
     """One SQLite file. Thread-safe: calls are serialised on one connection."""
 
 

@@ -1,0 +1,130 @@
+"""Operator actions for a long-lived install: backup, prune, vacuum and check before a deploy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from flowctl.clock import Clock
+from flowctl.durations import parse_duration
+from flowctl.errors import FlowctlError, TargetError, UsageError
+from flowctl.model import JournalEntry, Run, RunStatus
+from flowctl.replay_check import Finding
+from flowctl.retention import prune as prune_batches
+from flowctl.retention import prune_statuses
+from flowctl.store import OutputChunk, PrunedRun, Store
+
+UNFINISHED = (
+    RunStatus.QUEUED,
+    RunStatus.RUNNING,
+    RunStatus.SLEEPING,
+    RunStatus.WAITING,
+    RunStatus.PAUSED,
+)
+
+
+def backup(store: Store, dest: str, *, force: bool = False) -> Path:
+    """A consistent, checked copy of the database at `dest` (see Store.backup_to)."""
+    if not dest.strip():
+        raise UsageError("backup needs a file path, e.g. flowctl backup ~/flowctl-copy.db")
+    path = Path(dest).expanduser()
+    if path.is_dir():
+        raise UsageError(f"{dest} is a folder: give the backup a file name inside it")
+    if not path.parent.is_dir():
+        raise UsageError(f"the folder of {dest} does not exist")
+    store.backup_to(path, overwrite=force)
+    return path
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    statuses: tuple[RunStatus, ...]
+    cutoff_age: timedelta
+    dry_run: bool
+    runs: list[PrunedRun]
+
+
+def prune(
+    store: Store,
+    older_than: str,
+    statuses: list[str] | None,
+    *,
+    clock: Clock,
+    dry_run: bool = False,
+) -> PruneReport:
+    """Delete (or list, with dry_run) finished runs that ended more than `older_than` ago."""
+    age = parse_duration(older_than)
+    if age <= timedelta(0):
+        raise UsageError(f"--older-than must be above 0, got {older_than!r}")
+    wanted = prune_statuses(statuses)
+    gone = prune_batches(store, wanted, clock.now() - age, dry_run=dry_run)
+    return PruneReport(wanted, age, dry_run, gone)
+
+
+def vacuum(store: Store) -> tuple[int, int]:
+    """Give the space of deleted rows back to the filesystem: (bytes before, after)."""
+    return store.vacuum()
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    checked: int
+    findings: list[Finding]
+
+
+def check(store: Store, targets: list[str] | None, *, clock: Clock) -> CheckReport:
+    """Replay every unfinished run (of `targets`: workflow names or targets) against the
+    code on disk, imported afresh; nothing is run or written."""
+    from flowctl.replay_check import check_runs
+    from flowctl.workflow import WorkflowDef, fresh_imports, load_target
+
+    runs = store.list_runs(statuses=list(UNFINISHED), limit=2**62, order="run_at")
+    if targets:
+        wanted = set(targets)
+        runs = [r for r in runs if r.workflow in wanted or r.target in wanted]
+    loaded: dict[tuple[str, str | None], WorkflowDef | Exception] = {}
+
+    def load(run: Run) -> WorkflowDef:
+        key = (run.target, run.cwd)
+        if key not in loaded:
+            try:
+                loaded[key] = load_target(run.target, cwd=run.cwd)
+            except FlowctlError as e:
+                loaded[key] = e
+            except Exception as e:  # a decorator or import-time code that raised
+                loaded[key] = TargetError(f"loading {run.target} failed: {type(e).__name__}: {e}")
+        got = loaded[key]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    def read(run_id: str) -> tuple[dict[int, JournalEntry], dict[str, int]]:
+        return store.journal(run_id), store.versions(run_id)
+
+    with fresh_imports(_module_targets(runs)):
+        checked, findings = check_runs(runs, read, load, clock)
+    return CheckReport(checked, findings)
+
+
+def _module_targets(runs: list[Run]) -> set[str]:
+    """The modules of `module:fn` targets (file targets are flowctl_user.* modules)."""
+    out = set()
+    for r in runs:
+        left = r.target.rpartition(":")[0]
+        if r.kind != "yaml" and left and not left.endswith(".py") and "/" not in left:
+            out.add(left)
+    return out
+
+
+def run_output(
+    store: Store, run_id: str, *, step: str | None = None, after: int = 0
+) -> list[OutputChunk]:
+    """Every chunk a run's steps printed after `after` (a seq), in order, read page by page."""
+    out: list[OutputChunk] = []
+    while True:
+        page = store.output(run_id, after=after, step=step, limit=1000)
+        out.extend(page)
+        if len(page) < 1000:
+            return out
+        after = page[-1].seq

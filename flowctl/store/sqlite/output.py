@@ -1,0 +1,69 @@
+"""Step output (`flowctl logs`): appended as steps print, read in order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from flowctl.model import from_us, to_us
+from flowctl.store.records import OutputChunk
+from flowctl.store.sqlite.connection import SqliteConnection
+
+_COLUMNS = "seq, run_id, call_index, step, stream, at, text"
+
+
+def _chunk(row: Sequence[object]) -> OutputChunk:
+    seq, run_id, index, step, stream, at, text = row
+    return OutputChunk(
+        int(seq),  # type: ignore[call-overload]
+        str(run_id),
+        int(index),  # type: ignore[call-overload]
+        str(step),
+        str(stream),
+        from_us(int(at)),  # type: ignore[call-overload]
+        str(text),
+    )
+
+
+class Output(SqliteConnection):
+    """append_output, output, output_tail."""
+
+    def append_output(
+        self,
+        run_id: str,
+        call_index: int,
+        step: str,
+        at: datetime,
+        chunks: Sequence[tuple[str, str]],
+    ) -> None:
+        at_us = to_us(at)
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT INTO output (run_id, call_index, step, stream, at, text)"
+                " SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ?)",
+                [
+                    (run_id, call_index, step, stream, at_us, text, run_id)
+                    for stream, text in chunks
+                ],
+            )
+
+    def output(
+        self, run_id: str, *, after: int = 0, step: str | None = None, limit: int = 1000
+    ) -> list[OutputChunk]:
+        where = "run_id = ? AND seq > ?"
+        params: list[object] = [run_id, after]
+        if step is not None:
+            where += " AND step = ?"
+            params.append(step)
+        rows = self._read(
+            f"SELECT {_COLUMNS} FROM output WHERE {where} ORDER BY seq LIMIT ?", [*params, limit]
+        )
+        return [_chunk(r) for r in rows]
+
+    def output_tail(self, run_id: str, chunks: int = 20) -> list[OutputChunk]:
+        rows = self._read(
+            f"SELECT {_COLUMNS} FROM output WHERE run_id = ? AND call_index ="
+            " (SELECT MAX(call_index) FROM output WHERE run_id = ?) ORDER BY seq DESC LIMIT ?",
+            [run_id, run_id, chunks],
+        )
+        return [_chunk(r) for r in reversed(rows)]
