@@ -207,7 +207,7 @@ PLAUSIBLE: dict[str, list[str]] = {
 }
 # Commands and options that serve or wait until something outside the test happens.
 SKIP_COMMANDS = {"daemon", "tui", "init", "serve"}  # serve: fuzzed over HTTP in test_serve_fuzz
-SKIP_OPTIONS = {"wait", "version", "help"}
+SKIP_OPTIONS = {"wait", "follow", "version", "help"}  # logs --follow: until the run ends
 
 
 def _commands() -> list[tuple[list[str], Any]]:

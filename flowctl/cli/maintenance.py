@@ -76,7 +76,7 @@ def logs(
     ] = False,
     step: Annotated[str | None, typer.Option("--step", help="Only this step's output.")] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="JSON: a list; with -f one object per line.")
+        bool, typer.Option("--json", help="Print a JSON list of chunks (with -f, as they come).")
     ] = False,
 ) -> None:
     """What a run's steps printed (stdout, stderr, logging), in order with step and time.
@@ -98,13 +98,15 @@ def logs(
         return
     idle = threading.Event()
     last = 0
+    sep = "[\n"  # with --json, one JSON list, written as the chunks come
     try:
         while True:
             ended = st.store.get_run(run.run_id).status.is_terminal  # read before the output
             chunks = ops.run_output(st.store, run.run_id, step=step, after=last)
             for c in chunks:
                 if as_json:
-                    typer.echo(json.dumps(_chunk_json(c)))
+                    typer.echo(sep + json.dumps(_chunk_json(c)), nl=False)
+                    sep = ",\n"
                 else:
                     _print_chunk(c)
                 last = c.seq
@@ -113,6 +115,9 @@ def logs(
             st.clock.wait(idle, 0.2)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+    finally:
+        if as_json:
+            typer.echo("[]" if sep == "[\n" else "\n]")
 
 
 def prune(
