@@ -32,8 +32,7 @@ from flowctl.errors import UsageError
 from flowctl.limits import MAX_COUNT
 from flowctl.model import EntryState, Run, RunStatus, iso
 
-# ---------------------------------------------------------------------------
-# rendering helpers
+# -- rendering helpers ------------------------------------------------------
 
 
 def _first_error_line(run: Run) -> str:
@@ -465,10 +464,9 @@ def show(
         typer.echo(f"published {key} = {json.dumps(value)}")
     for note in detail.notes:
         typer.echo(f"note      {note}")
-    if detail.output_step is not None:
-        typer.echo(f"output    of step {detail.output_step} (`flowctl logs {r.run_id} -f`):")
-        for line in detail.output_tail:
-            typer.echo(f"          {line}")
+    if detail.output_step is not None:  # the step running now: its last lines
+        head = f"output    of step {detail.output_step} (`flowctl logs {r.run_id} -f`):"
+        typer.echo("\n".join([head, *(f"          {line}" for line in detail.output_tail)]))
     typer.echo("")
     typer.echo("checkpoints")
     if not detail.checkpoints and not detail.versions:
