@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from flowctl.cli.common import _emit_json, _local, _state, _table
 from flowctl.model import iso
-from flowctl.store import OutputChunk
+
+if TYPE_CHECKING:
+    from flowctl.store import OutputChunk
 
 
 def check(
