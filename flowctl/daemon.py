@@ -32,7 +32,7 @@ from flowctl.errors import (
     UsageError,
 )
 from flowctl.ids import HOST, make_owner, owner_is_dead, proc_start
-from flowctl.model import JournalEntry, RunStatus, to_us
+from flowctl.model import JournalEntry, RunStatus, from_us, to_us
 from flowctl.retention import RetentionPass
 from flowctl.schedule.firing import Scheduler
 from flowctl.store import Claim, Store

@@ -242,7 +242,13 @@ def _service(st: State, *, uninstall: bool, print_only: bool, grace: str | None)
     """`daemon --install/--print/--uninstall`: the systemd user unit of this database."""
     from flowctl.ops import service
 
-    db = st.db_path.resolve()
+    target = st.db_path
+    if not isinstance(target, Path):
+        raise UsageError(
+            "daemon --install/--print/--uninstall write a unit for a SQLite file; for a"
+            " database URL write the unit by hand (README: Many machines)"
+        )
+    db = target.resolve()
     if uninstall:
         report = service.uninstall(db)
         typer.echo(f"removed {report.path}")
