@@ -556,6 +556,9 @@ def _sleep(store: Store, clock: FakeClock, run_id: str, hours: float) -> None:
     store.suspend_run(lease, RunStatus.SLEEPING, wake, clock.now(), 0.5, entry, event)
 
 
+SHOWN_PATH = "/home/ana/project/.flowctl/flowctl.db"  # the header's path, fixed for the SVGs
+
+
 @pytest.fixture
 def snapshot_store(store: Store, fake_clock: FakeClock) -> Iterator[Store]:
     """Two sleepers, one waiting, one dead with a traceback, one completed; all ids fixed."""
@@ -612,7 +615,7 @@ def test_snapshot_sleeping_view(
     snap_compare: Any, snapshot_store: Store, fake_clock: FakeClock
 ) -> None:
     """Sleeping runs sorted by wake time, countdowns from the frozen clock, the first selected."""
-    app = FlowctlApp(store=snapshot_store, clock=fake_clock)
+    app = FlowctlApp(store=snapshot_store, clock=fake_clock, shown_path=SHOWN_PATH)
 
     async def run_before(pilot: Pilot[None]) -> None:
         await pilot.press("2")
@@ -625,7 +628,7 @@ def test_snapshot_dead_run_detail(
     snap_compare: Any, snapshot_store: Store, fake_clock: FakeClock
 ) -> None:
     """A dead run opened full-screen: the whole error, the traceback, checkpoints, timeline."""
-    app = FlowctlApp(store=snapshot_store, clock=fake_clock)
+    app = FlowctlApp(store=snapshot_store, clock=fake_clock, shown_path=SHOWN_PATH)
 
     async def run_before(pilot: Pilot[None]) -> None:
         await pilot.press("5")
@@ -640,7 +643,7 @@ def test_snapshot_dead_view_at_80x24(
     snap_compare: Any, snapshot_store: Store, fake_clock: FakeClock
 ) -> None:
     """The smallest supported terminal: short tab labels, list above detail."""
-    app = FlowctlApp(store=snapshot_store, clock=fake_clock)
+    app = FlowctlApp(store=snapshot_store, clock=fake_clock, shown_path=SHOWN_PATH)
 
     async def run_before(pilot: Pilot[None]) -> None:
         await pilot.press("5")
@@ -653,7 +656,7 @@ def test_snapshot_signal_form(
     snap_compare: Any, snapshot_store: Store, fake_clock: FakeClock
 ) -> None:
     """The signal form over the Waiting view, with a reserved name refused inline."""
-    app = FlowctlApp(store=snapshot_store, clock=fake_clock)
+    app = FlowctlApp(store=snapshot_store, clock=fake_clock, shown_path=SHOWN_PATH)
 
     async def run_before(pilot: Pilot[None]) -> None:
         await pilot.press("3")
@@ -670,7 +673,7 @@ def test_snapshot_cancel_confirmation(
     snap_compare: Any, snapshot_store: Store, fake_clock: FakeClock
 ) -> None:
     """The confirmation asked before a cancel writes anything."""
-    app = FlowctlApp(store=snapshot_store, clock=fake_clock)
+    app = FlowctlApp(store=snapshot_store, clock=fake_clock, shown_path=SHOWN_PATH)
 
     async def run_before(pilot: Pilot[None]) -> None:
         await pilot.press("2")

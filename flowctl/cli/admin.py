@@ -372,7 +372,19 @@ def tui(ctx: typer.Context) -> None:
     from flowctl.tui import FlowctlApp  # lazy: `flowctl ls` must not pay for Textual
 
     st = _state(ctx)
-    FlowctlApp(store=st.store, clock=st.clock, view="auto").run()
+    store = st.store  # a missing database is said first, as every reading command says it
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError(
+            "flowctl tui needs a terminal on stdin and stdout; without one use"
+            " `flowctl ls`, `flowctl status` or `flowctl agenda`"
+        )
+    FlowctlApp(store=store, clock=st.clock, view="auto", shown_path=_shown_path(store.path)).run()
+
+
+def _shown_path(where: str) -> str:
+    """A file path made absolute (the header tells a project database from the home one);
+    a URL as the store shows it (no password)."""
+    return where if "://" in where else str(Path(where).resolve())
 
 
 def copy(

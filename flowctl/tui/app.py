@@ -49,10 +49,12 @@ from flowctl.transitions import Action, refusal
 from flowctl.tui.messages import ActionDone, DetailLoaded, PageLoaded
 from flowctl.tui.render import (
     TIMELINE_LIMIT,
+    daemon_line,
     describe_error,
     render_detail,
     render_schedule,
     schedule_field,
+    short_path,
     table_cell,
     to_second,
 )
@@ -61,6 +63,7 @@ from flowctl.tui.views import (
     SCHEDULE_FIELDS,
     VIEWS,
     VIEWS_BY_KEY,
+    DaemonUp,
     Page,
     PageQuery,
     Row,
@@ -90,8 +93,8 @@ def _first_busy_view(store: Store) -> str:
 
 
 class HeaderLine(Static):
-    """Database, active filter and search on the left; the clock on the right (its own
-    timer re-renders it every second)."""
+    """The database's full path, whether a daemon runs on it, active filter and search on
+    the left; the clock on the right (its own timer re-renders it every second)."""
 
     def on_mount(self) -> None:
         self.set_interval(TICK_SECONDS, self.refresh)
@@ -100,16 +103,22 @@ class HeaderLine(Static):
         app = self.app
         if not isinstance(app, FlowctlApp):
             return Content()
+        read_only = "  read-only" if getattr(app.store, "read_only", False) else ""
+        daemon = daemon_line(app.daemons, app.clock.now())
+        clock = f"{to_second(app.clock.now())} UTC "
+        path = short_path(app.shown_path, self.size.width - 11 - len(read_only + daemon[0] + clock))
         left = Content.assemble(
-            (" flowctl ", "bold reverse"),
-            f" {Path(app.store.path).name}",
-            ("  read-only" if getattr(app.store, "read_only", False) else "", "bold $warning"),
+            (" flowctl ", "bold reverse"), f" {path}", (read_only, "bold $warning"), daemon
+        )
+        filters = Content.assemble(
             ("  workflow: ", "dim"),
             (app.workflow or "all", "bold $accent" if app.workflow else ""),
             ("  search: ", "dim"),
             (app.search or "—", "bold $accent" if app.search else ""),
         )
-        clock = f"{to_second(app.clock.now())} UTC "
+        room = self.size.width - left.cell_length - len(clock) - 1
+        if app.workflow or app.search or room >= filters.cell_length:
+            left = Content.assemble(left, filters)  # unset filters give way on a narrow screen
         pad = max(1, self.size.width - left.cell_length - len(clock))
         return Content.assemble(left, " " * pad, (clock, "dim"))
 
@@ -142,12 +151,17 @@ class FlowctlApp(App[None]):
         Binding("q", "quit", "Quit"),
     ]
 
-    def __init__(self, store: Store, clock: Clock, *, view: str = VIEWS[0].key) -> None:
+    def __init__(
+        self, store: Store, clock: Clock, *, view: str = VIEWS[0].key, shown_path: str | None = None
+    ) -> None:
         """`view="auto"` opens on the first view with runs in it: what runs, waits, sleeps
-        or died comes before what is done."""
+        or died comes before what is done. `shown_path` is the database as the header names
+        it (default: the store's full path)."""
         super().__init__()
         self.store = store
         self.clock = clock
+        self.shown_path = shown_path or str(Path(store.path).resolve())
+        self.daemons: list[DaemonUp] | None = None  # from the last page; None before it
         self.view = _first_busy_view(store) if view == "auto" else view
         self.workflow: str | None = None
         self.search: str | None = None
@@ -259,9 +273,15 @@ class FlowctlApp(App[None]):
         if self._loading or not self.is_running:
             return  # a query is in flight; it will see the change, or the next poll will
         version = self.store.data_version()
-        if version != self._data_version:
+        if version != self._data_version or self._a_daemon_died():
             self._data_version = version
             self._reload()
+
+    def _a_daemon_died(self) -> bool:
+        """A SIGKILLed daemon commits nothing, so data_version cannot tell the header."""
+        from flowctl.ids import owner_alive
+
+        return any(not owner_alive(d.owner) for d in self.daemons or ())
 
     def _tick_rows(self, table: RunTable) -> None:
         """Countdowns, from the clock alone (the table's own timer calls this)."""
@@ -293,6 +313,9 @@ class FlowctlApp(App[None]):
             self.notify(page.error, severity="error", title="query failed")
             return
         self._update_view_bar(page)
+        if self.daemons != page.daemons:
+            self.daemons = page.daemons
+            self._render_header()
         if page.query.view == "schedules":
             self._show_schedules(page.schedules)
         else:
@@ -751,5 +774,12 @@ class FlowctlApp(App[None]):
         run = self._require_run()
         if run is None:
             return
-        self.copy_to_clipboard(run.run_id)
-        self.notify(f"copied {run.run_id}")
+        self.copy_to_clipboard(run.run_id)  # the app's own clipboard, and OSC 52 to the terminal
+        if self.is_headless:  # no terminal at all: nothing outside this process has it
+            self.notify(
+                f"this terminal cannot copy; the run id is {run.run_id}", severity="warning"
+            )
+        else:  # a terminal never says whether it honoured OSC 52
+            self.notify(
+                f"asked the terminal to copy {run.run_id} (terminals without OSC 52 ignore it)"
+            )

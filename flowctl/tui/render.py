@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import textwrap
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.content import Content
@@ -23,6 +23,9 @@ from flowctl import ops
 from flowctl.durations import format_duration
 from flowctl.errors import FlowctlError
 from flowctl.model import EntryState, JournalEntry, Run, RunStatus, TimelineEvent
+
+if TYPE_CHECKING:
+    from flowctl.tui.views import DaemonUp
 
 TIMELINE_LIMIT = 200  # newest timeline events shown in the detail pane
 CHECKPOINT_LIMIT = 300  # newest checkpoints shown in the detail pane
@@ -352,3 +355,32 @@ def render_schedule(item: dict[str, Any], width: int = 80) -> Content:
         shown = value if isinstance(value, str) else compact_json(value, 200)
         parts.append(_kv(str(key)[:9], shown, width))
     return Content.assemble(*parts)
+
+
+def daemon_line(daemons: list[DaemonUp] | None, now: Any) -> tuple[str, str]:
+    """(text, style) of the header's daemon part: who wakes the sleepers, or that nothing
+    will. None: not looked at yet (the first page is loading)."""
+    if daemons is None:
+        return ("", "")
+    if not daemons:
+        return ("  no daemon — sleepers will not wake", "bold $warning")
+    first = min(daemons, key=lambda d: d.started_at)
+    held = sum(d.held for d in daemons)
+    since = format_duration(max(now - first.started_at, timedelta(0)))
+    many = f"{len(daemons)} daemons" if len(daemons) > 1 else "daemon"
+    return (
+        f"  {many} up since {to_second(first.started_at)} UTC ({since}), holding {held} run"
+        + ("" if held == 1 else "s"),
+        "$success",
+    )
+
+
+def short_path(path: str, room: int) -> str:
+    """`path` in `room` cells: its end (which names the file) after an ellipsis; never
+    less than the file name itself."""
+    if len(path) <= room:
+        return path
+    name = path.rsplit("/", 1)[-1]
+    if room <= len(name) + 1:
+        return name
+    return "…" + path[-(room - 1) :]

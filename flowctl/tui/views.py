@@ -306,15 +306,37 @@ class PageQuery:
     limit: int
 
 
+@dataclass(frozen=True)
+class DaemonUp:
+    """A live daemon on the database, as the header shows it."""
+
+    owner: str
+    started_at: datetime
+    held: int  # runs it holds a lease on now
+
+
 @dataclass
 class Page:
     """One answer to a PageQuery; `error` is set instead when the query failed."""
 
     query: PageQuery
     rows: list[Row] = field(default_factory=list)
+    daemons: list[DaemonUp] = field(default_factory=list)  # live ones; empty: none
     counts: dict[RunStatus, int] = field(default_factory=dict)
     schedules: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+
+
+def live_daemons(store: Store) -> list[DaemonUp]:
+    """The registered daemons whose process still runs (a SIGKILLed one's row stays until
+    the next daemon clears it, so registration alone does not say one is running)."""
+    from flowctl.ids import owner_alive
+
+    return [
+        DaemonUp(d.owner, d.started_at, store.held_count(d.owner))
+        for d in store.daemons()
+        if owner_alive(d.owner)
+    ]
 
 
 def load_page(store: Store, query: PageQuery) -> Page:
@@ -322,6 +344,7 @@ def load_page(store: Store, query: PageQuery) -> Page:
     view = VIEWS_BY_KEY[query.view]
     page = Page(query)
     page.counts = ops.count_runs(store, workflow=query.workflow, search=query.search)
+    page.daemons = live_daemons(store)
     # Schedules are a handful of rows: cheap to list with every page, so their count is live.
     page.schedules = list_schedule_dicts(store)
     if view.key == "schedules":
