@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -600,9 +601,16 @@ def _open(
         _retry_locked(lambda: schema.migrate(conn))
         return conn, False
     p = Path(path)
-    if p.is_dir():
+    try:
+        st = p.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        st = None  # missing (a component that is a file is said when creating the folder)
+    except OSError as e:  # a name too long, a loop of links, no permission to look
+        shown = path if len(path) <= 80 else path[:77] + "..."
+        raise DatabaseError(f"cannot open database {shown}: {e.strerror}") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
         raise DatabaseError(f"{path} is a folder; --db takes a database file")
-    if not p.exists():
+    if st is None:
         if not create:
             raise DatabaseNotFoundError(path)
         _make_folder(p.parent)
