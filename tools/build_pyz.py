@@ -23,10 +23,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# The distribution as pyproject names it (flowctl-runner; the package and command are flowctl).
+DIST = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"]
 SKIP_DISTS: set[str] = set()
 
 
@@ -76,7 +79,7 @@ def build(out: Path) -> Path:
             stage / "flowctl",
             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
         )
-        for dist in closure("flowctl"):
+        for dist in closure(DIST):
             base = Path(str(dist.locate_file("")))
             for rel in dist.files or []:
                 parts = Path(str(rel)).parts
