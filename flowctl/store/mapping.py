@@ -1,0 +1,102 @@
+"""Rows to flowctl values, shared by both backends: the runs and journal column lists and
+their decoders (times are UTC microseconds, JSON is text in both), and the columns a
+checkpoint or an end clears. One copy, so the two stores decode a row the same way."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus, from_us, to_us
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _dt(us: int | None) -> datetime | None:
+    return None if us is None else from_us(us)
+
+
+def _us(when: datetime | None) -> int | None:
+    return None if when is None else to_us(when)
+
+
+_RUN_COLUMNS = (
+    "run_id, workflow, target, kind, status, input, created_at, run_at, started_at, finished_at,"
+    " attempt, max_attempts, deadline, timeout_us, exec_spent_us, result, error, lease_owner,"
+    " lease_until, fence, reclaims, cancel_requested, cancel_reason, key, parent_run_id,"
+    " schedule, scheduled_at, cwd, source_hash, source_path, backoff, pause_requested,"
+    " paused_status, paused_run_at, current_step, secret_keys, suspect, solo, crashes"
+)
+
+
+def _run_from_row(r: Sequence[Any]) -> Run:
+    return Run(
+        run_id=r[0],
+        workflow=r[1],
+        target=r[2],
+        kind=r[3],
+        status=RunStatus(r[4]),
+        input=json.loads(r[5]),
+        created_at=from_us(r[6]),
+        run_at=_dt(r[7]),
+        started_at=_dt(r[8]),
+        finished_at=_dt(r[9]),
+        attempt=r[10],
+        max_attempts=r[11],
+        deadline=_dt(r[12]),
+        timeout=None if r[13] is None else r[13] / 1e6,
+        exec_spent=r[14] / 1e6,
+        result=_loads(r[15]),
+        error=_loads(r[16]),
+        lease_owner=r[17],
+        lease_until=_dt(r[18]),
+        fence=r[19],
+        reclaims=r[20],
+        cancel_requested=bool(r[21]),
+        cancel_reason=r[22],
+        key=r[23],
+        parent_run_id=r[24],
+        schedule=r[25],
+        scheduled_at=_dt(r[26]),
+        cwd=r[27],
+        source_hash=r[28],
+        source_path=r[29],
+        backoff=_loads(r[30]),
+        pause_requested=bool(r[31]),
+        paused_status=None if r[32] is None else RunStatus(r[32]),
+        paused_run_at=_dt(r[33]),
+        current_step=r[34],
+        secret_keys=tuple(_loads(r[35]) or ()),
+        suspect=bool(r[36]),
+        solo=bool(r[37]),
+        crashes=r[38],
+    )
+
+
+# Progress (a checkpoint) or an end: no longer a suspect, the crashes charged forgiven.
+_CLEARED = "reclaims = 0, suspect = 0, crashes = 0"
+
+_ENTRY_COLUMNS = (
+    "run_id, call_index, kind, name, state, value, wake_at, recorded_at, resolved_at,"
+    " tries, duration_us"
+)
+
+
+def _entry_from_row(r: Sequence[Any]) -> JournalEntry:
+    return JournalEntry(
+        run_id=r[0],
+        call_index=r[1],
+        kind=CallKind(r[2]),
+        name=r[3],
+        state=EntryState(r[4]),
+        value=_loads(r[5]),
+        wake_at=_dt(r[6]),
+        recorded_at=_dt(r[7]),
+        resolved_at=_dt(r[8]),
+        tries=r[9],
+        duration=None if r[10] is None else r[10] / 1e6,
+    )
