@@ -18,7 +18,7 @@ TESTS = Path(__file__).resolve().parent
 PACKAGE = TESTS.parent / "flowctl"
 
 # (imported module or package, the packages that may import it). A name matches itself
-# and everything under it: "flowctl.cli" covers flowctl.cli.runs.
+# and everything under it: "flowctl.cli" covers flowctl.cli.start.
 LIBRARIES: dict[str, tuple[str, ...]] = {
     "typer": ("flowctl.cli",),
     "click": ("flowctl.cli",),
@@ -135,7 +135,7 @@ def test_every_module_keeps_to_its_layer() -> None:
         ("flowctl.tui.views", "from sqlite_utils import Database", "sqlite_utils"),
         ("flowctl.client", "import psycopg", "psycopg"),
         ("flowctl.engine", "from flowctl.store.sqlite import runs", "flowctl.store.sqlite"),
-        ("flowctl.cli.runs", "from flowctl.store import postgres", "flowctl.store.postgres"),
+        ("flowctl.cli.start", "from flowctl.store import postgres", "flowctl.store.postgres"),
         ("flowctl.store", "from flowctl.engine import Engine", "flowctl.engine"),
         ("flowctl.store.sqlite.leases", "from ... import schedule", "flowctl.schedule"),
         ("flowctl.daemon", "from flowctl import cli", "flowctl.cli"),

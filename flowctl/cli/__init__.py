@@ -1,5 +1,5 @@
 """The `flowctl` command: parse -> ops -> render. Builds the app, registers the commands
-(flowctl/cli/runs.py, admin.py, schedule.py) in the order `flowctl --help` lists them, and
+(flowctl/cli/start.py, listing.py, show.py, actions.py, admin.py, schedule.py, ...) in the order `flowctl --help` lists them, and
 holds `main`. With `_Group` (flowctl/cli/common.py) this is the one place errors become
 exit codes."""
 
@@ -15,7 +15,7 @@ try:  # typer >= 0.26 ships its own copy of click
 except ImportError:  # pragma: no cover - older typer uses click itself
     from click import exceptions as click_exc  # type: ignore[no-redef]
 
-from flowctl.cli import admin, coerce, maintenance, runs
+from flowctl.cli import actions, admin, coerce, listing, maintenance, show, start
 from flowctl.cli.common import State, _Group
 from flowctl.cli.schedule import agenda, schedule_app
 from flowctl.cli.serve import serve
@@ -62,18 +62,18 @@ def _root(
 
 app.command()(admin.init)
 app.command()(admin.workflows)
-app.command()(runs.run)
-app.command("ls")(runs.ls)
-app.command()(runs.show)
-app.command()(runs.why)
-app.command("signal")(runs.send_signal)
-app.command()(runs.cancel)
-app.command()(runs.redrive)
-app.command()(runs.fork)
-app.command()(runs.rerun)
-app.command()(runs.pause)
-app.command()(runs.resume)
-app.command()(runs.wake)
+app.command()(start.run)
+app.command("ls")(listing.ls)
+app.command()(show.show)
+app.command()(show.why)
+app.command("signal")(actions.send_signal)
+app.command()(actions.cancel)
+app.command()(actions.redrive)
+app.command()(start.fork)
+app.command()(start.rerun)
+app.command()(actions.pause)
+app.command()(actions.resume)
+app.command()(actions.wake)
 app.command()(admin.daemon)
 app.command()(admin.status)
 app.command("serve")(serve)

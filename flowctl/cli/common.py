@@ -147,6 +147,13 @@ def _table(headers: list[str], rows: list[list[str]]) -> None:
         typer.echo("  ".join(c[:w].ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
+def _first_error_line(run: Run) -> str:
+    if not run.error:
+        return ""
+    msg = str(run.error.get("message") or "").strip().splitlines()
+    return f"{run.error.get('type')}: {msg[0]}" if msg else str(run.error.get("type"))
+
+
 def _run_json(run: Run) -> dict[str, Any]:
     return run.to_json()
 

@@ -1,0 +1,129 @@
+"""`flowctl show` (one run: header, checkpoints, timeline) and `flowctl why`."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from flowctl import ops
+from flowctl.cli.common import _emit_json, _first_error_line, _local, _relative, _state
+from flowctl.durations import format_duration
+from flowctl.model import EntryState, RunStatus
+
+
+def _describe_value(value: Any) -> str:
+    """A command step's result as `exit 0 · out: last line`; anything else as short JSON."""
+    if isinstance(value, dict) and "exit_code" in value and "stdout" in value:
+        out = str(value.get("stdout") or "").strip().splitlines()
+        err = str(value.get("stderr") or "").strip().splitlines()
+        text = f"exit {value['exit_code']}"
+        if out:
+            text += f" · out: {out[-1][:50]}"
+        if err:
+            text += f" · err: {err[-1][:40]}"
+        return text
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def show(
+    ctx: typer.Context,
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print run, checkpoints and timeline as JSON.")
+    ] = False,
+) -> None:
+    """Show one run: header, checkpoints by call index, timeline.  Example: flowctl show m8rtkeef"""
+    st = _state(ctx)
+    detail = ops.show_run(st.store, run_ref, clock=st.clock)
+    if as_json:
+        _emit_json(detail.to_json())
+        return
+    r = detail.run
+    now = st.clock.now()
+    typer.echo(f"run       {r.run_id}")
+    typer.echo(f"workflow  {r.workflow}  ({r.kind}: {r.target})")
+    if r.status.is_terminal:
+        typer.echo(f"status    {r.status} at {_local(r.finished_at)}")
+    else:
+        answer = ops.explain_detail(detail, now)
+        typer.echo(f"status    {r.status} — {answer.message if answer else ops.why(detail, now)}")
+    typer.echo(f"input     {json.dumps(r.shown_input)}")
+    typer.echo(f"attempt   {r.attempt}/{r.max_attempts}")
+    typer.echo(f"created   {_local(r.created_at)}")
+    if r.deadline:
+        typer.echo(f"deadline  {_local(r.deadline)} ({_relative(r.deadline, now)})")
+    if r.timeout:
+        typer.echo(
+            f"budget    {format_duration(r.exec_spent)} of {format_duration(r.timeout)} spent this attempt"
+        )
+    if r.schedule:
+        typer.echo(f"schedule  {r.schedule} (fire time {_local(r.scheduled_at)})")
+    if r.parent_run_id:
+        typer.echo(f"parent    {r.parent_run_id}")
+    if r.status is RunStatus.COMPLETED:
+        typer.echo(f"result    {json.dumps(r.result)}")
+    if r.error:
+        typer.echo(f"error     {_first_error_line(r)}")
+        for k in ("exit_code", "dead_reason"):
+            if k in r.error:
+                typer.echo(f"          {k}: {r.error[k]}")
+        if r.status is RunStatus.DEAD:
+            tb = r.error.get("traceback") or r.error.get("stderr_tail")
+            if tb:
+                typer.echo("          " + "\n          ".join(str(tb).rstrip().splitlines()[-12:]))
+    for key, (value, _at) in detail.published.items():
+        typer.echo(f"published {key} = {json.dumps(value)}")
+    for note in detail.notes:
+        typer.echo(f"note      {note}")
+    if detail.output_step is not None:  # the step running now: its last lines
+        head = f"output    of step {detail.output_step} (`flowctl logs {r.run_id} -f`):"
+        typer.echo("\n".join([head, *(f"          {line}" for line in detail.output_tail)]))
+    typer.echo("")
+    typer.echo("checkpoints")
+    if not detail.checkpoints and not detail.versions:
+        typer.echo("  (none)")
+    for c in detail.checkpoints:
+        extra = ""
+        if c.wake_at is not None:
+            extra = f" wake_at {_local(c.wake_at)}"
+        if c.state is EntryState.ERROR:
+            err = c.value or {}
+            extra += f" {err.get('type')}: {str(err.get('message', '')).splitlines()[0] if err.get('message') else ''}"
+        elif c.kind == "step" and c.value is not None:
+            extra += " → " + _describe_value(c.value)
+        took = f" ({format_duration(c.duration)})" if c.duration is not None else ""
+        typer.echo(f"  #{c.call_index:<3} {c.kind:<7} {c.name:<20} {c.state}{took}{extra}")
+    for cid, v, _at in detail.versions:
+        typer.echo(f"  ver  {cid} = {v}")
+    if detail.pending_signals:
+        typer.echo("")
+        typer.echo("buffered signals")
+        for name, payload, at in detail.pending_signals:
+            typer.echo(f"  {name} {json.dumps(payload)} (sent {_local(at)})")
+    typer.echo("")
+    typer.echo("timeline")
+    for e in detail.timeline:
+        data = " ".join(f"{k}={v}" for k, v in e.data.items())
+        typer.echo(f"  {_local(e.at)}.{e.at.microsecond // 1000:03d}  {e.type:<20} {data}")
+
+
+def why(
+    ctx: typer.Context,
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print {reason, message, ...facts} as JSON.")
+    ] = False,
+) -> None:
+    """Say in one line why a run is not running (sleeping until T, no daemon, paused …).
+
+    Example: flowctl why m8rtkeef --json
+    """
+    st = _state(ctx)
+    answer = ops.why_run(st.store, run_ref, clock=st.clock)
+    if as_json:
+        _emit_json(answer.to_json())
+    else:
+        typer.echo(f"{answer.run_id} ({answer.status}): {answer.message}")

@@ -1,0 +1,387 @@
+"""Starting runs: `flowctl run` (and `--input-file`), `fork` and `rerun`, and driving a run
+here in the foreground (`--wait`): parse -> flowctl.ops -> render.
+
+flowctl/cli/__init__.py registers them on the app, in the order `flowctl --help` lists them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from flowctl import ops
+from flowctl.cli.common import (
+    State,
+    _daemon_config,
+    _emit_json,
+    _first_error_line,
+    _local,
+    _relative,
+    _state,
+)
+from flowctl.durations import format_duration, parse_duration
+from flowctl.errors import UsageError
+from flowctl.limits import MAX_COUNT
+from flowctl.model import EntryState, Run, RunStatus, iso
+
+# ---------------------------------------------------------------------------
+# run
+
+
+def run(
+    ctx: typer.Context,
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="TARGET",
+            help="file.py:function, module:function, file.yaml, or a workflow name.",
+        ),
+    ],
+    inputs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-i",
+            "--arg",
+            metavar="KEY=VALUE",
+            help="Input: key=value (string) or key:=JSON (typed). Repeatable.",
+        ),
+    ] = None,
+    input_json: Annotated[
+        str | None,
+        typer.Option("--input", metavar="JSON", help="The whole input as a JSON object."),
+    ] = None,
+    wait: Annotated[
+        bool,
+        typer.Option("--wait", help="Stay in the foreground through sleeps until the run ends."),
+    ] = False,
+    detach: Annotated[
+        bool, typer.Option("--detach", help="Only queue the run; a daemon runs it.")
+    ] = False,
+    in_: Annotated[
+        str | None,
+        typer.Option(
+            "--in", metavar="DURATION", help="Start after a duration (queues the run), e.g. 10m."
+        ),
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option("--at", metavar="TIME", help="Start at a time (queues the run), ISO-8601."),
+    ] = None,
+    deadline: Annotated[
+        str | None,
+        typer.Option(
+            "--deadline",
+            metavar="TIME|DURATION",
+            help="Give up on the whole run at this time or after this duration.",
+        ),
+    ] = None,
+    timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--timeout",
+            metavar="DURATION",
+            help="Execution budget per attempt (sleeping spends none), e.g. 30s.",
+        ),
+    ] = None,
+    max_attempts: Annotated[
+        int | None,
+        typer.Option(
+            "--max-attempts", metavar="N", max=MAX_COUNT, help="Attempts in total (default 3)."
+        ),
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key",
+            metavar="KEY",
+            help="Idempotency key: a second run with the same key returns the first.",
+        ),
+    ] = None,
+    input_file: Annotated[
+        str | None,
+        typer.Option(
+            "--input-file",
+            metavar="FILE|-",
+            help="Queue one run per line of JSON objects (- reads stdin), in one transaction;"
+            " with --key, line N's run gets key KEY:N. Needs --detach.",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Start a workflow run.  Example: flowctl run examples/hello.py:hello -i name=ana --wait"""
+    st = _state(ctx)
+    clock = st.clock
+    if in_ is not None and at is not None:
+        raise UsageError("give --in or --at, not both")
+    if wait and detach:
+        raise UsageError("give --wait or --detach, not both")
+    if input_file is not None:
+        if not detach:
+            raise UsageError("--input-file only queues runs: add --detach")
+        if inputs or input_json is not None:
+            raise UsageError("give -i/--input or --input-file, not both")
+    data = ops.parse_inputs(inputs, input_json)
+    run_at = None
+    if in_ is not None:
+        run_at = clock.now() + parse_duration(in_)
+    elif at is not None:
+        run_at = ops.parse_start_at(at, clock)
+    deadline_at = (
+        ops.parse_duration_or_time(deadline, clock, flag="--deadline") if deadline else None
+    )
+    if timeout is not None:
+        parse_duration(timeout)
+    if input_file is not None:
+        _run_many(st, target, input_file, key, run_at, deadline_at, timeout, max_attempts, as_json)
+        return
+    started = ops.start(
+        st.open_store(create=True),
+        target,
+        data,
+        clock=clock,
+        workflows_dir=st.config.workflows_dir(),
+        key=key,
+        run_at=run_at,
+        deadline=deadline_at,
+        timeout=timeout,
+        max_attempts=max_attempts,
+    )
+    run_obj = started.run
+    if not started.created:
+        if not as_json:
+            typer.echo(f"run {run_obj.run_id} already exists for key {key!r} ({run_obj.status})")
+        if wait and not run_obj.status.is_terminal:
+            run_obj = _drive(st, run_obj, wait=True, quiet=as_json)
+        if as_json:
+            _emit_json(_run_summary(run_obj, created=False))
+        return
+    if detach or run_at is not None:
+        if as_json:
+            _emit_json(_run_summary(run_obj))
+        else:
+            when = (
+                ""
+                if run_at is None
+                else f" to start {_local(run_at)} ({_relative(run_at, clock.now())})"
+            )
+            typer.echo(f"queued {run_obj.run_id} ({run_obj.workflow}){when}")
+        return
+    final = _drive(st, run_obj, wait=wait, quiet=as_json)
+    if as_json:
+        _emit_json(_run_summary(final))
+    else:
+        _print_end(final, clock.now())
+    if final.status in (RunStatus.DEAD, RunStatus.CANCELLED):
+        raise typer.Exit(1)
+
+
+def _run_many(
+    st: State,
+    target: str,
+    input_file: str,
+    key: str | None,
+    run_at: datetime | None,
+    deadline_at: datetime | None,
+    timeout: str | None,
+    max_attempts: int | None,
+    as_json: bool,
+) -> None:
+    """`run --detach --input-file`: every line checked, then all queued in one transaction."""
+    if input_file == "-":
+        text, source = sys.stdin.read(), "stdin"
+    else:
+        try:
+            text = Path(input_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise UsageError(f"--input-file {input_file}: cannot read it ({e})") from None
+        source = input_file
+    inputs = ops.parse_input_lines(text, source)
+    keys = None if key is None else [f"{key}:{i}" for i in range(1, len(inputs) + 1)]
+    started = ops.start_many(
+        st.open_store(create=True),
+        target,
+        inputs,
+        clock=st.clock,
+        keys=keys,
+        workflows_dir=st.config.workflows_dir(),
+        run_at=run_at,
+        deadline=deadline_at,
+        timeout=timeout,
+        max_attempts=max_attempts,
+    )
+    if as_json:
+        _emit_json([_run_summary(s.run, created=s.created) for s in started])
+        return
+    new = sum(s.created for s in started)
+    known = f" ({len(started) - new} already existed for their keys)" if new < len(started) else ""
+    typer.echo(f"queued {new} run(s) of {started[0].run.workflow}{known}")
+
+
+def _run_summary(run: Run, *, created: bool = True) -> dict[str, Any]:
+    """What `flowctl run --json` prints; `created` is false when --key matched an earlier run."""
+    return {
+        "id": run.run_id,
+        "created": created,
+        "workflow": run.workflow,
+        "status": str(run.status),
+        "result": run.result,
+        "error": run.error,
+        "run_at": iso(run.run_at),
+    }
+
+
+def _drive(
+    st: State, run_obj: Run, *, wait: bool, quiet: bool, known: set[int] | None = None
+) -> Run:
+    """Run it here as a worker; print each step as it is journaled (`known`: call indices
+    already journaled before, e.g. copied by a fork, not printed)."""
+    from flowctl.daemon import drive_run
+    from flowctl.engine import Outcome
+    from flowctl.model import JournalEntry
+
+    def on_checkpoint(entry: JournalEntry) -> None:
+        if quiet or entry.kind != "step":
+            return
+        took = f" ({format_duration(entry.duration)})" if entry.duration is not None else ""
+        mark = "✓" if entry.state is EntryState.DONE else "✗"
+        typer.echo(f"  {mark} {entry.name}{took}")
+
+    printed: set[int] = set(known or ())
+
+    def on_step(entry: JournalEntry) -> None:
+        printed.add(entry.call_index)
+        on_checkpoint(entry)
+
+    def on_outcome(outcome: Outcome) -> None:
+        # Say why the terminal goes quiet when --wait waits through a sleep or a retry.
+        if quiet or not wait or outcome.run_at is None:
+            return
+        until = f"{_local(outcome.run_at)} ({_relative(outcome.run_at, st.clock.now())})"
+        if outcome.status is RunStatus.SLEEPING:
+            typer.echo(f"  … sleeping until {until}")
+        elif outcome.status is RunStatus.WAITING:
+            typer.echo(f"  … waiting for a signal, timeout {until}")
+        elif outcome.status is RunStatus.QUEUED:
+            typer.echo(f"  ↻ retrying at {until}")
+
+    cfg = _daemon_config(st, concurrency=1)
+    try:
+        final: Run = drive_run(
+            st.store,
+            st.clock,
+            run_obj.run_id,
+            cfg,
+            wait=wait,
+            on_checkpoint=on_step,
+            on_outcome=on_outcome,
+        )
+        if not quiet:
+            # Steps a daemon ran while we waited: shown once the run is back with us.
+            for entry in st.store.journal(run_obj.run_id).values():
+                if entry.kind == "step" and entry.call_index not in printed:
+                    on_checkpoint(entry)
+        return final
+    except KeyboardInterrupt:
+        typer.echo(
+            f"\ninterrupted: run {run_obj.run_id} is left to `flowctl daemon`, which resumes it",
+            err=True,
+        )
+        raise typer.Exit(130) from None
+
+
+def _print_end(run: Run, now: datetime) -> None:
+    if run.status is RunStatus.COMPLETED:
+        typer.echo(f"completed {run.run_id}: {json.dumps(run.result)}")
+    elif run.status is RunStatus.SLEEPING:
+        typer.echo(f"sleeping until {_local(run.run_at)} ({_relative(run.run_at, now)})")
+        typer.echo(f"run {run.run_id} (`flowctl daemon` wakes it; `flowctl show {run.run_id}`)")
+    elif run.status is RunStatus.WAITING:
+        due = f", timeout {_local(run.run_at)}" if run.run_at else ""
+        typer.echo(f"waiting for a signal{due}")
+        typer.echo(f"run {run.run_id} (`flowctl signal {run.run_id} NAME`)")
+    elif run.status is RunStatus.QUEUED:
+        typer.echo(
+            f"queued {run.run_id}: next attempt {_local(run.run_at)} ({_relative(run.run_at, now)})"
+        )
+        if run.error:
+            typer.echo(f"  last error: {_first_error_line(run)}")
+    elif run.status is RunStatus.RUNNING:
+        typer.echo(f"running {run.run_id} in another worker")
+    elif run.status is RunStatus.PAUSED:
+        typer.echo(f"paused {run.run_id} (`flowctl resume {run.run_id}` resumes it)")
+    else:
+        typer.echo(f"{run.status} {run.run_id}: {_first_error_line(run)}", err=True)
+
+
+def _start_copy(st: State, new: Run, origin: str, index: int, wait: bool, as_json: bool) -> None:
+    """Render a fork or rerun; with --wait, drive it here as `run --wait` does."""
+    journal = set(st.store.journal(new.run_id))
+    copied = len(journal)
+    final = _drive(st, new, wait=True, quiet=as_json, known=journal) if wait else new
+    if as_json:
+        _emit_json(
+            {**_run_summary(final), "forked_from": origin, "from_index": index, "copied": copied}
+        )
+    elif wait:
+        _print_end(final, st.clock.now())
+    else:
+        typer.echo(
+            f"queued {new.run_id} ({new.workflow}): forked from {origin} at call #{index},"
+            f" {copied} checkpoint(s) copied"
+        )
+    if final.status in (RunStatus.DEAD, RunStatus.CANCELLED):
+        raise typer.Exit(1)
+
+
+_FORK_INPUT = typer.Option(
+    "--input", metavar="JSON", help="Input as a JSON object (default: the original's)."
+)
+
+
+_FORK_WAIT = typer.Option("--wait", help="Run it here, in the foreground, until it ends.")
+
+
+def fork(
+    ctx: typer.Context,
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
+    from_index: Annotated[
+        int,
+        typer.Option(
+            "--from",
+            metavar="INDEX",
+            max=MAX_COUNT,
+            help="Copy the checkpoints before this call index.",
+        ),
+    ],
+    input_json: Annotated[str | None, _FORK_INPUT] = None,
+    wait: Annotated[bool, _FORK_WAIT] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the new run as JSON.")] = False,
+) -> None:
+    """Start a new run of the same workflow from a call index of an earlier one; the
+    original is left as it was.  Example: flowctl fork m8rtkeef --from 3 --wait"""
+    st = _state(ctx)
+    data = ops.parse_inputs(None, input_json) if input_json is not None else None
+    new = ops.fork(st.store, run_ref, from_index, clock=st.clock, input=data)
+    origin = st.store.find_run(run_ref).run_id
+    _start_copy(st, new, origin, from_index, wait, as_json)
+
+
+def rerun(
+    ctx: typer.Context,
+    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
+    input_json: Annotated[str | None, _FORK_INPUT] = None,
+    wait: Annotated[bool, _FORK_WAIT] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the new run as JSON.")] = False,
+) -> None:
+    """Start the same workflow again with the same input (a fork from 0).
+    Example: flowctl rerun m8rtkeef --wait"""
+    st = _state(ctx)
+    data = ops.parse_inputs(None, input_json) if input_json is not None else None
+    new = ops.rerun(st.store, run_ref, clock=st.clock, input=data)
+    origin = st.store.find_run(run_ref).run_id
+    _start_copy(st, new, origin, 0, wait, as_json)
