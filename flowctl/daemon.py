@@ -3,7 +3,8 @@ heartbeats, crash recovery and graceful drain.
 
 `Daemon.tick()` runs one iteration synchronously (tests drive it with a FakeClock);
 `Daemon.run_forever()` is the real loop with a worker pool and a heartbeat thread.
-The same class, restricted to one run, is the worker behind `flowctl run --wait`.
+The same class, restricted to one run, is the worker behind `flowctl run --wait`
+(flowctl.foreground drives it).
 """
 
 from __future__ import annotations
@@ -689,111 +690,3 @@ class Daemon:
 def _boottime(clock: Clock) -> float:
     fn = getattr(clock, "boottime", None)
     return float(fn()) if callable(fn) else clock.monotonic()
-
-
-def drive_run(
-    store: Store,
-    clock: Clock,
-    run_id: str,
-    config: DaemonConfig | None = None,
-    *,
-    wait: bool,
-    on_checkpoint: Callable[[JournalEntry], None] | None = None,
-    on_outcome: Callable[[Outcome], None] | None = None,
-    engine: Engine | None = None,
-    timeout: float | None = None,
-) -> Any:
-    """Act as a worker for one run (`flowctl run`, `Client.run`) under the usual lease rules.
-
-    Runs it now in this thread; returns when it ends, or — unless `wait` — when it
-    suspends. With `wait`, it waits through sleeps (noticing signals and wakes made by
-    other processes) and resumes the run itself, unless a daemon gets there first.
-    """
-    worker = Daemon(
-        store,
-        clock,
-        config or DaemonConfig(concurrency=1),
-        engine=engine or Engine(store, clock, foreground=True),
-        only_run_id=run_id,
-        on_checkpoint=on_checkpoint,
-        on_outcome=on_outcome,
-    )
-    stop = threading.Event()
-    hb = threading.Thread(target=_heartbeat_until, args=(worker, stop), daemon=True)
-    hb.start()
-    idle = threading.Event()
-    give_up = None if timeout is None else clock.monotonic() + timeout
-    executing = threading.Event()
-    restore = _mark_operator_interrupts(worker.engine, executing, idle)
-    try:
-        while True:
-            _raise_if_operator_interrupted(worker.engine)
-            worker._reap_dead_owners()  # a dead daemon's lease on this run lapses at once
-            run = store.get_run(run_id)
-            if run.status.is_terminal:
-                return run
-            start, now = clock.monotonic(), clock.now()
-            due = run.run_at is not None and run.run_at <= now
-            if not due:
-                if not wait:
-                    return run
-                if give_up is not None and clock.monotonic() >= give_up:
-                    return run
-                pause = POLL_INTERVAL
-                if run.run_at is not None and run.status is not RunStatus.RUNNING:
-                    pause = max(0.0, min(pause, (run.run_at - now).total_seconds()))
-                clock.wait_until(idle, start + pause)
-                continue
-            claims = worker._claim(now, 1)
-            for claim in claims:
-                executing.set()
-                try:
-                    worker._execute(claim)
-                finally:
-                    executing.clear()
-            if not claims:
-                clock.wait(idle, POLL_INTERVAL)
-    finally:
-        stop.set()
-        restore()
-
-
-def _raise_if_operator_interrupted(engine: Engine) -> None:
-    if engine.operator_interrupted:
-        raise KeyboardInterrupt
-
-
-def _mark_operator_interrupts(
-    engine: Engine, executing: threading.Event, idle: threading.Event
-) -> Callable[[], None]:
-    """A real SIGINT is the operator's (a KeyboardInterrupt raised by workflow code fails
-    its attempt instead): raised into an executing handler, else it wakes the wait loop,
-    which raises where no lock is held. Returns the undo; off the main thread, a no-op."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous = signal.getsignal(signal.SIGINT)
-    if previous is not signal.default_int_handler:
-        return lambda: None  # someone else handles SIGINT here: leave it to them
-
-    def on_sigint(signum: int, frame: object) -> None:
-        engine.operator_interrupted = True
-        if executing.is_set():
-            raise KeyboardInterrupt
-        idle.set()
-
-    signal.signal(signal.SIGINT, on_sigint)
-
-    def restore() -> None:
-        signal.signal(signal.SIGINT, previous)
-
-    return restore
-
-
-def _heartbeat_until(worker: Daemon, stop: threading.Event) -> None:
-    due = worker.clock.monotonic() + worker.config.heartbeat
-    while not worker.clock.wait_until(stop, due):
-        due = max(due, worker.clock.monotonic()) + worker.config.heartbeat
-        try:
-            worker.heartbeat_once()
-        except Exception:
-            log.exception("heartbeat failed")

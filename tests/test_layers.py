@@ -52,6 +52,7 @@ EXECUTION = (
     "flowctl.engine",
     "flowctl.workflow",
     "flowctl.daemon",
+    "flowctl.foreground",
     "flowctl.notifier",
     "flowctl.wheel",
     "flowctl.client",

@@ -240,8 +240,8 @@ def _drive(
 ) -> Run:
     """Run it here as a worker; print each step as it is journaled (`known`: call indices
     already journaled before, e.g. copied by a fork, not printed)."""
-    from flowctl.daemon import drive_run
     from flowctl.engine import Outcome
+    from flowctl.foreground import drive_run
     from flowctl.model import JournalEntry
 
     def on_checkpoint(entry: JournalEntry) -> None:
