@@ -20,6 +20,7 @@ from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
 from flowctl.store import NewRun, Store
 from flowctl.tui import FlowctlApp, RunTable
 from flowctl.tui import app as tui
+from flowctl.tui import header as tui_header
 from flowctl.tui import widgets as tui_widgets
 from flowctl.tui.widgets import DetailText
 
@@ -43,7 +44,7 @@ def _sleeper(store: Store, clock: FakeClock, run_id: str, hours: int) -> None:
 @pytest.fixture
 def fast_ticks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tui_widgets, "TICK_SECONDS", 0.001)
-    monkeypatch.setattr(tui, "TICK_SECONDS", 0.001)
+    monkeypatch.setattr(tui_header, "TICK_SECONDS", 0.001)  # the header line ticks itself
     monkeypatch.setattr(tui, "POLL_SECONDS", 0.001)
 
 

@@ -3,7 +3,9 @@
 Only the `flowctl.tui` package imports Textual, and only `flowctl tui` imports them, so
 every other command starts without paying for Textual. The TUI is split by job:
 
-- `flowctl.tui.app` (here): the app — its state, bindings, workers, live refresh and actions.
+- `flowctl.tui.app` (here): the app — its state, bindings, workers and live refresh.
+- `flowctl.tui.actions`: the actions on the selected run (each asks first, runs through ops).
+- `flowctl.tui.header`: the header line (database path, daemon, filters, clock).
 - `flowctl.tui.views`: which runs each tab lists, with which columns; `load_page`.
 - `flowctl.tui.render`: pure text — cells, countdowns, the detail pane, error blocks.
 - `flowctl.tui.widgets`: the main screen's widgets (tab bar, run list, detail pane, keys).
@@ -29,12 +31,11 @@ The TUI writes no SQL of its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 from textual import on, work
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
@@ -45,20 +46,18 @@ from flowctl import ops
 from flowctl.clock import Clock
 from flowctl.model import Run, RunStatus
 from flowctl.store import Store
-from flowctl.transitions import Action, refusal
-from flowctl.tui.messages import ActionDone, DetailLoaded, PageLoaded
+from flowctl.tui.actions import RunActions
+from flowctl.tui.header import HeaderLine
+from flowctl.tui.messages import DetailLoaded, PageLoaded
 from flowctl.tui.render import (
     TIMELINE_LIMIT,
-    daemon_line,
     describe_error,
     render_detail,
     render_schedule,
     schedule_field,
-    short_path,
     table_cell,
-    to_second,
 )
-from flowctl.tui.screens import ConfirmScreen, FilterScreen, HelpScreen, SignalScreen
+from flowctl.tui.screens import FilterScreen, HelpScreen, SignalScreen
 from flowctl.tui.views import (
     SCHEDULE_FIELDS,
     VIEWS,
@@ -69,11 +68,20 @@ from flowctl.tui.views import (
     Row,
     load_page,
 )
-from flowctl.tui.widgets import TICK_SECONDS, DetailPane, DetailText, KeyHints, RunTable, ViewBar
+from flowctl.tui.widgets import DetailPane, DetailText, KeyHints, RunTable, ViewBar
 
 # FlowctlApp is what `flowctl tui` imports; the rest stay importable from here for the
 # tests and benchmarks/tui_startup.py, which predate the split.
-__all__ = ["VIEWS", "FlowctlApp", "PageQuery", "Row", "RunTable", "SignalScreen", "load_page"]
+__all__ = [
+    "VIEWS",
+    "FlowctlApp",
+    "HeaderLine",
+    "PageQuery",
+    "Row",
+    "RunTable",
+    "SignalScreen",
+    "load_page",
+]
 
 PAGE_SIZE = 200  # rows per query; the next page is fetched when the cursor reaches the end
 POLL_SECONDS = 0.5  # how often data_version is read
@@ -89,45 +97,10 @@ def _first_busy_view(store: Store) -> str:
 
 
 # ---------------------------------------------------------------------------
-# The header line: it reads the app's own state, so it lives with the app
-
-
-class HeaderLine(Static):
-    """The database's full path, whether a daemon runs on it, active filter and search on
-    the left; the clock on the right (its own timer re-renders it every second)."""
-
-    def on_mount(self) -> None:
-        self.set_interval(TICK_SECONDS, self.refresh)
-
-    def render(self) -> Content:
-        app = self.app
-        if not isinstance(app, FlowctlApp):
-            return Content()
-        read_only = "  read-only" if getattr(app.store, "read_only", False) else ""
-        daemon = daemon_line(app.daemons, app.clock.now())
-        clock = f"{to_second(app.clock.now())} UTC "
-        path = short_path(app.shown_path, self.size.width - 11 - len(read_only + daemon[0] + clock))
-        left = Content.assemble(
-            (" flowctl ", "bold reverse"), f" {path}", (read_only, "bold $warning"), daemon
-        )
-        filters = Content.assemble(
-            ("  workflow: ", "dim"),
-            (app.workflow or "all", "bold $accent" if app.workflow else ""),
-            ("  search: ", "dim"),
-            (app.search or "—", "bold $accent" if app.search else ""),
-        )
-        room = self.size.width - left.cell_length - len(clock) - 1
-        if app.workflow or app.search or room >= filters.cell_length:
-            left = Content.assemble(left, filters)  # unset filters give way on a narrow screen
-        pad = max(1, self.size.width - left.cell_length - len(clock))
-        return Content.assemble(left, " " * pad, (clock, "dim"))
-
-
-# ---------------------------------------------------------------------------
 # The app
 
 
-class FlowctlApp(App[None]):
+class FlowctlApp(RunActions):
     """A live view of one flowctl database. Built from explicit inputs: a Store and a Clock."""
 
     TITLE = "flowctl"
@@ -604,182 +577,3 @@ class FlowctlApp(App[None]):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.store.path))
-
-    # -- actions on the selected run -------------------------------------------
-
-    def _require_run(self) -> Run | None:
-        run = self.selected_run()
-        if run is None:
-            self.notify("select a run first", severity="warning")
-        return run
-
-    def _confirm(
-        self, title: str, question: Content, action: Callable[[], str], failure: str
-    ) -> None:
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self._run_action(action, failure)
-
-        self.push_screen(ConfirmScreen(question, title), answered)
-
-    @work(thread=True, group="action")
-    def _run_action(self, action: Callable[[], str], failure: str) -> None:
-        """Run one ops call off the UI thread; its outcome comes back as a notification."""
-        try:
-            message = action()
-        except Exception as e:
-            self.post_message(ActionDone(f"{failure}: {describe_error(e)}", error=True))
-        else:
-            self.post_message(ActionDone(message, error=False))
-
-    @on(ActionDone)
-    def _action_done(self, message: ActionDone) -> None:
-        if not self.is_running:
-            return
-        self.notify(
-            message.message,
-            severity="error" if message.error else "information",
-            timeout=8 if message.error else 4,
-        )
-        self._reload()  # our own writes do not move data_version on our own connection
-
-    def _question(self, verb: str, run: Run, extra: str = "") -> Content:
-        return Content.assemble(
-            f"{verb} run ",
-            (run.run_id, "bold"),
-            f" ({run.workflow}, {run.status})?",
-            (f"\n\n{extra}" if extra else "", "dim"),
-        )
-
-    def action_cancel_run(self) -> None:
-        run = self._require_run()
-        if run is None:
-            return
-        if run.status.is_terminal:
-            self.notify(
-                f"{run.run_id} is already {run.status}; nothing to cancel", severity="warning"
-            )
-            return
-        extra = (
-            "It is running: it stops at its next heartbeat."
-            if run.status is RunStatus.RUNNING
-            else ""
-        )
-
-        def cancel() -> str:
-            after = ops.cancel(self.store, run.run_id, clock=self.clock)
-            if after.status is RunStatus.CANCELLED:
-                return f"cancelled {run.run_id}"
-            return f"cancel requested: {run.run_id} stops at its next heartbeat"
-
-        self._confirm("Cancel", self._question("Cancel", run, extra), cancel, "cancel failed")
-
-    def action_redrive_run(self) -> None:
-        run = self._require_run()
-        if run is None:
-            return
-        if run.status not in (RunStatus.DEAD, RunStatus.CANCELLED):
-            self.notify(
-                f"{run.run_id} is {run.status}: only dead or cancelled runs can be redriven",
-                severity="warning",
-            )
-            return
-
-        def redrive() -> str:
-            ops.redrive(self.store, run.run_id, clock=self.clock)
-            return f"redriven {run.run_id}: queued with a fresh attempt budget"
-
-        extra = (
-            "It is queued again with a fresh attempt budget; checkpoints before the failure stand."
-        )
-        self._confirm("Redrive", self._question("Redrive", run, extra), redrive, "redrive failed")
-
-    def action_wake_run(self) -> None:
-        run = self._require_run()
-        if run is None:
-            return
-        if run.status not in (RunStatus.SLEEPING, RunStatus.QUEUED):
-            self.notify(
-                f"{run.run_id} is {run.status}: only sleeping or queued runs can be woken",
-                severity="warning",
-            )
-            return
-
-        def wake() -> str:
-            ops.wake_now(self.store, run.run_id, clock=self.clock)
-            return f"woke {run.run_id}: due now (recorded as an operator action)"
-
-        extra = (
-            f"Due at {to_second(run.run_at)} UTC; it becomes due now. The timeline records who"
-            " woke it, and the recorded deadline is kept for history."
-        )
-        self._confirm("Wake now", self._question("Wake", run, extra), wake, "wake failed")
-
-    def action_pause_run(self) -> None:
-        """Pause the selected run, or resume it when it is paused (or a pause is pending)."""
-        run = self._require_run()
-        if run is None:
-            return
-        resuming = run.status is RunStatus.PAUSED or run.pause_requested
-        action = Action.RESUME if resuming else Action.PAUSE
-        refused = refusal(action, run.run_id, run.status, pause_requested=run.pause_requested)
-        if refused is not None:
-            self.notify(refused, severity="warning")
-            return
-        if resuming:
-
-            def act() -> str:
-                after = ops.resume(self.store, run.run_id, clock=self.clock)
-                if after.status is RunStatus.RUNNING:
-                    return f"resumed {run.run_id}: the pause it was asked for is withdrawn"
-                return f"resumed {run.run_id}: {after.status}"
-
-            extra = "It is due at once if its wake time passed while paused, else at its wake."
-            self._confirm("Resume", self._question("Resume", run, extra), act, "resume failed")
-            return
-
-        def pause() -> str:
-            after = ops.pause(self.store, run.run_id, clock=self.clock)
-            if after.status is RunStatus.RUNNING:
-                return f"pause requested: {run.run_id} parks at its next durable call"
-            return f"paused {run.run_id}"
-
-        extra = (
-            "It is running: it parks at its next durable call (nothing is interrupted)."
-            if run.status is RunStatus.RUNNING
-            else "It is never claimed while paused; its deadline still runs."
-        )
-        self._confirm("Pause", self._question("Pause", run, extra), pause, "pause failed")
-
-    def action_signal_run(self) -> None:
-        run = self._require_run()
-        if run is None:
-            return
-        if run.status.is_terminal:
-            self.notify(
-                f"{run.run_id} is {run.status}: signals go to queued, running, sleeping or"
-                " waiting runs",
-                severity="warning",
-            )
-            return
-
-        def sent(name: str | None) -> None:
-            if name:
-                self.notify(f"signal {name!r} sent to {run.run_id}")
-                self._reload()
-
-        self.push_screen(SignalScreen(self.store, self.clock, run.run_id), sent)
-
-    def action_copy_id(self) -> None:
-        run = self._require_run()
-        if run is None:
-            return
-        self.copy_to_clipboard(run.run_id)  # the app's own clipboard, and OSC 52 to the terminal
-        if self.is_headless:  # no terminal at all: nothing outside this process has it
-            self.notify(
-                f"this terminal cannot copy; the run id is {run.run_id}", severity="warning"
-            )
-        else:  # a terminal never says whether it honoured OSC 52
-            self.notify(
-                f"asked the terminal to copy {run.run_id} (terminals without OSC 52 ignore it)"
-            )
