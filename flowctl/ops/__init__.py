@@ -1,7 +1,8 @@
 """Operator actions shared by every front end (CLI, TUI, Client, HTTP): validation,
 defaults and writes live here so each one behaves the same. Nothing here prints.
 
-    flowctl.ops.runs        start, list, show, why, signal, cancel, redrive, fork, pause ...
+    flowctl.ops.runs        start, list, signal, cancel, redrive, fork, pause ...
+    flowctl.ops.detail      show and why: one run in full
     flowctl.ops.parse       operator input: -i/--input, times, statuses
     flowctl.ops.schedules   schedules and the agenda (imported where used: it loads cron)
 
@@ -14,6 +15,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from flowctl.ops.detail import (
+        RunDetail,
+        explain_detail,
+        show_run,
+        source_changed_note,
+        why,
+        why_facts,
+        why_run,
+    )
     from flowctl.ops.parse import (
         STATUS_NAMES,
         parse_duration_or_time,
@@ -26,14 +36,12 @@ if TYPE_CHECKING:
         parse_time,
     )
     from flowctl.ops.runs import (
-        RunDetail,
         Started,
         StatusReport,
         cancel,
         copy_summary,
         count_listed,
         count_runs,
-        explain_detail,
         fork,
         list_runs,
         list_workflows,
@@ -49,16 +57,11 @@ if TYPE_CHECKING:
         run_by_key,
         send_signal,
         send_signal_by_key,
-        show_run,
-        source_changed_note,
         start,
         start_many,
         status,
         waiting_for,
         wake_now,
-        why,
-        why_facts,
-        why_run,
         workflow_names,
     )
 
@@ -110,6 +113,17 @@ __all__ = [
 
 
 _PARSE = frozenset(name for name in __all__ if name.startswith("parse_") or name == "STATUS_NAMES")
+_DETAIL = frozenset(
+    (
+        "RunDetail",
+        "explain_detail",
+        "show_run",
+        "source_changed_note",
+        "why",
+        "why_facts",
+        "why_run",
+    )
+)
 
 
 def __getattr__(name: str) -> object:
@@ -119,7 +133,12 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module 'flowctl.ops' has no attribute {name!r}")
     import importlib
 
-    module = importlib.import_module("flowctl.ops.parse" if name in _PARSE else "flowctl.ops.runs")
+    if name in _PARSE:
+        module = importlib.import_module("flowctl.ops.parse")
+    elif name in _DETAIL:
+        module = importlib.import_module("flowctl.ops.detail")
+    else:
+        module = importlib.import_module("flowctl.ops.runs")
     value = getattr(module, name)
     globals()[name] = value
     return value

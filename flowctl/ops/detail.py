@@ -1,0 +1,284 @@
+"""Reading one run in full: `flowctl show` (RunDetail), `flowctl why` (its facts), and the
+notes both give; shared by the CLI, the TUI detail pane and the HTTP API. Nothing here
+prints or writes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from flowctl.clock import Clock
+from flowctl.errors import FlowctlError
+from flowctl.explain import DaemonFact, OperatorEvent, Why, WhyFacts, explain
+from flowctl.model import (
+    CallKind,
+    EntryState,
+    JournalEntry,
+    Run,
+    RunStatus,
+    TimelineEvent,
+    iso,
+)
+from flowctl.store import Store
+
+
+@dataclass
+class RunDetail:
+    run: Run
+    checkpoints: list[JournalEntry]
+    versions: list[tuple[str, int, datetime]]
+    timeline: list[TimelineEvent]
+    pending_signals: list[tuple[str, Any, datetime]]
+    source_changed: bool | None  # None: unknown (no file recorded)
+    notes: list[str] = field(default_factory=list)
+    published: dict[str, tuple[Any, datetime]] = field(default_factory=dict)
+    why_facts: WhyFacts | None = None  # what `why` reads; re-explained as the clock moves
+    # A running run: the step printing now ("#3 'fetch'") and its last lines (`flowctl logs`).
+    output_step: str | None = None
+    output_tail: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        checkpoints = [c.to_json() for c in self.checkpoints]
+        checkpoints += [
+            {
+                "index": None,
+                "kind": str(CallKind.VERSION),
+                "name": cid,
+                "value": v,
+                "recorded_at": iso(at),
+            }
+            for cid, v, at in self.versions
+        ]
+        return {
+            "run": self.run.to_json(),
+            "checkpoints": checkpoints,
+            "timeline": [e.to_json() for e in self.timeline],
+            "pending_signals": [
+                {"name": n, "payload": p, "sent_at": iso(at)} for n, p, at in self.pending_signals
+            ],
+            "source_changed": self.source_changed,
+            "notes": self.notes,
+            "published": {k: {"value": v, "at": iso(at)} for k, (v, at) in self.published.items()},
+            "output_tail": (
+                {"step": self.output_step, "lines": self.output_tail}
+                if self.output_step is not None
+                else None
+            ),
+        }
+
+
+def show_run(
+    store: Store, ref: str, *, clock: Clock, timeline_limit: int | None = None
+) -> RunDetail:
+    run = store.find_run(ref)
+    journal = store.journal(run.run_id)
+    changed: bool | None = None
+    if run.source_path and run.source_hash:
+        import hashlib
+
+        try:
+            changed = (
+                hashlib.sha256(Path(run.source_path).read_bytes()).hexdigest() != run.source_hash
+            )
+        except OSError:
+            changed = True
+    notes = []
+    now = clock.now()
+    facts = why_facts(store, run.run_id)
+    if run.deadline is not None and run.deadline <= now and not run.status.is_terminal:
+        # Who acts on it depends on whether a daemon serves this database: explain knows.
+        notes.append(explain(facts, now).message)
+    if changed:
+        notes.append(source_changed_note(run))
+    return RunDetail(
+        run=run,
+        checkpoints=list(journal.values()),
+        versions=store.versions_detail(run.run_id),
+        timeline=store.timeline(run.run_id, limit=timeline_limit),
+        pending_signals=store.pending_signals(run.run_id),
+        source_changed=changed,
+        notes=notes,
+        published=store.published(run.run_id),
+        why_facts=facts,
+        **_output_tail(store, run),
+    )
+
+
+TAIL_LINES = 5  # lines of the running step's output that show and the TUI detail show
+
+
+def _output_tail(store: Store, run: Run) -> dict[str, Any]:
+    """The last lines the step now running printed: only for a running run."""
+    if run.status is not RunStatus.RUNNING:
+        return {}
+    chunks = store.output_tail(run.run_id)
+    if not chunks:
+        return {}
+    lines = [line for c in chunks if c.stream != "note" for line in c.text.splitlines()]
+    last = chunks[-1]
+    return {
+        "output_step": f"#{last.call_index} {last.step!r}",
+        "output_tail": lines[-TAIL_LINES:],
+    }
+
+
+def source_changed_note(run: Run) -> str:
+    """What is true of a run whose workflow file changed since it started.
+
+    A YAML run replays the definition pinned when it started. A Python run has no pinned
+    copy: its next replay imports the file as it is now, so a change to the calls it makes
+    before its journal frontier stops it with a non-determinism error.
+    """
+    if run.kind == "yaml":
+        return (
+            f"{run.source_path} changed since this run started; the run keeps its pinned"
+            " definition (new runs use the new file)"
+        )
+    return (
+        f"{run.source_path} changed since this run started; the run replays the new code, and"
+        " a replay that meets a different call than its journal holds ends it dead with a"
+        " non-determinism error (guard such changes with ctx.version())"
+    )
+
+
+def why(detail: RunDetail, now: datetime) -> str:
+    """One sentence on what the run is doing or waiting for."""
+    run = detail.run
+    from flowctl.durations import format_duration
+
+    if run.deadline is not None and run.deadline <= now and not run.status.is_terminal:
+        if detail.why_facts is not None:
+            return f"{run.status}: {explain(detail.why_facts, now).message}"
+        return f"{run.status}: deadline passed at {iso(run.deadline)}"
+
+    def until(at: datetime | None) -> str:
+        if at is None:
+            return ""
+        delta = at - now
+        return (
+            f"{iso(at)} (in {format_duration(delta)})"
+            if delta.total_seconds() > 0
+            else f"{iso(at)} (due)"
+        )
+
+    if run.status is RunStatus.SLEEPING:
+        return f"sleeping until {until(run.run_at)}"
+    if run.status is RunStatus.WAITING:
+        pending = [c for c in detail.checkpoints if c.state is EntryState.PENDING]
+        what = (
+            f"signal {pending[-1].name!r}"
+            if pending and pending[-1].kind is CallKind.SIGNAL
+            else "a child run"
+        )
+        tail = f", timeout at {until(run.run_at)}" if run.run_at else ""
+        return f"waiting for {what}{tail}"
+    if run.status is RunStatus.QUEUED:
+        if run.run_at is None and run.schedule:  # held by overlap=queue
+            return f"queued behind the active run of schedule {run.schedule!r} (overlap=queue)"
+        retrying = [c for c in detail.checkpoints if c.state is EntryState.RETRYING]
+        if retrying:
+            return f"queued: step {retrying[-1].name!r} retries at {until(run.run_at)}"
+        if run.attempt > 1:
+            return f"queued: attempt {run.attempt}/{run.max_attempts} at {until(run.run_at)}"
+        return f"queued to start at {until(run.run_at)}"
+    if run.status is RunStatus.RUNNING:
+        cancel = " (cancel requested)" if run.cancel_requested else ""
+        if run.pause_requested:
+            cancel += " (pause requested: it parks at its next durable call)"
+        return f"running on {run.lease_owner}, lease until {iso(run.lease_until)}{cancel}"
+    if run.status is RunStatus.PAUSED:
+        due = run.paused_run_at
+        then = "at once" if due is None or due <= now else f"at {until(due)}"
+        return f"paused (was {run.paused_status}); `flowctl resume` makes it due {then}"
+    if run.status is RunStatus.DEAD and run.error:
+        return f"dead: {run.error.get('type')}: {str(run.error.get('message', '')).splitlines()[0] if run.error.get('message') else ''}"
+    return str(run.status)
+
+
+def explain_detail(detail: RunDetail, now: datetime) -> Why | None:
+    """What `flowctl why` says of the run shown, re-explained at `now`."""
+    return None if detail.why_facts is None else explain(detail.why_facts, now)
+
+
+def why_facts(store: Store, ref: str) -> WhyFacts:
+    """Read from the store everything `explain` needs to say why a run is not running."""
+    from flowctl.ids import owner_alive, owner_is_dead
+
+    run = store.find_run(ref)
+    entries = list(store.journal(run.run_id).values())
+    pending = next(
+        (e for e in reversed(entries) if e.state in (EntryState.PENDING, EntryState.RETRYING)),
+        None,
+    )
+    done = next(
+        (e for e in reversed(entries) if e.state in (EntryState.DONE, EntryState.ERROR)), None
+    )
+    daemons = tuple(
+        DaemonFact(
+            d.owner,
+            d.host,
+            d.pid,
+            owner_alive(d.owner),
+            int(d.info.get("concurrency", 1)),
+            store.held_count(d.owner),
+        )
+        for d in store.daemons()
+    )
+    active = not run.status.is_terminal
+    child = None
+    if pending is not None and pending.kind is CallKind.STEP and isinstance(pending.value, dict):
+        child_id = pending.value.get("child_run_id")
+        if isinstance(child_id, str):
+            try:
+                child = store.get_run(child_id)
+            except FlowctlError:
+                child = None
+    buffered = (
+        pending is not None
+        and pending.kind is CallKind.SIGNAL
+        and any(name == pending.name for name, _, _ in store.pending_signals(run.run_id))
+    )
+
+    def operator(types: list[str]) -> OperatorEvent | None:
+        ev = store.last_event(run.run_id, types)
+        return None if ev is None else OperatorEvent(ev.at, ev.data.get("by"))
+
+    return WhyFacts(
+        run=run,
+        pending=pending,
+        last_checkpoint=done,
+        daemons=daemons,
+        daemon_last_seen=(
+            store.daemon_last_seen() if active and not any(d.alive for d in daemons) else None
+        ),
+        due_ahead=(
+            store.due_ahead(run.run_id, run.run_at) if active and run.run_at is not None else 0
+        ),
+        lease_owner_gone=(
+            run.status is RunStatus.RUNNING
+            and run.lease_owner is not None
+            and owner_is_dead(run.lease_owner)
+        ),
+        cancel_requested=(
+            operator(["cancel requested"])
+            if run.status is RunStatus.RUNNING and run.cancel_requested
+            else None
+        ),
+        pause_requested=(
+            operator(["pause requested"])
+            if run.status is RunStatus.RUNNING and run.pause_requested
+            else None
+        ),
+        paused=operator(["paused"]) if run.status is RunStatus.PAUSED else None,
+        paused_wake=run.paused_run_at,
+        child=child,
+        buffered_signal=buffered,
+        db=store.path,
+    )
+
+
+def why_run(store: Store, ref: str, *, clock: Clock) -> Why:
+    """`flowctl why RUN`: the one reason the run is where it is, with its facts."""
+    return explain(why_facts(store, ref), clock.now())
