@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -60,10 +61,18 @@ def from_us(us: int) -> datetime:
 
 
 def iso(when: datetime | None) -> str | None:
-    """ISO-8601 UTC with microseconds, as every --json time is printed."""
+    """ISO-8601 UTC with microseconds and a Z, as every --json (and HTTP API) time is
+    printed: 2026-03-27T12:00:00.000000Z. Tables show local time with the zone instead.
+    Nothing stored depends on this spelling (schedule fire keys have their own)."""
     if when is None:
         return None
-    return when.astimezone(UTC).isoformat(timespec="microseconds")
+    return when.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def utc_text(when: datetime | None) -> str | None:
+    """A time inside a sentence (errors, the `why` text the TUI shows): ISO-8601 UTC as
+    these sentences have always spelt it (+00:00), apart from --json's Z (iso)."""
+    return None if when is None else when.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -209,4 +218,16 @@ class TimelineEvent:
     data: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"at": iso(self.at), "type": self.type, **self.data}
+        data = {k: _utc_z(v) for k, v in self.data.items()}
+        return {"at": iso(self.at), "type": self.type, **data}
+
+
+_UTC_TEXT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00")
+
+
+def _utc_z(value: Any) -> Any:
+    """An event's stored UTC time (written as +00:00) printed as --json prints every time,
+    with a Z; any other value as it is."""
+    if isinstance(value, str) and _UTC_TEXT.fullmatch(value):
+        return value[: -len("+00:00")] + "Z"
+    return value

@@ -176,7 +176,7 @@ def test_run_that_sleeps_exits_zero_and_says_until_when(
     shown = json.loads(flowctl(db, "show", run_id[:6], "--json").stdout)
     assert [c["kind"] for c in shown["checkpoints"]] == ["step", "sleep"]
     sleep = shown["checkpoints"][1]
-    assert sleep["wake_at"].endswith("+00:00") and "." in sleep["wake_at"]
+    assert sleep["wake_at"].endswith("Z") and "." in sleep["wake_at"]
     assert shown["run"]["id"] == run_id
     assert {"at", "type"} <= set(shown["timeline"][0])
 
@@ -309,7 +309,7 @@ def test_detach_in_and_at_queue_without_running(
     out = flowctl(
         db, "run", f"{flow_file}:add", "-i", "a:=1", "--at", "2099-01-01T09:00:00Z", "--json"
     )
-    assert json.loads(out.stdout)["run_at"] == "2099-01-01T09:00:00.000000+00:00"
+    assert json.loads(out.stdout)["run_at"] == "2099-01-01T09:00:00.000000Z"
     assert counts(db)[1] == 0
 
 

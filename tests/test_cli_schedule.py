@@ -141,7 +141,7 @@ def test_json_shapes(invoke: Any, db: Path, clock: FakeClock) -> None:
         "fold": "first",
         "jitter": 60.0,
     }
-    assert added["next_fire_at"] == "2026-03-27T12:15:00.000000+00:00"
+    assert added["next_fire_at"] == "2026-03-27T12:15:00.000000Z"
     assert added["source"] == "cli" and added["paused"] is False and added["last"] is None
     # fire once, on time, through a daemon; then ls/show report the outcome
     clock.advance(timedelta(minutes=15))
@@ -150,12 +150,12 @@ def test_json_shapes(invoke: Any, db: Path, clock: FakeClock) -> None:
     clock.advance(timedelta(minutes=5))
     (listed,) = json.loads(invoke("schedule", "ls", "--json").output)
     assert listed["last"]["action"] == "fired"
-    assert listed["last"]["fire_at"] == "2026-03-27T12:15:00.000000+00:00"
-    assert listed["last_fire_at"] == "2026-03-27T12:15:00.000000+00:00"
+    assert listed["last"]["fire_at"] == "2026-03-27T12:15:00.000000Z"
+    assert listed["last_fire_at"] == "2026-03-27T12:15:00.000000Z"
     shown = json.loads(invoke("schedule", "show", "beat", "--json").output)
     assert [f["at"] for f in shown["upcoming"]][:2] == [
-        "2026-03-27T12:30:00.000000+00:00",
-        "2026-03-27T12:45:00.000000+00:00",
+        "2026-03-27T12:30:00.000000Z",
+        "2026-03-27T12:45:00.000000Z",
     ]
     assert [h["action"] for h in shown["history"]] == ["fired"]
     assert shown["history"][0]["run_status"] in ("queued", "completed")
@@ -211,10 +211,10 @@ def test_explain_json_shape_for_a_fold(invoke: Any) -> None:
     )  # fmt: skip
     assert set(data) == {"expression", "tz", "gap", "fold", "rule", "after", "fires"}
     assert data["expression"] == "30 1 * * *" and data["fold"] == "both"
-    assert data["after"] == "2026-11-01T04:00:00.000000+00:00"
+    assert data["after"] == "2026-11-01T04:00:00.000000Z"
     assert data["fires"] == [
         {
-            "at": "2026-11-01T05:30:00.000000+00:00",
+            "at": "2026-11-01T05:30:00.000000Z",
             "local": "2026-11-01T01:30:00.000000-04:00",
             "weekday": "Sunday",
             "fires": True,
@@ -222,7 +222,7 @@ def test_explain_json_shape_for_a_fold(invoke: Any) -> None:
             "policy": "fold=both",
         },
         {
-            "at": "2026-11-01T06:30:00.000000+00:00",
+            "at": "2026-11-01T06:30:00.000000Z",
             "local": "2026-11-01T01:30:00.000000-05:00",
             "weekday": "Sunday",
             "fires": True,

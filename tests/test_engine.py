@@ -148,7 +148,7 @@ def test_a_step_retries_after_a_durable_backoff_holding_no_worker(
         "name": "flaky",
         "index": 0,
         "try": 2,
-        "at": "2026-03-29T00:59:10.000000+00:00",
+        "at": "2026-03-29T00:59:10.000000+00:00",  # stored event data keeps its spelling
         "error": "RuntimeError: flaky failed on call 1",
     }
     fake_clock.advance(10 * SECOND - timedelta(microseconds=1))

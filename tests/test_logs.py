@@ -124,7 +124,7 @@ def test_a_python_steps_print_stderr_and_logging_are_stored_per_step(folder: Pat
         ("bye", "stdout", "bye bo"),
     ]
     assert [c["call_index"] for c in chunks][-1] == 2
-    assert all(c["at"].endswith("+00:00") for c in chunks)
+    assert all(c["at"].endswith("Z") for c in chunks)
     text = flowctl(db, "logs", run_id, "--step", "bye", cwd=folder)
     assert text.stdout.splitlines()[0].endswith("bye  bye bo")
     assert len(text.stdout.splitlines()) == 1

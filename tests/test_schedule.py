@@ -425,7 +425,7 @@ def test_explain_rows_show_policy_effects() -> None:
     rows = explain(spec, utc(2026, 10, 31, 12), 2)
     assert rows == [
         {
-            "at": "2026-11-01T05:30:00.000000+00:00",
+            "at": "2026-11-01T05:30:00.000000Z",
             "local": "2026-11-01T01:30:00.000000-04:00",
             "weekday": "Sunday",
             "fires": True,
@@ -433,7 +433,7 @@ def test_explain_rows_show_policy_effects() -> None:
             "policy": "fold=first",
         },
         {
-            "at": "2026-11-01T06:30:00.000000+00:00",
+            "at": "2026-11-01T06:30:00.000000Z",
             "local": "2026-11-01T01:30:00.000000-05:00",
             "weekday": "Sunday",
             "fires": False,
@@ -441,7 +441,7 @@ def test_explain_rows_show_policy_effects() -> None:
             "policy": "fold=first",
         },
         {
-            "at": "2026-11-02T06:30:00.000000+00:00",
+            "at": "2026-11-02T06:30:00.000000Z",
             "local": "2026-11-02T01:30:00.000000-05:00",
             "weekday": "Monday",
             "fires": True,

@@ -358,10 +358,10 @@ def test_a_run_starting_later_says_when_in_its_timeline(store: Store) -> None:
     rid = new_run(store, run_at=T0 + timedelta(hours=3))
     (created,) = store.timeline(rid)
     assert created.to_json() == {
-        "at": "2026-03-29T00:59:00.000000+00:00",
+        "at": "2026-03-29T00:59:00.000000Z",
         "type": "created",
         "attempt": 1,
-        "run_at": "2026-03-29T03:59:00.000000+00:00",
+        "run_at": "2026-03-29T03:59:00.000000Z",
     }
 
 
@@ -756,9 +756,9 @@ def test_a_naive_instant_is_refused() -> None:
         to_us(datetime(2026, 3, 29))
 
 
-def test_json_times_are_utc_with_microseconds() -> None:
+def test_json_times_are_utc_with_microseconds_and_a_z() -> None:
     paris = datetime(2026, 3, 29, 3, 0, tzinfo=timezone(timedelta(hours=2)))
-    assert iso(paris) == "2026-03-29T01:00:00.000000+00:00"
+    assert iso(paris) == "2026-03-29T01:00:00.000000Z"
     assert iso(None) is None
 
 
@@ -779,10 +779,10 @@ def test_checkpoints_have_the_shape_show_json_promises() -> None:
         "kind": "sleep",
         "name": "sleep",
         "state": "done",
-        "recorded_at": "2026-03-29T00:59:00.000000+00:00",
+        "recorded_at": "2026-03-29T00:59:00.000000Z",
         "value": None,
-        "wake_at": "2026-03-29T00:59:15.000000+00:00",
-        "resolved_at": "2026-03-29T00:59:15.000000+00:00",
+        "wake_at": "2026-03-29T00:59:15.000000Z",
+        "resolved_at": "2026-03-29T00:59:15.000000Z",
     }
     failed = JournalEntry(
         "r1", 0, CallKind.STEP, "send", EntryState.ERROR, {"type": "E"}, recorded_at=T0, tries=2
@@ -792,7 +792,7 @@ def test_checkpoints_have_the_shape_show_json_promises() -> None:
         "kind": "step",
         "name": "send",
         "state": "error",
-        "recorded_at": "2026-03-29T00:59:00.000000+00:00",
+        "recorded_at": "2026-03-29T00:59:00.000000Z",
         "error": {"type": "E"},
         "tries": 2,
     }
@@ -807,8 +807,8 @@ def test_a_run_prints_every_time_in_one_form(store: Store) -> None:
     assert (data["id"], data["status"], data["created_at"], data["run_at"], data["deadline"]) == (
         rid,
         "queued",
-        "2026-03-29T00:59:00.000000+00:00",
-        "2026-03-29T00:59:00.000000+00:00",
-        "2026-03-29T00:59:15.000000+00:00",
+        "2026-03-29T00:59:00.000000Z",
+        "2026-03-29T00:59:00.000000Z",
+        "2026-03-29T00:59:15.000000Z",
     )
     assert [s.value for s in RunStatus if s.is_terminal] == ["completed", "dead", "cancelled"]

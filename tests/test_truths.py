@@ -97,7 +97,9 @@ def test_at_now_or_later_queues_the_run(
     db = tmp_path / "f.db"
     out = flowctl(monkeypatch, db, "run", "flows.py:nap", "--at", at, "--json")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["run_at"] == due.isoformat(timespec="microseconds")
+    assert json.loads(out.stdout)["run_at"] == due.isoformat(timespec="microseconds").replace(
+        "+00:00", "Z"
+    )
 
 
 # ---------------------------------------------------------------- cut lists
@@ -106,19 +108,18 @@ def test_at_now_or_later_queues_the_run(
 def test_ls_says_when_it_cuts_the_list(
     monkeypatch: pytest.MonkeyPatch, project: Path, clock: FakeClock, tmp_path: Path
 ) -> None:
+    # The notice goes to stderr (issue 17): stdout stays the table or one JSON document.
     db = tmp_path / "f.db"
     for _ in range(5):
         assert flowctl(monkeypatch, db, "run", "flows.py:nap", "--detach").returncode == 0
-    lines = flowctl(monkeypatch, db, "ls", "--limit", "2").stdout.splitlines()
-    assert len(lines) == 4  # header, two runs, the note
-    assert lines[-1] == "2 of 5 shown; --limit N for more"
-    assert flowctl(monkeypatch, db, "ls", "--limit", "5").stdout.splitlines()[-1] != (
-        "5 of 5 shown; --limit N for more"
-    )
-    assert len(flowctl(monkeypatch, db, "ls", "--limit", "5").stdout.splitlines()) == 6
+    out = flowctl(monkeypatch, db, "ls", "--limit", "2")
+    assert len(out.stdout.splitlines()) == 3  # header, two runs
+    assert out.stderr == "flowctl: showing 2 of 5 runs; use --limit/-n for more\n"
+    whole = flowctl(monkeypatch, db, "ls", "--limit", "5")
+    assert len(whole.stdout.splitlines()) == 6 and whole.stderr == ""
     out = flowctl(monkeypatch, db, "ls", "--limit", "3", "--json", "--status", "queued")
     assert len(json.loads(out.stdout)) == 3  # stdout stays one JSON document
-    assert out.stderr == "3 of 5 shown; --limit N for more\n"
+    assert out.stderr == "flowctl: showing 3 of 5 runs; use --limit/-n for more\n"
     none = flowctl(monkeypatch, db, "ls", "--limit", "1", "--status", "dead")
     assert none.stdout == "no runs\n"
 
@@ -132,7 +133,7 @@ def test_ls_counts_with_the_same_filters_it_lists_with(
     for _ in range(2):
         flowctl(monkeypatch, db, "run", "flows.py:boom", "--detach")
     out = flowctl(monkeypatch, db, "ls", "--limit", "1", "--workflow", "boom")
-    assert out.stdout.splitlines()[-1] == "1 of 2 shown; --limit N for more"
+    assert out.stderr == "flowctl: showing 1 of 2 runs; use --limit/-n for more\n"
 
 
 def test_agenda_says_when_it_cuts_the_list(
@@ -141,13 +142,15 @@ def test_agenda_says_when_it_cuts_the_list(
     db = tmp_path / "f.db"
     for minutes in (5, 10, 15):
         flowctl(monkeypatch, db, "run", "flows.py:nap", "--in", f"{minutes}m")
-    lines = flowctl(monkeypatch, db, "agenda", "--limit", "2").stdout.splitlines()
-    assert len(lines) == 4
-    assert lines[-1] == "2 shown, more follow within 30d; --limit N for more"
-    assert len(flowctl(monkeypatch, db, "agenda", "--limit", "3").stdout.splitlines()) == 4
+    out = flowctl(monkeypatch, db, "agenda", "--limit", "2")
+    assert len(out.stdout.splitlines()) == 3
+    notice = "flowctl: showing 2 of more than 2 items within 30d; use --limit/-n for more\n"
+    assert out.stderr == notice
+    whole = flowctl(monkeypatch, db, "agenda", "--limit", "3")
+    assert len(whole.stdout.splitlines()) == 4 and whole.stderr == ""
     out = flowctl(monkeypatch, db, "agenda", "--limit", "1", "--json")
     assert len(json.loads(out.stdout)) == 1
-    assert out.stderr == "1 shown, more follow within 30d; --limit N for more\n"
+    assert out.stderr == notice.replace("2", "1")
 
 
 # ---------------------------------------------------------------- run file.py

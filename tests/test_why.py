@@ -89,7 +89,7 @@ def test_sleeping_names_the_call_index_and_wake(paris: None) -> None:
     assert why.message == (
         "sleeping until 2026-04-01 14:00:00 CEST (12:00:00 UTC, in 3d00h) (sleep #2 'cool-off')"
     )
-    assert why.facts["wake_at"] == "2026-04-01T12:00:00.000000+00:00"
+    assert why.facts["wake_at"] == "2026-04-01T12:00:00.000000Z"
     assert why.facts["call_index"] == 2
 
 
@@ -109,7 +109,7 @@ def test_a_parked_run_with_no_daemon_says_so_and_when_one_last_ran() -> None:
     assert why.facts["daemon"] == {
         "running": False,
         "daemons": [],
-        "last_seen": "2026-03-27T12:00:00.000000+00:00",
+        "last_seen": "2026-03-27T12:00:00.000000Z",
         "db": "/x/f.db",
     }
 
@@ -133,7 +133,7 @@ def test_waiting_for_a_signal_since_when_and_its_timeout() -> None:
     assert why.message.startswith("waiting for signal 'approved' since ")
     assert "1h00m ago" in why.message and "timeout at " in why.message and "in 7d00h" in why.message
     assert why.facts["signal"] == "approved"
-    assert why.facts["since"] == "2026-03-29T11:00:00.000000+00:00"
+    assert why.facts["since"] == "2026-03-29T11:00:00.000000Z"
     no_timeout = entry(1, CallKind.SIGNAL, "go", EntryState.PENDING, recorded_at=since)
     why = explain(
         WhyFacts(run(RunStatus.WAITING, run_at=None), pending=no_timeout, daemons=(ALIVE,)), NOW
@@ -157,7 +157,7 @@ def test_queued_for_a_step_retry_after_its_error() -> None:
     assert why.reason == "retry_step"
     assert "retry of step 'charge' (call #3, try 3)" in why.message
     assert why.message.endswith("after TimeoutError: gateway slow")
-    assert why.facts["retry_at"] == "2026-03-29T12:00:30.000000+00:00"
+    assert why.facts["retry_at"] == "2026-03-29T12:00:30.000000Z"
 
 
 def test_queued_for_the_next_attempt_after_a_run_error() -> None:
@@ -199,7 +199,7 @@ def test_deadline_passed_is_acted_on_by_the_next_daemon() -> None:
     why = explain(WhyFacts(r), NOW)
     assert why.reason == "deadline_passed"
     assert "the next daemon to run on this database dead-letters it" in why.message
-    assert why.facts["deadline"] == "2026-03-28T12:00:00.000000+00:00"
+    assert why.facts["deadline"] == "2026-03-28T12:00:00.000000Z"
     assert (
         "dead-letters it at its next claim" in explain(WhyFacts(r, daemons=(ALIVE,)), NOW).message
     )
@@ -296,7 +296,7 @@ def test_every_reason_is_json_with_the_same_message() -> None:
     out = why.to_json()
     assert out["reason"] == "scheduled" and out["message"] == why.message
     assert out["run_id"] == "r1" and out["status"] == "queued"
-    assert out["start_at"] == "2026-03-29T12:01:00.000000+00:00"
+    assert out["start_at"] == "2026-03-29T12:01:00.000000Z"
 
 
 # ---------------------------------------------------------------- facts from a real store
@@ -398,7 +398,9 @@ def test_the_last_daemon_is_remembered_after_it_stops(
     assert store.daemon_last_seen() == stopped
     why = ops.why_run(store, rid, clock=fake_clock)
     assert why.reason == "no_daemon"
-    assert why.facts["daemon"]["last_seen"] == stopped.isoformat(timespec="microseconds")
+    assert why.facts["daemon"]["last_seen"] == stopped.isoformat(timespec="microseconds").replace(
+        "+00:00", "Z"
+    )
     assert "one last ran at " in why.message and "3h00m ago" in why.message
 
 
@@ -439,9 +441,8 @@ def test_why_command_text_and_json(invoke: Any, fake_clock: FakeClock, flows: Pa
     assert text.count("\n") == 1
     data = json.loads(invoke("why", rid, "--json").stdout)
     assert data["reason"] == "sleeping" and data["status"] == "sleeping"
-    assert data["wake_at"] == (fake_clock.now() + timedelta(hours=2)).isoformat(
-        timespec="microseconds"
-    )
+    wake = fake_clock.now() + timedelta(hours=2)
+    assert data["wake_at"] == wake.isoformat(timespec="microseconds").replace("+00:00", "Z")
     assert data["message"] in text
 
 

@@ -121,10 +121,14 @@ def _emit_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
 
 
-def _local(when: datetime | None) -> str:
+def _local(when: datetime | None, *, ms: bool = False) -> str:
+    """A time as tables and messages show it: local, with the zone (2026-03-27 13:00:00 CET);
+    --json prints ISO-8601 UTC instead (flowctl.model.iso)."""
     if when is None:
         return "-"
-    return when.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    local = when.astimezone()
+    frac = f".{local.microsecond // 1000:03d}" if ms else ""
+    return local.strftime("%Y-%m-%d %H:%M:%S") + frac + local.strftime(" %Z")
 
 
 def _relative(when: datetime | None, now: datetime) -> str:
@@ -136,15 +140,21 @@ def _relative(when: datetime | None, now: datetime) -> str:
     return f"{format_duration(-delta)} ago"
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> None:
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-    widths[-1] = min(widths[-1], 60)
-    typer.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    for row in rows:
-        typer.echo("  ".join(c[:w].ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+def _table(headers: list[str], rows: list[list[str]], *, keep: tuple[int, ...] = (0,)) -> None:
+    """Every table goes through flowctl/cli/table.py (fits the terminal, cuts with …,
+    nothing cut when stdout is not a terminal); `keep`: columns never cut."""
+    from flowctl.cli.table import print_table
+
+    print_table(headers, rows, keep=keep)
+
+
+def _cut(
+    shown: int, total: int | None, what: str, *, flag: str = "--limit/-n", scope: str = ""
+) -> None:
+    """The notice on stderr that a list was cut (flowctl/cli/table.py: cut_notice)."""
+    from flowctl.cli.table import cut_notice
+
+    cut_notice(shown, total, what, flag=flag, scope=scope)
 
 
 def _first_error_line(run: Run) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 import typer
@@ -9,6 +10,7 @@ import typer
 from flowctl import ops
 from flowctl.cli.common import (
     RUN_LIST_JSON_HELP,
+    _cut,
     _emit_json,
     _first_error_line,
     _local,
@@ -18,7 +20,7 @@ from flowctl.cli.common import (
     _table,
 )
 from flowctl.limits import MAX_COUNT
-from flowctl.model import RunStatus
+from flowctl.model import Run, RunStatus
 
 
 def ls(
@@ -47,20 +49,20 @@ def ls(
     st = _state(ctx)
     ops.parse_statuses(status)  # bad input is exit 2 before the database is looked for
     runs = ops.list_runs(st.store, statuses=status, workflow=workflow, search=search, limit=limit)
-    cut = ""
+    total = None
     if len(runs) == limit:
         total = ops.count_listed(st.store, statuses=status, workflow=workflow, search=search)
-        if total > limit:
-            cut = f"{limit:,} of {total:,} shown; --limit N for more"
     if as_json:
         _emit_json([_run_json(r) for r in runs])
-        if cut:
-            typer.echo(cut, err=True)  # stdout stays one JSON document
-        return
-    if not runs:
+    elif not runs:
         typer.echo("no runs")
-        return
-    now = st.clock.now()
+    else:
+        _run_table(runs, st.clock.now())
+    if total is not None and total > limit:
+        _cut(limit, total, "runs")  # on stderr: stdout stays the table or one JSON document
+
+
+def _run_table(runs: list[Run], now: datetime) -> None:
     rows = []
     for r in runs:
         if r.status in (RunStatus.SLEEPING, RunStatus.WAITING, RunStatus.QUEUED):
@@ -81,5 +83,3 @@ def ls(
             ]
         )
     _table(["RUN", "WORKFLOW", "STATUS", "ATTEMPT", "CREATED", "NEXT/ENDED", "ERROR"], rows)
-    if cut:
-        typer.echo(cut)

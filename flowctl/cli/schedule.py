@@ -19,6 +19,7 @@ import typer
 from flowctl import ops
 from flowctl.cli.common import (
     State,
+    _cut,
     _emit_json,
     _Group,
     _local,
@@ -235,19 +236,33 @@ def schedule_show(
     count: Annotated[
         int, typer.Option("--limit", "--count", "-n", max=1000, help="Upcoming fires to list.")
     ] = 5,
+    history: Annotated[
+        int,
+        typer.Option("--history", min=0, max=MAX_COUNT, help="Newest history entries to list."),
+    ] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Show a schedule: its rule, next fires and recent history.  Example: flowctl schedule show nightly"""
     from flowctl.ops import schedules as schedule_ops
 
     st = _state(ctx)
-    detail = schedule_ops.show_schedule(st.store, name, clock=st.clock, count=count)
+    # one more entry than asked for, to know whether the history is cut
+    detail = schedule_ops.show_schedule(
+        st.store, name, clock=st.clock, count=count, history=history + 1
+    )
+    cut = len(detail.history) > history
+    detail.history = detail.history[len(detail.history) - history :] if history else []
     if as_json:
         _emit_json(detail.to_json())
-        return
+    else:
+        _print_schedule(detail, st.clock.now())
+    if cut:
+        _cut(history, None, "history entries", flag="--history N")
+
+
+def _print_schedule(detail: schedule_ops.ScheduleDetail, now: datetime) -> None:
     info, r = detail.info, detail.info.row
     tzname = info.spec.tz if info.spec else None
-    now = st.clock.now()
     origin = f" from {r.origin}" if r.origin else ""
     typer.echo(f"schedule  {r.name} ({'paused' if r.paused else 'active'}; {r.source}{origin})")
     typer.echo(f"rule      {info.rule}")
@@ -463,19 +478,19 @@ def agenda(
     # one more than asked for, to know whether the list is cut (agenda checks limit >= 1)
     asked = limit + 1 if limit >= 1 else limit
     items = schedule_ops.agenda(st.store, clock=st.clock, until=until, limit=asked)
-    cut = ""
-    if len(items) > limit:
-        items = items[:limit]
-        cut = f"{limit:,} shown, more follow within {until}; --limit N for more"
+    cut = len(items) > limit
+    items = items[:limit]
     if as_json:
         _emit_json([i.to_json() for i in items])
-        if cut:
-            typer.echo(cut, err=True)  # stdout stays one JSON document
-        return
-    if not items:
+    elif not items:
         typer.echo(f"nothing scheduled in the next {until}")
-        return
-    now = st.clock.now()
+    else:
+        _agenda_table(items, st.clock.now())
+    if cut:  # on stderr: stdout stays the table or one JSON document
+        _cut(limit, None, "items", scope=f" within {until}")
+
+
+def _agenda_table(items: list[schedule_ops.AgendaItem], now: datetime) -> None:
     rows = [
         [
             _local(i.at),
@@ -486,6 +501,4 @@ def agenda(
         ]
         for i in items
     ]
-    _table(["WHEN", "", "KIND", "RUN / SCHEDULE", "WHAT"], rows)
-    if cut:
-        typer.echo(cut)
+    _table(["WHEN", "", "KIND", "RUN / SCHEDULE", "WHAT"], rows, keep=(0, 3))

@@ -107,7 +107,7 @@ def show(
     typer.echo("timeline")
     for e in detail.timeline:
         data = " ".join(f"{k}={v}" for k, v in e.data.items())
-        typer.echo(f"  {_local(e.at)}.{e.at.microsecond // 1000:03d}  {e.type:<20} {data}")
+        typer.echo(f"  {_local(e.at, ms=True)}  {e.type:<20} {data}")
 
 
 def why(

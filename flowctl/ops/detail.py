@@ -20,6 +20,7 @@ from flowctl.model import (
     RunStatus,
     TimelineEvent,
     iso,
+    utc_text,
 )
 from flowctl.store import Store
 
@@ -151,16 +152,16 @@ def why(detail: RunDetail, now: datetime) -> str:
     if run.deadline is not None and run.deadline <= now and not run.status.is_terminal:
         if detail.why_facts is not None:
             return f"{run.status}: {explain(detail.why_facts, now).message}"
-        return f"{run.status}: deadline passed at {iso(run.deadline)}"
+        return f"{run.status}: deadline passed at {utc_text(run.deadline)}"
 
     def until(at: datetime | None) -> str:
         if at is None:
             return ""
         delta = at - now
         return (
-            f"{iso(at)} (in {format_duration(delta)})"
+            f"{utc_text(at)} (in {format_duration(delta)})"
             if delta.total_seconds() > 0
-            else f"{iso(at)} (due)"
+            else f"{utc_text(at)} (due)"
         )
 
     if run.status is RunStatus.SLEEPING:
@@ -187,7 +188,7 @@ def why(detail: RunDetail, now: datetime) -> str:
         cancel = " (cancel requested)" if run.cancel_requested else ""
         if run.pause_requested:
             cancel += " (pause requested: it parks at its next durable call)"
-        return f"running on {run.lease_owner}, lease until {iso(run.lease_until)}{cancel}"
+        return f"running on {run.lease_owner}, lease until {utc_text(run.lease_until)}{cancel}"
     if run.status is RunStatus.PAUSED:
         due = run.paused_run_at
         then = "at once" if due is None or due <= now else f"at {until(due)}"

@@ -28,6 +28,7 @@ from flowctl.model import (
     Run,
     RunStatus,
     iso,
+    utc_text,
 )
 from flowctl.ops.parse import (
     parse_statuses,
@@ -80,7 +81,7 @@ def start(
         raise UsageError("--timeout must be a positive duration")
     now = clock.now()
     if deadline is not None and deadline <= now:
-        raise UsageError(f"--deadline {iso(deadline)} is already in the past")
+        raise UsageError(f"--deadline {utc_text(deadline)} is already in the past")
     new = wf.new_run(
         checked,
         run_at=run_at,
@@ -128,7 +129,7 @@ def start_many(
         raise UsageError("--timeout must be a positive duration")
     now = clock.now()
     if deadline is not None and deadline <= now:
-        raise UsageError(f"--deadline {iso(deadline)} is already in the past")
+        raise UsageError(f"--deadline {utc_text(deadline)} is already in the past")
     news = []
     for i, raw in enumerate(inputs):
         if not isinstance(raw, dict):

@@ -387,7 +387,9 @@ def explain(spec: ScheduleSpec, after: datetime, count: int) -> list[dict[str, A
                 policy = f"{kind}={spec.gap if kind == 'gap' else spec.fold}"
         rows.append(
             {
-                "at": fire.at.isoformat(timespec="microseconds"),
+                "at": fire.at.astimezone(UTC)
+                .isoformat(timespec="microseconds")
+                .replace("+00:00", "Z"),
                 "local": fire.local.isoformat(timespec="microseconds"),
                 "weekday": _WEEKDAYS[fire.local.weekday()],
                 "fires": fired,

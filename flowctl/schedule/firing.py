@@ -33,14 +33,20 @@ RETRY_AFTER = timedelta(seconds=1)
 _LATE = timedelta(minutes=1)  # a fire enqueued later than this was a missed one caught up
 
 
+def _key_instant(when: datetime) -> str:
+    """An instant as fire keys spell it (UTC, +00:00). Frozen: keys already stored by
+    earlier versions must match, or a fire made before an upgrade would fire again."""
+    return when.astimezone(UTC).isoformat(timespec="microseconds")
+
+
 def fire_key(name: str, fire_at: datetime) -> str:
     """The idempotency key of one scheduled fire: the same fire always maps to the same key."""
-    return f"schedule:{name}:{iso(fire_at)}"
+    return f"schedule:{name}:{_key_instant(fire_at)}"
 
 
 def manual_key(name: str, at: datetime) -> str:
     """A manual trigger's key: one run per trigger, even if the trigger's write is retried."""
-    return f"schedule:{name}:manual:{iso(at)}"
+    return f"schedule:{name}:manual:{_key_instant(at)}"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,103 @@
+"""The one table renderer of the CLI (`ls`, `agenda`, `schedule ls`, `workflows`, ...).
+
+Widths: in a terminal a table fits the terminal's width (COLUMNS overrides it, as for any
+program): when the natural widths do not fit, the widest cuttable column gives way first,
+down to a floor, and a cut cell ends with an ellipsis (…). Columns in `keep` (ids and names,
+which a reader copies) are never cut. When stdout is not a terminal (a pipe, a file, a
+script) nothing is cut: every cell is printed whole, so `flowctl ls | grep` sees the full
+text. Cell widths are measured in terminal cells (a CJK character is two), by Rich.
+
+Rich is imported here, when a table is printed, never at start-up: `flowctl --help` and an
+empty `flowctl ls` do not pay for it (tests/test_startup_imports.py).
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import sys
+from collections.abc import Collection, Sequence
+
+import typer
+
+GAP = 2  # spaces between columns
+FLOOR = 8  # a cut column keeps at least this many cells (or its header, if longer)
+
+
+def terminal_width() -> int | None:
+    """The width to fit, or None for "never cut" (stdout is not a terminal)."""
+    if not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size(fallback=(100, 24)).columns
+
+
+def fit(natural: Sequence[int], floors: Sequence[int], width: int | None) -> list[int]:
+    """Column widths that fit `width` (gaps included): the widest cuttable column shrinks
+    one cell at a time until the table fits or every cuttable column is at its floor
+    (`floors[i] >= natural[i]` marks a column that is never cut). Pure."""
+    widths = list(natural)
+    if width is None:
+        return widths
+    room = width - GAP * (len(widths) - 1)
+    while sum(widths) > room:
+        cuttable = [i for i, w in enumerate(widths) if w > floors[i]]
+        if not cuttable:
+            break  # as narrow as it goes: the terminal wraps what is left
+        widest = max(cuttable, key=lambda i: widths[i])
+        widths[widest] -= 1
+    return widths
+
+
+def render(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    keep: Collection[int] = (0,),
+    width: int | None = None,
+) -> str:
+    """The table as text, lines right-stripped, for `width` cells (None: nothing cut)."""
+    from rich.cells import cell_len
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    natural = [max([cell_len(h), *(cell_len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    floors = [
+        n if i in keep else min(n, max(FLOOR, cell_len(h)))
+        for i, (n, h) in enumerate(zip(natural, headers, strict=True))
+    ]
+    widths = fit(natural, floors, width)
+    table = Table(box=None, padding=(0, GAP, 0, 0), pad_edge=False, show_edge=False)
+    for header, w in zip(headers, widths, strict=True):
+        table.add_column(Text(header), width=w, no_wrap=True, overflow="ellipsis")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    out = io.StringIO()
+    console = Console(
+        file=out,
+        width=sum(widths) + GAP * len(widths) + 1,
+        color_system=None,
+        markup=False,
+        emoji=False,
+        highlight=False,
+        legacy_windows=False,
+    )
+    console.print(table)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
+
+
+def print_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, keep: Collection[int] = (0,)
+) -> None:
+    """Print `rows` under `headers` on stdout, fitted to the terminal (see the module)."""
+    typer.echo(render(headers, rows, keep=keep, width=terminal_width()))
+
+
+def cut_notice(
+    shown: int, total: int | None, what: str, *, flag: str = "--limit/-n", scope: str = ""
+) -> None:
+    """Say on stderr that a list is cut, so stdout stays the list (or one JSON document):
+    `flowctl: showing 200 of 5,123 runs; use --limit/-n for more`. `total` None: more
+    exist, uncounted (`of more than 200`)."""
+    of = f"{total:,}" if total is not None else f"more than {shown:,}"
+    typer.echo(f"flowctl: showing {shown:,} of {of} {what}{scope}; use {flag} for more", err=True)

@@ -1,0 +1,145 @@
+"""One table renderer (flowctl/cli/table.py), one time format per context and a notice
+whenever a list is cut (issue 17, item 3): through the real app with CliRunner on a FakeClock."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from flowctl import cli
+from flowctl.cli import table
+from flowctl.clock import FakeClock
+from tests.conftest import ROOT
+
+PING = str(ROOT / "workflows" / "ping.yaml")
+LONG = "a_workflow_whose_name_goes_on_and_on_and_on"
+FLOWS = f"""
+from flowctl import workflow
+
+
+@workflow
+def {LONG}(ctx):
+    return 1
+"""
+START = datetime(2026, 3, 27, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def paris(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The machine's local zone is Europe/Paris for the test (CET on START)."""
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock(START)
+    monkeypatch.setattr(cli, "SystemClock", lambda: fake)
+    return fake
+
+
+@pytest.fixture
+def invoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> Any:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "flows.py").write_text(FLOWS)
+    monkeypatch.chdir(folder)
+    monkeypatch.delenv("FLOWCTL_DB", raising=False)
+    db = tmp_path / "t.db"
+
+    def run(*args: str, code: int = 0) -> Any:
+        result = CliRunner().invoke(cli.app, ["--db", str(db), *args])
+        assert result.exit_code == code, (result.output, result.exception)
+        return result
+
+    return run
+
+
+# ---------------------------------------------------------------- the renderer, pure
+
+
+def test_fit_shrinks_the_widest_cuttable_column_first_and_keeps_floors() -> None:
+    assert table.fit([16, 40, 8], [16, 8, 8], None) == [16, 40, 8]  # no width: nothing cut
+    assert table.fit([16, 40, 8], [16, 8, 8], 100) == [16, 40, 8]  # fits already
+    assert table.fit([16, 40, 8], [16, 8, 8], 50) == [16, 22, 8]  # 50 - 2 gaps of 2 = 46
+    assert table.fit([16, 40, 30], [16, 8, 8], 50) == [16, 15, 15]  # evened out
+    assert table.fit([16, 40, 8], [16, 8, 8], 10) == [16, 8, 8]  # at the floors: no lower
+
+
+def test_render_cuts_with_an_ellipsis_and_never_cuts_kept_columns() -> None:
+    rows = [["m8rtkeefq3x7bz2w", "x" * 50, "queued"]]
+    text = table.render(["RUN", "WORKFLOW", "STATUS"], rows, width=40)
+    _header, row = text.splitlines()
+    assert row.startswith("m8rtkeefq3x7bz2w  ") and "…" in row and len(row) <= 40
+    assert row.split()[1] == "x" * 13 + "…"
+    assert table.render(["RUN", "WORKFLOW", "STATUS"], rows, width=None).splitlines()[1] == (
+        "m8rtkeefq3x7bz2w  " + "x" * 50 + "  queued"
+    )
+
+
+def test_render_prints_cells_as_text_not_markup_and_measures_wide_characters() -> None:
+    text = table.render(["A", "B"], [["[bold]x[/bold]", "b"], ["日本語", "c"]], width=None)
+    lines = text.splitlines()
+    assert lines[1] == "[bold]x[/bold]  b"
+    assert lines[2] == "日本語" + " " * 10 + "c"  # 6 cells wide, padded to 14
+
+
+# ---------------------------------------------------------------- through the app
+
+
+def test_ls_piped_prints_every_cell_whole(invoke: Any) -> None:
+    invoke("run", f"flows.py:{LONG}", "--detach")
+    out = invoke("ls").stdout
+    assert LONG in out and "…" not in out
+
+
+def test_ls_in_a_terminal_fits_its_width(invoke: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    started = json.loads(invoke("run", f"flows.py:{LONG}", "--detach", "--json").stdout)
+    monkeypatch.setattr(table, "terminal_width", lambda: 90)
+    lines = invoke("ls").stdout.splitlines()
+    assert all(len(line) <= 90 for line in lines), lines
+    assert lines[1].startswith(started["id"] + "  ")  # the run id is never cut
+    assert LONG not in lines[1] and LONG[:8] in lines[1] and "…" in lines[1]
+
+
+def test_tables_show_local_time_with_the_zone(invoke: Any, paris: None) -> None:
+    invoke("run", PING, "--detach")
+    assert "2026-03-27 13:00:00 CET" in invoke("ls").stdout
+    invoke("run", PING, "--in", "2h")
+    assert "2026-03-27 15:00:00 CET" in invoke("agenda").stdout  # 14:00 UTC
+
+
+def test_json_prints_iso_utc_with_a_z(invoke: Any, paris: None) -> None:
+    started = json.loads(invoke("run", PING, "--in", "2h", "--json").stdout)
+    assert started["run_at"] == "2026-03-27T14:00:00.000000Z"
+    shown = json.loads(invoke("show", started["id"], "--json").stdout)
+    times = [shown["run"]["created_at"], *(e["at"] for e in shown["timeline"])]
+    times += [e["run_at"] for e in shown["timeline"] if "run_at" in e]  # stored event data too
+    assert times and all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", t) for t in times)
+    (item,) = json.loads(invoke("agenda", "--json").stdout)
+    assert item["at"] == "2026-03-27T14:00:00.000000Z"
+
+
+def test_schedule_show_says_when_its_history_is_cut(invoke: Any, clock: FakeClock) -> None:
+    invoke("schedule", "add", "beat", "--every", "1d", "--tz", "UTC", PING)
+    for _ in range(3):
+        invoke("schedule", "trigger", "beat")
+        clock.advance(timedelta(minutes=1))
+    cut = invoke("schedule", "show", "beat", "--history", "2", "--json")
+    assert len(json.loads(cut.stdout)["history"]) == 2
+    assert cut.stderr == (
+        "flowctl: showing 2 of more than 2 history entries; use --history N for more\n"
+    )
+    whole = invoke("schedule", "show", "beat", "--history", "3")
+    assert whole.stderr == "" and whole.stdout.count(" manual ") == 3
