@@ -38,3 +38,21 @@ def sleeper(ctx, at: float) -> int:
 def one(ctx, n: int = 0) -> int:
     """The one-step task workload (beside huey's one-step tasks)."""
     return ctx.step("one", add, n, 1)
+
+
+def burn(a: int, ms: float) -> int:
+    """CPU work in the step body (the GIL held throughout), about `ms` milliseconds."""
+    import time
+
+    end = time.thread_time() + ms / 1000
+    while time.thread_time() < end:
+        pass
+    return a + 1
+
+
+@workflow
+def heavy(ctx, n: int = 0, ms: float = 2.0) -> int:
+    """Three steps whose bodies each burn `ms` of CPU: where worker processes pay."""
+    a = ctx.step("one", burn, n, ms)
+    b = ctx.step("two", burn, a, ms)
+    return ctx.step("three", burn, b, ms)

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowctl.clock import Clock
 from flowctl.context import LeaseLost, LiveRun
@@ -38,6 +38,9 @@ from flowctl.retention import RetentionPass
 from flowctl.schedule.firing import Scheduler
 from flowctl.store import Claim, Store
 from flowctl.wheel import TimerWheel
+
+if TYPE_CHECKING:
+    from flowctl.workers.pool import WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +73,7 @@ class DaemonConfig:
     heartbeat: float = 1.0
     grace: float = 30.0
     claim_batch: int = 64
+    workers: int = 1  # processes running handlers; 1: threads of this process (workers/pool.py)
     retention: dict[RunStatus, timedelta] = field(default_factory=dict)  # see RetentionPass
 
 
@@ -95,6 +99,8 @@ class Daemon:
             )
         if self.config.concurrency < 1:
             raise UsageError(f"concurrency must be at least 1, got {self.config.concurrency}")
+        if self.config.workers < 1:
+            raise UsageError(f"workers must be at least 1, got {self.config.workers}")
         self.engine = engine or Engine(store, clock)
         self.owner = make_owner()
         self.only_run_id = only_run_id
@@ -110,6 +116,7 @@ class Daemon:
         self.serving = threading.Event()  # set once run_forever's loop is under way
         self._jobs: queue.SimpleQueue[tuple[Claim, LiveRun] | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
+        self._pool: WorkerPool | None = None  # worker processes (--workers N > 1)
         self._stopping = False
         self._solo: str | None = None  # the suspect running alone here, if any
         self._suspects = False  # a suspect is due: claim nothing new until it has run alone
@@ -225,7 +232,11 @@ class Daemon:
                     os.getpid(),
                     proc_start(os.getpid()),
                     self.clock.now(),
-                    {"concurrency": self.config.concurrency, "lease": self.config.lease},
+                    {
+                        "concurrency": self.config.concurrency,
+                        "lease": self.config.lease,
+                        "workers": self.config.workers,
+                    },
                 )
                 break
             except DiskFullError as e:
@@ -234,10 +245,16 @@ class Daemon:
                     return 0
         # Concurrent workers share one connection: let their commits share one fsync.
         self.store.set_group_commit(self.config.concurrency > 1)
-        for i in range(self.config.concurrency):
-            t = threading.Thread(target=self._worker, name=f"flowctl-worker-{i}", daemon=True)
-            t.start()
-            self._workers.append(t)
+        if self.config.workers > 1 and self.only_run_id is None:
+            from flowctl.workers.pool import WorkerPool
+
+            self._pool = WorkerPool(self, self.config.workers)
+            self._pool.start()
+        else:
+            for i in range(self.config.concurrency):
+                t = threading.Thread(target=self._worker, name=f"flowctl-worker-{i}", daemon=True)
+                t.start()
+                self._workers.append(t)
         hb = threading.Thread(target=self._heartbeat_loop, name="flowctl-heartbeat", daemon=True)
         hb.start()
         try:
@@ -247,6 +264,8 @@ class Daemon:
             self._stopping = True
             for _ in self._workers:
                 self._jobs.put(None)
+            if self._pool is not None:
+                self._pool.close()
             self.store.set_group_commit(False)
             self._served.set()
             hb.join(timeout=5)
@@ -417,10 +436,15 @@ class Daemon:
 
     def _dispatch(self, claim: Claim) -> None:
         run = claim.run
-        live = LiveRun(claim.lease, self.clock, run.exec_spent, run.timeout)
+        if self._pool is not None:
+            live: LiveRun = self._pool.live(claim)  # forwards what the heartbeat tells it
+        else:
+            live = LiveRun(claim.lease, self.clock, run.exec_spent, run.timeout)
         with self._lock:
             self._live[run.run_id] = live
-        if self._workers:
+        if self._pool is not None:
+            self._pool.submit(claim, live)
+        elif self._workers:
             self._jobs.put((claim, live))
         else:  # no worker pool (tests, flowctl.testing): the loop body executes it here
             self._execute(claim, live)
@@ -453,11 +477,19 @@ class Daemon:
             log.exception("run %s: engine error", run_id)
             outcome = Outcome(run_id, None, error={"type": type(e).__name__, "message": str(e)})
         finally:
-            with self._lock:
-                self._live.pop(run_id, None)
-                self._silenced.discard(run_id)
-                if self._solo == run_id:
-                    self._solo = None
+            self._release_slot(run_id)
+        return self._settle(claim, live, outcome)
+
+    def _release_slot(self, run_id: str) -> None:
+        """The run's handler stopped (here, or in a worker process): its slot is free."""
+        with self._lock:
+            self._live.pop(run_id, None)
+            self._silenced.discard(run_id)
+            if self._solo == run_id:
+                self._solo = None
+
+    def _settle(self, claim: Claim, live: LiveRun, outcome: Outcome) -> Outcome:
+        """After a handler stopped: keep the wheel true and say what happened."""
         self.executed += 1
         if outcome.status is None:
             # Nothing written: the row still holds a lease (ours, lapsing, or another's now).
@@ -537,6 +569,8 @@ class Daemon:
             n = commands.kill_running_commands() if commands is not None else 0
             if n:
                 log.warning("killed %d command(s) still running", n)
+            if self._pool is not None:
+                self._pool.kill_commands()
         held = [live.lease for live in lives]
         with self._lock:
             # Handed back: a handler still unwinding here must not extend its lease again.

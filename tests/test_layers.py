@@ -53,6 +53,7 @@ EXECUTION = (
     "flowctl.workflow",
     "flowctl.daemon",
     "flowctl.foreground",
+    "flowctl.workers",
     "flowctl.notifier",
     "flowctl.wheel",
     "flowctl.client",

@@ -140,6 +140,16 @@ def daemon(
             help=f"Runs executed at once.  {_from_config('concurrency')}",
         ),
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            min=1,
+            max=256,
+            help="Processes that run handlers (the daemon process alone writes the database);"
+            " pays off when step bodies are CPU-heavy.  [default: 1: threads of the daemon]",
+        ),
+    ] = None,
     lease: Annotated[
         str | None, typer.Option("--lease", help=f"Lease length.  {_from_config('lease')}")
     ] = None,
@@ -188,6 +198,7 @@ def daemon(
         lease=parse_duration(lease).total_seconds() if lease else None,
         heartbeat=parse_duration(heartbeat).total_seconds() if heartbeat else None,
         grace=parse_duration(grace).total_seconds() if grace is not None else None,
+        workers=workers,
     )
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
@@ -196,11 +207,12 @@ def daemon(
     created = isinstance(db, Path) and not db.exists()
     d = Daemon(_open_when_room(st), st.clock, cfg)
     logging.getLogger("flowctl").info(
-        "daemon %s %s %s (concurrency %d, lease %gs, heartbeat %gs)",
+        "daemon %s %s %s (concurrency %d, workers %d, lease %gs, heartbeat %gs)",
         d.owner,
         "created a new database at" if created else "on",
         d.store.path,  # a URL's password is not logged
         cfg.concurrency,
+        cfg.workers,
         cfg.lease,
         cfg.heartbeat,
     )

@@ -1,5 +1,7 @@
 """The fault campaign's crash loop as a test: 300 runs, two daemons on one file, 30 SIGKILLs
-at random moments, each killed daemon restarted at once. Every run completes exactly once,
+at random moments, each killed daemon restarted at once; with its handlers in threads
+(`--workers 1`) and in two worker processes per daemon (`--workers 2`), whose daemon's
+SIGKILL leaves them to exit on their own. Every run completes exactly once,
 every step's result is journaled exactly once, a step body re-runs only where a kill cut it
 mid-flight, no healthy run is poisoned, and the file passes integrity_check.
 
@@ -42,8 +44,9 @@ def all_completed(db: Path) -> bool:
     return set(statuses(db).values()) == {"completed"}
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 def test_two_daemons_under_thirty_sigkills_complete_three_hundred_runs_exactly_once(
-    tmp_path: Path, daemons: Daemons
+    tmp_path: Path, daemons: Daemons, workers: int
 ) -> None:
     seed = int(os.environ.get("FLOWCTL_CRASH_SEED") or random.randrange(2**32))
     print(f"FLOWCTL_CRASH_SEED={seed}")
@@ -62,7 +65,9 @@ def test_two_daemons_under_thirty_sigkills_complete_three_hundred_runs_exactly_o
         ]
 
     def start() -> subprocess.Popen[bytes]:
-        return daemons.start(db, "--concurrency", str(CONCURRENCY), "--lease", "3s")
+        return daemons.start(
+            db, "--concurrency", str(CONCURRENCY), "--lease", "3s", "--workers", str(workers)
+        )
 
     pair = [start(), start()]
     kills = 0

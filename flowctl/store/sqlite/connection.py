@@ -8,7 +8,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Self
 
@@ -222,6 +222,36 @@ class SqliteConnection:
             if isinstance(failed, sqlite3.Error):
                 raise self._fault(failed) from failed
             raise FlowctlError(f"could not commit to {self.path}: {failed}") from failed
+
+    def run_batch(self, calls: Sequence[Callable[[], Any]]) -> list[tuple[bool, Any]]:
+        """Make several store calls in one transaction and one COMMIT (the single writer
+        of `flowctl daemon --workers N` drains the calls its workers queued).
+
+        Each call runs in its own SAVEPOINT: one that raises is rolled back alone and its
+        exception returned as (False, error); the others are (True, result). Returns only
+        after the COMMIT, so each result is durable when the caller sees it; when the
+        transaction itself fails (a full disk), every call gets that error.
+        """
+        results: list[tuple[bool, Any]] = []
+        try:
+            with self._write() as c:
+                for call in calls:
+                    c.execute("SAVEPOINT flowctl_call")
+                    try:
+                        results.append((True, call()))
+                    except Exception as e:
+                        if not c.in_transaction:  # SQLite rolled the whole transaction back
+                            raise
+                        c.execute("ROLLBACK TO flowctl_call")
+                        if isinstance(e, sqlite3.DatabaseError) and not isinstance(
+                            e, sqlite3.IntegrityError | sqlite3.ProgrammingError
+                        ):
+                            e = self._fault(e)
+                        results.append((False, e))
+                    c.execute("RELEASE flowctl_call")
+        except Exception as e:
+            return [(False, e)] * len(calls)
+        return results
 
     def _group_failure(self, group: int) -> BaseException | None:
         """The error of a failed group, for each of its writers in turn (holding self._gc):

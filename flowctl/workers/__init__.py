@@ -1,0 +1,1 @@
+"""Worker processes for `flowctl daemon --workers N` (pool.py says why this shape)."""

@@ -1,0 +1,175 @@
+"""`flowctl daemon --workers 2`: worker processes SIGKILLed at random lose nothing.
+
+A real daemon with two worker processes executes 300 runs of five steps with durable
+sleeps between them; a random worker (its pid read from /proc) is SIGKILLed 15 times,
+each time once the file shows progress and at a random moment after. The daemon process
+itself lives on. Every run completes exactly once, every step's result is journaled
+exactly once, a step body re-runs only where its run was taken from a dead worker, and
+the file passes integrity_check. A run whose own step kills its worker process is
+dead-lettered as poison while the daemon and its healthy neighbours carry on.
+
+The seed is printed (FLOWCTL_CRASH_SEED replays it).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from helpers import wait_until
+
+from flowctl import ops
+from flowctl.clock import SystemClock
+from flowctl.store.sqlite import SqliteStore as Store
+
+from .conftest import ROOT, Daemons, read, statuses, timeline
+
+pytestmark = pytest.mark.crash
+
+RUNS = 300
+STEPS = 5  # s0, sleep, s1, ... s4: call indices 0, 2, 4, 6, 8
+KILLS = 15
+FLOWS = "tests/crash/core_flows.py"
+
+
+def worker_pids(daemon_pid: int) -> list[int]:
+    """The daemon's child processes: its workers (Linux /proc)."""
+    pids: list[int] = []
+    for task in Path(f"/proc/{daemon_pid}/task").iterdir():
+        try:
+            pids += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return sorted(set(pids))
+
+
+def journal_steps(db: Path) -> int:
+    return int(read(db, "SELECT COUNT(*) FROM journal WHERE kind = 'step'")[0][0])
+
+
+def all_completed(db: Path) -> bool:
+    return set(statuses(db).values()) == {"completed"}
+
+
+def test_sigkilled_worker_processes_lose_no_run_and_journal_no_step_twice(
+    tmp_path: Path, daemons: Daemons
+) -> None:
+    seed = int(os.environ.get("FLOWCTL_CRASH_SEED") or random.randrange(2**32))
+    print(f"FLOWCTL_CRASH_SEED={seed}")
+    rng = random.Random(seed)
+    db, effects = tmp_path / "flowctl.db", tmp_path / "effects.log"
+    with Store(db) as store:
+        run_ids = [
+            ops.start(
+                store,
+                f"{FLOWS}:steps",
+                {"effects": str(effects), "n": STEPS, "busy_ms": 10, "nap": 0.05},
+                clock=SystemClock(),
+                cwd=str(ROOT),
+            ).run.run_id
+            for _ in range(RUNS)
+        ]
+    daemon = daemons.start(db, "--workers", "2", "--concurrency", "4", "--lease", "3s")
+    wait_until(lambda: len(worker_pids(daemon.pid)) == 2, timeout=30)
+    killed: list[int] = []
+    while len(killed) < KILLS and not all_completed(db):
+        before = journal_steps(db)
+        wait_until(lambda b=before: journal_steps(db) > b or all_completed(db), timeout=30)
+        time.sleep(rng.uniform(0.0, 0.15))
+        live = wait_until(lambda: [p for p in worker_pids(daemon.pid) if p not in killed], 30)
+        victim = rng.choice(live)
+        os.kill(victim, signal.SIGKILL)
+        killed.append(victim)
+        # The daemon replaces it: wait for two live workers again before the next kill.
+        wait_until(lambda: len([p for p in worker_pids(daemon.pid) if p not in killed]) == 2, 30)
+    print(f"{journal_steps(db)} of {RUNS * STEPS} steps journaled at the last kill")
+    assert len(killed) == KILLS, f"the work ran out after {len(killed)} kills; make it longer"
+
+    wait_until(lambda: all_completed(db), timeout=120)
+    assert daemon.poll() is None, "the daemon process itself must outlive its workers"
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(timeout=30) == 0
+
+    # Every run completed, exactly once.
+    assert statuses(db) == dict.fromkeys(run_ids, "completed")
+    completions = collections.Counter(
+        r for (r,) in read(db, "SELECT run_id FROM timeline WHERE type = 'completed'")
+    )
+    assert completions == dict.fromkeys(run_ids, 1)
+    # Every step's result journaled exactly once, at its call index, as done.
+    steps = collections.defaultdict(list)
+    for run_id, index, name, state in read(
+        db,
+        "SELECT run_id, call_index, name, state FROM journal WHERE kind = 'step'"
+        " ORDER BY run_id, call_index",
+    ):
+        assert state == "done"
+        steps[run_id].append((index, name))
+    expected = [(2 * i, f"s{i}") for i in range(STEPS)]
+    assert dict(steps) == dict.fromkeys(run_ids, expected)
+
+    # The leases a dead worker held lapsed at once, the timeline naming the dead pid, and
+    # the runs were reclaimed; a step body ran again only in a run taken over that way.
+    released = [
+        json.loads(data or "{}")
+        for (data,) in read(db, "SELECT data FROM timeline WHERE type = 'worker died'")
+    ]
+    named = {int(r["reason"].split()[2]) for r in released}
+    assert named and named <= set(killed)
+    reclaims = read(db, "SELECT COUNT(*) FROM timeline WHERE type = 'reclaimed'")[0][0]
+    assert reclaims >= len(released)
+    lines = collections.Counter(
+        tuple(line.split()[:2]) for line in effects.read_text().splitlines()
+    )
+    assert set(lines) == {(r, name) for r in run_ids for _, name in expected}
+    reran = sum(n - 1 for n in lines.values())
+    assert reran <= reclaims
+    # Step bodies ran in the worker processes, never in the daemon's.
+    ran_in = {int(line.split()[2]) for line in effects.read_text().splitlines()}
+    assert daemon.pid not in ran_in and set(killed) <= ran_in | set(killed)
+    print(f"{len(killed)} kills; {reran} step bodies re-ran; {len(released)} runs released")
+    assert read(db, "PRAGMA integrity_check") == [("ok",)]
+
+
+def test_a_run_that_kills_its_worker_process_is_poisoned_and_the_daemon_carries_on(
+    tmp_path: Path, daemons: Daemons
+) -> None:
+    db, effects = tmp_path / "flowctl.db", tmp_path / "effects.log"
+    with Store(db) as store:
+        guilty = ops.start(
+            store, f"{FLOWS}:killer", {"effects": str(effects)}, clock=SystemClock(), cwd=str(ROOT)
+        ).run.run_id
+        healthy = [
+            ops.start(
+                store,
+                f"{FLOWS}:healthy",
+                {"effects": str(effects), "busy_ms": 300},
+                clock=SystemClock(),
+                cwd=str(ROOT),
+            ).run.run_id
+            for _ in range(3)
+        ]
+    daemon = daemons.start(db, "--workers", "2", "--lease", "3s")
+    settled = ("completed", "dead")
+    wait_until(lambda: all(s in settled for s in statuses(db).values()), timeout=60)
+    assert daemon.poll() is None  # only worker processes died
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(timeout=30) == 0
+
+    final = statuses(db)
+    assert [final[r] for r in healthy] == ["completed"] * 3
+    assert final[guilty] == "dead"
+    ((error,),) = read(db, "SELECT error FROM runs WHERE run_id = ?", (guilty,))
+    assert json.loads(error)["type"] == "PoisonRunError"
+    charges = [e["crashes"] for e in timeline(db, guilty) if e["type"] == "reclaimed"]
+    assert charges == [0, 1, 2, 3, 4]  # its first crash shared, then five alone
+    kills = [line for line in effects.read_text().splitlines() if line.startswith(guilty)]
+    assert len(kills) == 6
+    for run_id in healthy:
+        assert read(db, "SELECT COUNT(*) FROM journal WHERE run_id = ?", (run_id,)) == [(1,)]

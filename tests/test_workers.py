@@ -1,0 +1,144 @@
+"""`flowctl daemon --workers N`: the wire codec, and a real daemon whose handlers run in
+two worker processes making every kind of durable call (crash tests: tests/crash/
+test_workers_kill9.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from helpers import wait_until
+
+from flowctl import ops
+from flowctl.clock import SystemClock
+from flowctl.errors import DiskFullError, SerializationError
+from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus
+from flowctl.store.records import Claim, Lease
+from flowctl.store.sqlite import SqliteStore
+from flowctl.transitions import ErrorKind
+from flowctl.workers.wire import (
+    decode,
+    dumps_line,
+    encode,
+    error_message,
+    loads_line,
+    rebuild_error,
+)
+from flowctl.workers.worker import Channel
+
+ROOT = Path(__file__).resolve().parent.parent
+WHEN = datetime(2026, 3, 29, 0, 59, 1, 123456, tzinfo=UTC)
+
+
+def roundtrip(value: object) -> object:
+    return decode(loads_line(dumps_line({"v": encode(value)}))["v"])
+
+
+def test_the_values_the_engine_and_store_exchange_cross_the_wire_unchanged() -> None:
+    run = Run(
+        "r1",
+        "wf",
+        "flows.py:wf",
+        "python",
+        RunStatus.RUNNING,
+        {"user": 42, "$t": "not a tag", "nested": [{"$dt": 1}]},
+        WHEN,
+        run_at=WHEN,
+        secret_keys=("token",),
+        error={"kind": "raised"},
+    )
+    claim = Claim(run, Lease("r1", 7, "host/1/2/abcd"), woke_from=RunStatus.SLEEPING)
+    entry = JournalEntry("r1", 3, CallKind.SLEEP, "nap", EntryState.PENDING, None, wake_at=WHEN)
+    for value in (claim, entry, {0: entry, 1: None}, ("a", 1, None), [WHEN, 1.5, True]):
+        assert roundtrip(value) == value
+    back = roundtrip(claim)
+    assert isinstance(back, Claim) and back.run.status is RunStatus.RUNNING
+    assert back.run.created_at.tzinfo is not None and back.run.secret_keys == ("token",)
+    # Another StrEnum (an error's kind) travels as its text, which compares equal.
+    assert roundtrip({"kind": ErrorKind.CANCELLED}) == {"kind": "cancelled"}
+
+
+def test_what_json_cannot_carry_is_refused_before_it_is_sent() -> None:
+    with pytest.raises(TypeError):
+        encode({1, 2})
+    with pytest.raises(ValueError):
+        dumps_line({"v": encode(float("nan"))})
+    ours, theirs = __import__("socket").socketpair()
+    try:
+        channel = Channel(ours)
+        entry = JournalEntry("r1", 0, CallKind.STEP, "a set", EntryState.DONE, {1, 2})
+        with pytest.raises(SerializationError, match="result of 'a set' is not JSON"):
+            channel.call("record_entry", (Lease("r1", 1, "o"), entry, WHEN), {})
+        theirs.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            theirs.recv(1)  # nothing was sent
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_store_error_is_raised_again_in_the_worker_as_its_own_type() -> None:
+    err = rebuild_error(error_message(DiskFullError("database or disk is full: 0.1 MB free")))
+    assert isinstance(err, DiskFullError) and "0.1 MB free" in str(err)
+    other = rebuild_error(error_message(KeyError("x")))
+    assert type(other).__name__ == "DatabaseError" and "KeyError" in str(other)
+
+
+def test_a_daemon_with_two_worker_processes_runs_every_durable_call(tmp_path: Path) -> None:
+    db = tmp_path / "f.db"
+    clock = SystemClock()
+    with SqliteStore(db) as store:
+        started = [
+            ops.start(
+                store, "tests/workers_flows.py:everything", {"x": i}, clock=clock, cwd=str(ROOT)
+            )
+            for i in range(4)
+        ]
+        bad = ops.start(store, "tests/workers_flows.py:not_json", {}, clock=clock, cwd=str(ROOT))
+        bad_result = ops.start(
+            store, "tests/workers_flows.py:not_json_result", {}, clock=clock, cwd=str(ROOT)
+        )
+    ids = [s.run.run_id for s in started]
+    log = open(tmp_path / "daemon.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", "--workers", "2"],
+        cwd=str(ROOT),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    log.close()
+    try:
+        with SqliteStore(db) as store:
+            wait_until(
+                lambda: all(store.get_run(r).status is RunStatus.WAITING for r in ids), timeout=30
+            )
+            for i, run_id in enumerate(ids):
+                ops.send_signal(store, run_id, "go", {"i": i}, clock=clock)
+            wait_until(lambda: all(store.get_run(r).status.is_terminal for r in ids), timeout=30)
+            runs = [store.get_run(r) for r in ids]
+            dead = store.get_run(bad.run.run_id)
+            dead_result = store.get_run(bad_result.run.run_id)
+            published = store.published(ids[0])
+            output = store.output(ids[0])
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+    for i, run in enumerate(runs):
+        assert run.status is RunStatus.COMPLETED, run.error
+        result = run.result
+        assert result["a"] == i + 1 and result["doubled"] == 2 * (i + 1)
+        assert result["version"] == 2 and result["signal"] == {"i": i} and result["tz"] == "UTC"
+        assert result["keys"] == ["$t", "1", "pid", "text"]
+        assert result["pid"] != proc.pid  # the step ran in a worker process
+    assert len({r.result["pid"] for r in runs}) <= 2  # two worker processes ran them all
+    assert published["progress"][0] == {"a": 1}
+    assert "step says hello" in "".join(chunk.text for chunk in output)
+    assert dead.status is RunStatus.DEAD and dead.error is not None
+    assert dead.error["type"] == "SerializationError"
+    assert dead_result.status is RunStatus.DEAD and dead_result.error is not None
+    assert "not JSON-serialisable" in dead_result.error["message"]
+    text = (tmp_path / "daemon.log").read_text()
+    assert "workers 2" in text and "Traceback" not in text
