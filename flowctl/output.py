@@ -24,7 +24,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
 from flowctl.clock import Clock
@@ -97,11 +97,17 @@ class StepOutput:
                 self._flush_locked(whole=pending >= MAX_ROW)
 
     def write_bytes(self, stream: str, data: bytes) -> None:
-        """A command's raw output: decoded as UTF-8 across chunk boundaries."""
+        """A command's raw output: decoded as UTF-8 across chunk boundaries, and shown to
+        this process's command listeners as it arrives."""
         decoder = self._decoders.get(stream)
         if decoder is None:
             decoder = self._decoders[stream] = codecs.getincrementaldecoder("utf-8")("replace")
-        self.write(stream, decoder.decode(data))
+        self._command_text(stream, decoder.decode(data))
+
+    def _command_text(self, stream: str, text: str) -> None:
+        for listener in tuple(_command_listeners):
+            listener(self, stream, text)
+        self.write(stream, text)
 
     def tick(self) -> None:
         """Flush what waits if FLUSH_EVERY has passed (a command's pump calls this)."""
@@ -112,7 +118,7 @@ class StepOutput:
     def close(self) -> None:
         """The step ended: store the rest, and say what the cap cut."""
         for stream, decoder in self._decoders.items():
-            self.write(stream, decoder.decode(b"", final=True))
+            self._command_text(stream, decoder.decode(b"", final=True))
         with self._lock:
             self._flush_locked(whole=True)
             notes = [
@@ -171,6 +177,28 @@ def capturing(
         with _active_lock:
             _active.discard(sink)
         sink.close()
+
+
+CommandListener = Callable[[StepOutput, str, str], None]  # (step output, stream, text)
+_command_listeners: list[CommandListener] = []
+
+
+@contextlib.contextmanager
+def command_output_to(listener: CommandListener) -> Iterator[None]:
+    """While the block runs, `listener` also gets each piece of a command step's output
+    run in this process, as it arrives (`flowctl run --wait` prints it). A Python step's
+    prints need no listener: they reach the terminal already (RoutedStream)."""
+    _command_listeners.append(listener)
+    try:
+        yield
+    finally:
+        _command_listeners.remove(listener)
+
+
+def uncaptured(stream: TextIO) -> TextIO:
+    """The stream under a RoutedStream: what is written there is not copied into a step's
+    output (printing a command's output must not store it twice)."""
+    return stream.inner if isinstance(stream, RoutedStream) else stream
 
 
 _active: set[StepOutput] = set()  # the steps of this process printing now

@@ -32,7 +32,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=True,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-    help="Durable workflows on one machine: one command, one SQLite file.",
+    help="Durable workflows on one machine: one command, one SQLite file."
+    "  Example: flowctl init --example  Example: flowctl run onboarding -i user=42"
+    "  Example: flowctl ls --status sleeping  Example: flowctl daemon",
 )
 
 
@@ -71,6 +73,7 @@ app.command()(actions.cancel)
 app.command()(actions.redrive)
 app.command()(start.fork)
 app.command()(start.rerun)
+app.command()(start.wait)
 app.command()(actions.pause)
 app.command()(actions.resume)
 app.command()(actions.wake)

@@ -28,7 +28,7 @@ def send_signal(
     data: Annotated[str, typer.Option("--data", help="JSON payload.")] = "null",
     as_json: Annotated[bool, typer.Option("--json", help="Print the run as JSON.")] = False,
 ) -> None:
-    """Send a signal to a run, by id or by key.  Example: flowctl signal m8rtkeef approved --data '{"by":"ana"}'  Example: flowctl signal --key user-42 replied"""
+    """Send a signal to a run, by id or by key.  Example: flowctl signal m8rtkeefq3x7bz2w approved --data '{"by":"ana"}'  Example: flowctl signal --key user-42 replied"""
     st = _state(ctx)
     if len(args) != (1 if key is not None else 2):
         shape = "NAME (with --key)" if key is not None else "RUN NAME (or --key KEY NAME)"
@@ -55,7 +55,7 @@ def cancel(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run as JSON.")] = False,
 ) -> None:
-    """Cancel a run; a running one is told at its next heartbeat.  Example: flowctl cancel m8rtkeef --reason dup"""
+    """Cancel a run; a running one is told at its next heartbeat.  Example: flowctl cancel m8rtkeefq3x7bz2w --reason dup"""
     st = _state(ctx)
     run_obj = ops.cancel(st.store, run_ref, clock=st.clock, reason=reason)
     if run_obj.status is RunStatus.RUNNING and wait:
@@ -92,7 +92,7 @@ def redrive(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
 ) -> None:
-    """Give dead runs a fresh attempt budget, keeping their checkpoints.  Example: flowctl redrive m8rtkeef"""
+    """Give dead runs a fresh attempt budget, keeping their checkpoints.  Example: flowctl redrive m8rtkeefq3x7bz2w"""
     st = _state(ctx)
     if all_ == (run_ref is not None):
         raise UsageError("give a RUN, or --all with optional --workflow/--since filters")
@@ -150,7 +150,7 @@ def pause(
     as_json: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
 ) -> None:
     """Pause a run: never claimed until resumed; its deadline still runs. A running run
-    parks at its next durable call.  Example: flowctl pause m8rtkeef"""
+    parks at its next durable call.  Example: flowctl pause m8rtkeefq3x7bz2w"""
     _act_on_runs(
         _state(ctx),
         run_ref,
@@ -172,7 +172,7 @@ def resume(
     as_json: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
 ) -> None:
     """Resume a paused run: due at once if its wake passed, else at its wake.
-    Example: flowctl resume m8rtkeef"""
+    Example: flowctl resume m8rtkeefq3x7bz2w"""
     _act_on_runs(
         _state(ctx),
         run_ref,
@@ -216,7 +216,7 @@ def wake(
     run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the run as JSON.")] = False,
 ) -> None:
-    """End a sleep early (recorded as an operator action).  Example: flowctl wake m8rtkeef"""
+    """End a sleep early (recorded as an operator action).  Example: flowctl wake m8rtkeefq3x7bz2w"""
     st = _state(ctx)
     run_obj = ops.wake_now(st.store, run_ref, clock=st.clock)
     if as_json:

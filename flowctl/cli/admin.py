@@ -44,6 +44,9 @@ def init(
         bool,
         typer.Option("--example", help="Also write sample workflows into workflows/."),
     ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print what was written as one JSON object.")
+    ] = False,
 ) -> None:
     """Create flowctl.toml here with the documented defaults, and its database.  Example: flowctl init --example"""
     from flowctl import starter
@@ -54,14 +57,30 @@ def init(
     if example:
         starter.check_free(samples, force=force)  # before anything is written
     path = write_default_config(here, force=force)
-    typer.echo(f"wrote {path}")
+
+    def say(text: str) -> None:
+        if not as_json:  # with --json, stdout is the one JSON document
+            typer.echo(text)
+
+    say(f"wrote {path}")
     st = _state(ctx)  # its config is read now, so the database is the one flowctl.toml names
     db = st.db_path
     existed = isinstance(db, str) or db.exists()  # a server's database exists before us
     store = st.open_store(create=True)
-    typer.echo(f"{'using existing' if existed else 'created'} database {store.path}")
+    say(f"{'using existing' if existed else 'created'} database {store.path}")
+    written = starter.write_samples(samples, force=force) if example else []
+    if as_json:
+        _emit_json(
+            {
+                "config": str(path),
+                "database": store.path,
+                "database_created": not existed,
+                "samples": [str(p) for p in written],
+                "next": starter.FIRST_RUN if example else None,
+            }
+        )
+        return
     if example:
-        written = starter.write_samples(samples, force=force)
         typer.echo("wrote " + ", ".join(str(p.relative_to(here)) for p in written))
         typer.echo(f"next: {starter.FIRST_RUN}    # a welcome mail, then a durable 24h sleep")
         typer.echo("      then flowctl ls, flowctl why RUN, flowctl daemon (README: At a glance)")
@@ -170,6 +189,12 @@ def daemon(
     log_level: Annotated[
         str, typer.Option("--log-level", help="debug, info, warning or error.")
     ] = "info",
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="With `stop`, --install or --uninstall: print what was done as JSON."
+        ),
+    ] = False,
 ) -> None:
     """Run queued work and wake sleepers on time; SIGTERM/Ctrl-C drains; `daemon stop`
     drains a running one; --install makes it a systemd user service.  Example: flowctl daemon -c 8"""
@@ -181,11 +206,16 @@ def daemon(
         raise UsageError(f"flowctl daemon {action!r}: the only action is `stop`")
     if sum((action is not None, install or print_unit, uninstall)) > 1:
         raise UsageError("give one of `stop`, --install/--print or --uninstall")
+    if as_json and ((action is None and not install and not uninstall) or print_unit):
+        raise UsageError(
+            "--json goes with `daemon stop`, --install or --uninstall (a serving daemon"
+            " writes its log; --print writes the unit)"
+        )
     if action == "stop":
-        _stop_daemons(st)
+        _stop_daemons(st, as_json)
         return
     if install or print_unit or uninstall:
-        _service(st, uninstall=uninstall, print_only=print_unit, grace=grace)
+        _service(st, uninstall=uninstall, print_only=print_unit, grace=grace, as_json=as_json)
         return
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
@@ -235,22 +265,30 @@ def daemon(
     raise typer.Exit(code)
 
 
-def _stop_daemons(st: State) -> None:
+def _stop_daemons(st: State, as_json: bool) -> None:
     """`flowctl daemon stop`: SIGTERM (the drain) to this database's daemons, then wait."""
     from flowctl.ops.service import STOP_MARGIN, stop_daemons
 
     grace = _daemon_config(st).grace
     results = stop_daemons(st.store, st.clock, wait=grace + STOP_MARGIN)
-    if not results:
+    if as_json:
+        _emit_json(
+            [
+                {"pid": r.daemon.pid, "host": r.daemon.host, "stopped": r.stopped, "note": r.note}
+                for r in results
+            ]
+        )
+    elif not results:
         typer.echo(f"no daemon is running on {st.db_path}")
-        return
-    for r in results:
+    for r in [] if as_json else results:
         typer.echo(f"daemon pid {r.daemon.pid} on {r.daemon.host}: {r.note}")
     if not all(r.stopped for r in results):
         raise typer.Exit(1)
 
 
-def _service(st: State, *, uninstall: bool, print_only: bool, grace: str | None) -> None:
+def _service(
+    st: State, *, uninstall: bool, print_only: bool, grace: str | None, as_json: bool = False
+) -> None:
     """`daemon --install/--print/--uninstall`: the systemd user unit of this database."""
     from flowctl.ops import service
 
@@ -263,7 +301,8 @@ def _service(st: State, *, uninstall: bool, print_only: bool, grace: str | None)
     db = target.resolve()
     if uninstall:
         report = service.uninstall(db)
-        typer.echo(f"removed {report.path}")
+        if not as_json:
+            typer.echo(f"removed {report.path}")
     else:
         seconds = parse_duration(grace).total_seconds() if grace else _daemon_config(st).grace
         workdir = st.config.root if st.config.path is not None else db.parent
@@ -272,7 +311,18 @@ def _service(st: State, *, uninstall: bool, print_only: bool, grace: str | None)
             typer.echo(text, nl=False)
             return
         report = service.install(text, db)
-        typer.echo(f"wrote {report.path}")
+        if not as_json:
+            typer.echo(f"wrote {report.path}")
+    if as_json:
+        _emit_json(
+            {
+                "unit": str(report.path),
+                "removed" if uninstall else "installed": True,
+                "ran": [" ".join(argv) for argv in report.ran],
+                "notes": report.notes,
+            }
+        )
+        return
     for argv in report.ran:
         typer.echo(f"ran: {' '.join(argv)}")
     for note in report.notes:
@@ -407,6 +457,9 @@ def copy(
     dest: Annotated[
         str, typer.Argument(help="Database to copy into: empty (a new file is created).")
     ],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the rows copied per table as JSON.")
+    ] = False,
 ) -> None:
     """Copy every run, journal entry, event, signal, published value and schedule to another
     database, SQLite or PostgreSQL, keeping deadlines, fences and ids.  Example: flowctl copy
@@ -422,12 +475,15 @@ def copy(
         target = open_store(resolve_db(dest, st.config), durability=durability)
         try:
             plan = ops.plan_copy(source, target, clock=st.clock)
-            if sys.stderr.isatty() and plan.total:
+            if sys.stderr.isatty() and plan.total and not as_json:
                 with typer.progressbar(length=plan.total, label="copying", file=sys.stderr) as bar:
                     copied = copy_rows(source, target, plan, bar.update)
             else:
                 copied = copy_rows(source, target, plan)
-            typer.echo(f"copied {ops.copy_summary(copied)} from {source.path} to {target.path}")
+            if as_json:
+                _emit_json({"from": source.path, "to": target.path, "copied": copied})
+            else:
+                typer.echo(f"copied {ops.copy_summary(copied)} from {source.path} to {target.path}")
         finally:
             target.close()
     finally:

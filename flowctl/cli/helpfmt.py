@@ -84,7 +84,8 @@ def _usage_name(param: Any) -> Any:
         name = str(param.metavar or param.name)
         if not param.required and not name.startswith("["):
             name = f"[{name}]"
-        return name + ("..." if param.nargs != 1 else "")
+        many = param.nargs != 1 and "..." not in name  # FILE... says so already
+        return name + ("..." if many else "")
 
     return usage
 

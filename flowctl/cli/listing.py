@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated
 
@@ -10,6 +13,7 @@ import typer
 from flowctl import ops
 from flowctl.cli.common import (
     RUN_LIST_JSON_HELP,
+    State,
     _cut,
     _emit_json,
     _first_error_line,
@@ -19,6 +23,8 @@ from flowctl.cli.common import (
     _state,
     _table,
 )
+from flowctl.durations import parse_duration
+from flowctl.errors import UsageError
 from flowctl.limits import MAX_COUNT
 from flowctl.model import Run, RunStatus
 
@@ -44,10 +50,62 @@ def ls(
         int, typer.Option("--limit", "-n", max=MAX_COUNT, help="At most this many runs.")
     ] = 50,
     as_json: Annotated[bool, typer.Option("--json", help=RUN_LIST_JSON_HELP)] = False,
+    watch: Annotated[
+        bool, typer.Option("--watch", help="Redraw the list every --every until Ctrl-C.")
+    ] = False,
+    every: Annotated[
+        str, typer.Option("--every", metavar="DURATION", help="With --watch: how often.")
+    ] = "2s",
 ) -> None:
-    """List runs, newest first.  Example: flowctl ls --status sleeping --json"""
+    """List runs, newest first. With --watch, redraw the list until Ctrl-C (in a terminal
+    the screen is redrawn; piped, the list is printed again each time under a time line).
+    Example: flowctl ls --status sleeping --json  Example: flowctl ls --watch --every 5s"""
     st = _state(ctx)
     ops.parse_statuses(status)  # bad input is exit 2 before the database is looked for
+    pause = parse_duration(every).total_seconds()
+    if not watch:
+        _list_once(st, status, workflow, search, limit, as_json)
+        return
+    if as_json:
+        raise UsageError("give --watch or --json, not both (for JSON, run `flowctl ls --json`)")
+    if pause <= 0:
+        raise UsageError(f"--every must be a positive duration, got {every!r}")
+    _watch(st, pause, every, lambda: _list_once(st, status, workflow, search, limit, False))
+
+
+def _is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def _watch(st: State, pause: float, every: str, draw: Callable[[], None]) -> None:
+    """Draw, wait `pause` seconds, again, until Ctrl-C (exit 0: that is how a watch ends).
+    In a terminal the screen is cleared first; piped, each drawing follows a time line."""
+    idle = threading.Event()
+    term = _is_terminal()
+    try:
+        while True:
+            stamp = f"every {every} · {_local(st.clock.now())} · Ctrl-C stops"
+            if term:  # home and clear: the new list replaces the old on the screen
+                typer.echo("\x1b[H\x1b[2J" + stamp, color=True)
+            else:
+                typer.echo(f"── {stamp}")
+            draw()
+            if not term:
+                typer.echo("")
+            sys.stdout.flush()
+            st.clock.wait(idle, pause)
+    except KeyboardInterrupt:
+        return
+
+
+def _list_once(
+    st: State,
+    status: list[str] | None,
+    workflow: str | None,
+    search: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
     runs = ops.list_runs(st.store, statuses=status, workflow=workflow, search=search, limit=limit)
     total = None
     if len(runs) == limit:

@@ -82,7 +82,7 @@ def logs(
     ] = False,
 ) -> None:
     """What a run's steps printed (stdout, stderr, logging), in order with step and time.
-    Example: flowctl logs 01jd -f"""
+    Example: flowctl logs m8rtkeefq3x7bz2w -f"""
     from flowctl.ops import maintenance as ops
 
     st = _state(ctx)

@@ -40,7 +40,9 @@ schedule_app = typer.Typer(
     cls=_Group,
     no_args_is_help=True,
     rich_markup_mode=None,
-    help="Cron and interval schedules: each fire starts one run, exactly once.",
+    help="Cron and interval schedules: each fire starts one run, exactly once."
+    '  Example: flowctl schedule add nightly --cron "0 9 * * MON-FRI" examples/report.yaml'
+    "  Example: flowctl schedule ls",
 )
 
 _POLICY_HELP = {

@@ -35,7 +35,7 @@ def show(
         bool, typer.Option("--json", help="Print run, checkpoints and timeline as JSON.")
     ] = False,
 ) -> None:
-    """Show one run: header, checkpoints by call index, timeline.  Example: flowctl show m8rtkeef"""
+    """Show one run: header, checkpoints by call index, timeline.  Example: flowctl show m8rtkeefq3x7bz2w"""
     st = _state(ctx)
     detail = ops.show_run(st.store, run_ref, clock=st.clock)
     if as_json:
@@ -119,7 +119,7 @@ def why(
 ) -> None:
     """Say in one line why a run is not running (sleeping until T, no daemon, paused …).
 
-    Example: flowctl why m8rtkeef --json
+    Example: flowctl why m8rtkeefq3x7bz2w --json
     """
     st = _state(ctx)
     answer = ops.why_run(st.store, run_ref, clock=st.clock)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+from contextlib import nullcontext
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,12 +24,14 @@ from flowctl.cli.common import (
     _first_error_line,
     _local,
     _relative,
+    _run_json,
     _state,
 )
 from flowctl.durations import format_duration, parse_duration
 from flowctl.errors import UsageError
 from flowctl.limits import MAX_COUNT
 from flowctl.model import EntryState, Run, RunStatus, iso
+from flowctl.output import CommandListener, StepOutput, command_output_to
 
 # ---------------------------------------------------------------------------
 # run
@@ -270,16 +274,18 @@ def _drive(
             typer.echo(f"  ↻ retrying at {until}")
 
     cfg = _daemon_config(st, concurrency=1)
+    echo = nullcontext() if quiet else command_output_to(_echo_commands(run_obj.run_id))
     try:
-        final: Run = drive_run(
-            st.store,
-            st.clock,
-            run_obj.run_id,
-            cfg,
-            wait=wait,
-            on_checkpoint=on_step,
-            on_outcome=on_outcome,
-        )
+        with echo:
+            final: Run = drive_run(
+                st.store,
+                st.clock,
+                run_obj.run_id,
+                cfg,
+                wait=wait,
+                on_checkpoint=on_step,
+                on_outcome=on_outcome,
+            )
         if not quiet:
             # Steps a daemon ran while we waited: shown once the run is back with us.
             for entry in st.store.journal(run_obj.run_id).values():
@@ -292,6 +298,27 @@ def _drive(
             err=True,
         )
         raise typer.Exit(130) from None
+
+
+def _echo_commands(run_id: str) -> CommandListener:
+    """Print a command step's output of this run as it comes (stdout to stdout, stderr to
+    stderr), not copied into the step's stored output a second time. A closed pipe only
+    stops the echo: it never fails the step."""
+    from flowctl.output import uncaptured
+
+    broken: list[bool] = []
+
+    def echo(sink: StepOutput, stream: str, text: str) -> None:
+        if sink.run_id != run_id or broken or not text:
+            return
+        target = uncaptured(sys.stderr if stream == "stderr" else sys.stdout)
+        try:
+            target.write(text)
+            target.flush()
+        except (OSError, ValueError):
+            broken.append(True)
+
+    return echo
 
 
 def _print_end(run: Run, now: datetime) -> None:
@@ -363,7 +390,7 @@ def fork(
     as_json: Annotated[bool, typer.Option("--json", help="Print the new run as JSON.")] = False,
 ) -> None:
     """Start a new run of the same workflow from a call index of an earlier one; the
-    original is left as it was.  Example: flowctl fork m8rtkeef --from 3 --wait"""
+    original is left as it was.  Example: flowctl fork m8rtkeefq3x7bz2w --from 3 --wait"""
     st = _state(ctx)
     data = ops.parse_inputs(None, input_json) if input_json is not None else None
     new = ops.fork(st.store, run_ref, from_index, clock=st.clock, input=data)
@@ -379,9 +406,75 @@ def rerun(
     as_json: Annotated[bool, typer.Option("--json", help="Print the new run as JSON.")] = False,
 ) -> None:
     """Start the same workflow again with the same input (a fork from 0).
-    Example: flowctl rerun m8rtkeef --wait"""
+    Example: flowctl rerun m8rtkeefq3x7bz2w --wait"""
     st = _state(ctx)
     data = ops.parse_inputs(None, input_json) if input_json is not None else None
     new = ops.rerun(st.store, run_ref, clock=st.clock, input=data)
     origin = st.store.find_run(run_ref).run_id
     _start_copy(st, new, origin, 0, wait, as_json)
+
+
+# ---------------------------------------------------------------------------
+# wait
+
+WAIT_POLL = 0.2  # seconds between looks at the runs (their rows; a cheap read)
+TIMED_OUT = 124  # as timeout(1)
+
+
+def wait(
+    ctx: typer.Context,
+    run_refs: Annotated[
+        list[str], typer.Argument(metavar="RUN...", help="Run ids or unique prefixes.")
+    ],
+    timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--timeout", metavar="DURATION", help="Give up after this long (exit 124), e.g. 10m."
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the run as JSON (a list for several RUNs), once they end."
+        ),
+    ] = False,
+) -> None:
+    """Wait until runs end (a daemon or another `run --wait` runs them); say each as it
+    ends. Exit 0 when every one completed, 1 when any is dead or cancelled, 124 when
+    --timeout passes first.  Example: flowctl wait m8rtkeefq3x7bz2w
+    Example: flowctl wait m8rtkeefq3x7bz2w m8rtkf0c9d2hxa4n --timeout 10m --json"""
+    st = _state(ctx)
+    budget = parse_duration(timeout).total_seconds() if timeout is not None else None
+    runs: dict[str, Run] = {}
+    for ref in run_refs:
+        found = st.store.find_run(ref)
+        runs.setdefault(found.run_id, found)
+    give_up = None if budget is None else st.clock.monotonic() + budget
+    idle = threading.Event()
+    said: set[str] = set()
+    try:
+        while True:
+            for rid, r in runs.items():
+                if not r.status.is_terminal:
+                    runs[rid] = r = st.store.get_run(rid)
+                if r.status.is_terminal and rid not in said and not as_json:
+                    said.add(rid)
+                    _print_end(r, st.clock.now())
+            active = [r for r in runs.values() if not r.status.is_terminal]
+            now = st.clock.monotonic()
+            if not active or (give_up is not None and now >= give_up):
+                break
+            st.clock.wait_until(
+                idle, now + WAIT_POLL if give_up is None else min(now + WAIT_POLL, give_up)
+            )
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    final = list(runs.values())
+    if as_json:
+        _emit_json(_run_json(final[0]) if len(final) == 1 else [_run_json(r) for r in final])
+    if active:
+        still = ", ".join(f"{r.run_id} ({r.status})" for r in active)
+        typer.echo(f"flowctl: still running after {timeout}: {still}", err=True)
+        raise typer.Exit(TIMED_OUT)
+    if any(r.status in (RunStatus.DEAD, RunStatus.CANCELLED) for r in final):
+        raise typer.Exit(1)
