@@ -231,5 +231,5 @@ def test_help_has_examples(invoke: Any) -> None:
     def help_of(command: str) -> str:
         return " ".join(invoke(command, "--help").stdout.split())
 
-    assert "Examples: flowctl fork m8rtkeef --from 3 --wait" in help_of("fork")
-    assert "Examples: flowctl rerun m8rtkeef --wait" in help_of("rerun")
+    assert "Examples: flowctl fork m8rtkeefq3x7bz2w --from 3 --wait" in help_of("fork")
+    assert "Examples: flowctl rerun m8rtkeefq3x7bz2w --wait" in help_of("rerun")

@@ -454,6 +454,6 @@ def test_why_of_an_unknown_run_is_one_line_exit_1(invoke: Any) -> None:
 
 
 def test_why_help_has_an_example(invoke: Any) -> None:
-    assert "Examples: flowctl why m8rtkeef --json" in " ".join(
+    assert "Examples: flowctl why m8rtkeefq3x7bz2w --json" in " ".join(
         invoke("why", "--help").stdout.split()
     )
