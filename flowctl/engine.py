@@ -88,6 +88,8 @@ class Engine:
             self.store,
             claim,
             self.clock,
+            journal=None if claim.journal is None else dict(claim.journal),
+            versions=None if claim.versions is None else dict(claim.versions),
             live=live,
             children=self.children,
             on_checkpoint=on_checkpoint,

@@ -168,8 +168,7 @@ def capturing(
     token = _current.set(sink)
     _start_flusher()
     with _active_lock:
-        _active.add(sink)
-        _active_lock.notify_all()
+        _active.add(sink)  # no wake-up: the flusher looks every FLUSH_EVERY seconds
     try:
         yield sink
     finally:
@@ -202,14 +201,16 @@ def uncaptured(stream: TextIO) -> TextIO:
 
 
 _active: set[StepOutput] = set()  # the steps of this process printing now
-_active_lock = threading.Condition()
+_active_lock = threading.Lock()
 _flusher: threading.Thread | None = None
 
 
 def _start_flusher() -> None:
     """One thread per process (started with the first step) that stores what running
     steps printed and still hold every FLUSH_EVERY seconds, so a line printed before a
-    long silence shows in `logs -f`. It sleeps without a timeout while no step runs."""
+    long silence shows in `logs -f`. It is never woken: waking it as each step starts
+    cost a thread switch per step (issue 14), and a step shorter than FLUSH_EVERY is
+    flushed by its own close."""
     global _flusher
     with _active_lock:
         if _flusher is not None:
@@ -222,8 +223,6 @@ def _flush_forever() -> None:
     idle = threading.Event()
     while True:
         with _active_lock:
-            while not _active:
-                _active_lock.wait()
             sinks = list(_active)
         for sink in sinks:
             sink.tick()

@@ -14,6 +14,7 @@ from flowctl.errors import (
     SerializationError,
 )
 from flowctl.model import (
+    JournalEntry,
     Run,
     RunStatus,
     mask_secrets,
@@ -53,6 +54,10 @@ class Claim:
     run: Run
     lease: Lease
     woke_from: RunStatus | None = None
+    # {} when the claim saw that the run has no journal rows (or no version markers), so
+    # the replay skips reading them; None: not known, read them.
+    journal: dict[int, JournalEntry] | None = None
+    versions: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)

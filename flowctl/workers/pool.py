@@ -131,8 +131,11 @@ class WorkerPool:
         run_id = claim.run.run_id
         message = {"op": "run", "claim": encode(claim)}
         try:  # read here, where the context would read them first thing: no round trips
-            message["journal"] = encode(self.store.journal(run_id))
-            message["versions"] = encode(self.store.versions(run_id))
+            journal, versions = claim.journal, claim.versions  # {}: the claim saw none
+            message["journal"] = encode(self.store.journal(run_id) if journal is None else journal)
+            message["versions"] = encode(
+                self.store.versions(run_id) if versions is None else versions
+            )
         except Exception as e:  # the worker asks for them itself, and gets this error then
             log.warning("run %s: journal not read ahead: %s", run_id, e)
         live._proc.send(message)

@@ -195,8 +195,8 @@ class Leases(SqliteConnection):
                 for rid in chunk:
                     # A run ended here may have woken a parent or released a held run: the
                     # rows read before that are read again.
-                    run = loaded[rid] if len(ended) == settled else rid
-                    claim = self._claim_one(c, run, owner, now_us, lease_us, ended, alone)
+                    run, empty = loaded[rid] if len(ended) == settled else (rid, None)
+                    claim = self._claim_one(c, run, owner, now_us, lease_us, ended, alone, empty)
                     if claim is not None:
                         claims.append(claim)
         return claims, ended
@@ -237,8 +237,13 @@ class Leases(SqliteConnection):
         lease_us: int,
         ended: list[str],
         alone: bool,
+        empty: tuple[bool, bool] | None = None,
     ) -> Claim | None:
-        """Claim one run (its row as read in this transaction, or its id) if still due."""
+        """Claim one run (its row as read in this transaction, or its id) if still due.
+
+        `empty` (read with the row): whether it has no journal rows, no version markers;
+        the claim then says so and the replay reads neither (a fresh run: two statements
+        fewer)."""
         if isinstance(run, str):
             run = _load_run(c, run)
         rid = run.run_id
@@ -342,7 +347,14 @@ class Leases(SqliteConnection):
             solo=alone,
             crashes=verdict.crashes,
         )
-        return Claim(run=claimed, lease=Lease(rid, fence, owner), woke_from=prev)
+        no_journal, no_versions = empty or (False, False)
+        return Claim(
+            run=claimed,
+            lease=Lease(rid, fence, owner),
+            woke_from=prev,
+            journal={} if no_journal else None,
+            versions={} if no_versions else None,
+        )
 
     # -- fenced writes by the worker holding a run --------------------------
     # Each one is a `_write()` transaction (BEGIN IMMEDIATE: the write lock is held from
@@ -717,11 +729,20 @@ _CANDIDATES = (
 )
 
 
-def _load_runs(c: sqlite3.Connection, run_ids: Sequence[str]) -> dict[str, Run]:
-    """Rows of these runs as they are inside this transaction (each is known to exist)."""
+def _load_runs(
+    c: sqlite3.Connection, run_ids: Sequence[str]
+) -> dict[str, tuple[Run, tuple[bool, bool]]]:
+    """Rows of these runs as they are inside this transaction (each is known to exist),
+    with whether each has no journal rows and no version markers (two index probes in
+    the same statement)."""
     marks = ",".join("?" * len(run_ids))
-    rows = c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id IN ({marks})", list(run_ids))
-    return {r[0]: _run_from_row(r) for r in rows}
+    rows = c.execute(
+        f"SELECT {_RUN_COLUMNS}, NOT EXISTS (SELECT 1 FROM journal j WHERE j.run_id ="
+        " runs.run_id), NOT EXISTS (SELECT 1 FROM versions v WHERE v.run_id = runs.run_id)"
+        f" FROM runs WHERE run_id IN ({marks})",
+        list(run_ids),
+    )
+    return {r[0]: (_run_from_row(r[:-2]), (bool(r[-2]), bool(r[-1]))) for r in rows}
 
 
 def _held(c: sqlite3.Connection, lease: Lease, columns: str = "1") -> Sequence[Any] | None:
