@@ -17,6 +17,7 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from flowctl import cli
+from flowctl.cli.lazy import build_all
 from flowctl.clock import FakeClock
 from tests.conftest import ROOT
 
@@ -25,7 +26,7 @@ PING = str(ROOT / "workflows" / "ping.yaml")
 
 def _commands() -> Iterator[tuple[list[str], Any]]:
     """(path, click command) for every command and group, the root first."""
-    root = get_command(cli.app)
+    root = build_all(get_command(cli.app))  # commands are built when used (cli/lazy.py)
 
     def walk(cmd: Any, path: list[str]) -> Iterator[tuple[list[str], Any]]:
         yield path, cmd

@@ -15,7 +15,7 @@ try:  # typer >= 0.26 ships its own copy of click
 except ImportError:  # pragma: no cover - older typer uses click itself
     from click import exceptions as click_exc  # type: ignore[no-redef]
 
-from flowctl.cli import actions, admin, coerce, listing, maintenance, show, start
+from flowctl.cli import actions, admin, coerce, lazy, listing, maintenance, show, start
 from flowctl.cli.common import State, _Group
 from flowctl.cli.schedule import agenda, schedule_app
 from flowctl.cli.serve import serve
@@ -24,6 +24,7 @@ from flowctl.errors import FlowctlError
 from flowctl.limits import is_utf8, one_line, shown_bytes
 
 coerce.install()  # before any command is parsed: keeps pydantic off the start-up path
+lazy.install()  # each command is built when it is used, not all of them on every start
 
 app = typer.Typer(
     cls=_Group,

@@ -37,6 +37,21 @@ class _Group(TyperGroup):
 
         polish(self)
 
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        """The command, built now if it was a stand-in (flowctl/cli/lazy.py)."""
+        from flowctl.cli.lazy import resolve
+
+        return resolve(self.commands, cmd_name)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The command list of --help, from each command's name and help alone: listing
+        builds nothing (TyperGroup's would build every command to ask it)."""
+        rows = [(n, c) for n, c in self.commands.items() if not c.hidden]
+        if rows:
+            limit = formatter.width - 6 - max(len(n) for n, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(n, c.get_short_help_str(limit)) for n, c in rows])
+
     def invoke(self, ctx: Any) -> Any:
         try:
             rv = super().invoke(ctx)

@@ -8,9 +8,12 @@ its name in capitals (`RUN`, `[RUN]` when optional). A command's "Example: ..." 
 block of its own that Click does not rewrap, so no example is cut mid-token. An explicit
 metavar always wins, so a command another module adds is covered without any change here.
 
-Rich help (Typer's rich_markup_mode) stays off: importing Rich for it costs ~75 ms of CPU
-on every `--help` (measured with bytecode cached), more than the whole 120 ms budget
-leaves once Typer itself is loaded (benchmarks/README.md, startup.py).
+Rich help (Typer's rich_markup_mode) stays off: measured on 2026-12-01 with commands built
+lazily (cli/lazy.py), it took `flowctl --help` from 173 to 390 ms of CPU on the loaded
+test machine (plain help before the lazy commands: 253), because it imports Rich and
+builds every command to render its panels; the budget is 120 ms on a quiet one. It also
+shows flags as `<bool>`. Reproduce: set rich_markup_mode="rich" in cli/__init__.py and run
+benchmarks/startup.py.
 """
 
 from __future__ import annotations

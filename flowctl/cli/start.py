@@ -12,7 +12,7 @@ import threading
 from contextlib import nullcontext
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -31,7 +31,9 @@ from flowctl.durations import format_duration, parse_duration
 from flowctl.errors import UsageError
 from flowctl.limits import MAX_COUNT
 from flowctl.model import EntryState, Run, RunStatus, iso
-from flowctl.output import CommandListener, StepOutput, command_output_to
+
+if TYPE_CHECKING:
+    from flowctl.output import CommandListener, StepOutput
 
 # ---------------------------------------------------------------------------
 # run
@@ -247,6 +249,7 @@ def _drive(
     from flowctl.engine import Outcome
     from flowctl.foreground import drive_run
     from flowctl.model import JournalEntry
+    from flowctl.output import command_output_to
 
     def on_checkpoint(entry: JournalEntry) -> None:
         if quiet or entry.kind != "step":
