@@ -6,7 +6,6 @@ flowctl/cli/__init__.py registers them on the app, in the order `flowctl --help`
 
 from __future__ import annotations
 
-import logging
 import sys
 import threading
 from pathlib import Path
@@ -198,6 +197,8 @@ def daemon(
 ) -> None:
     """Run queued work and wake sleepers on time; SIGTERM/Ctrl-C drains; `daemon stop`
     drains a running one; --install makes it a systemd user service.  Example: flowctl daemon -c 8"""
+    import logging  # here, not at start-up: only the daemon configures logging
+
     from flowctl.daemon import Daemon
     from flowctl.notifier import Notifier
 
@@ -332,6 +333,8 @@ def _service(
 def _open_when_room(st: State) -> Store:
     """The daemon's database; a full disk at start-up is waited out (said once), as one
     later is, so a supervisor does not restart the daemon in a loop."""
+    import logging
+
     from flowctl.daemon import FULL_RETRY
     from flowctl.errors import DiskFullError
 

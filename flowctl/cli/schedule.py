@@ -9,7 +9,6 @@ The commands import flowctl.ops.schedules when they run, so `flowctl --help` and
 from __future__ import annotations
 
 import json
-import logging
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -101,6 +100,8 @@ def _sync_declared(st: State) -> schedule_ops.SyncReport:
 def _sync_at_daemon_start(st: State) -> None:
     """The daemon starts with the declared schedules in force; a bad declaration is logged
     and leaves the stored schedules as they were (it never stops the daemon)."""
+    import logging
+
     from flowctl.errors import ValidationError
 
     log = logging.getLogger("flowctl")
