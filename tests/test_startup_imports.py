@@ -34,6 +34,7 @@ HEAVY = (
     "httpx",
     "pydantic",
     "rich",
+    "logging",  # only the daemon configures it (cli/admin.py imports it there)
 )
 
 
