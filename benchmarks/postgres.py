@@ -113,25 +113,43 @@ def throughput(kind: str, base: str | None, runs: int, daemons: int) -> float:
     return runs / ((done[-1] - claimed[0]) / 1e6)
 
 
-def lateness(kind: str, base: str | None, sleepers: int) -> tuple[float, float]:
-    """p50/p99 (ms) of how late sleepers woke, two daemons serving them."""
-    with fresh(kind, base) as db:
-        store = open_store(db)
-        try:
-            procs = [daemon(db), daemon(db)]
-            start = time.time() + 3.0
-            enqueue(
-                store,
-                f"{FLOWS}:sleeper",
-                [{"at": start + i * (5.0 / sleepers)} for i in range(sleepers)],
-            )
-            wait_done(store, sleepers)
-            stop(procs)
-            late = sorted(store.recent_wakes(from_us(0), limit=10**7))
-        finally:
-            store.close()
-    late_ms = [x * 1000 for x in late]
-    return late_ms[len(late_ms) // 2], late_ms[min(len(late_ms) - 1, int(0.99 * len(late_ms)))]
+def lateness(kind: str, base: str | None, sleepers: int) -> tuple[float, float] | None:
+    """p50/p99 (ms) of how late sleepers woke, two daemons serving them.
+
+    Every sleeper must have fallen asleep (its sleep checkpoint committed) before the first
+    deadline, or the figure would time the set-up (creating and first running the runs
+    while others are due) instead of the wake-ups: if one did not, the set-up is retried
+    with twice the lead, and after 3 tries there is no figure (None).
+    """
+    lead = 3.0 + sleepers * 0.005
+    for _ in range(3):
+        with fresh(kind, base) as db:
+            store = open_store(db)
+            try:
+                procs = [daemon(db), daemon(db)]
+                start = time.time() + lead
+                enqueue(
+                    store,
+                    f"{FLOWS}:sleeper",
+                    [{"at": start + i * (5.0 / sleepers)} for i in range(sleepers)],
+                )
+                wait_done(store, sleepers)
+                stop(procs)
+                asleep = [
+                    e.recorded_at
+                    for run in store.list_runs(limit=10**7)
+                    for e in store.journal(run.run_id).values()
+                    if e.kind == "sleep"
+                ]
+                late = sorted(store.recent_wakes(from_us(0), limit=10**7))
+            finally:
+                store.close()
+        if len(asleep) == sleepers and max(to_us(t) for t in asleep) < start * 1e6:
+            late_ms = [x * 1000 for x in late]
+            p99 = late_ms[min(len(late_ms) - 1, int(0.99 * len(late_ms)))]
+            return late_ms[len(late_ms) // 2], p99
+        lead *= 2
+    return None
 
 
 def claim_latency(kind: str, base: str | None, runs: int) -> tuple[float, float]:
@@ -166,11 +184,16 @@ def main() -> None:
     for kind in ("sqlite", "postgres"):
         one = throughput(kind, args.pg, runs, 1)
         two = throughput(kind, args.pg, runs, 2)
-        p50, p99 = lateness(kind, args.pg, sleepers)
+        woke = lateness(kind, args.pg, sleepers)
+        wake = (
+            "n/a (set-up overlapped the wakes)"
+            if woke is None
+            else (f"p50 {woke[0]:6.1f} ms p99 {woke[1]:6.1f} ms")
+        )
         c50, c99 = claim_latency(kind, args.pg, claims)
         print(
             f"{kind:8}  three-step/s: 1 daemon {one:7.0f}, 2 daemons {two:7.0f}"
-            f"  | wake lateness (2 daemons) p50 {p50:6.1f} ms p99 {p99:6.1f} ms"
+            f"  | wake lateness (2 daemons) {wake}"
             f"  | claim p50 {c50:5.2f} ms p99 {c99:5.2f} ms"
         )
 

@@ -45,6 +45,21 @@ from flowctl.transitions import (
     claim_verdict,
 )
 
+_CLAIM_ORDER = ("queued", "sleeping", "waiting", "running", "paused")
+# The soonest run_at of each claimable status (an index scan of (status, run_at) each),
+# one round trip for all of them. Parameters: (status, limit) per arm.
+_SOONEST_PER_STATUS = " UNION ALL ".join(
+    "(SELECT run_at, run_id FROM runs WHERE status = %s AND run_at IS NOT NULL"
+    " ORDER BY run_at LIMIT %s)"
+    for _ in sorted(DUE)
+)
+# Due candidates of each claimable status, read without a lock (each is locked only when
+# the claim comes to it). Parameters: (status, now_us, limit) per arm.
+_DUE_PER_STATUS = " UNION ALL ".join(
+    "(SELECT run_at, run_id FROM runs WHERE status = %s AND run_at <= %s ORDER BY run_at LIMIT %s)"
+    for _ in _CLAIM_ORDER
+)
+
 
 class RunReads(Transitions):
     """Create and read runs; find and claim due ones (FOR UPDATE SKIP LOCKED)."""
@@ -247,20 +262,15 @@ class RunReads(Transitions):
         return out
 
     def next_due(self, limit: int) -> list[tuple[int, str]]:
-        """The soonest (run_at µs, run_id) pairs over every claimable status, in order."""
-        out: list[tuple[int, str]] = []
-        with self._reading() as c:
-            for status in DUE:
-                out.extend(
-                    tuple(r)
-                    for r in c.execute(
-                        "SELECT run_at, run_id FROM runs WHERE status = %s AND run_at IS NOT NULL"
-                        " ORDER BY run_at LIMIT %s",
-                        [str(status), limit],
-                    ).fetchall()
-                )
-        out.sort()
-        return out[:limit]
+        """The soonest (run_at µs, run_id) pairs over every claimable status, in order.
+
+        One round trip: the daemon refills its wheel with this after every commit another
+        daemon makes, so on a busy fleet it runs many times a second. Each arm is an index
+        scan of (status, run_at); the server merges them.
+        """
+        args = [a for status in sorted(DUE) for a in (str(status), limit)]
+        rows = self._read(_SOONEST_PER_STATUS + " ORDER BY 1, 2 LIMIT %s", [*args, limit])
+        return [(r[0], r[1]) for r in rows]
 
     def running_owners(self) -> list[str]:
         rows = self._read(
@@ -338,8 +348,11 @@ class RunReads(Transitions):
     ) -> tuple[list[Claim], list[str]]:
         """Claim up to `limit` due runs in one transaction, bumping each fence.
 
-        Candidates are locked with FOR UPDATE SKIP LOCKED, soonest run_at first: another
-        daemon's claim in flight is skipped, never waited for and never claimed twice.
+        Candidates are taken soonest run_at first and each is locked with FOR UPDATE SKIP
+        LOCKED only when the claim comes to it: another daemon's claim in flight is skipped,
+        never waited for and never claimed twice, and a claim holds locks only on the runs
+        it examined (locking every candidate up front held spares another daemon could have
+        claimed at once, and made it skip them until the next change notice).
         Applies claim_verdict() as the SQLite store does. Returns the claims and the ids of
         runs ended.
         """
@@ -358,17 +371,11 @@ class RunReads(Transitions):
                     ).fetchall()
                 ]
             else:
-                found: list[tuple[int, str]] = []
-                for status in ("queued", "sleeping", "waiting", "running", "paused"):
-                    found.extend(
-                        (r[0], r[1])
-                        for r in c.execute(
-                            "SELECT run_at, run_id FROM runs WHERE status = %s AND run_at <= %s"
-                            " ORDER BY run_at LIMIT %s FOR UPDATE SKIP LOCKED",
-                            [status, now_us, limit + 16],
-                        ).fetchall()
-                    )
-                found.sort()
+                n = limit + 16  # spares, for candidates that turn out not claimable
+                found = c.execute(
+                    _DUE_PER_STATUS + " ORDER BY 1, 2 LIMIT %s",
+                    [*(a for status in _CLAIM_ORDER for a in (status, now_us, n)), n],
+                ).fetchall()
                 candidates = [rid for _, rid in found]
             for rid in candidates:
                 if len(claims) >= limit:
@@ -414,7 +421,12 @@ class RunReads(Transitions):
         ended: list[str],
         alone: bool,
     ) -> Claim | None:
-        run = _load_run(c, rid)
+        row = c.execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = %s FOR UPDATE SKIP LOCKED", [rid]
+        ).fetchone()
+        if row is None:
+            return None  # another claim holds it (a row this transaction locked is returned)
+        run = _run_from_row(row)
         prev = run.status
         if prev not in DUE or run.run_at is None or to_us(run.run_at) > now_us:
             return None
