@@ -50,6 +50,7 @@ UNWIND_WAIT = 0.5  # after the grace period: time for interrupted handlers to st
 REAP_EVERY = 1.0  # seconds between checks for dead owners holding leases
 WATCH_FILE_EVERY = 1.0  # seconds between checks that the database file is still at its path
 FULL_RETRY = 1.0  # seconds between retries while the disk (or the database) is full
+IDLE_BEAT = 10.0  # an idle daemon's liveness write (seen_at); ids.REMOTE_STALE is 60 s
 
 
 class DaemonStopping(LeaseLost):
@@ -128,6 +129,7 @@ class Daemon:
         self._data_version = -1
         self._refresh, self._refresh_at = getattr(store, "refresh_interval", None), from_us(0)
         self._last_reap = float("-inf")
+        self._last_idle_beat = 0.0
         self._retention = RetentionPass(self.config.retention if only_run_id is None else {})
         self._last_file_check = float("-inf")
         self._db_gone = False  # the file was deleted or replaced: write nothing more
@@ -622,9 +624,10 @@ class Daemon:
         """Extend our leases and pass cancellations, deadlines and timeouts to live handlers."""
         with self._lock:
             held = [(rid, live) for rid, live in self._live.items() if rid not in self._silenced]
-        if not held:
-            return
         now = self.clock.now()
+        if not held:
+            self._beat_idle(now)
+            return
         replies = self.store.heartbeat(
             self.owner,
             [(live.lease, live.spent()) for _, live in held],
@@ -657,6 +660,15 @@ class Daemon:
             # run stays `running` (cancel requested, deadline passed, budget spent) while its
             # handler still runs here, and nobody else may claim it. It ends as told when the
             # handler stops, or, if this daemon dies, at the reclaim (claim_verdict).
+
+    def _beat_idle(self, now: datetime) -> None:
+        """An idle daemon still says it is alive (daemons.seen_at) every IDLE_BEAT: on
+        another host, where its pid cannot be checked, that is all that shows it live."""
+        mono = self.clock.monotonic()
+        if self.only_run_id is not None or mono - self._last_idle_beat < IDLE_BEAT:
+            return
+        self._last_idle_beat = mono
+        self.store.heartbeat(self.owner, [], now + timedelta(seconds=self.config.lease), now)
 
     def _reap_dead_owners(self, *, force: bool = False) -> None:
         """Leases held by a provably dead process (same host, pid gone) lapse now."""
