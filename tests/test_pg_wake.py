@@ -122,9 +122,8 @@ def test_a_daemon_that_lost_the_claim_race_wakes_its_next_sleeper_when_due(
     fake_clock.advance(timedelta(seconds=30))
     assert daemon_b.tick() == 1
     woke = [e for e in b.timeline(second.run.run_id) if e.type in ("woke", "claimed")]
-    assert [(e.type, e.at) for e in woke] == [("woke", now + timedelta(seconds=30))] + [
-        ("claimed", now + timedelta(seconds=30))
-    ]
+    due = now + timedelta(seconds=30)
+    assert [(e.type, e.at) for e in woke] == [("woke", due), ("claimed", due)]
     assert woke[1].data["by"] == daemon_b.owner
     assert b.get_run(second.run.run_id).status.value == "completed"
     assert b.get_run(first).lease_owner == OWNER_A  # never claimed by B
