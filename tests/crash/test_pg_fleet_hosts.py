@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import wait_until
 
-from flowctl.model import from_us
+from flowctl.model import from_us, iso
 from flowctl.schedule.calendar import ScheduleSpec
 from tests.crash.test_pg_fleet import daemons_registered, read, start_runs, statuses
 
@@ -114,7 +114,7 @@ def test_status_lists_every_live_daemon_with_host_pid_since_and_runs_held(
     for owner, d in listed.items():
         host, pid, started_us = registered[owner]
         assert (d["host"], d["pid"], d["alive"]) == (host, pid, True)
-        assert d["started_at"] == from_us(started_us).isoformat(timespec="microseconds")
+        assert d["started_at"] == iso(from_us(started_us))
         assert d["runs_held"] == (1 if owner == holder else 0)
     text = flowctl(pg_url, "status")
     assert text.returncode == 0, text.stderr
