@@ -64,6 +64,18 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     s.close()
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database for front-end tests (CLI, ops, client), once per backend, as `--db`
+    takes it: a SQLite file path in tmp_path (not yet created), or the URL of a fresh empty
+    PostgreSQL database (skipped without a server; see tests/pg.py). Read it as an
+    independent observer with tests/dbs.py."""
+    if request.param == "sqlite":
+        return str(tmp_path / "flowctl.db")
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
 @pytest.fixture
 def engine(store: Store, fake_clock: FakeClock) -> Engine:
     return Engine(store, fake_clock)
@@ -141,7 +153,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         sqlite_file = sqlite_file or item.nodeid.startswith("tests/test_notify")
         # So are prune and vacuum (issue 15).
         sqlite_file = sqlite_file or item.nodeid.startswith("tests/test_prune")
-        if callspec is not None and callspec.params.get("store") == "postgres" and sqlite_file:
+        on_pg = callspec is not None and "postgres" in (
+            callspec.params.get("store"),
+            callspec.params.get("db"),
+        )
+        if on_pg and sqlite_file:
             drop.append(item)
         else:
             keep.append(item)

@@ -34,13 +34,12 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: fl
         time.sleep(interval)
 
 
-def query(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Read the database file directly, as an independent observer."""
-    conn = sqlite3.connect(str(db), timeout=10)
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
+def query(db: Path | str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Read the database directly, as an independent observer: a SQLite file, or a
+    postgresql:// URL (tests/dbs.py; `?` placeholders either way)."""
+    from tests.dbs import rows
+
+    return rows(db, sql, params)
 
 
 def execute(db: Path, sql: str, params: tuple[Any, ...] = ()) -> int:

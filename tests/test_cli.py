@@ -9,7 +9,6 @@ signals, exit codes as a shell sees them) are in tests/test_cli_process.py.
 from __future__ import annotations
 
 import json
-import sqlite3
 import sys
 import threading
 import tomllib
@@ -23,8 +22,10 @@ from typer.testing import CliRunner
 
 from flowctl import cli
 from flowctl.clock import FakeClock
-from flowctl.store.sqlite import SqliteStore as Store
+from flowctl.store import open_store
 from tests.conftest import ROOT
+from tests.dbs import counts, is_url
+from tests.dbs import rows as read
 
 HELLO = str(ROOT / "examples" / "hello.py") + ":hello"
 START = datetime(2026, 3, 27, 12, 0, tzinfo=UTC)
@@ -78,7 +79,7 @@ def flowctl(monkeypatch: pytest.MonkeyPatch) -> Flowctl:
     monkeypatch.chdir(ROOT)
     runner = CliRunner()
 
-    def run(db: Path | None, *args: str) -> Ran:
+    def run(db: str | Path | None, *args: str) -> Ran:
         argv = ["flowctl", *(["--db", str(db)] if db is not None else []), *args]
         monkeypatch.setattr(sys, "argv", argv)
         with runner.isolation() as (out, err, _mixed):
@@ -93,19 +94,6 @@ def flowctl(monkeypatch: pytest.MonkeyPatch) -> Flowctl:
             return Ran(code, out.getvalue().decode(), err.getvalue().decode())
 
     return run
-
-
-def counts(db: Path) -> tuple[int, int, int]:
-    if not db.exists():
-        return (0, 0, 0)
-    conn = sqlite3.connect(db)
-    try:
-        return tuple(
-            conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
-            for t in ("runs", "journal", "timeline")
-        )  # type: ignore[return-value]
-    finally:
-        conn.close()
 
 
 @pytest.fixture
@@ -138,8 +126,7 @@ def flow_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_run_hello_completes_and_prints_each_step(tmp_path: Path, flowctl: Flowctl) -> None:
-    db = tmp_path / "f.db"
+def test_run_hello_completes_and_prints_each_step(db: str, flowctl: Flowctl) -> None:
     out = flowctl(db, "run", HELLO, "-i", "name=ana", "--wait")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
@@ -147,11 +134,11 @@ def test_run_hello_completes_and_prints_each_step(tmp_path: Path, flowctl: Flowc
     assert lines[1].strip().startswith("… sleeping until ")
     assert lines[2].strip().startswith("✓ shout")
     assert '"greeting": "hello, ana"' in lines[3]
-    assert oct(db.stat().st_mode & 0o777) == "0o600"
+    if not is_url(db):  # a file holds inputs and results: only its owner may read it
+        assert oct(Path(db).stat().st_mode & 0o777) == "0o600"
 
 
-def test_run_json_shape_and_typed_inputs(tmp_path: Path, flow_file: Path, flowctl: Flowctl) -> None:
-    db = tmp_path / "f.db"
+def test_run_json_shape_and_typed_inputs(db: str, flow_file: Path, flowctl: Flowctl) -> None:
     out = flowctl(db, "run", f"{flow_file}:add", "-i", "a:=40", "-i", "b:=2", "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
@@ -163,9 +150,8 @@ def test_run_json_shape_and_typed_inputs(tmp_path: Path, flow_file: Path, flowct
 
 
 def test_run_that_sleeps_exits_zero_and_says_until_when(
-    tmp_path: Path, flow_file: Path, flowctl: Flowctl
+    db: str, flow_file: Path, flowctl: Flowctl
 ) -> None:
-    db = tmp_path / "f.db"
     out = flowctl(db, "run", f"{flow_file}:sleepy")
     assert out.returncode == 0, out.stderr
     assert "sleeping until" in out.stdout
@@ -181,10 +167,7 @@ def test_run_that_sleeps_exits_zero_and_says_until_when(
     assert {"at", "type"} <= set(shown["timeline"][0])
 
 
-def test_failing_run_exits_one_with_error(
-    tmp_path: Path, flow_file: Path, flowctl: Flowctl
-) -> None:
-    db = tmp_path / "f.db"
+def test_failing_run_exits_one_with_error(db: str, flow_file: Path, flowctl: Flowctl) -> None:
     out = flowctl(db, "run", f"{flow_file}:boom", "--max-attempts", "1")
     assert out.returncode == 1
     assert "ZeroDivisionError" in out.stderr
@@ -220,10 +203,9 @@ def test_failing_run_exits_one_with_error(
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(
-    tmp_path: Path, flow_file: Path, flowctl: Flowctl, args: list[str], needle: str
+    db: str, flow_file: Path, flowctl: Flowctl, args: list[str], needle: str
 ) -> None:
-    db = tmp_path / "f.db"
-    Store(db).close()  # create the schema so row counts are comparable (`ls` creates nothing)
+    open_store(db).close()  # create the schema so row counts are comparable (`ls` creates nothing)
     before = counts(db)
     out = flowctl(db, *[a.replace("{flow}", str(flow_file)) for a in args])
     assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
@@ -235,9 +217,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
 
 
 @pytest.mark.parametrize("args", [["show", "zzzz"], ["signal", "zzzz", "go"], ["cancel", "zz"]])
-def test_unknown_run_is_one_line_exit_1(tmp_path: Path, flowctl: Flowctl, args: list[str]) -> None:
-    db = tmp_path / "f.db"
-    Store(db).close()
+def test_unknown_run_is_one_line_exit_1(db: str, flowctl: Flowctl, args: list[str]) -> None:
+    open_store(db).close()
     before = counts(db)
     out = flowctl(db, *args)
     assert out.returncode == 1
@@ -249,41 +230,33 @@ def test_unknown_run_is_one_line_exit_1(tmp_path: Path, flowctl: Flowctl, args: 
 
 
 def test_non_json_step_result_fails_the_run_clearly(
-    tmp_path: Path, flow_file: Path, flowctl: Flowctl
+    db: str, flow_file: Path, flowctl: Flowctl
 ) -> None:
-    db = tmp_path / "f.db"
     out = flowctl(db, "run", f"{flow_file}:bad_result", "--max-attempts", "1")
     assert out.returncode == 1
     assert "not JSON-serialisable" in out.stderr
-    conn = sqlite3.connect(db)
-    rows = conn.execute("SELECT state, value FROM journal").fetchall()
-    conn.close()
+    rows = read(db, "SELECT state, value FROM journal")
     assert len(rows) == 1 and rows[0][0] == "error"  # recorded as the step's error, never pickled
     assert json.loads(rows[0][1])["type"] == "SerializationError"
 
 
-def test_naive_datetime_is_rejected(tmp_path: Path, flow_file: Path, flowctl: Flowctl) -> None:
-    db = tmp_path / "f.db"
+def test_naive_datetime_is_rejected(db: str, flow_file: Path, flowctl: Flowctl) -> None:
     out = flowctl(db, "run", f"{flow_file}:naive", "--max-attempts", "1")
     assert out.returncode == 1
     assert "timezone-aware" in out.stderr
 
 
 def test_flowctl_db_env_is_used(
-    tmp_path: Path, flow_file: Path, flowctl: Flowctl, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, db: str, flow_file: Path, flowctl: Flowctl, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db = tmp_path / "env.db"
-    monkeypatch.setenv("FLOWCTL_DB", str(db))
+    monkeypatch.setenv("FLOWCTL_DB", db)
     monkeypatch.chdir(tmp_path)
     out = flowctl(None, "run", f"{flow_file}:add", "-i", "a:=1")
     assert out.returncode == 0, out.stderr
     assert counts(db)[0] == 1
 
 
-def test_idempotency_key_returns_first_run(
-    tmp_path: Path, flow_file: Path, flowctl: Flowctl
-) -> None:
-    db = tmp_path / "f.db"
+def test_idempotency_key_returns_first_run(db: str, flow_file: Path, flowctl: Flowctl) -> None:
     first = json.loads(
         flowctl(
             db, "run", f"{flow_file}:add", "-i", "a:=1", "--key", "k1", "--detach", "--json"
@@ -299,10 +272,7 @@ def test_idempotency_key_returns_first_run(
     assert counts(db)[0] == 1
 
 
-def test_detach_in_and_at_queue_without_running(
-    tmp_path: Path, flow_file: Path, flowctl: Flowctl
-) -> None:
-    db = tmp_path / "f.db"
+def test_detach_in_and_at_queue_without_running(db: str, flow_file: Path, flowctl: Flowctl) -> None:
     out = flowctl(db, "run", f"{flow_file}:add", "-i", "a:=1", "--in", "10m", "--json")
     data = json.loads(out.stdout)
     assert data["status"] == "queued"
@@ -359,10 +329,7 @@ def test_workflows_lists_and_runs_by_name(
     assert json.loads(out.stdout)["result"] == 6
 
 
-def test_cancel_signal_redrive_round_trip(
-    tmp_path: Path, flow_file: Path, flowctl: Flowctl
-) -> None:
-    db = tmp_path / "f.db"
+def test_cancel_signal_redrive_round_trip(db: str, flow_file: Path, flowctl: Flowctl) -> None:
     run_id = json.loads(flowctl(db, "run", f"{flow_file}:sleepy", "--json").stdout)["id"]
     out = flowctl(db, "cancel", run_id, "--reason", "duplicate")
     assert out.returncode == 0

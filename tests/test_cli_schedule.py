@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,7 +17,8 @@ from flowctl import cli, ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import RunStatus
-from flowctl.store.sqlite import SqliteStore as Store
+from flowctl.store import open_store
+from tests import dbs
 from tests.conftest import ROOT
 
 PING = str(ROOT / "workflows" / "ping.yaml")
@@ -57,12 +57,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "cli.db"
-
-
-@pytest.fixture
-def invoke(db: Path, clock: FakeClock, home: Path) -> Any:
+def invoke(db: str, clock: FakeClock, home: Path) -> Any:
     runner = CliRunner()
 
     def run(*args: str, code: int = 0) -> Any:
@@ -73,18 +68,8 @@ def invoke(db: Path, clock: FakeClock, home: Path) -> Any:
     return run
 
 
-def counts(db: Path) -> tuple[int, int, int]:
-    if not db.exists():
-        return (0, 0, 0)
-    conn = sqlite3.connect(db)
-    try:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        return tuple(  # type: ignore[return-value]
-            conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] if t in tables else 0
-            for t in ("schedules", "schedule_history", "runs")
-        )
-    finally:
-        conn.close()
+def counts(db: str) -> tuple[int, ...]:
+    return dbs.counts(db, ("schedules", "schedule_history", "runs"))
 
 
 # ---------------------------------------------------------------- add / ls / show / ...
@@ -124,7 +109,7 @@ def test_add_ls_show_pause_resume_rm(invoke: Any, clock: FakeClock) -> None:
     ]
 
 
-def test_json_shapes(invoke: Any, db: Path, clock: FakeClock) -> None:
+def test_json_shapes(invoke: Any, db: str, clock: FakeClock) -> None:
     added = json.loads(
         invoke(
             "schedule", "add", "beat", "--every", "15m", "--tz", "UTC", "--jitter", "1m",
@@ -145,7 +130,7 @@ def test_json_shapes(invoke: Any, db: Path, clock: FakeClock) -> None:
     assert added["source"] == "cli" and added["paused"] is False and added["last"] is None
     # fire once, on time, through a daemon; then ls/show report the outcome
     clock.advance(timedelta(minutes=15))
-    with Store(db) as store:
+    with open_store(db) as store:
         Daemon(store, clock, DaemonConfig(concurrency=1)).tick()
     clock.advance(timedelta(minutes=5))
     (listed,) = json.loads(invoke("schedule", "ls", "--json").output)
@@ -163,7 +148,7 @@ def test_json_shapes(invoke: Any, db: Path, clock: FakeClock) -> None:
     assert "fired 5m00s ago" in invoke("schedule", "ls").output
 
 
-def test_trigger(invoke: Any, db: Path, clock: FakeClock) -> None:
+def test_trigger(invoke: Any, db: str, clock: FakeClock) -> None:
     invoke("schedule", "add", "beat", "--every", "1h", PING)
     out = invoke("schedule", "trigger", "beat").output
     assert out.startswith("triggered beat: run ") and out.endswith("queued (a daemon starts it)\n")
@@ -236,11 +221,11 @@ def test_explain_json_shape_for_a_fold(invoke: Any) -> None:
 
 
 def test_agenda_lists_every_future_wake_in_time_order(
-    invoke: Any, db: Path, clock: FakeClock, tmp_path: Path
+    invoke: Any, db: str, clock: FakeClock, tmp_path: Path
 ) -> None:
     flows = tmp_path / "flows.py"
     flows.write_text(FLOWS)
-    with Store(db) as store:
+    with open_store(db) as store:
         sleeper = ops.start(store, f"{flows}:slow", {}, clock=clock).run  # wakes at +2h
         waiter = ops.start(store, f"{flows}:waits", {}, clock=clock).run  # times out at +3h
         Daemon(store, clock, DaemonConfig(concurrency=2)).tick()
@@ -319,7 +304,7 @@ BAD = [
 
 @pytest.mark.parametrize(("args", "message"), BAD, ids=[" ".join(a[:4]) for a, _ in BAD])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(
-    invoke: Any, db: Path, args: list[str], message: str
+    invoke: Any, db: str, args: list[str], message: str
 ) -> None:
     invoke("schedule", "add", "taken", "--every", "1h", PING)
     before = counts(db)
@@ -330,8 +315,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     assert counts(db) == before
 
 
-def test_unknown_schedule_names_it(invoke: Any, db: Path) -> None:
-    Store(db).close()  # these commands create no database: give them one
+def test_unknown_schedule_names_it(invoke: Any, db: str) -> None:
+    open_store(db).close()  # these commands create no database: give them one
     for verb in ("show", "pause", "resume", "rm", "trigger"):
         result = invoke("schedule", verb, "ghost", code=1)
         assert result.stderr == ("flowctl: no schedule named 'ghost': see `flowctl schedule ls`\n")
@@ -340,7 +325,7 @@ def test_unknown_schedule_names_it(invoke: Any, db: Path) -> None:
 # ---------------------------------------------------------------- run --key
 
 
-def test_run_with_the_same_key_returns_the_first_run(invoke: Any, db: Path) -> None:
+def test_run_with_the_same_key_returns_the_first_run(invoke: Any, db: str) -> None:
     first = json.loads(invoke("run", PING, "--key", "signup-42", "--detach", "--json").output)
     out = invoke("run", PING, "--key", "signup-42", "--detach").output
     assert out == f"run {first['id']} already exists for key 'signup-42' (queued)\n"
@@ -373,7 +358,7 @@ def _project(
     )
 
 
-def test_schedule_sync_from_yaml_and_toml(invoke: Any, home: Path, db: Path) -> None:
+def test_schedule_sync_from_yaml_and_toml(invoke: Any, home: Path, db: str) -> None:
     _project(home)
     invoke("schedule", "add", "by-hand", "--every", "1h", PING)
     assert invoke("schedule", "sync").output == "added     ping, nightly\n"
@@ -392,7 +377,7 @@ def test_schedule_sync_from_yaml_and_toml(invoke: Any, home: Path, db: Path) -> 
     assert [s["name"] for s in json.loads(invoke("schedule", "ls", "--json").output)] == ["by-hand"]
 
 
-def test_bad_declarations_change_nothing(invoke: Any, home: Path, db: Path) -> None:
+def test_bad_declarations_change_nothing(invoke: Any, home: Path, db: str) -> None:
     _project(
         home,
         toml=TOML + '\n[schedules.broken]\ntarget = "workflows/ping.yaml"\ncron = "0 9 * *"\n',

@@ -13,6 +13,7 @@ from flowctl.clock import SystemClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.errors import InputError, InvalidStateError
 from flowctl.model import RunStatus
+from tests.dbs import counts
 
 FLOWS = """\
 from flowctl import workflow
@@ -35,16 +36,16 @@ def flows(tmp_path: Path) -> str:
     return str(tmp_path / "flows.py")
 
 
-def test_run_drives_a_workflow_through_its_sleep(tmp_path: Path, flows: str) -> None:
-    with Client(tmp_path / "c.db") as client:
+def test_run_drives_a_workflow_through_its_sleep(db: str, flows: str) -> None:
+    with Client(db) as client:
         run = client.run(f"{flows}:nap", {"who": "bo"})
         assert run.status is RunStatus.COMPLETED
         assert run.result == {"first": "BO", "second": 2}
         assert client.get(run.run_id[:8]).run_id == run.run_id
 
 
-def test_start_queues_and_a_daemon_runs_it(tmp_path: Path, flows: str) -> None:
-    with Client(tmp_path / "c.db") as client:
+def test_start_queues_and_a_daemon_runs_it(db: str, flows: str) -> None:
+    with Client(db) as client:
         run_id = client.start(f"{flows}:nap")
         assert client.get(run_id).status is RunStatus.QUEUED
         assert [r.run_id for r in client.list(status="queued")] == [run_id]
@@ -61,15 +62,15 @@ def test_start_queues_and_a_daemon_runs_it(tmp_path: Path, flows: str) -> None:
         assert done.result == {"first": "ANA", "second": 3}
 
 
-def test_wait_gives_up_with_a_clear_error(tmp_path: Path, flows: str) -> None:
-    with Client(tmp_path / "c.db") as client:
+def test_wait_gives_up_with_a_clear_error(db: str, flows: str) -> None:
+    with Client(db) as client:
         run_id = client.start(f"{flows}:approval")
         with pytest.raises(WaitTimeoutError, match=f"run {run_id} is still queued"):
             client.wait(run_id, timeout="100ms")
 
 
-def test_key_returns_the_first_run_and_actions_work(tmp_path: Path, flows: str) -> None:
-    with Client(tmp_path / "c.db") as client:
+def test_key_returns_the_first_run_and_actions_work(db: str, flows: str) -> None:
+    with Client(db) as client:
         first = client.start(f"{flows}:approval", key="signup-42")
         assert client.start(f"{flows}:approval", key="signup-42") == first
         client.signal(first, "approved", {"by": "ana"})
@@ -79,18 +80,18 @@ def test_key_returns_the_first_run_and_actions_work(tmp_path: Path, flows: str) 
             client.redrive(first)
 
 
-def test_bad_input_is_refused_before_anything_is_written(tmp_path: Path, flows: str) -> None:
-    with Client(tmp_path / "c.db") as client:
+def test_bad_input_is_refused_before_anything_is_written(db: str, flows: str) -> None:
+    with Client(db) as client:
         with pytest.raises(InputError, match="has no input 'whom'"):
             client.start(f"{flows}:nap", {"whom": "x"})
         assert client.list() == []
 
 
 def test_client_resolves_the_database_like_the_cli(
-    tmp_path: Path, flows: str, monkeypatch: pytest.MonkeyPatch
+    db: str, flows: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("FLOWCTL_DB", str(tmp_path / "env.db"))
+    monkeypatch.setenv("FLOWCTL_DB", db)
     with Client() as client:
         client.start(f"{flows}:nap")
-        assert client.db_path == tmp_path / "env.db"
-    assert (tmp_path / "env.db").exists()
+        assert str(client.db_path) == db
+    assert counts(db)[0] == 1

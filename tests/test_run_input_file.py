@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from flowctl.model import RunStatus
-from flowctl.store.sqlite import SqliteStore
+from flowctl.store import open_store
+from tests.dbs import has_schema
 from tests.inproc import run_main
 
 FLOWS = """\
@@ -28,16 +29,15 @@ def target(tmp_path: Path) -> str:
 
 
 def queued(db: Path) -> list[dict[str, object]]:
-    with SqliteStore(db) as store:
+    with open_store(db) as store:
         runs = store.list_runs(limit=1000)
         assert {r.status for r in runs} <= {RunStatus.QUEUED}
         return [r.input for r in runs]
 
 
 def test_a_file_of_lines_queues_one_run_each(
-    tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch
+    db: str, tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db = tmp_path / "f.db"
     lines = tmp_path / "in.jsonl"
     lines.write_text("".join(json.dumps({"who": f"u{i}"}) + "\n" for i in range(300)) + "\n")
     ran = run_main(
@@ -48,10 +48,7 @@ def test_a_file_of_lines_queues_one_run_each(
     assert sorted(i["who"] for i in queued(db)) == sorted(f"u{i}" for i in range(300))  # type: ignore[index]
 
 
-def test_stdin_and_keys_per_line(
-    tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    db = tmp_path / "k.db"
+def test_stdin_and_keys_per_line(db: str, target: str, monkeypatch: pytest.MonkeyPatch) -> None:
     text = '{"who": "ana"}\n{"who": "bo"}\n'
     args = ["--db", str(db), "run", target, "--detach", "--input-file", "-", "--key", "batch7"]
     first = run_main(monkeypatch, *args, "--json", stdin=text)
@@ -62,7 +59,7 @@ def test_stdin_and_keys_per_line(
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip() == "queued 1 run(s) of greet (2 already existed for their keys)"
     assert sorted(i["who"] for i in queued(db)) == ["ana", "bo", "cy"]  # type: ignore[index]
-    with SqliteStore(db) as store:
+    with open_store(db) as store:
         assert store.get_run_by_key("batch7:1") is not None
         assert store.get_run_by_key("batch7:3") is not None
 
@@ -77,23 +74,21 @@ def test_stdin_and_keys_per_line(
     ],
 )
 def test_a_bad_file_queues_nothing(
-    tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch, text: str, message: str
+    db: str, target: str, monkeypatch: pytest.MonkeyPatch, text: str, message: str
 ) -> None:
-    db = tmp_path / "bad.db"
     args = ["--db", str(db), "run", target, "--detach", "--input-file", "-"]
     ran = run_main(monkeypatch, *args, stdin=text)
     assert ran.returncode != 0
     assert message in ran.stderr
     assert "Traceback" not in ran.stderr
     assert len(ran.stderr.strip().splitlines()) == 1
-    if db.exists():
+    if has_schema(db):
         assert queued(db) == []
 
 
 def test_input_file_needs_detach_and_no_other_input(
-    tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch
+    db: str, target: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db = tmp_path / "u.db"
     no_detach = run_main(
         monkeypatch, "--db", str(db), "run", target, "--input-file", "-", stdin="{}"
     )

@@ -46,10 +46,10 @@ def count_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_many_starts_of_one_file_load_it_once(
-    tmp_path: Path, flows: Path, monkeypatch: pytest.MonkeyPatch
+    db: str, flows: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loads = count_loads(monkeypatch)
-    with Client(tmp_path / "c.db") as client:
+    with Client(db) as client:
         ids = [client.start(f"{flows}:greet", {"who": f"u{i}"}) for i in range(5)]
         runs = [client.get(i) for i in ids]
         sources = {client.store.run_source(i)[0] for i in ids}
@@ -59,10 +59,10 @@ def test_many_starts_of_one_file_load_it_once(
 
 
 def test_an_edited_file_is_loaded_again_and_pinned_as_edited(
-    tmp_path: Path, flows: Path, monkeypatch: pytest.MonkeyPatch
+    db: str, flows: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loads = count_loads(monkeypatch)
-    with Client(tmp_path / "c.db") as client:
+    with Client(db) as client:
         first = client.start(f"{flows}:greet")
         edited = FLOWS + "\n# edited\n"
         flows.write_text(edited)
@@ -74,8 +74,8 @@ def test_an_edited_file_is_loaded_again_and_pinned_as_edited(
     assert len(loads) == 2
 
 
-def test_a_cached_target_still_checks_each_input(tmp_path: Path, flows: Path) -> None:
-    with Client(tmp_path / "c.db") as client:
+def test_a_cached_target_still_checks_each_input(db: str, flows: Path) -> None:
+    with Client(db) as client:
         client.start(f"{flows}:greet", {"who": "bo"})
         with pytest.raises(InputError, match="has no input 'whom'"):
             client.start(f"{flows}:greet", {"whom": "bo"})

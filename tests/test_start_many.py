@@ -28,8 +28,8 @@ def target(tmp_path: Path) -> str:
     return f"{tmp_path / 'flows.py'}:double"
 
 
-def test_a_thousand_runs_are_one_commit(tmp_path: Path, target: str) -> None:
-    with Client(tmp_path / "c.db") as client:
+def test_a_thousand_runs_are_one_commit(db: str, target: str) -> None:
+    with Client(db) as client:
         before = client.store.commit_stats().commits
         ids = client.start_many(target, [{"n": i} for i in range(1000)])
         assert client.store.commit_stats().commits - before == 1
@@ -40,16 +40,16 @@ def test_a_thousand_runs_are_one_commit(tmp_path: Path, target: str) -> None:
         assert client.store.count_by_status()[RunStatus.QUEUED] == 1000
 
 
-def test_the_runs_it_queues_run_to_completion(tmp_path: Path, target: str) -> None:
+def test_the_runs_it_queues_run_to_completion(db: str, target: str) -> None:
     clock = FakeClock()
-    with Client(tmp_path / "c.db", clock=clock) as client:
+    with Client(db, clock=clock) as client:
         ids = client.start_many(target, [{"n": i} for i in range(5)])
         Daemon(client.store, clock, DaemonConfig(concurrency=1)).tick()
         assert [client.get(i).result for i in ids] == [0, 2, 4, 6, 8]
 
 
-def test_keys_hold_per_run_across_calls_and_within_one(tmp_path: Path, target: str) -> None:
-    with Client(tmp_path / "c.db") as client:
+def test_keys_hold_per_run_across_calls_and_within_one(db: str, target: str) -> None:
+    with Client(db) as client:
         first = client.start_many(target, [{"n": 1}, {"n": 2}], keys=["a", "b"])
         again = client.start_many(target, [{"n": 9}, {"n": 3}, {"n": 4}], keys=["b", "c", "c"])
         assert again[0] == first[1]  # known key: the first run, not a new one
@@ -58,8 +58,8 @@ def test_keys_hold_per_run_across_calls_and_within_one(tmp_path: Path, target: s
         assert len(client.list(limit=100)) == 3
 
 
-def test_one_bad_input_writes_nothing_and_names_its_position(tmp_path: Path, target: str) -> None:
-    with Client(tmp_path / "c.db") as client:
+def test_one_bad_input_writes_nothing_and_names_its_position(db: str, target: str) -> None:
+    with Client(db) as client:
         with pytest.raises(InputError, match=r"input #3: .*needs input 'n'"):
             client.start_many(target, [{"n": 1}, {"n": 2}, {}, {"n": 4}])
         with pytest.raises(InputError, match=r"input #2 is list"):

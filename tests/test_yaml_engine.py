@@ -12,7 +12,7 @@ from flowctl import ops
 from flowctl.clock import SystemClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import RunStatus
-from flowctl.store.sqlite import SqliteStore as Store
+from flowctl.store import open_store
 from flowctl.testing import WorkflowEnvironment
 from tests.helpers import wait_until
 from tests.inproc import Ran, run_main
@@ -38,9 +38,8 @@ steps:
 """
 
 
-def test_hostile_inputs_are_inert(tmp_path: Path) -> None:
+def test_hostile_inputs_are_inert(db: str, tmp_path: Path) -> None:
     (tmp_path / "inject.yaml").write_text(INJECT)
-    db = tmp_path / "f.db"
     for hostile in ['"; touch pwned #', "$(touch pwned)", "`touch pwned`; touch pwned"]:
         out = _cli(db, "run", "inject.yaml", "-i", f"user={hostile}", "--json", cwd=tmp_path)
         assert out.returncode == 0, out.stderr
@@ -49,13 +48,12 @@ def test_hostile_inputs_are_inert(tmp_path: Path) -> None:
         assert not (tmp_path / "pwned").exists()
 
 
-def test_command_step_checkpoint_shape_and_failure_record(tmp_path: Path) -> None:
+def test_command_step_checkpoint_shape_and_failure_record(db: str, tmp_path: Path) -> None:
     (tmp_path / "cmd.yaml").write_text(
         "name: cmd\nsteps:\n"
         "  - id: ok\n    run: [sh, -c, 'echo {\\\"n\\\": 1}; echo warn >&2']\n"
         "  - id: bad\n    run: 'echo oops >&2; exit 3'\n"
     )
-    db = tmp_path / "f.db"
     out = _cli(db, "run", "cmd.yaml", "--max-attempts", "1", "--json", cwd=tmp_path)
     assert out.returncode == 1
     run = json.loads(out.stdout)
@@ -106,22 +104,21 @@ def test_validate_reports_file_line_and_exit_2(tmp_path: Path) -> None:
     )
 
 
-def test_shell_string_with_expression_is_refused_before_running(tmp_path: Path) -> None:
+def test_shell_string_with_expression_is_refused_before_running(db: str, tmp_path: Path) -> None:
     (tmp_path / "x.yaml").write_text(
         "name: x\ninput: {user: str}\nsteps:\n  - run: 'echo ${{ input.user }}'\n"
     )
-    db = tmp_path / "f.db"
     out = _cli(db, "run", "x.yaml", "-i", "user=1", cwd=tmp_path)
     assert out.returncode == 2
     assert "FLOWCTL_INPUT_USER" in out.stderr
     assert _cli(db, "ls", "--json", cwd=tmp_path).stdout.strip() == "[]"
 
 
-def test_cancel_really_stops_a_running_command(tmp_path: Path) -> None:
+def test_cancel_really_stops_a_running_command(db: str, tmp_path: Path) -> None:
     (tmp_path / "long.yaml").write_text(
         "name: long\nsteps:\n  - id: wait\n    run: 'echo $$ > pid.txt; exec sleep 30'\n"
     )
-    store = Store(tmp_path / "f.db")
+    store = open_store(db)
     clock = SystemClock()
     run_id = ops.start(store, "long.yaml", {}, clock=clock, cwd=str(tmp_path)).run.run_id
     daemon = Daemon(store, clock, DaemonConfig(concurrency=1, lease=2, heartbeat=0.1, grace=1))
@@ -139,6 +136,7 @@ def test_cancel_really_stops_a_running_command(tmp_path: Path) -> None:
     daemon.stop()
     thread.join(5)
     assert store.get_run(run_id).error["message"] == "test"
+    store.close()
 
 
 def test_validate_checks_the_schedule_block(tmp_path: Path) -> None:

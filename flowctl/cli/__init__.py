@@ -61,6 +61,7 @@ def _root(
     ] = False,
 ) -> None:
     ctx.obj = State(db, SystemClock())  # looked up here, so tests can swap cli.SystemClock
+    ctx.call_on_close(ctx.obj.close)
 
 
 app.command()(admin.init)

@@ -100,6 +100,13 @@ class State:
             )
         return self._store
 
+    def close(self) -> None:
+        """Close the store when the command ends (click's call_on_close): a PostgreSQL
+        store's pooled and LISTEN connections end cleanly instead of at garbage collection."""
+        store, self._store = self._store, None
+        if store is not None:
+            store.close()
+
     def read_only_note(self) -> str | None:
         """What a successful command says when it could only read its database."""
         if self._store is None or not self._store.read_only:
