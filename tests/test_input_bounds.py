@@ -3,7 +3,6 @@ exit 2, nothing written (issue 11, item 7); plus the bounds themselves (flowctl.
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -13,6 +12,8 @@ from flowctl import cli
 from flowctl.clock import FakeClock
 from flowctl.errors import InputError, UsageError
 from flowctl.limits import MAX_JSON_DEPTH, check_time, loads_json, one_line
+from tests.dbs import is_url
+from tests.dbs import rows as query
 from tests.inproc import run_main
 
 START = datetime(2026, 3, 27, 12, 0, tzinfo=UTC)
@@ -26,7 +27,7 @@ BIG = str(2**63)
 
 
 @pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+def env(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
     """A project with one run waiting for a signal; returns (db, run id)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("FLOWCTL_DB", raising=False)
@@ -35,17 +36,20 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
     (tmp_path / "flows.py").write_text(FLOWS)
     (tmp_path / "ctl.yaml").write_bytes(b'name: c\nsteps:\n  - run: [echo, "\x1b[2J"]\n')
     (tmp_path / "latin1.yaml").write_bytes(b"name: caf\xe9\nsteps:\n  - run: [echo, hi]\n")
-    db = tmp_path / "f.db"
-    assert run_main(monkeypatch, "--db", str(db), "run", "flows.py:nap").returncode == 0
-    with sqlite3.connect(db) as conn:
-        run_id = conn.execute("SELECT run_id FROM runs").fetchone()[0]
+    assert run_main(monkeypatch, "--db", db, "run", "flows.py:nap").returncode == 0
+    ((run_id,),) = query(db, "SELECT run_id FROM runs")
     return db, run_id
 
 
-def counts(db: Path) -> dict[str, int]:
-    with sqlite3.connect(db) as conn:
-        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        return {n: conn.execute(f'SELECT COUNT(*) FROM "{n}"').fetchone()[0] for n in names}
+def counts(db: str) -> dict[str, int]:
+    """Rows in every table flowctl has there."""
+    if is_url(db):
+        names = [
+            r[0] for r in query(db, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        ]
+    else:
+        names = [r[0] for r in query(db, "SELECT name FROM sqlite_master WHERE type='table'")]
+    return {n: query(db, f'SELECT COUNT(*) FROM "{n}"')[0][0] for n in names}
 
 
 CASES = [
@@ -88,7 +92,7 @@ CASES = [
 
 @pytest.mark.parametrize(("args", "message"), CASES)
 def test_known_tracebacks_are_one_usage_line(
-    env: tuple[Path, str], monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+    env: tuple[str, str], monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
 ) -> None:
     db, run_id = env
     before = counts(db)

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
+from dbs import rows as query
 from inproc import run_main
 
 from flowctl import workflow
@@ -46,12 +46,11 @@ steps:
 
 
 @pytest.fixture
-def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def cli(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("FLOWCTL_DB", raising=False)
     (tmp_path / "flows.py").write_text(FLOWS)
     (tmp_path / "deploy.yaml").write_text(YAML)
-    db = tmp_path / "flowctl.db"
 
     def call(*args: str, code: int = 0) -> str:
         ran = run_main(monkeypatch, "--db", str(db), *args)
@@ -62,15 +61,11 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     return call
 
 
-def _stored(db: Path, run_id: str) -> tuple[str, str | None]:
-    conn = sqlite3.connect(str(db))
-    try:
-        row = conn.execute(
-            "SELECT input, secret_keys FROM runs WHERE run_id = ?", [run_id]
-        ).fetchone()
-    finally:
-        conn.close()
-    return row[0], row[1]
+def _stored(db: str, run_id: str) -> tuple[str, str | None]:
+    ((inputs, secret_keys),) = query(
+        db, "SELECT input, secret_keys FROM runs WHERE run_id = ?", (run_id,)
+    )
+    return inputs, secret_keys
 
 
 @pytest.mark.parametrize("target", ["flows.py:deploy", "deploy.yaml"])
