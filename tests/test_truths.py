@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -19,8 +18,9 @@ from flowctl.clock import FakeClock
 from flowctl.durations import parse_duration
 from flowctl.errors import DurationError
 from flowctl.ids import HOST, make_owner, proc_start
-from flowctl.store.sqlite import SqliteStore as Store
+from flowctl.store import open_store
 from tests.conftest import ROOT
+from tests.dbs import counts
 from tests.inproc import Ran, run_main
 
 START = datetime(2026, 3, 27, 12, 0, tzinfo=UTC)
@@ -56,15 +56,12 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-def flowctl(monkeypatch: pytest.MonkeyPatch, db: Path, *args: str) -> Ran:
-    return run_main(monkeypatch, "--db", str(db), *args)
+def flowctl(monkeypatch: pytest.MonkeyPatch, db: str, *args: str) -> Ran:
+    return run_main(monkeypatch, "--db", db, *args)
 
 
-def run_rows(db: Path) -> int:
-    if not db.exists():
-        return 0
-    with sqlite3.connect(db) as conn:
-        return int(conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+def run_rows(db: str) -> int:
+    return counts(db, ("runs",))[0]
 
 
 # ---------------------------------------------------------------- --at
@@ -72,9 +69,8 @@ def run_rows(db: Path) -> int:
 
 @pytest.mark.parametrize("at", ["2026-03-27T11:59:59Z", "2020-01-01", "2026-03-27 12:59:00+02:00"])
 def test_at_in_the_past_is_a_usage_error_and_writes_nothing(
-    monkeypatch: pytest.MonkeyPatch, project: Path, clock: FakeClock, tmp_path: Path, at: str
+    db: str, monkeypatch: pytest.MonkeyPatch, project: Path, clock: FakeClock, at: str
 ) -> None:
-    db = tmp_path / "f.db"
     out = flowctl(monkeypatch, db, "run", "flows.py:nap", "--at", at)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1
@@ -87,14 +83,13 @@ def test_at_in_the_past_is_a_usage_error_and_writes_nothing(
     ("at", "due"), [("now", START), ("2026-03-27T13:00:00Z", START + timedelta(hours=1))]
 )
 def test_at_now_or_later_queues_the_run(
+    db: str,
     monkeypatch: pytest.MonkeyPatch,
     project: Path,
     clock: FakeClock,
-    tmp_path: Path,
     at: str,
     due: datetime,
 ) -> None:
-    db = tmp_path / "f.db"
     out = flowctl(monkeypatch, db, "run", "flows.py:nap", "--at", at, "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["run_at"] == due.isoformat(timespec="microseconds").replace(
@@ -106,10 +101,9 @@ def test_at_now_or_later_queues_the_run(
 
 
 def test_ls_says_when_it_cuts_the_list(
-    monkeypatch: pytest.MonkeyPatch, project: Path, clock: FakeClock, tmp_path: Path
+    db: str, monkeypatch: pytest.MonkeyPatch, project: Path, clock: FakeClock, tmp_path: Path
 ) -> None:
     # The notice goes to stderr (issue 17): stdout stays the table or one JSON document.
-    db = tmp_path / "f.db"
     for _ in range(5):
         assert flowctl(monkeypatch, db, "run", "flows.py:nap", "--detach").returncode == 0
     out = flowctl(monkeypatch, db, "ls", "--limit", "2")
@@ -125,9 +119,8 @@ def test_ls_says_when_it_cuts_the_list(
 
 
 def test_ls_counts_with_the_same_filters_it_lists_with(
-    monkeypatch: pytest.MonkeyPatch, project: Path, clock: FakeClock, tmp_path: Path
+    db: str, monkeypatch: pytest.MonkeyPatch, project: Path, clock: FakeClock, tmp_path: Path
 ) -> None:
-    db = tmp_path / "f.db"
     for _ in range(3):
         flowctl(monkeypatch, db, "run", "flows.py:nap", "--detach")
     for _ in range(2):
@@ -137,9 +130,8 @@ def test_ls_counts_with_the_same_filters_it_lists_with(
 
 
 def test_agenda_says_when_it_cuts_the_list(
-    monkeypatch: pytest.MonkeyPatch, project: Path, clock: FakeClock, tmp_path: Path
+    db: str, monkeypatch: pytest.MonkeyPatch, project: Path, clock: FakeClock, tmp_path: Path
 ) -> None:
-    db = tmp_path / "f.db"
     for minutes in (5, 10, 15):
         flowctl(monkeypatch, db, "run", "flows.py:nap", "--in", f"{minutes}m")
     out = flowctl(monkeypatch, db, "agenda", "--limit", "2")
@@ -157,9 +149,8 @@ def test_agenda_says_when_it_cuts_the_list(
 
 
 def test_run_file_py_without_a_function_says_the_form(
-    monkeypatch: pytest.MonkeyPatch, project: Path, clock: FakeClock, tmp_path: Path
+    db: str, monkeypatch: pytest.MonkeyPatch, project: Path, clock: FakeClock, tmp_path: Path
 ) -> None:
-    db = tmp_path / "f.db"
     out = flowctl(monkeypatch, db, "run", "flows.py")
     assert (out.returncode, out.stdout) == (2, "")
     assert out.stderr == (
@@ -184,9 +175,8 @@ def test_run_file_py_without_a_function_says_the_form(
 
 @pytest.mark.parametrize("since", ["2h", "2h ago", "3 days", "90", "2026-03-27T10:00:00Z"])
 def test_redrive_since_takes_a_duration_or_a_time(
-    monkeypatch: pytest.MonkeyPatch, project: Path, clock: FakeClock, tmp_path: Path, since: str
+    db: str, monkeypatch: pytest.MonkeyPatch, project: Path, clock: FakeClock, since: str
 ) -> None:
-    db = tmp_path / "f.db"
     flowctl(monkeypatch, db, "run", "flows.py:boom", "--max-attempts", "1")
     clock.advance(timedelta(seconds=30))
     out = flowctl(monkeypatch, db, "redrive", "--all", "--since", since, "--json")
@@ -195,9 +185,8 @@ def test_redrive_since_takes_a_duration_or_a_time(
 
 
 def test_redrive_since_too_long_ago_matches_nothing_and_garbage_says_both_forms(
-    monkeypatch: pytest.MonkeyPatch, project: Path, clock: FakeClock, tmp_path: Path
+    db: str, monkeypatch: pytest.MonkeyPatch, project: Path, clock: FakeClock, tmp_path: Path
 ) -> None:
-    db = tmp_path / "f.db"
     flowctl(monkeypatch, db, "run", "flows.py:boom", "--max-attempts", "1")
     clock.advance(timedelta(hours=3))
     assert flowctl(monkeypatch, db, "redrive", "--all", "--since", "2h").stdout == (
@@ -214,9 +203,8 @@ def test_redrive_since_too_long_ago_matches_nothing_and_garbage_says_both_forms(
 # ---------------------------------------------------------------- a second daemon
 
 
-def test_a_second_daemon_says_once_that_it_shares_the_work(tmp_path: Path) -> None:
-    db = tmp_path / "f.db"
-    store = Store(db)
+def test_a_second_daemon_says_once_that_it_shares_the_work(db: str, tmp_path: Path) -> None:
+    store = open_store(db)
     # this test process stands in for the first daemon: registered, and provably alive
     store.register_daemon(
         make_owner(), HOST, os.getpid(), proc_start(os.getpid()), datetime.now(UTC), {}
@@ -239,9 +227,9 @@ def test_a_second_daemon_says_once_that_it_shares_the_work(tmp_path: Path) -> No
     assert "ERROR" not in out.stderr and "WARNING" not in out.stderr
 
 
-def test_a_lone_daemon_says_nothing_of_sharing(tmp_path: Path) -> None:
+def test_a_lone_daemon_says_nothing_of_sharing(db: str) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "flowctl", "--db", str(tmp_path / "f.db"), "daemon", "--until-idle"],
+        [sys.executable, "-m", "flowctl", "--db", db, "daemon", "--until-idle"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -269,9 +257,8 @@ def test_ascii_durations_still_parse() -> None:
 
 
 def test_a_unicode_digit_duration_is_a_usage_error_in_the_cli(
-    monkeypatch: pytest.MonkeyPatch, project: Path, clock: FakeClock, tmp_path: Path
+    db: str, monkeypatch: pytest.MonkeyPatch, project: Path, clock: FakeClock, tmp_path: Path
 ) -> None:
-    db = tmp_path / "f.db"
     out = flowctl(monkeypatch, db, "run", "flows.py:nap", "--in", "\uff15m")
     assert out.returncode == 2
     assert out.stderr.startswith("flowctl: invalid duration '\uff15m': use seconds (90)")
