@@ -22,13 +22,15 @@ suspect and runs alone next, so a run that keeps killing its worker is dead-lett
 poison, and a healthy one simply completes. A new worker takes the dead one's place.
 Nothing here is pickled: see flowctl.workers.wire.
 
-What it buys, measured (benchmarks/scaling.py, 2 shared cores): the owner's share of a
-run — its SQL statements and COMMITs, the claim, the wheel — is most of what a trivial
-three-step run costs, and stays on one core; the protocol adds encoding, a socket round
-trip per store call and smaller groups per COMMIT. So for trivial steps one process is
-faster (threads, `--workers 1`, the default), and for step bodies that burn CPU under
-the GIL two workers nearly double the rate (`benchmarks/flows.py:heavy`: 41 -> 72-75
-runs/s at -c 8). Hence the default stays 1 and N is for CPU-heavy handlers.
+What it buys, measured on 2 shared cores (load 9-16; `benchmarks/scaling.py --runs 2000
+--rounds 2`): the owner's share of a run — its SQL statements and COMMITs, the claim,
+the wheel — is most of what a trivial three-step run costs, and it stays on one core;
+the protocol adds encoding, a socket round trip per store call and smaller groups per
+COMMIT. Trivial three-step runs/s at -c 1/2/8/32: workers 1: 32/97/365/489, workers 2:
+42/89/163/241 (CPU per run 1.0 ms against 3.1 ms at -c 8). Step bodies that burn CPU
+under the GIL nearly double with two workers (`benchmarks/flows.py:heavy`, 3 x 2 ms of
+CPU: 41 -> 72-75 runs/s at -c 8). Hence the default stays 1 (threads of the daemon
+process) and `--workers N` is for CPU-heavy handlers.
 """
 
 from __future__ import annotations
