@@ -165,7 +165,7 @@ def daemon(
             min=1,
             max=256,
             help="Processes that run handlers (the daemon process alone writes the database);"
-            " pays off when step bodies are CPU-heavy.  [default: 1: threads of the daemon]",
+            " for CPU-heavy step bodies (measure first).  [default: 1: threads of the daemon]",
         ),
     ] = None,
     lease: Annotated[

@@ -27,10 +27,11 @@ What it buys, measured on 2 shared cores (load 9-16; `benchmarks/scaling.py --ru
 the wheel — is most of what a trivial three-step run costs, and it stays on one core;
 the protocol adds encoding, a socket round trip per store call and smaller groups per
 COMMIT. Trivial three-step runs/s at -c 1/2/8/32: workers 1: 32/97/365/489, workers 2:
-42/89/163/241 (CPU per run 1.0 ms against 3.1 ms at -c 8). Step bodies that burn CPU
-under the GIL nearly double with two workers (`benchmarks/flows.py:heavy`, 3 x 2 ms of
-CPU: 41 -> 72-75 runs/s at -c 8). Hence the default stays 1 (threads of the daemon
-process) and `--workers N` is for CPU-heavy handlers.
+42/89/163/241 (CPU per run 1.0 ms against 3.1 ms at -c 8). For step bodies that burn
+CPU under the GIL (`benchmarks/flows.py:heavy`, 3 x 2 ms of CPU) the figures disagree: 41 -> 72-75 runs/s at -c 8 with the daemon in a harness
+process, 53 -> 27 with `scaling.py --workflow heavy --runs 600 --rounds 1`. So the
+default stays 1 (threads of the daemon process); `--workers N` is there, crash-tested,
+for handlers whose own CPU is the limit — measure yours before turning it on.
 """
 
 from __future__ import annotations
@@ -225,7 +226,8 @@ class WorkerPool:
                     if calls:
                         self._commit(proc, calls)
         except OSError as e:
-            log.warning("worker pid %d: %s", proc.popen.pid, e)
+            if not self._closing:  # close() shuts the sockets of workers told to exit
+                log.warning("worker pid %d: %s", proc.popen.pid, e)
         except Exception:  # a message we cannot handle: this worker cannot be trusted on
             log.exception("worker pid %d: bad message; killing it", proc.popen.pid)
             proc.popen.kill()
