@@ -149,8 +149,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         callspec = getattr(item, "callspec", None)
         names = getattr(item, "fixturenames", ())
         sqlite_file = "db_path" in names or "snap_compare" in names
-        # The notification outbox is SQLite's only so far (flowctl/store/postgres/unsupported.py).
-        sqlite_file = sqlite_file or item.nodeid.startswith("tests/test_notify")
         # So are prune and vacuum (issue 15).
         sqlite_file = sqlite_file or item.nodeid.startswith("tests/test_prune")
         on_pg = callspec is not None and "postgres" in (

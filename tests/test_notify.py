@@ -219,7 +219,7 @@ def test_workflow_overrides_pin_with_the_run(
 
 
 def test_yaml_notify_is_checked_and_pinned(
-    tmp_path: Path, store: Store, fake_clock: FakeClock
+    tmp_path: Path, store: Store, db_path: Path, fake_clock: FakeClock
 ) -> None:
     good = tmp_path / "good.yaml"
     good.write_text(
@@ -227,7 +227,7 @@ def test_yaml_notify_is_checked_and_pinned(
         "steps:\n  - sleep: 1s\n"
     )
     run = ops.start(store, str(good), {}, clock=fake_clock).run
-    (pinned,) = query(Path(store.path), "SELECT notify FROM runs WHERE run_id = ?", (run.run_id,))
+    (pinned,) = query(db_path, "SELECT notify FROM runs WHERE run_id = ?", (run.run_id,))
     assert json.loads(pinned[0]) == {
         "on": ["dead", "timed_out"],
         "webhook": "https://example.invalid/h",

@@ -33,7 +33,7 @@ TABLES = (
 )
 # Columns holding JSON: text on SQLite, jsonb (journal.value: json) on PostgreSQL.
 JSON_COLUMNS = {
-    "runs": {"input", "backoff", "result", "error", "secret_keys"},
+    "runs": {"input", "backoff", "result", "error", "secret_keys", "notify"},
     "journal": {"value"},
     "timeline": {"data"},
     "signals": {"payload"},

@@ -13,6 +13,7 @@ from flowctl.model import (
     from_us,
     to_us,
 )
+from flowctl.store.postgres.notifications import _record_ending
 from flowctl.store.postgres.rows import (
     _CLEARED,
     _RUN_COLUMNS,
@@ -269,6 +270,7 @@ class Leases(Transitions):
                 [result_text, now_us, round(exec_spent * 1e6), run_id],
             )
             _add_event(c, run_id, now_us, "completed", {})
+            _record_ending(c, run_id, RunStatus.COMPLETED, None, now_us)
             _wake_parent(c, run_id, now_us)
             _release_held(c, run_id, now_us)
             return True

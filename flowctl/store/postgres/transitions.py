@@ -12,6 +12,7 @@ from flowctl.model import (
     to_us,
 )
 from flowctl.store.postgres.connection import PostgresConnection
+from flowctl.store.postgres.notifications import _record_ending
 from flowctl.store.postgres.rows import (
     _CLEARED,
     _RUN_COLUMNS,
@@ -59,9 +60,9 @@ class Transitions(PostgresConnection):
         inserted = c.execute(
             "INSERT INTO runs (run_id, workflow, target, kind, source, source_hash, source_path,"
             " cwd, input, status, run_at, created_at, max_attempts, backoff, deadline,"
-            " timeout_us, key, parent_run_id, schedule, scheduled_at, secret_keys)"
+            " timeout_us, key, parent_run_id, schedule, scheduled_at, secret_keys, notify)"
             " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s::jsonb,%s,%s,%s,%s,%s::jsonb,%s,%s,%s,%s,%s,%s,"
-            "%s::jsonb) ON CONFLICT (key) DO NOTHING",
+            "%s::jsonb,%s::jsonb) ON CONFLICT (key) DO NOTHING",
             [
                 new.run_id,
                 new.workflow,
@@ -84,6 +85,7 @@ class Transitions(PostgresConnection):
                 new.schedule,
                 _us(new.scheduled_at),
                 dumps(sorted(new.secret_keys)) if new.secret_keys else None,
+                None if new.notify is None else dumps(new.notify, "the notify override"),
             ],
         ).rowcount
         if inserted == 0:
@@ -197,6 +199,7 @@ class Transitions(PostgresConnection):
         label = "dead-lettered" if status is RunStatus.DEAD else str(status)
         data = {} if error is None else {"kind": error.get("kind"), "error": _first_line(error)}
         _add_event(c, run.run_id, now_us, label, data)
+        _record_ending(c, run.run_id, status, None if error is None else error.get("kind"), now_us)
         _wake_parent(c, run.run_id, now_us)
         _release_held(c, run.run_id, now_us)
 
