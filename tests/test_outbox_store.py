@@ -143,6 +143,8 @@ def test_settling_delivers_retries_or_fails_and_appends_the_events(
     notified = [e.data for e in store.timeline(delivered.run_id) if e.type == "notified"]
     assert notified == [{"channel": "webhook", "try": 1}]
     assert [e.type for e in store.timeline(retried.run_id)][-1] == "notify failed"
+    outbox = dict(store.metrics_snapshot((1.0,), (1.0,)).notifications)
+    assert outbox == {"delivered": 1, "failed": 1, "pending": 1}
 
 
 def test_dropped_rows_are_gone(store: Store, flows: Path, fake_clock: FakeClock) -> None:

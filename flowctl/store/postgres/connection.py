@@ -197,6 +197,18 @@ class PostgresConnection:
         with self._connection() as conn:
             yield conn
 
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[Conn]:
+        """Several reads that see one snapshot (REPEATABLE READ, READ ONLY), as one SQLite
+        read transaction does; inside this thread's write, that write's transaction."""
+        conn = getattr(self._tl, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        with self._connection() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield conn
+
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._reading() as c:
             rows: list[Any] = c.execute(sql, params).fetchall()

@@ -21,13 +21,17 @@ flowctl.transitions, as for SQLite: the store applies it and returns what it app
 from __future__ import annotations
 
 from flowctl.store.postgres.leases import Leases
+from flowctl.store.postgres.maintenance import Maintenance
+from flowctl.store.postgres.metrics import MetricsReads
 from flowctl.store.postgres.notifications import Notifications
 from flowctl.store.postgres.operator import OperatorWrites
+from flowctl.store.postgres.output import Output
 from flowctl.store.postgres.runs import RunReads
 from flowctl.store.postgres.schedules import Schedules
-from flowctl.store.postgres.unsupported import NotYetOnPostgres
 
 
-class PostgresStore(RunReads, Leases, OperatorWrites, Schedules, Notifications, NotYetOnPostgres):
+class PostgresStore(
+    RunReads, Leases, OperatorWrites, Schedules, Notifications, MetricsReads, Maintenance, Output
+):
     """One PostgreSQL database, every Store operation: one mixin per job (see the modules),
     over one connection layer. Thread-safe: each call takes a pooled connection."""
