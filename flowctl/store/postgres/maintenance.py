@@ -23,7 +23,7 @@ _FINISHED = (RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.DEAD)
 # Every table flowctl keeps (constants: VACUUM takes no parameters).
 _TABLES = (
     "runs, journal, versions, timeline, signals, published, output, notifications, daemons,"
-    " schedules, schedule_history, meta"
+    " schedules, schedule_history, meta, run_counts, run_count_deltas"
 )
 
 

@@ -24,7 +24,6 @@ from flowctl.store.postgres.rows import (
     _iso_us,
     _load_run,
     _loads,
-    _search_clause,
     _us,
 )
 from flowctl.store.postgres.transitions import Transitions, _release_next
@@ -267,27 +266,6 @@ class OperatorWrites(Transitions):
                 "SELECT COUNT(*) FROM runs WHERE status = 'running' AND lease_owner = %s", [owner]
             )[0][0]
         )
-
-    def count_by_status_matching(
-        self, workflow: str | None, search: str | None
-    ) -> dict[RunStatus, int]:
-        """Counts per status under the same workflow/search narrowing as list_runs."""
-        where: list[str] = []
-        params: list[Any] = []
-        if workflow:
-            where.append("workflow = %s")
-            params.append(workflow)
-        if search:
-            clause, args = _search_clause(search)
-            where.append(clause)
-            params.extend(args)
-        sql = "SELECT status, COUNT(*) FROM runs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        counts = {s: 0 for s in RunStatus}
-        for status, n in self._read(sql + " GROUP BY status", params):
-            counts[RunStatus(status)] = n
-        return counts
 
     def pending_calls(self, run_ids: Sequence[str]) -> dict[str, tuple[CallKind, str]]:
         """The unresolved call (kind, name) each run is parked on, for a page of runs."""

@@ -120,14 +120,43 @@ def _has_schema(conn: Conn) -> bool:
     return bool(row[0])
 
 
+# `--search` reads at most this many of the newest runs (plus an exact id or key match at
+# any age), as on SQLite: a search never scans every run.
+SEARCH_WINDOW = 5_000
+
+# Runs per (workflow, status): the folded counts and the deltas not folded yet (schema v4).
+_COUNTS = (
+    "(SELECT workflow, status, n FROM run_counts"
+    " UNION ALL SELECT workflow, status, d FROM run_count_deltas) AS counts"
+)
+
+
+def _search_source(search: str) -> tuple[str, list[Any]]:
+    """The rows a search looks at, as a derived table `searched` with the runs table's
+    columns: the newest SEARCH_WINDOW runs (runs_created, read backwards: no sort), and the
+    run whose id or key is `search` exactly, however old (once: not again when it is in
+    the window). SQLite's _search_source, with run_id breaking created_at ties."""
+    newest = f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created_at DESC, run_id DESC LIMIT %s"
+    newest_ids = "SELECT run_id FROM runs ORDER BY created_at DESC, run_id DESC LIMIT %s"
+    sql = (
+        f"(SELECT * FROM ({newest}) AS newest"
+        f" UNION ALL SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = %s"
+        f" AND run_id NOT IN ({newest_ids})"
+        f" UNION ALL SELECT {_RUN_COLUMNS} FROM runs WHERE key = %s AND run_id <> %s"
+        f" AND run_id NOT IN ({newest_ids})) AS searched"
+    )
+    return sql, [SEARCH_WINDOW, search, SEARCH_WINDOW, search, search, SEARCH_WINDOW]
+
+
 def _search_clause(search: str) -> tuple[str, list[Any]]:
     """`ls --search`: the run id, or the input as shown, with every secret value replaced
-    by "***" before matching, so a secret never matches."""
+    by "***" before matching, so a secret never matches; over _search_source's rows."""
     pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     clause = (
         "(run_id LIKE %s ESCAPE '\\' OR (CASE WHEN secret_keys IS NULL THEN input ELSE"
         " input || (SELECT jsonb_object_agg(k, to_jsonb('***'::text))"
-        " FROM jsonb_array_elements_text(runs.secret_keys) AS k) END)::text LIKE %s ESCAPE '\\')"
+        " FROM jsonb_array_elements_text(searched.secret_keys) AS k) END)::text"
+        " LIKE %s ESCAPE '\\')"
     )
     return clause, [pattern, pattern]
 

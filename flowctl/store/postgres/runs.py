@@ -20,6 +20,7 @@ from flowctl.model import (
     to_us,
 )
 from flowctl.store.postgres.rows import (
+    _COUNTS,
     _ENTRY_COLUMNS,
     _RUN_COLUMNS,
     Conn,
@@ -32,6 +33,7 @@ from flowctl.store.postgres.rows import (
     _loads,
     _run_from_row,
     _search_clause,
+    _search_source,
     _suspect_data,
 )
 from flowctl.store.postgres.transitions import Transitions
@@ -151,8 +153,13 @@ class RunReads(Transitions):
         offset: int = 0,
         order: str = "created_desc",
     ) -> list[Run]:
+        """One page of runs, newest first (or by run_at, or by finished_at); a search reads
+        a bounded window of runs (see _search_source), as on SQLite."""
         where: list[str] = []
         params: list[Any] = []
+        source, source_params = "runs", list[Any]()
+        if search:
+            source, source_params = _search_source(search)
         if statuses:
             where.append("status = ANY(%s)")
             params.append([str(s) for s in statuses])
@@ -171,12 +178,11 @@ class RunReads(Transitions):
             "run_at": "run_at, run_id",
             "finished_desc": "finished_at DESC NULLS LAST, run_id DESC",
         }
-        sql = f"SELECT {_RUN_COLUMNS} FROM runs"
+        sql = f"SELECT {_RUN_COLUMNS} FROM {source}"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += f" ORDER BY {orders[order]} LIMIT %s OFFSET %s"
-        params.extend([limit, offset])
-        return [_run_from_row(r) for r in self._read(sql, params)]
+        return [_run_from_row(r) for r in self._read(sql, [*source_params, *params, limit, offset])]
 
     def runs_by_ids(self, run_ids: Sequence[str]) -> list[Run]:
         if not run_ids:
@@ -187,19 +193,50 @@ class RunReads(Transitions):
         return [_run_from_row(r) for r in rows]
 
     def count_by_status(self, workflow: str | None = None) -> dict[RunStatus, int]:
+        """Runs per status (of one workflow): summed from run_counts and its deltas, which
+        triggers keep in the transaction of every status change; never a scan of runs."""
         counts = {s: 0 for s in RunStatus}
         if workflow:
             rows = self._read(
-                "SELECT status, COUNT(*) FROM runs WHERE workflow = %s GROUP BY status", [workflow]
+                f"SELECT status, SUM(n) FROM {_COUNTS} WHERE workflow = %s GROUP BY status",
+                [workflow],
             )
         else:
-            rows = self._read("SELECT status, COUNT(*) FROM runs GROUP BY status")
+            rows = self._read(f"SELECT status, SUM(n) FROM {_COUNTS} GROUP BY status")
         for status, n in rows:
+            if n:
+                counts[RunStatus(status)] = int(n)
+        return counts
+
+    def count_by_status_matching(
+        self, workflow: str | None, search: str | None
+    ) -> dict[RunStatus, int]:
+        """Counts per status under the same workflow/search narrowing as list_runs: without
+        a search from run_counts, with one in its bounded window."""
+        if not search:
+            return self.count_by_status(workflow)
+        source, params = _search_source(search)
+        where: list[str] = []
+        if workflow:
+            where.append("workflow = %s")
+            params.append(workflow)
+        clause, args = _search_clause(search)
+        where.append(clause)
+        params.extend(args)
+        sql = f"SELECT status, COUNT(*) FROM {source} WHERE " + " AND ".join(where)
+        counts = {s: 0 for s in RunStatus}
+        for status, n in self._read(sql + " GROUP BY status", params):
             counts[RunStatus(status)] = n
         return counts
 
     def workflows_seen(self) -> list[str]:
-        return [r[0] for r in self._read("SELECT DISTINCT workflow FROM runs ORDER BY workflow")]
+        return [
+            r[0]
+            for r in self._read(
+                f"SELECT workflow FROM {_COUNTS} GROUP BY workflow HAVING SUM(n) > 0"
+                " ORDER BY workflow"
+            )
+        ]
 
     def run_source(self, run_id: str) -> tuple[str | None, str | None]:
         rows = self._read("SELECT source, source_hash FROM runs WHERE run_id = %s", [run_id])

@@ -22,6 +22,8 @@ from flowctl.errors import DatabaseError
 
 # pg_advisory_xact_lock key: "FLOW" and "mig" packed in 64 bits; any constant unique to flowctl.
 MIGRATION_LOCK = 0x464C4F57_6D696700
+# The run_counts fold's lock ("FLOW" "cnt"): one fold at a time, tried, never waited for.
+FOLD_LOCK = 0x464C4F57_636E7400
 
 _V1 = [
     """
@@ -242,8 +244,78 @@ _V3 = [
     "CREATE INDEX output_run ON output(run_id, seq)",
 ]
 
+# Runs per (workflow, status) without a scan (SQLite's migration 11), kept by triggers in
+# the transaction of every insert, delete and status change. SQLite's single writer can
+# update one counter row per (workflow, status); on a server every daemon's transitions
+# would then queue on those few hot rows (and deadlock on their order). So a transition
+# only appends +1/-1 rows to run_count_deltas (an insert: no lock, no wait), and readers
+# sum run_counts with the deltas, one snapshot, never runs. One transition in a hundred
+# also folds the committed deltas into run_counts, when no other fold is under way
+# (pg_try_advisory_xact_lock: nobody ever waits for it) and only under READ COMMITTED (a
+# fold reads each delta once: a later statement sees an earlier fold's commit), so the
+# deltas stay a few hundred rows. Counts may reach n = 0; readers skip them.
+# runs_created gains run_id: the newest-first listing and `--search`'s window read it in
+# order, with no sort.
+_V4 = [
+    """
+    CREATE TABLE run_counts (
+        workflow TEXT COLLATE "C" NOT NULL,
+        status TEXT NOT NULL,
+        n BIGINT NOT NULL,
+        PRIMARY KEY (workflow, status)
+    )
+    """,
+    """
+    CREATE TABLE run_count_deltas (
+        workflow TEXT COLLATE "C" NOT NULL,
+        status TEXT NOT NULL,
+        d INTEGER NOT NULL
+    )
+    """,
+    f"""
+    CREATE FUNCTION flowctl_fold_run_counts() RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        IF current_setting('transaction_isolation') = 'read committed'
+                AND pg_try_advisory_xact_lock({FOLD_LOCK}) THEN
+            WITH moved AS (DELETE FROM run_count_deltas RETURNING workflow, status, d)
+            INSERT INTO run_counts (workflow, status, n)
+            SELECT workflow, status, SUM(d) FROM moved GROUP BY workflow, status
+            ON CONFLICT (workflow, status) DO UPDATE SET n = run_counts.n + EXCLUDED.n;
+        END IF;
+    END $$
+    """,
+    """
+    CREATE FUNCTION flowctl_count_runs() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP <> 'INSERT' THEN
+            INSERT INTO run_count_deltas (workflow, status, d)
+            VALUES (OLD.workflow, OLD.status, -1);
+        END IF;
+        IF TG_OP <> 'DELETE' THEN
+            INSERT INTO run_count_deltas (workflow, status, d)
+            VALUES (NEW.workflow, NEW.status, 1);
+        END IF;
+        IF random() < 0.01 THEN
+            PERFORM flowctl_fold_run_counts();
+        END IF;
+        RETURN NULL;
+    END $$
+    """,
+    # The triggers lock runs against writers until this migration commits, so the counts
+    # below and the deltas after them never miss or double a run.
+    "CREATE TRIGGER runs_counted AFTER INSERT OR DELETE ON runs"
+    " FOR EACH ROW EXECUTE FUNCTION flowctl_count_runs()",
+    "CREATE TRIGGER runs_recounted AFTER UPDATE OF status, workflow ON runs FOR EACH ROW"
+    " WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.workflow IS DISTINCT FROM NEW.workflow)"
+    " EXECUTE FUNCTION flowctl_count_runs()",
+    "INSERT INTO run_counts (workflow, status, n)"
+    " SELECT workflow, status, COUNT(*) FROM runs GROUP BY workflow, status",
+    "DROP INDEX runs_created",
+    "CREATE INDEX runs_created ON runs(created_at, run_id)",
+]
+
 # Each migration is a list of statements; version N is MIGRATIONS[N - 1]. Forward only.
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3]
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -1,0 +1,200 @@
+"""Run counts and `--search` on both stores: counts kept by the store's own transactions
+(triggers) agree with the runs after every kind of transition, without reading runs; a
+search reads a bounded window of the newest runs plus an exact id; PostgreSQL's
+folded counts and their deltas add up however the fold falls, and migrating a database
+that has runs counts them."""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import open_same
+
+from flowctl import ops
+from flowctl.clock import FakeClock
+from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.model import RunStatus
+from flowctl.store import Store
+
+FLOWS = """\
+from flowctl import workflow
+
+@workflow
+def quick(ctx, user: str = "u"):
+    return ctx.step("fetch", lambda: user)
+
+@workflow
+def nap(ctx, user: str = "u"):
+    ctx.sleep(3600)
+    return user
+
+@workflow(max_attempts=1)
+def fail(ctx, user: str = "u"):
+    def boom():
+        raise RuntimeError("no")
+    ctx.step("boom", boom)
+
+@workflow(secret_inputs=["token"])
+def secretive(ctx, token: str = "", user: str = "u"):
+    return user
+"""
+
+
+@pytest.fixture
+def flows(tmp_path: Path) -> Path:
+    path = tmp_path / "flows.py"
+    path.write_text(FLOWS)
+    return path
+
+
+def server(url: str, sql: str) -> list[tuple[Any, ...]]:
+    """A statement on a connection of its own, as another client of the server."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def is_pg(store: Store) -> bool:
+    return getattr(store, "url", None) is not None
+
+
+def truth(store: Store, workflow: str | None = None) -> dict[RunStatus, int]:
+    runs = store.list_runs(workflow=workflow, limit=10_000)
+    real = Counter(r.status for r in runs)
+    return {s: real.get(s, 0) for s in RunStatus}
+
+
+def check(store: Store) -> None:
+    assert store.count_by_status() == truth(store)
+    for workflow in ("quick", "nap", "fail", "nothing"):
+        assert store.count_by_status(workflow) == truth(store, workflow)
+    seen = sorted({r.workflow for r in store.list_runs(limit=10_000)})
+    assert store.workflows_seen() == seen
+    snap = store.metrics_snapshot((), ())
+    per = Counter((str(r.status), r.workflow) for r in store.list_runs(limit=10_000))
+    assert {(s, w): n for s, w, n in snap.runs} == dict(per)
+
+
+def test_counts_follow_every_transition(store: Store, flows: Path, fake_clock: FakeClock) -> None:
+    def start(fn: str, **kw: object) -> str:
+        return ops.start(store, f"{flows}:{fn}", {}, clock=fake_clock, **kw).run.run_id  # type: ignore[arg-type]
+
+    ids = [start(fn) for fn in ("quick", "nap", "fail", "quick", "nap")]
+    check(store)
+    daemon = Daemon(store, fake_clock, DaemonConfig(concurrency=4))
+    daemon.tick()
+    check(store)  # completed, sleeping, dead
+    ops.pause(store, ids[4], clock=fake_clock)
+    check(store)
+    ops.resume(store, ids[4], clock=fake_clock)
+    ops.cancel(store, ids[1], clock=fake_clock)
+    ops.redrive(store, ids[2], clock=fake_clock)
+    check(store)
+    fake_clock.advance(3601)
+    while daemon.tick():
+        pass
+    check(store)
+    fake_clock.advance(timedelta(days=2))
+    store.prune_runs([RunStatus.COMPLETED], fake_clock.now(), 2)
+    check(store)
+    late = start("quick", run_at=fake_clock.now() + timedelta(hours=1))
+    assert store.get_run(late).status is RunStatus.QUEUED
+    check(store)
+
+
+def test_counts_stay_exact_under_concurrent_writers(
+    store: Store, flows: Path, fake_clock: FakeClock
+) -> None:
+    """Four connections start and run work at once: every delta lands in its own writer's
+    transaction, so the counts add up (on PostgreSQL, however the folds fall)."""
+    others = [open_same(store) for _ in range(4)]
+    barrier = threading.Barrier(len(others))
+    errors: list[BaseException] = []
+
+    def writer(s: Store, i: int) -> None:
+        try:
+            barrier.wait()
+            for j in range(15):
+                fn = ("quick", "nap", "fail")[(i + j) % 3]
+                ops.start(s, f"{flows}:{fn}", {"user": f"{i}-{j}"}, clock=fake_clock)
+            Daemon(s, fake_clock, DaemonConfig(concurrency=2)).tick()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(s, i)) for i, s in enumerate(others)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for s in others:
+        s.close()
+    assert errors == []
+    assert sum(store.count_by_status().values()) == 60
+    check(store)
+    if is_pg(store):  # fold what is left: the counts do not move, the deltas are gone
+        assert server(store.url, "SELECT flowctl_fold_run_counts()") == [("",)]  # type: ignore[attr-defined]
+        assert server(store.url, "SELECT COUNT(*) FROM run_count_deltas") == [(0,)]  # type: ignore[attr-defined]
+        check(store)
+
+
+def test_search_reads_a_bounded_window_and_exact_ids_and_keys(
+    store: Store, flows: Path, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = "postgres" if is_pg(store) else "sqlite"
+    monkeypatch.setattr(
+        importlib.import_module(f"flowctl.store.{backend}.rows"), "SEARCH_WINDOW", 5
+    )
+
+    def start(fn: str, inp: dict[str, str], **kw: object) -> str:
+        fake_clock.advance(timedelta(seconds=1))
+        return ops.start(store, f"{flows}:{fn}", inp, clock=fake_clock, **kw).run.run_id  # type: ignore[arg-type]
+
+    old = start("quick", {"user": "needle"}, key="order-7")
+    hidden = start("secretive", {"token": "needle-token", "user": "x"})
+    for i in range(10):
+        start("quick", {"user": f"hay{i}"})
+    new = start("quick", {"user": "needle"})
+    shown = start("secretive", {"token": "needle", "user": "pin"})
+    ids = lambda **kw: [r.run_id for r in store.list_runs(**kw)]  # noqa: E731
+    assert ids(search="needle") == [new]  # the old one and the secret are out of the window
+    assert ids(search="pin") == [shown]  # found by a value that is not secret
+    assert ids(search="needle", workflow="secretive") == []  # its token never matches
+    assert ids(search=old) == [old]  # an exact id, however old
+    assert ids(search=new) == [new]  # an id in the window
+    assert ids(search=hidden) == [hidden]
+    assert store.count_by_status_matching(None, "needle")[RunStatus.QUEUED] == 1
+    assert store.count_by_status_matching(None, "hay")[RunStatus.QUEUED] == 3  # hay7..hay9
+    assert store.count_by_status_matching("quick", "hay")[RunStatus.QUEUED] == 3
+    assert store.count_by_status_matching(None, old)[RunStatus.QUEUED] == 1
+    assert store.count_by_status_matching(None, None) == store.count_by_status()
+    assert (
+        ids(search="hay", statuses=[RunStatus.QUEUED], limit=2, offset=1)
+        == ids(search="hay", limit=3)[1:3]
+    )
+
+
+def test_migrating_a_database_with_runs_counts_them(
+    pg_url: str, flows: Path, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flowctl.store.postgres import schema
+    from flowctl.store.postgres.store import PostgresStore
+
+    with monkeypatch.context() as m:  # a database at schema v3, before run_counts
+        m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:3])
+        m.setattr(schema, "SCHEMA_VERSION", 3)
+        with PostgresStore(pg_url) as old:
+            for fn in ("quick", "nap", "nap", "fail"):
+                ops.start(old, f"{flows}:{fn}", {}, clock=fake_clock)
+            Daemon(old, fake_clock, DaemonConfig(concurrency=4)).tick()
+            assert server(pg_url, "SELECT to_regclass('run_counts')") == [(None,)]
+    with PostgresStore(pg_url) as store:
+        check(store)
+        assert store.count_by_status()[RunStatus.SLEEPING] == 2
+        assert store.count_by_status("nap")[RunStatus.SLEEPING] == 2
