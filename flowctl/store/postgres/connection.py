@@ -1,13 +1,18 @@
-"""The PostgreSQL store's connection layer: the pool, one transaction per write, reads, and
-change notices (data_version, the in-process broadcast, LISTEN)."""
+"""The PostgreSQL store's connection layer: the pool, one transaction per write, reads,
+retries of transactions the server rolled back for a deadlock or a serialization failure,
+and change notices (data_version, the in-process broadcast, LISTEN)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
+import random
 import threading
+import time
 import weakref
-from collections.abc import Iterator, Sequence
-from typing import Any, Self
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 from flowctl.errors import (
     DatabaseError,
@@ -32,6 +37,58 @@ from flowctl.store.sqlite.connection import CommitStats
 
 # The stores open in this process, by URL: a write through one is seen by the others at once.
 _OPEN: dict[str, weakref.WeakSet[PostgresConnection]] = {}
+
+log = logging.getLogger(__name__)
+
+# deadlock_detected and serialization_failure: the server rolled the transaction back so
+# that another could go on; run from the start again, it sees the other's commit.
+CONFLICTS = frozenset({"40P01", "40001"})
+CONFLICT_TRIES = 5  # in all, the first included
+CONFLICT_BACKOFF_S = 0.01  # the first retry waits up to this, doubling each time after
+
+
+class ConflictError(DatabaseError):
+    """A transaction the server rolled back for a deadlock or a serialization failure
+    (nothing of it was written); retried() runs it again, a bounded number of times."""
+
+
+def conflict_backoff(attempt: int, rand: float) -> float:
+    """Seconds to wait after failed try `attempt` (1, 2, ...), for `rand` in [0, 1): full
+    jitter under a doubling cap, so two transactions that deadlocked do not meet again in
+    step."""
+    return rand * CONFLICT_BACKOFF_S * (1 << (attempt - 1))
+
+
+S = TypeVar("S", bound="PostgresConnection")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def retried(op: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:
+    """Make a store operation (one transaction: one `with self._write()`, and nothing it
+    does outside it) run again from the start when the server rolls its transaction back
+    for a deadlock or a serialization failure, up to CONFLICT_TRIES tries in all, with
+    jittered backoff between. Called inside this thread's transaction, it is part of that
+    one: the outermost operation is the one retried. Every write operation of the store
+    carries it (tests/test_pg_retry.py checks that none lacks it)."""
+
+    @functools.wraps(op)
+    def run(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        if getattr(self._tl, "conn", None) is not None:
+            return op(self, *args, **kwargs)
+        for attempt in range(1, CONFLICT_TRIES + 1):
+            try:
+                return op(self, *args, **kwargs)
+            except ConflictError as e:
+                if attempt == CONFLICT_TRIES:
+                    raise ConflictError(f"{e} (gave up after {attempt} tries)") from None
+                wait = conflict_backoff(attempt, random.random())
+                log.info("%s: %s; try %d in %.3f s", op.__name__, e, attempt + 1, wait)
+                time.sleep(wait)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    run.retries_conflicts = True  # type: ignore[attr-defined]
+    return run
 
 
 class PostgresConnection:
@@ -154,8 +211,12 @@ class PostgresConnection:
                 f"cannot connect to PostgreSQL at {self.where}: no connection within"
                 f" {POOL_TIMEOUT_S:g} s (is the server running?)"
             ) from None
-        except (pg.OperationalError, pg.InterfaceError) as e:
-            raise self._fault(e) from None
+        except pg.Error as e:
+            if getattr(e, "sqlstate", None) in CONFLICTS:
+                raise ConflictError(f"PostgreSQL at {self.where}: {cause(e)}") from None
+            if isinstance(e, pg.OperationalError | pg.InterfaceError):
+                raise self._fault(e) from None
+            raise
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Conn]:
@@ -209,6 +270,7 @@ class PostgresConnection:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield conn
 
+    @retried  # a read under SERIALIZABLE can fail with a serialization failure too
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._reading() as c:
             rows: list[Any] = c.execute(sql, params).fetchall()

@@ -13,6 +13,7 @@ from flowctl.model import (
     from_us,
     to_us,
 )
+from flowctl.store.postgres.connection import retried
 from flowctl.store.postgres.notifications import _record_ending
 from flowctl.store.postgres.rows import (
     _CLEARED,
@@ -44,6 +45,7 @@ from flowctl.transitions import (
 class Leases(Transitions):
     """Journal, heartbeat, suspend, complete, fail: every one a fenced transaction."""
 
+    @retried
     def record_entry(
         self,
         lease: Lease,
@@ -84,6 +86,7 @@ class Leases(Transitions):
                 _add_event(c, run_id, now_us, event[0], event[1])
             return True
 
+    @retried
     def consume_signal(
         self, lease: Lease, name: str, call_index: int, now: datetime
     ) -> tuple[bool, Any, bool]:
@@ -129,6 +132,7 @@ class Leases(Transitions):
             _add_event(c, run_id, now_us, "signal received", {"name": name, "index": call_index})
             return True, value["payload"], True
 
+    @retried
     def record_version(self, lease: Lease, change_id: str, version: int, now: datetime) -> bool:
         with self._write() as c:
             if _held(c, lease) is None:
@@ -140,6 +144,7 @@ class Leases(Transitions):
             )
             return True
 
+    @retried
     def publish(self, lease: Lease, key: str, value: Any, now: datetime) -> bool:
         """Set a status value the run shows to operators (`ctx.publish`); last write wins."""
         text = dumps(value, f"published value {key!r}")
@@ -159,6 +164,7 @@ class Leases(Transitions):
         )
         return {r[0]: (_loads(r[1]), from_us(r[2])) for r in rows}
 
+    @retried
     def heartbeat(
         self,
         owner: str,
@@ -199,6 +205,7 @@ class Leases(Transitions):
                 )
         return [replies[lease.run_id] for lease, _ in held]
 
+    @retried
     def suspend_run(
         self,
         lease: Lease,
@@ -255,6 +262,7 @@ class Leases(Transitions):
                 return self._park_paused(c, _load_run(c, run_id), status, at, now_us)
             return Applied(status, _dt(at))
 
+    @retried
     def complete_run(self, lease: Lease, result: Any, now: datetime, exec_spent: float) -> bool:
         now_us = to_us(now)
         run_id = lease.run_id
@@ -275,6 +283,7 @@ class Leases(Transitions):
             _release_held(c, run_id, now_us)
             return True
 
+    @retried
     def fail_attempt(
         self,
         lease: Lease,
@@ -297,6 +306,7 @@ class Leases(Transitions):
             )
             return self._fail(c, run, error, now_us, retry_at=_us(retry_at))
 
+    @retried
     def end_run(
         self,
         lease: Lease,
@@ -318,10 +328,12 @@ class Leases(Transitions):
             self._end(c, run, status, error, to_us(now))
             return True
 
+    @retried
     def add_event(self, run_id: str, type_: str, data: dict[str, Any], now: datetime) -> None:
         with self._write() as c:
             _add_event(c, run_id, to_us(now), type_, data)
 
+    @retried
     def add_events(
         self, run_ids: Sequence[str], type_: str, data: dict[str, Any], now: datetime
     ) -> None:

@@ -16,7 +16,7 @@ from typing import NoReturn
 from flowctl.errors import DatabaseError, FlowctlError
 from flowctl.model import RunStatus, from_us, to_us
 from flowctl.store.postgres.connect import driver
-from flowctl.store.postgres.connection import PostgresConnection
+from flowctl.store.postgres.connection import PostgresConnection, retried
 from flowctl.store.records import PrunedRun
 
 _FINISHED = (RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.DEAD)
@@ -49,6 +49,7 @@ class Maintenance(PostgresConnection):
         )
         return [PrunedRun(r[0], r[1], RunStatus(r[2]), from_us(r[3])) for r in rows]
 
+    @retried
     def prune_runs(
         self, statuses: Sequence[RunStatus], before: datetime, limit: int
     ) -> list[PrunedRun]:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flowctl.model import from_us
-from flowctl.store.postgres.connection import PostgresConnection
+from flowctl.store.postgres.connection import PostgresConnection, retried
 from flowctl.store.postgres.rows import _COUNTS, _loads
 from flowctl.store.records import DaemonInfo, Histogram, MetricsSnapshot
 
@@ -31,6 +31,7 @@ def _histogram(row: Sequence[Any], bounds: Sequence[float]) -> Histogram:
 
 
 class MetricsReads(PostgresConnection):
+    @retried  # one REPEATABLE READ snapshot: a serialization failure is retried whole
     def metrics_snapshot(
         self, lateness_bounds: Sequence[float], step_bounds: Sequence[float]
     ) -> MetricsSnapshot:

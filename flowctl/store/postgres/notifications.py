@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from flowctl.model import RunStatus, from_us, to_us
-from flowctl.store.postgres.connection import PostgresConnection
+from flowctl.store.postgres.connection import PostgresConnection, retried
 from flowctl.store.postgres.rows import Conn, _add_events, _event, _loads
 from flowctl.store.records import Notification
 
@@ -52,6 +52,7 @@ class Notifications(PostgresConnection):
             for r in rows
         ]
 
+    @retried
     def claim_notification(self, seq: int, now: datetime, until: datetime, owner: str) -> bool:
         """Take one pending row for a delivery try: due again at `until` (a crash mid-delivery
         leaves it to the next try), its try count up. False, changing nothing, when another
@@ -73,6 +74,7 @@ class Notifications(PostgresConnection):
         )
         return [(int(r[0]), str(r[1])) for r in rows]
 
+    @retried
     def release_notification(self, seq: int, owner: str, now: datetime) -> bool:
         """Make a row `owner` held due at `now` (its owner is gone); False if it moved on."""
         with self._write() as c:
@@ -83,6 +85,7 @@ class Notifications(PostgresConnection):
             ).rowcount
             return n == 1
 
+    @retried
     def settle_notification(
         self,
         seq: int,
@@ -114,6 +117,7 @@ class Notifications(PostgresConnection):
             )
             _add_events(c, [_event(run_id, now_us, type_, data) for type_, data in events])
 
+    @retried
     def drop_notifications(self, seqs: Sequence[int]) -> None:
         """Forget outbox rows that no channel wants (no [notify] event matched)."""
         if not seqs:

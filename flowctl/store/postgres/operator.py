@@ -17,6 +17,7 @@ from flowctl.model import (
     from_us,
     to_us,
 )
+from flowctl.store.postgres.connection import retried
 from flowctl.store.postgres.rows import (
     _CLEARED,
     _add_event,
@@ -42,6 +43,7 @@ from flowctl.transitions import (
 class OperatorWrites(Transitions):
     """Pause, resume, signal, cancel, redrive, wake; daemons; counts for the TUI."""
 
+    @retried
     def request_pause(self, run_id: str, by: str, now: datetime) -> Run:
         """Pause a run: parked at once unless running; a running run is asked to park at its
         next durable call. Pausing it again changes nothing."""
@@ -57,6 +59,7 @@ class OperatorWrites(Transitions):
                 self._park_paused(c, run, run.status, _us(run.run_at), now_us, by=by)
             return _load_run(c, run_id)
 
+    @retried
     def resume(self, run_id: str, by: str, now: datetime) -> Run:
         """Give a paused run back its status (due at once if its wake passed meanwhile); for a
         running run, withdraw the pause it was asked for."""
@@ -93,6 +96,7 @@ class OperatorWrites(Transitions):
         )
         return [r[0] for r in rows]
 
+    @retried
     def send_signal(self, run_id: str, name: str, payload: Any, now: datetime) -> RunStatus:
         """Buffer a signal; a run waiting for a signal becomes due now."""
         now_us = to_us(now)
@@ -121,6 +125,7 @@ class OperatorWrites(Transitions):
             _add_event(c, run_id, now_us, "signal sent", {"name": name})
             return status
 
+    @retried
     def request_cancel(self, run_id: str, reason: str | None, by: str, now: datetime) -> RunStatus:
         """Cancel at once unless running; a running run gets the request at its next heartbeat.
 
@@ -141,6 +146,7 @@ class OperatorWrites(Transitions):
             self._end(c, run, RunStatus.CANCELLED, cancel_error(reason, by), now_us)
             return RunStatus.CANCELLED
 
+    @retried
     def redrive(self, run_id: str, by: str, now: datetime) -> Run:
         """Put a dead (or cancelled) run back in the queue with a fresh attempt budget."""
         now_us = to_us(now)
@@ -162,6 +168,7 @@ class OperatorWrites(Transitions):
             _add_event(c, run_id, now_us, "redriven", {"by": by, "was": str(run.status)})
             return _load_run(c, run_id)
 
+    @retried
     def wake_now(self, run_id: str, by: str, now: datetime) -> Run:
         """End a sleep early (operator action); the recorded wake_at is kept for history."""
         now_us = to_us(now)
@@ -179,6 +186,7 @@ class OperatorWrites(Transitions):
             )
             return _load_run(c, run_id)
 
+    @retried
     def register_daemon(
         self,
         owner: str,
@@ -199,6 +207,7 @@ class OperatorWrites(Transitions):
                 [owner, host, pid, proc_start, now_us, now_us, dumps(info)],
             )
 
+    @retried
     def unregister_daemon(self, owner: str, now: datetime | None = None) -> None:
         """Forget a daemon, remembering when it was last seen (`now`, else its last heartbeat)."""
         with self._write() as c:

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from flowctl.model import from_us, to_us
-from flowctl.store.postgres.connection import PostgresConnection
+from flowctl.store.postgres.connection import PostgresConnection, retried
 from flowctl.store.records import OutputChunk
 
 _COLUMNS = "seq, run_id, call_index, step, stream, at, text"
@@ -24,6 +24,7 @@ def _chunk(row: Sequence[Any]) -> OutputChunk:
 class Output(PostgresConnection):
     """append_output, output, output_tail."""
 
+    @retried
     def append_output(
         self,
         run_id: str,

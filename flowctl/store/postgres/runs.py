@@ -19,6 +19,7 @@ from flowctl.model import (
     from_us,
     to_us,
 )
+from flowctl.store.postgres.connection import retried
 from flowctl.store.postgres.rows import (
     _COUNTS,
     _ENTRY_COLUMNS,
@@ -66,6 +67,7 @@ _DUE_PER_STATUS = " UNION ALL ".join(
 class RunReads(Transitions):
     """Create and read runs; find and claim due ones (FOR UPDATE SKIP LOCKED)."""
 
+    @retried
     def create_run(self, new: NewRun, now: datetime) -> tuple[Run, bool]:
         """Insert a queued run. With an idempotency key already used, return that run instead.
 
@@ -74,6 +76,7 @@ class RunReads(Transitions):
         with self._write() as c:
             return self._insert_run(c, new, to_us(now))
 
+    @retried
     def create_runs(self, news: Sequence[NewRun], now: datetime) -> list[tuple[Run, bool]]:
         """create_run for each of `news`, in order, in one transaction: all or none. A key
         used before, or earlier in `news`, gives that run and False."""
@@ -81,6 +84,7 @@ class RunReads(Transitions):
         with self._write() as c:
             return [self._insert_run(c, new, now_us) for new in news]
 
+    @retried
     def fork_run(
         self, new: NewRun, origin: str, upto: int, now: datetime, *, by: str | None = None
     ) -> Run:
@@ -316,6 +320,7 @@ class RunReads(Transitions):
         )
         return [r[0] for r in rows]
 
+    @retried
     def expire_owner(self, owner: str, now: datetime) -> int:
         """Make every lease held by a provably dead owner due for reclaim now."""
         now_us = to_us(now)
@@ -328,6 +333,7 @@ class RunReads(Transitions):
             c.execute("DELETE FROM daemons WHERE owner = %s", [owner])
             return n
 
+    @retried
     def release_runs(self, leases: Sequence[Lease], now: datetime, reason: str) -> int:
         """A stopping daemon hands back the runs it still holds: each due now, unless its
         lease was lost meanwhile (a run another worker has claimed since is left alone)."""
@@ -373,6 +379,7 @@ class RunReads(Transitions):
         )
         return [r[0] for r in rows]
 
+    @retried
     def claim_due(
         self,
         owner: str,
@@ -422,6 +429,7 @@ class RunReads(Transitions):
                     claims.append(claim)
         return claims, ended
 
+    @retried
     def claim_suspect(
         self, owner: str, now: datetime, lease_until: datetime
     ) -> tuple[Claim | None, list[str]]:

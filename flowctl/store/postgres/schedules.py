@@ -15,6 +15,7 @@ from flowctl.model import (
     RunStatus,
     to_us,
 )
+from flowctl.store.postgres.connection import retried
 from flowctl.store.postgres.rows import (
     _HISTORY_COLUMNS,
     _RUN_COLUMNS,
@@ -42,6 +43,7 @@ from flowctl.store.sqlite.schedules import HISTORY_KEEP
 class Schedules(Transitions):
     """Schedules: definitions, fires under a revision compare-and-set, history."""
 
+    @retried
     def add_schedule(
         self, new: NewSchedule, now: datetime, *, replace: bool = False
     ) -> ScheduleRow:
@@ -111,6 +113,7 @@ class Schedules(Transitions):
         rows = self._read(f"SELECT {_SCHEDULE_COLUMNS} FROM schedules ORDER BY name")
         return [_schedule_from_row(r) for r in rows]
 
+    @retried
     def set_schedule_paused(
         self, name: str, paused: bool, next_fire_at: datetime | None, now: datetime
     ) -> ScheduleRow:
@@ -132,6 +135,7 @@ class Schedules(Transitions):
                 )
             return _schedule_row(c, name)
 
+    @retried
     def remove_schedule(self, name: str) -> None:
         """Delete a schedule and its history. Its runs stay, still naming it."""
         with self._write() as c:
@@ -174,6 +178,7 @@ class Schedules(Transitions):
         )
         return _dt(row[0][0])
 
+    @retried
     def fire_schedule(
         self,
         name: str,
@@ -208,6 +213,7 @@ class Schedules(Transitions):
             )
             return outcomes
 
+    @retried
     def trigger_schedule(
         self, name: str, plan: FirePlan, *, overlap: str, now: datetime
     ) -> FireOutcome:
