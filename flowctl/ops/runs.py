@@ -517,6 +517,8 @@ COPY_NOUNS = {
     "published": ("published value", "published values"),
     "schedules": ("schedule", "schedules"),
     "schedule_history": ("schedule history row", "schedule history rows"),
+    "notifications": ("notification", "notifications"),
+    "output": ("output chunk", "output chunks"),
 }
 
 

@@ -1,5 +1,7 @@
 """`flowctl copy SRC DEST`: every row of one database into another, SQLite and PostgreSQL
-alike, in one transaction on DEST (all of it, or nothing).
+alike, in one transaction on DEST (all of it, or nothing): runs with their pinned source,
+journals, timelines, signals, published values, schedules, the notification outbox and
+step output.
 
 Rows are copied as they are stored, column by column, so recorded deadlines, wake times,
 fences, attempts and ids are kept: a sleeper copied to the fleet wakes at the deadline it
@@ -30,6 +32,8 @@ TABLES = (
     "schedules",
     "schedule_history",
     "meta",
+    "notifications",
+    "output",
 )
 # Columns holding JSON: text on SQLite, jsonb (journal.value: json) on PostgreSQL.
 JSON_COLUMNS = {
@@ -39,8 +43,20 @@ JSON_COLUMNS = {
     "signals": {"payload"},
     "published": {"value"},
     "schedules": {"input", "secret_keys"},
+    "notifications": {"channels_done"},
 }
-SERIAL_COLUMNS = {"timeline": "seq", "signals": "seq", "schedule_history": "seq"}
+SERIAL_COLUMNS = {
+    "timeline": "seq",
+    "signals": "seq",
+    "schedule_history": "seq",
+    "notifications": "seq",
+    "output": "seq",
+}
+# A SQLite run keeps its pinned text once per definition hash, in `sources` (its
+# runs.source is NULL then); a PostgreSQL run keeps it in its row. The copy reads it whole.
+_SQLITE_SOURCE = (
+    "COALESCE(source, (SELECT s.source FROM sources s WHERE s.source_hash = runs.source_hash))"
+)
 BATCH = 500
 
 
@@ -87,7 +103,11 @@ class _Rows:
     def rows(self, table: str, columns: Sequence[str]) -> list[Any]:
         assert table in TABLES
         order = ", ".join(columns[:2])  # a stable order: the key's leading columns
-        return self.store._read(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {order}")
+        picked = [
+            _SQLITE_SOURCE if (table, col, self.pg) == ("runs", "source", False) else col
+            for col in columns
+        ]
+        return self.store._read(f"SELECT {', '.join(picked)} FROM {table} ORDER BY {order}")
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:
