@@ -132,3 +132,23 @@ def test_status_prometheus_on_the_cli_prints_the_same_exposition(store: Store, r
     assert out.returncode == 0, out.stderr
     assert samples(out.stdout) == samples(render(store).decode())
     assert samples(out.stdout)[("flowctl_claims_total", ())] == 5
+
+
+def test_the_http_metrics_endpoint_serves_the_same_figures(
+    store: Store, ran: str, tmp_path: Path
+) -> None:
+    from tests.serve_helpers import Api, port_of, start_serve
+
+    db = str(getattr(store, "url", None) or store.path)
+    proc, log = start_serve(tmp_path, db)  # type: ignore[arg-type]
+    try:
+        reply = Api(port_of(proc, log)).call("GET", "/metrics")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert reply.status == 200
+    served, here = samples(reply.body.decode()), samples(render(store).decode())
+    runs = {k: v for k, v in served.items() if k[0] in ("flowctl_runs", "flowctl_claims_total")}
+    assert runs == {k: v for k, v in here.items() if k in runs}
+    assert served[("flowctl_runs", (("status", "dead"), ("workflow", "doomed")))] == 1
+    assert "Traceback" not in log.read_text()
