@@ -14,6 +14,7 @@ import logging
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import psycopg
@@ -31,18 +32,63 @@ from flowctl.store.postgres.connection import (
     retried,
 )
 from flowctl.store.postgres.store import PostgresStore
+from flowctl.store.records import Lease
 
 T0 = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
 
 
-def waiting_on_a_lock(url: str) -> int:
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
+def deadlock_round(
+    store: PostgresStore, url: str, first: Lease, second: Lease, clock: FakeClock
+) -> tuple[bool, list[int], list[BaseException]]:
+    """One real deadlock: the store's release_runs holds `first` and waits for `second`,
+    which another client holds and which then asks for `first`. Returns whether the
+    server rolled back the other client (not the store), and what release_runs gave."""
+    released: list[int] = []
+    errors: list[BaseException] = []
+    ours = threading.Event()
+
+    def release() -> None:  # locks `first`, then waits for `second`
+        try:
+            released.append(store.release_runs([first, second], clock.now(), "deadlock test"))
+        except BaseException as e:
+            errors.append(e)
+
+    def waiting(monitor: psycopg.Connection[Any]) -> bool:
+        row = monitor.execute(
             "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database()"
             " AND wait_event_type = 'Lock'"
         ).fetchone()
-        assert row is not None
-        return int(row[0])
+        return row is not None and row[0] == 1
+
+    with (
+        psycopg.connect(url, autocommit=True) as other,
+        psycopg.connect(url, autocommit=True) as monitor,
+    ):
+        other.execute("BEGIN")
+        other.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", [second.run_id])
+        # The retry's backoff waits until our side holds `first`: else the retry could
+        # lock it again before we are woken, and the next deadlock would pick us.
+        with_sleep = connection.time
+        connection.time = SimpleNamespace(sleep=lambda s: ours.wait(30))  # type: ignore[assignment]
+        worker = threading.Thread(target=release)
+        worker.start()
+        try:
+            wait_until(lambda: waiting(monitor), interval=0.005)
+            # The cycle. The store waited first, so its deadlock check (deadlock_timeout
+            # after its wait began) normally fires first and rolls its own try back.
+            other.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", [first.run_id])
+            ours.set()
+            other.execute("COMMIT")
+            store_was_rolled_back = True
+        except psycopg.errors.DeadlockDetected:
+            # A loaded machine let the store's check pass before we asked: ours fired.
+            other.execute("ROLLBACK")
+            store_was_rolled_back = False
+        finally:
+            ours.set()
+            worker.join(30)
+            connection.time = with_sleep  # type: ignore[assignment]
+    return store_was_rolled_back, released, errors
 
 
 def test_a_real_deadlock_is_retried_and_the_write_happens_once(
@@ -51,45 +97,29 @@ def test_a_real_deadlock_is_retried_and_the_write_happens_once(
     flows = tmp_path / "flows.py"
     flows.write_text("from flowctl import workflow\n\n@workflow\ndef w(ctx):\n    return 1\n")
     clock = FakeClock(T0)
+    caplog.set_level(logging.INFO, logger=connection.__name__)
     with PostgresStore(pg_url) as store:
-        for _ in range(2):
-            ops.start(store, f"{flows}:w", {}, clock=clock)
-        claims, _ = store.claim_due("w-1", T0, T0 + timedelta(seconds=15), 2)
-        first, second = sorted((c.lease for c in claims), key=lambda lease: lease.run_id)
-        released: list[int] = []
-        errors: list[BaseException] = []
-
-        def release() -> None:  # locks `first`, then waits for `second`
-            try:
-                released.append(store.release_runs([first, second], T0, "deadlock test"))
-            except BaseException as e:
-                errors.append(e)
-
-        caplog.set_level(logging.INFO, logger=connection.__name__)
-        other = psycopg.connect(pg_url, autocommit=True)
-        try:
-            other.execute("BEGIN")
-            other.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", [second.run_id])
-            worker = threading.Thread(target=release)
-            worker.start()
-            wait_until(lambda: waiting_on_a_lock(pg_url) == 1)
-            # The cycle: the store holds `first` and waits for `second`; we hold `second`
-            # and now wait for `first`. The store waited first, so its deadlock check
-            # fires first and its transaction is the one rolled back; ours goes on.
-            other.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", [first.run_id])
-            other.execute("COMMIT")
-            worker.join(30)
-        finally:
-            other.close()
-        assert errors == []
-        assert released == [2]  # the second try released both runs
+        for _round in range(5):  # until the server picks the store's transaction
+            clock.advance(timedelta(seconds=1))
+            for _ in range(2):
+                ops.start(store, f"{flows}:w", {}, clock=clock)
+            claims, _ = store.claim_due("w-1", clock.now(), clock.now() + timedelta(seconds=15), 2)
+            first, second = sorted((c.lease for c in claims), key=lambda lease: lease.run_id)
+            caplog.clear()
+            picked_store, released, errors = deadlock_round(store, pg_url, first, second, clock)
+            assert errors == []
+            assert released == [2]
+            if picked_store:
+                break
+        else:
+            pytest.fail("in 5 rounds the server never rolled back the store's transaction")
         retries = [r.getMessage() for r in caplog.records if r.name == connection.__name__]
         assert len(retries) == 1 and "deadlock detected" in retries[0], retries
         assert "release_runs" in retries[0] and "try 2" in retries[0]
         for lease in (first, second):  # the rolled-back try left nothing behind
             events = [e for e in store.timeline(lease.run_id) if e.type == "released"]
             assert [e.data for e in events] == [{"by": "w-1", "reason": "deadlock test"}]
-            assert store.get_run(lease.run_id).lease_until == T0
+            assert store.get_run(lease.run_id).lease_until == clock.now()
 
 
 class Flaky:
