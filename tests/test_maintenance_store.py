@@ -186,3 +186,12 @@ def test_backup_copies_a_file_and_names_pg_dump_for_a_server(
     with pytest.raises(FlowctlError, match="pg_dump"):
         store.backup_to(dest)
     assert not dest.exists()
+
+
+def test_a_backup_path_the_filesystem_refuses_is_one_line(
+    store: Store, world: dict[str, str], tmp_path: Path
+) -> None:
+    out = flowctl(store, "backup", str(tmp_path / ("x" * 300)), "--force")
+    assert out.returncode == 2, out.stderr
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("flowctl: cannot write the backup at ") and "too long" in line

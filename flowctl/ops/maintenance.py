@@ -29,10 +29,13 @@ def backup(store: Store, dest: str, *, force: bool = False) -> Path:
     if not dest.strip():
         raise UsageError("backup needs a file path, e.g. flowctl backup ~/flowctl-copy.db")
     path = Path(dest).expanduser()
-    if path.is_dir():
-        raise UsageError(f"{dest} is a folder: give the backup a file name inside it")
-    if not path.parent.is_dir():
-        raise UsageError(f"the folder of {dest} does not exist")
+    try:
+        if path.is_dir():
+            raise UsageError(f"{dest} is a folder: give the backup a file name inside it")
+        if not path.parent.is_dir():
+            raise UsageError(f"the folder of {dest} does not exist")
+    except OSError as e:  # a name too long for the filesystem, a folder we may not read
+        raise UsageError(f"cannot write the backup at {dest}: {e.strerror}") from None
     store.backup_to(path, overwrite=force)
     return path
 
