@@ -25,6 +25,9 @@ MAX_YEAR = 9000
 # Upper bounds for integer options (attempts, list sizes, counts, concurrency): above
 # these a value is a typo, and far above them it overflows SQLite's 64-bit integers.
 MAX_COUNT = 1_000_000
+# Checkpoints and timeline events one page of `flowctl show` (and the HTTP run detail) holds
+# by default, the newest of each: a 100,000-step run is read a page at a time.
+SHOW_STEPS = 50
 
 
 def is_utf8(text: str) -> bool:

@@ -10,6 +10,7 @@ import typer
 from flowctl import ops
 from flowctl.cli.common import _emit_json, _first_error_line, _local, _relative, _state
 from flowctl.durations import format_duration
+from flowctl.limits import SHOW_STEPS
 from flowctl.model import EntryState, RunStatus
 
 
@@ -34,10 +35,30 @@ def show(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print run, checkpoints and timeline as JSON.")
     ] = False,
+    steps: Annotated[
+        int,
+        typer.Option(
+            "--steps",
+            metavar="N",
+            help=f"Show the newest N checkpoints and timeline events (default {SHOW_STEPS}).",
+        ),
+    ] = SHOW_STEPS,
+    skip: Annotated[
+        int,
+        typer.Option("--skip", metavar="K", help="Leave out the K newest first: page back."),
+    ] = 0,
+    every: Annotated[
+        bool, typer.Option("--all", help="Show every checkpoint and timeline event.")
+    ] = False,
 ) -> None:
-    """Show one run: header, checkpoints by call index, timeline.  Example: flowctl show m8rtkeefq3x7bz2w"""
+    """Show one run: header, checkpoints by call index, timeline.  Example: flowctl show m8rtkeefq3x7bz2w
+
+    A long run shows its newest checkpoints and events and says how many it left out.
+    """
     st = _state(ctx)
-    detail = ops.show_run(st.store, run_ref, clock=st.clock)
+    detail = ops.show_run(
+        st.store, run_ref, clock=st.clock, steps=None if every else steps, skip=skip
+    )
     if as_json:
         _emit_json(detail.to_json())
         return
@@ -85,6 +106,9 @@ def show(
     typer.echo("checkpoints")
     if not detail.checkpoints and not detail.versions:
         typer.echo("  (none)")
+    older, newer = _cut(detail, detail.checkpoints_total, len(detail.checkpoints))
+    if older:
+        typer.echo(_more("checkpoints", older, "earlier", detail))
     for c in detail.checkpoints:
         extra = ""
         if c.wake_at is not None:
@@ -96,6 +120,8 @@ def show(
             extra += " → " + _describe_value(c.value)
         took = f" ({format_duration(c.duration)})" if c.duration is not None else ""
         typer.echo(f"  #{c.call_index:<3} {c.kind:<7} {c.name:<20} {c.state}{took}{extra}")
+    if newer:
+        typer.echo(_more("checkpoints", newer, "newer", detail))
     for cid, v, _at in detail.versions:
         typer.echo(f"  ver  {cid} = {v}")
     if detail.pending_signals:
@@ -105,9 +131,30 @@ def show(
             typer.echo(f"  {name} {json.dumps(payload)} (sent {_local(at)})")
     typer.echo("")
     typer.echo("timeline")
+    older, newer = _cut(detail, detail.timeline_total, len(detail.timeline))
+    if older:
+        typer.echo(_more("timeline events", older, "earlier", detail))
     for e in detail.timeline:
         data = " ".join(f"{k}={v}" for k, v in e.data.items())
         typer.echo(f"  {_local(e.at, ms=True)}  {e.type:<20} {data}")
+    if newer:
+        typer.echo(_more("timeline events", newer, "newer", detail))
+
+
+def _cut(detail: ops.RunDetail, total: int, shown: int) -> tuple[int, int]:
+    """(older, newer) rows a page leaves out of `total`: the page is the newest after skip."""
+    newer = min(detail.skip, total)
+    return max(total - newer - shown, 0), newer
+
+
+def _more(noun: str, n: int, which: str, detail: ops.RunDetail) -> str:
+    """The line that says what a page left out and how to see it."""
+    run, step = detail.run.run_id, detail.steps or SHOW_STEPS
+    if which == "earlier":
+        how = f"--skip {detail.skip + step} for the page before, --steps N for more, --all for all"
+    else:
+        how = f"--skip {max(detail.skip - step, 0)} for the page after"
+    return f"  … {n:,} {which} {noun} not shown (flowctl show {run} {how})"
 
 
 def why(

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from flowctl.clock import Clock
-from flowctl.errors import FlowctlError
+from flowctl.errors import FlowctlError, UsageError
 from flowctl.explain import DaemonFact, OperatorEvent, Why, WhyFacts, explain
+from flowctl.limits import MAX_COUNT, SHOW_STEPS
 from flowctl.model import (
     CallKind,
     EntryState,
@@ -28,7 +29,7 @@ from flowctl.store import Store
 @dataclass
 class RunDetail:
     run: Run
-    checkpoints: list[JournalEntry]
+    checkpoints: list[JournalEntry]  # one page: see checkpoints_total, steps and skip
     versions: list[tuple[str, int, datetime]]
     timeline: list[TimelineEvent]
     pending_signals: list[tuple[str, Any, datetime]]
@@ -39,6 +40,17 @@ class RunDetail:
     # A running run: the step printing now ("#3 'fetch'") and its last lines (`flowctl logs`).
     output_step: str | None = None
     output_tail: list[str] = field(default_factory=list)
+    checkpoints_total: int = 0  # the run's checkpoints in all (versions not counted)
+    timeline_total: int = 0
+    steps: int | None = None  # the page asked for: the newest `steps` after `skip`; None: all
+    skip: int = 0
+
+    def left_out(self) -> tuple[int, int]:
+        """(checkpoints, timeline events) the page leaves out, older and newer together."""
+        return (
+            self.checkpoints_total - len(self.checkpoints),
+            self.timeline_total - len(self.timeline),
+        )
 
     def to_json(self) -> dict[str, Any]:
         checkpoints = [c.to_json() for c in self.checkpoints]
@@ -55,7 +67,10 @@ class RunDetail:
         return {
             "run": self.run.to_json(),
             "checkpoints": checkpoints,
+            "checkpoints_total": self.checkpoints_total,
             "timeline": [e.to_json() for e in self.timeline],
+            "timeline_total": self.timeline_total,
+            "page": {"steps": self.steps, "skip": self.skip},
             "pending_signals": [
                 {"name": n, "payload": p, "sent_at": iso(at)} for n, p, at in self.pending_signals
             ],
@@ -71,10 +86,17 @@ class RunDetail:
 
 
 def show_run(
-    store: Store, ref: str, *, clock: Clock, timeline_limit: int | None = None
+    store: Store, ref: str, *, clock: Clock, steps: int | None = SHOW_STEPS, skip: int = 0
 ) -> RunDetail:
+    """One run in full, but its checkpoints and timeline a page at a time: the newest
+    `steps` of each after the `skip` newest (None: every one), with the totals."""
+    if steps is not None and not 1 <= steps <= MAX_COUNT:
+        raise UsageError(f"--steps must be between 1 and {MAX_COUNT:,}, got {steps}")
+    if not 0 <= skip <= MAX_COUNT:
+        raise UsageError(f"--skip must be between 0 and {MAX_COUNT:,}, got {skip}")
     run = store.find_run(ref)
-    journal = store.journal(run.run_id)
+    checkpoints, checkpoints_total = store.journal_page(run.run_id, steps, skip)
+    timeline, timeline_total = store.timeline_page(run.run_id, steps, skip)
     changed: bool | None = None
     if run.source_path and run.source_hash:
         import hashlib
@@ -95,15 +117,19 @@ def show_run(
         notes.append(source_changed_note(run))
     return RunDetail(
         run=run,
-        checkpoints=list(journal.values()),
+        checkpoints=checkpoints,
         versions=store.versions_detail(run.run_id),
-        timeline=store.timeline(run.run_id, limit=timeline_limit),
+        timeline=timeline,
         pending_signals=store.pending_signals(run.run_id),
         source_changed=changed,
         notes=notes,
         published=store.published(run.run_id),
         why_facts=facts,
         **_output_tail(store, run),
+        checkpoints_total=checkpoints_total,
+        timeline_total=timeline_total,
+        steps=steps,
+        skip=skip,
     )
 
 
@@ -167,10 +193,10 @@ def why(detail: RunDetail, now: datetime) -> str:
     if run.status is RunStatus.SLEEPING:
         return f"sleeping until {until(run.run_at)}"
     if run.status is RunStatus.WAITING:
-        pending = [c for c in detail.checkpoints if c.state is EntryState.PENDING]
+        pending = _last(detail, EntryState.PENDING)
         what = (
-            f"signal {pending[-1].name!r}"
-            if pending and pending[-1].kind is CallKind.SIGNAL
+            f"signal {pending.name!r}"
+            if pending is not None and pending.kind is CallKind.SIGNAL
             else "a child run"
         )
         tail = f", timeout at {until(run.run_at)}" if run.run_at else ""
@@ -178,9 +204,9 @@ def why(detail: RunDetail, now: datetime) -> str:
     if run.status is RunStatus.QUEUED:
         if run.run_at is None and run.schedule:  # held by overlap=queue
             return f"queued behind the active run of schedule {run.schedule!r} (overlap=queue)"
-        retrying = [c for c in detail.checkpoints if c.state is EntryState.RETRYING]
-        if retrying:
-            return f"queued: step {retrying[-1].name!r} retries at {until(run.run_at)}"
+        retrying = _last(detail, EntryState.RETRYING)
+        if retrying is not None:
+            return f"queued: step {retrying.name!r} retries at {until(run.run_at)}"
         if run.attempt > 1:
             return f"queued: attempt {run.attempt}/{run.max_attempts} at {until(run.run_at)}"
         return f"queued to start at {until(run.run_at)}"
@@ -198,6 +224,15 @@ def why(detail: RunDetail, now: datetime) -> str:
     return str(run.status)
 
 
+def _last(detail: RunDetail, state: EntryState) -> JournalEntry | None:
+    """The run's newest checkpoint in this state: the one why_facts read when it is the
+    newest pending or retrying one, else the newest on the page shown."""
+    facts = detail.why_facts
+    if facts is not None and facts.pending is not None and facts.pending.state is state:
+        return facts.pending
+    return next((c for c in reversed(detail.checkpoints) if c.state is state), None)
+
+
 def explain_detail(detail: RunDetail, now: datetime) -> Why | None:
     """What `flowctl why` says of the run shown, re-explained at `now`."""
     return None if detail.why_facts is None else explain(detail.why_facts, now)
@@ -208,14 +243,8 @@ def why_facts(store: Store, ref: str) -> WhyFacts:
     from flowctl.ids import owner_alive, owner_is_dead
 
     run = store.find_run(ref)
-    entries = list(store.journal(run.run_id).values())
-    pending = next(
-        (e for e in reversed(entries) if e.state in (EntryState.PENDING, EntryState.RETRYING)),
-        None,
-    )
-    done = next(
-        (e for e in reversed(entries) if e.state in (EntryState.DONE, EntryState.ERROR)), None
-    )
+    pending = store.last_entry(run.run_id, (EntryState.PENDING, EntryState.RETRYING))
+    done = store.last_entry(run.run_id, (EntryState.DONE, EntryState.ERROR))
     daemons = tuple(
         DaemonFact(
             d.owner,

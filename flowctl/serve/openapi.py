@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flowctl.limits import MAX_COUNT, SHOW_STEPS
 from flowctl.model import RunStatus
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
@@ -106,7 +107,14 @@ def spec() -> dict[str, Any]:
                     "properties": {
                         "run": _RUN,
                         "checkpoints": {"type": "array", "items": {"type": "object"}},
+                        "checkpoints_total": {"type": "integer"},
                         "timeline": {"type": "array", "items": {"type": "object"}},
+                        "timeline_total": {"type": "integer"},
+                        "page": {
+                            "type": "object",
+                            "description": "The newest `steps` checkpoints and timeline"
+                            " events after the `skip` newest.",
+                        },
                     },
                     "required": ["run", "checkpoints", "timeline"],
                 },
@@ -228,8 +236,23 @@ def spec() -> dict[str, Any]:
             "/runs/{id}": {
                 "get": {
                     "operationId": "getRun",
-                    "summary": "One run with its checkpoints and timeline.",
-                    "parameters": [_ID],
+                    "summary": "One run with a page of its checkpoints and timeline.",
+                    "parameters": [
+                        _ID,
+                        {
+                            "name": "steps",
+                            "in": "query",
+                            "description": "Checkpoints and timeline events per page, the"
+                            f" newest of each (default {SHOW_STEPS}).",
+                            "schema": {"type": "integer", "minimum": 1, "maximum": MAX_COUNT},
+                        },
+                        {
+                            "name": "skip",
+                            "in": "query",
+                            "description": "Leave out this many of the newest first.",
+                            "schema": {"type": "integer", "minimum": 0, "maximum": MAX_COUNT},
+                        },
+                    ],
                     "responses": {
                         "200": _json({"$ref": "#/components/schemas/RunDetail"}, "the run"),
                         **_errors(401, 404, 503),

@@ -22,7 +22,7 @@ from flowctl import ops
 from flowctl.clock import Clock
 from flowctl.durations import parse_duration
 from flowctl.errors import FlowctlError, UsageError
-from flowctl.limits import MAX_COUNT, check_utf8, loads_json, one_line
+from flowctl.limits import MAX_COUNT, SHOW_STEPS, check_utf8, loads_json, one_line
 from flowctl.serve.auth import token_matches
 from flowctl.serve.errors import MAX_BODY, HttpError, status_for
 from flowctl.store import Store
@@ -301,7 +301,15 @@ async def list_runs(request: Request) -> Response:
 async def get_run(request: Request) -> Response:
     s = served(request)
     ref = request.path_params["id"]
-    return await call(request, lambda: ops.show_run(s.store, ref, clock=s.clock).to_json())
+
+    def op() -> dict[str, Any]:
+        # A page of checkpoints and timeline events (the newest `steps` after `skip`), as
+        # `flowctl show --json`: a 100,000-step run is never read whole.
+        steps = _query_int(request, "steps", SHOW_STEPS, 1, MAX_COUNT)
+        skip = _query_int(request, "skip", 0, 0, MAX_COUNT)
+        return ops.show_run(s.store, ref, clock=s.clock, steps=steps, skip=skip).to_json()
+
+    return await call(request, op)
 
 
 async def signal_run(request: Request) -> Response:

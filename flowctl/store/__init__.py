@@ -29,7 +29,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
-from flowctl.model import CallKind, JournalEntry, Run, RunStatus, TimelineEvent
+from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus, TimelineEvent
 from flowctl.store.records import (
     Claim,
     DaemonInfo,
@@ -183,6 +183,25 @@ class Store(Protocol):
 
     def timeline(self, run_id: str, limit: int | None = None) -> list[TimelineEvent]:
         """The run's timeline in the order written; with `limit`, the newest `limit` of it."""
+        ...
+
+    def journal_page(
+        self, run_id: str, limit: int | None, skip: int = 0
+    ) -> tuple[list[JournalEntry], int]:
+        """One page of the run's checkpoints and how many it has in all: the newest `limit`
+        (every one when None) after the `skip` newest, in call-index order. Read by the
+        journal's key, LIMIT and OFFSET, so a 100,000-step run costs one page, not a load."""
+        ...
+
+    def timeline_page(
+        self, run_id: str, limit: int | None, skip: int = 0
+    ) -> tuple[list[TimelineEvent], int]:
+        """One page of the run's timeline and how many events it has in all: the newest
+        `limit` (every one when None) after the `skip` newest, in the order written."""
+        ...
+
+    def last_entry(self, run_id: str, states: Sequence[EntryState]) -> JournalEntry | None:
+        """The run's checkpoint with the highest call index in one of these states."""
         ...
 
     def last_event(self, run_id: str, types: Sequence[str]) -> TimelineEvent | None:

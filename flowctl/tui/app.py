@@ -50,7 +50,7 @@ from flowctl.tui.actions import RunActions
 from flowctl.tui.header import HeaderLine
 from flowctl.tui.messages import DetailLoaded, PageLoaded
 from flowctl.tui.render import (
-    TIMELINE_LIMIT,
+    DETAIL_STEPS,
     describe_error,
     render_detail,
     render_schedule,
@@ -233,9 +233,7 @@ class FlowctlApp(RunActions):
     @work(thread=True, exclusive=True, group="detail")
     def _load_detail(self, run_id: str) -> None:
         try:
-            detail = ops.show_run(
-                self.store, run_id, clock=self.clock, timeline_limit=TIMELINE_LIMIT
-            )
+            detail = ops.show_run(self.store, run_id, clock=self.clock, steps=DETAIL_STEPS)
         except Exception as e:
             self.post_message(DetailLoaded(run_id, None, describe_error(e)))
         else:

@@ -27,8 +27,9 @@ from flowctl.model import EntryState, JournalEntry, Run, RunStatus, TimelineEven
 if TYPE_CHECKING:
     from flowctl.tui.views import DaemonUp
 
-TIMELINE_LIMIT = 200  # newest timeline events shown in the detail pane
-CHECKPOINT_LIMIT = 300  # newest checkpoints shown in the detail pane
+# The newest checkpoints and timeline events the detail pane reads and shows, each; the
+# rest of a long run stays in the store (`flowctl show RUN --all`).
+DETAIL_STEPS = 200
 TEXT_LIMIT = 4000  # characters of input/result/traceback shown before "…"
 
 
@@ -328,21 +329,22 @@ def render_detail(detail: ops.RunDetail, now: datetime, width: int = 80) -> Cont
             line = f"{_short_when(sent_at)}  {name}  {compact_json(payload, 120)}"
             parts.append(_indent(line, width))
 
-    parts.append(_section(f"Checkpoints ({len(detail.checkpoints)})"))
-    shown = detail.checkpoints[-CHECKPOINT_LIMIT:]
-    if len(shown) < len(detail.checkpoints):
-        hidden = len(detail.checkpoints) - len(shown)
-        parts.append(_indent(f"… {hidden} earlier checkpoints not shown", width, "dim"))
+    hidden, hidden_events = detail.left_out()
+    parts.append(
+        _section(f"Checkpoints ({max(detail.checkpoints_total, len(detail.checkpoints))})")
+    )
+    if hidden > 0:
+        parts.append(_indent(f"… {hidden:,} earlier checkpoints not shown", width, "dim"))
     if not detail.checkpoints:
         parts.append(_indent("none yet", width, "dim"))
-    for entry in shown:
+    for entry in detail.checkpoints:
         parts.append(_checkpoint_line(entry, now, width))
     for change_id, version, _at in detail.versions:
         parts.append(_indent(f"version {change_id} = {version}", width, "dim"))
 
     parts.append(_section("Timeline"))
-    if len(detail.timeline) >= TIMELINE_LIMIT:
-        parts.append(_indent(f"… only the newest {TIMELINE_LIMIT} events are shown", width, "dim"))
+    if hidden_events > 0:
+        parts.append(_indent(f"… {hidden_events:,} earlier events not shown", width, "dim"))
     for event in detail.timeline:
         parts.append(_timeline_line(event, width))
     return Content.assemble(*parts)

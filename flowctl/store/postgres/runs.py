@@ -12,6 +12,7 @@ from flowctl.errors import (
 )
 from flowctl.model import (
     DUE,
+    EntryState,
     JournalEntry,
     Run,
     RunStatus,
@@ -280,6 +281,37 @@ class RunReads(Transitions):
             TimelineEvent(r[0], from_us(r[1]), r[2], _loads(r[3]) or {})
             for r in self._read(sql, params)
         ]
+
+    def journal_page(
+        self, run_id: str, limit: int | None, skip: int = 0
+    ) -> tuple[list[JournalEntry], int]:
+        rows = self._read(
+            f"SELECT {_ENTRY_COLUMNS} FROM journal WHERE run_id = %s ORDER BY call_index DESC"
+            " LIMIT %s OFFSET %s",
+            [run_id, limit, skip],
+        )
+        (total,) = self._read("SELECT COUNT(*) FROM journal WHERE run_id = %s", [run_id])[0]
+        return [_entry_from_row(r) for r in reversed(rows)], int(total)
+
+    def timeline_page(
+        self, run_id: str, limit: int | None, skip: int = 0
+    ) -> tuple[list[TimelineEvent], int]:
+        rows = self._read(
+            "SELECT run_id, at, type, data FROM timeline WHERE run_id = %s ORDER BY seq DESC"
+            " LIMIT %s OFFSET %s",
+            [run_id, limit, skip],
+        )
+        (total,) = self._read("SELECT COUNT(*) FROM timeline WHERE run_id = %s", [run_id])[0]
+        events = [TimelineEvent(r[0], from_us(r[1]), r[2], _loads(r[3]) or {}) for r in rows]
+        return events[::-1], int(total)
+
+    def last_entry(self, run_id: str, states: Sequence[EntryState]) -> JournalEntry | None:
+        rows = self._read(
+            f"SELECT {_ENTRY_COLUMNS} FROM journal WHERE run_id = %s AND state = ANY(%s)"
+            " ORDER BY call_index DESC LIMIT 1",
+            [run_id, [str(s) for s in states]],
+        )
+        return _entry_from_row(rows[0]) if rows else None
 
     def pending_signals(self, run_id: str) -> list[tuple[str, Any, datetime]]:
         rows = self._read(
