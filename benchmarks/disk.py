@@ -58,8 +58,16 @@ def main() -> None:
             (indexes,) = conn.execute(
                 "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'"
             ).fetchone()
+            # Bytes per table and index (dbstat: every page a b-tree owns), largest first.
+            parts = conn.execute(
+                "SELECT name, SUM(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC"
+            ).fetchall()
         finally:
             conn.close()
+    print(f"{'table or index':<28} {'bytes':>14} {'B per run':>10}")
+    for name, nbytes in parts:
+        if nbytes >= size * 4:
+            print(f"  {name:<26} {nbytes:>14,} {nbytes / (n + 1):>10,.1f}")
     print(
         f"{n + 1:,} sleeping runs, each with its journal row and {len(events)} timeline rows:"
         f" {(pages - free) * size / (n + 1):,.0f} B on disk per run, all tables and the"

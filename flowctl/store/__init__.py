@@ -140,7 +140,8 @@ class Store(Protocol):
     ) -> list[Run]:
         """A page of runs narrowed by status, workflow, creation time and `search` (run id or
         input with secrets masked: a secret value never matches), in `order`
-        (created_desc | run_at | finished_desc); ties in the order go by insertion.
+        (created_desc | run_at | finished_desc, which lists finished runs only); ties in the
+        order go by insertion.
 
         Bounded at any size: each status is read from an index in order (several are
         merged), and `search` looks only at the newest 5,000 runs plus the run whose id

@@ -174,6 +174,8 @@ class RunReads(Transitions):
         if since is not None:
             where.append("created_at >= %s")
             params.append(to_us(since))
+        if order == "finished_desc":
+            where.append("finished_at IS NOT NULL")  # as SQLite: finished runs only
         if search:
             clause, args = _search_clause(search)
             where.append(clause)

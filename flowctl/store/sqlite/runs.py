@@ -99,6 +99,8 @@ class RunReads(SqliteConnection):
         if since is not None:
             where.append("created_at >= ?")
             params.append(to_us(since))
+        if order == "finished_desc":
+            where.append("finished_at IS NOT NULL")  # runs_status_finished holds only these
         source, source_params = "runs", list[Any]()
         if search:
             source, source_params = _search_source(search)

@@ -351,6 +351,27 @@ def _migration_14(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX output_run ON output(run_id, seq)")
 
 
+def _migration_15(db: sqlite_utils.Database) -> None:
+    """Disk per run (issue 14, item 6): indexes hold only the rows their queries read.
+
+    - `timeline_type_at` indexed every event of every run (90 B per sleeping run) for the
+      three queries that read events by type: wakes (`recent_wakes`, the lateness
+      histogram) and claim counts (metrics). Two partial indexes hold just those events.
+    - `runs_status_finished` holds finished runs only: the finished_at order lists
+      finished runs, and an active run (most of a sleeping million) has no finished_at.
+    """
+    db.execute("DROP INDEX timeline_type_at")
+    db.execute("CREATE INDEX timeline_woke ON timeline(at) WHERE type = 'woke'")
+    db.execute(
+        "CREATE INDEX timeline_claims ON timeline(type) WHERE type IN ('claimed', 'reclaimed')"
+    )
+    db.execute("DROP INDEX runs_status_finished")
+    db.execute(
+        "CREATE INDEX runs_status_finished ON runs(status, finished_at)"
+        " WHERE finished_at IS NOT NULL"
+    )
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -366,6 +387,7 @@ MIGRATIONS = [
     _migration_12,
     _migration_13,
     _migration_14,
+    _migration_15,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
