@@ -1,0 +1,93 @@
+"""Disk per run (issue 14, item 6): a database written by schema 14 (tests/fixtures/v14.db,
+made by that release's own Store with tests/fixtures/make_v14_db.py) is moved forward by
+the migrations, and reads back exactly what schema 14 read (v14.json): every run, every
+checkpoint, every timeline event, every pinned source, the counts. Then its runs go on.
+The indexes hold what the queries need and no more (test_query_plans checks the plans).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowctl.clock import FakeClock
+from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.model import RunStatus
+from flowctl.store import SCHEMA_VERSION
+from flowctl.store.sqlite import SqliteStore
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+RECORD: dict[str, Any] = json.loads((FIXTURES / "v14.json").read_text())
+MADE_AT = datetime(2026, 3, 29, 0, 59, tzinfo=UTC)
+
+
+@pytest.fixture
+def migrated(tmp_path: Path) -> Path:
+    db = tmp_path / "v14.db"
+    shutil.copy(FIXTURES / "v14.db", db)
+    assert sqlite3.connect(db).execute("PRAGMA user_version").fetchone()[0] == 14
+    with SqliteStore(db):
+        pass  # opening migrates
+    return db
+
+
+def schema(db: Path) -> dict[str, str]:
+    conn = sqlite3.connect(db)
+    try:
+        return {name: sql for name, sql in conn.execute("SELECT name, sql FROM sqlite_master")}
+    finally:
+        conn.close()
+
+
+def test_a_schema_14_database_reads_back_as_schema_14_read_it(migrated: Path) -> None:
+    assert sqlite3.connect(migrated).execute("PRAGMA user_version").fetchone()[0] == (
+        SCHEMA_VERSION
+    )
+    with SqliteStore(migrated) as store:
+        assert len(RECORD["runs"]) == 9
+        for run_id, want in RECORD["runs"].items():
+            assert store.get_run(run_id).to_json() == want["run"]
+            assert [e.to_json() for e in store.journal(run_id).values()] == want["journal"]
+            assert [e.to_json() for e in store.timeline(run_id)] == want["timeline"]
+            assert list(store.run_source(run_id)) == [want["source"], want["source_hash"]]
+        assert {str(s): n for s, n in store.count_by_status().items()} == RECORD["counts"]
+        finished = store.list_runs(statuses=[RunStatus.COMPLETED], order="finished_desc")
+        assert len(finished) == RECORD["counts"]["completed"]
+
+
+def test_the_indexes_hold_only_what_their_queries_read(migrated: Path) -> None:
+    sql = schema(migrated)
+    assert "timeline_type_at" not in sql
+    assert "WHERE type = 'woke'" in sql["timeline_woke"]
+    assert "WHERE type IN ('claimed', 'reclaimed')" in sql["timeline_claims"]
+    assert "WHERE finished_at IS NOT NULL" in sql["runs_status_finished"]
+    conn = sqlite3.connect(migrated)
+    claimed = conn.execute("SELECT COUNT(*) FROM timeline WHERE type = 'claimed'").fetchone()
+    woke = conn.execute("SELECT COUNT(*) FROM timeline WHERE type = 'woke'").fetchone()
+    with SqliteStore(migrated) as store:
+        snapshot = store.metrics_snapshot([0.01, 1.0], [0.01, 1.0])
+        assert snapshot.claims == claimed[0] > 0
+        assert snapshot.wake_lateness.count == woke[0] == 1
+        assert len(store.recent_wakes(MADE_AT - timedelta(days=1))) == 1
+
+
+def test_the_migrated_runs_go_on_to_their_end(
+    migrated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(FIXTURES))  # v14_flows, the fixture's workflows
+    clock = FakeClock(MADE_AT + timedelta(days=8))  # past every sleep and signal timeout
+    with SqliteStore(migrated) as store:
+        daemon = Daemon(store, clock, DaemonConfig(concurrency=2))
+        for _ in range(5):
+            daemon.tick()
+        counts = store.count_by_status()
+    assert counts[RunStatus.SLEEPING] == 0
+    assert counts[RunStatus.COMPLETED] == RECORD["counts"]["completed"] + 3  # 2 sleepers, later
+    # The signal wait timed out: its run retries (queued), as it would have on schema 14.
+    assert (counts[RunStatus.QUEUED], counts[RunStatus.WAITING]) == (1, 0)
