@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import RunStatus
@@ -25,6 +26,7 @@ from flowctl.store.sqlite import SqliteStore
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 RECORD: dict[str, Any] = json.loads((FIXTURES / "v14.json").read_text())
 MADE_AT = datetime(2026, 3, 29, 0, 59, tzinfo=UTC)
+FLOWS = (FIXTURES / "v14_flows.py").read_text()
 
 
 @pytest.fixture
@@ -91,3 +93,52 @@ def test_the_migrated_runs_go_on_to_their_end(
     assert counts[RunStatus.COMPLETED] == RECORD["counts"]["completed"] + 3  # 2 sleepers, later
     # The signal wait timed out: its run retries (queued), as it would have on schema 14.
     assert (counts[RunStatus.QUEUED], counts[RunStatus.WAITING]) == (1, 0)
+
+
+def test_runs_share_one_definition_row_and_read_it_back(tmp_path: Path) -> None:
+    """What every run of one file repeated (target, kind, source hash and path, cwd) is a
+    row of `definitions`; a run of another place or file gets its own."""
+    (tmp_path / "flows.py").write_text(FLOWS)
+    (tmp_path / "other").mkdir()
+    clock = FakeClock(MADE_AT)
+    target = f"{tmp_path / 'flows.py'}:quick"
+    with SqliteStore(tmp_path / "f.db") as store:
+        many = ops.start_many(store, target, [{"user": f"u{i}"} for i in range(5)], clock=clock)
+        one = ops.start(store, target, {}, clock=clock).run
+        elsewhere = ops.start(store, target, {}, clock=clock, cwd=str(tmp_path / "other")).run
+        (defs,) = store._read("SELECT COUNT(*) FROM definitions")[0]
+        assert defs == 2
+        for run in [s.run for s in many] + [one, elsewhere]:
+            got = store.get_run(run.run_id)
+            assert (got.target, got.kind, got.source_hash, got.source_path, got.cwd) == (
+                run.target,
+                "python",
+                run.source_hash,
+                str(tmp_path / "flows.py"),
+                run.cwd,
+            )
+            assert got.source_hash is not None
+        assert elsewhere.cwd == str(tmp_path / "other") != one.cwd
+
+
+def test_a_copy_through_postgresql_keeps_definitions_and_pinned_sources(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flowctl.store import open_store
+    from flowctl.store.copy import copy_rows
+
+    src = tmp_path / "v14.db"
+    shutil.copy(FIXTURES / "v14.db", src)
+    clock = FakeClock(MADE_AT)
+    a, pg, back = open_store(src), open_store(pg_url), open_store(tmp_path / "back.db")
+    try:
+        copy_rows(a, pg, ops.plan_copy(a, pg, clock=clock))
+        copy_rows(pg, back, ops.plan_copy(pg, back, clock=clock))
+        for run_id, want in RECORD["runs"].items():
+            for store in (pg, back):
+                assert store.get_run(run_id).to_json() == want["run"]
+                assert list(store.run_source(run_id)) == [want["source"], want["source_hash"]]
+        assert back._read("SELECT COUNT(*) FROM runs WHERE source IS NOT NULL")[0][0] == 0
+    finally:
+        for s in (a, pg, back):
+            s.close()

@@ -20,6 +20,8 @@ from flowctl.errors import FlowctlError
 from flowctl.store import Store
 from flowctl.store.postgres.store import PostgresStore
 from flowctl.store.sqlite import SqliteStore
+from flowctl.store.sqlite.schema import DEFINITION_COLUMNS
+from flowctl.store.sqlite.writes import _definition_id
 
 # In foreign-key order: a row's parent is always copied before it.
 TABLES = (
@@ -54,9 +56,6 @@ SERIAL_COLUMNS = {
 }
 # A SQLite run keeps its pinned text once per definition hash, in `sources` (its
 # runs.source is NULL then); a PostgreSQL run keeps it in its row. The copy reads it whole.
-_SQLITE_SOURCE = (
-    "COALESCE(source, (SELECT s.source FROM sources s WHERE s.source_hash = runs.source_hash))"
-)
 BATCH = 500
 
 
@@ -94,7 +93,10 @@ class _Rows:
             )
         else:
             rows = self.store._read("SELECT name FROM pragma_table_info(?)", [table])
-        return [str(r[0]) for r in rows]
+        names = [str(r[0]) for r in rows]
+        if table == "runs" and not self.pg:  # a run's definition is joined back (migration 16)
+            names = [n for n in names if n != "def_id"] + list(DEFINITION_COLUMNS)
+        return names
 
     def count(self, table: str) -> int:
         assert table in TABLES  # a constant of ours, never input
@@ -103,11 +105,21 @@ class _Rows:
     def rows(self, table: str, columns: Sequence[str]) -> list[Any]:
         assert table in TABLES
         order = ", ".join(columns[:2])  # a stable order: the key's leading columns
-        picked = [
-            _SQLITE_SOURCE if (table, col, self.pg) == ("runs", "source", False) else col
-            for col in columns
-        ]
-        return self.store._read(f"SELECT {', '.join(picked)} FROM {table} ORDER BY {order}")
+        if table == "runs" and not self.pg:
+            # The definition joined back, and the pinned text from `sources` (kept once per
+            # hash there, migration 11) back in the run's own `source`, as PostgreSQL keeps it.
+            picked = [
+                "COALESCE(runs.source, (SELECT s.source FROM sources s WHERE s.source_hash ="
+                " definitions.source_hash))"
+                if col == "source"
+                else col
+                for col in columns
+            ]
+            return self.store._read(
+                f"SELECT {', '.join(picked)} FROM runs LEFT JOIN definitions USING (def_id)"
+                f" ORDER BY {order}"
+            )
+        return self.store._read(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {order}")
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:
@@ -121,6 +133,9 @@ class _Rows:
             marks = ", ".join(f"%s{cast}" if col in json_columns else "%s" for col in columns)
         else:
             marks = ", ".join("?" for _ in columns)
+        if table == "runs" and not self.pg:
+            _insert_sqlite_runs(c, columns, rows)
+            return
         sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
         if self.pg:
             with c.cursor() as cur:
@@ -137,6 +152,29 @@ class _Rows:
                 f" GREATEST(COALESCE(MAX({column}), 0), 1), MAX({column}) IS NOT NULL)"
                 f" FROM {table}"
             )
+
+
+def _insert_sqlite_runs(c: Any, columns: Sequence[str], rows: Sequence[Any]) -> None:
+    """Copied runs into SQLite as its store writes them: the definition once in
+    `definitions` (the run keeps its def_id), a pinned text once in `sources`."""
+    at = {col: i for i, col in enumerate(columns)}
+    kept = [col for col in columns if col not in DEFINITION_COLUMNS]
+    sql = (
+        f"INSERT INTO runs ({', '.join([*kept, 'def_id'])})"
+        f" VALUES ({', '.join('?' * (len(kept) + 1))})"
+    )
+    known: dict[tuple[Any, ...], int] = {}
+    for row in rows:
+        definition = tuple(row[at[col]] if col in at else None for col in DEFINITION_COLUMNS)
+        values = [row[at[col]] for col in kept]
+        source_hash = definition[2]
+        if "source" in at and row[at["source"]] is not None and source_hash is not None:
+            c.execute(
+                "INSERT OR IGNORE INTO sources (source_hash, source) VALUES (?, ?)",
+                [source_hash, row[at["source"]]],
+            )
+            values[kept.index("source")] = None
+        c.execute(sql, [*values, _definition_id(c, definition, known)])
 
 
 def plan_copy(src: Store, dest: Store, live_on_src: Sequence[str]) -> CopyPlan:

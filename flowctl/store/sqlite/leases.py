@@ -22,6 +22,7 @@ from flowctl.store.sqlite.rows import (
     _CLEARED,
     _ENTRY_COLUMNS,
     _RUN_COLUMNS,
+    _RUNS,
     _add_event,
     _dt,
     _event,
@@ -739,7 +740,7 @@ def _load_runs(
     rows = c.execute(
         f"SELECT {_RUN_COLUMNS}, NOT EXISTS (SELECT 1 FROM journal j WHERE j.run_id ="
         " runs.run_id), NOT EXISTS (SELECT 1 FROM versions v WHERE v.run_id = runs.run_id)"
-        f" FROM runs WHERE run_id IN ({marks})",
+        f" FROM {_RUNS} WHERE run_id IN ({marks})",
         list(run_ids),
     )
     return {r[0]: (_run_from_row(r[:-2]), (bool(r[-2]), bool(r[-1]))) for r in rows}
@@ -754,7 +755,7 @@ def _held(c: sqlite3.Connection, lease: Lease, columns: str = "1") -> Sequence[A
     `columns` is a constant of the caller's (what it needs to decide its write), never input.
     """
     row: Sequence[Any] | None = c.execute(
-        f"SELECT {columns} FROM runs WHERE run_id = ? AND fence = ? AND lease_owner = ?"
+        f"SELECT {columns} FROM {_RUNS} WHERE run_id = ? AND fence = ? AND lease_owner = ?"
         " AND status = 'running'",
         [lease.run_id, lease.fence, lease.owner],
     ).fetchone()

@@ -49,7 +49,8 @@ class OperatorWrites(SqliteConnection):
         """
         now_us = to_us(now)
         with self._write() as c:
-            return [_insert_run(c, new, now_us) for new in news]
+            definitions: dict[tuple[Any, ...], int] = {}  # this transaction's lookups
+            return [_insert_run(c, new, now_us, definitions) for new in news]
 
     def fork_run(
         self, new: NewRun, origin: str, upto: int, now: datetime, *, by: str | None = None

@@ -46,6 +46,11 @@ from flowctl.transitions import (
     ClaimVerdict,
 )
 
+# The runs table as a run is read: its definition joined back (migration 16). A LEFT JOIN
+# on definitions' key keeps runs the outer loop of every plan, and is dropped from a
+# statement that reads none of its columns.
+_RUNS = "runs LEFT JOIN definitions USING (def_id)"
+
 
 def _add_event(
     c: sqlite3.Connection, run_id: str, at_us: int, type_: str, data: dict[str, Any] | None = None
@@ -73,13 +78,14 @@ def _search_source(search: str) -> tuple[str, list[Any]]:
     columns and its rowid as `rid`: the newest SEARCH_WINDOW runs, and the run whose id or
     key is `search` exactly, however old (once: not again when it is in the window).
     Bounded, so a search never scans every run; UNION ALL, so nothing sorts the window."""
-    cols = f"{_RUN_COLUMNS}, rowid AS rid"
+    cols = f"{_RUN_COLUMNS}, runs.rowid AS rid"
     newest = "SELECT rowid FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?"
     sql = (
-        f"(SELECT * FROM (SELECT {cols} FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?)"
-        f" UNION ALL SELECT {cols} FROM runs WHERE run_id = ? AND rowid NOT IN ({newest})"
-        f" UNION ALL SELECT {cols} FROM runs WHERE key = ? AND run_id != ?"
-        f" AND rowid NOT IN ({newest})) AS searched"
+        f"(SELECT * FROM (SELECT {cols} FROM {_RUNS} ORDER BY created_at DESC, runs.rowid DESC"
+        f" LIMIT ?) UNION ALL SELECT {cols} FROM {_RUNS} WHERE run_id = ?"
+        f" AND runs.rowid NOT IN ({newest})"
+        f" UNION ALL SELECT {cols} FROM {_RUNS} WHERE key = ? AND run_id != ?"
+        f" AND runs.rowid NOT IN ({newest})) AS searched"
     )
     return sql, [SEARCH_WINDOW, search, SEARCH_WINDOW, search, search, SEARCH_WINDOW]
 
@@ -98,7 +104,7 @@ def _search_clause(search: str) -> tuple[str, list[Any]]:
 
 def _load_run(c: sqlite3.Connection, run_id: str) -> Run:
     """The run as it is inside this transaction."""
-    row = c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    row = c.execute(f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE run_id = ?", [run_id]).fetchone()
     if row is None:
         raise RunNotFoundError(run_id)
     return _run_from_row(row)

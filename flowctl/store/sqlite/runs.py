@@ -23,6 +23,7 @@ from flowctl.store.sqlite.connection import SqliteConnection
 from flowctl.store.sqlite.rows import (
     _ENTRY_COLUMNS,
     _RUN_COLUMNS,
+    _RUNS,
     _entry_from_row,
     _loads,
     _run_from_row,
@@ -39,7 +40,7 @@ class RunReads(SqliteConnection):
     """Reads of runs and what they recorded."""
 
     def get_run(self, run_id: str) -> Run:
-        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id])
+        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE run_id = ?", [run_id])
         if not rows:
             raise RunNotFoundError(run_id)
         return _run_from_row(rows[0])
@@ -49,12 +50,13 @@ class RunReads(SqliteConnection):
         ref = ref.strip()
         if not ref:
             raise RunNotFoundError(ref, "a run id is required")
-        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", [ref])
+        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE run_id = ?", [ref])
         if rows:
             return _run_from_row(rows[0])
         hi = ref + "\uffff"
         rows = self._read(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id >= ? AND run_id < ? LIMIT 2", [ref, hi]
+            f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE run_id >= ? AND run_id < ? LIMIT 2",
+            [ref, hi],
         )
         if not rows:
             raise RunNotFoundError(ref)
@@ -63,7 +65,7 @@ class RunReads(SqliteConnection):
         return _run_from_row(rows[0])
 
     def get_run_by_key(self, key: str) -> Run | None:
-        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE key = ?", [key])
+        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE key = ?", [key])
         return _run_from_row(rows[0]) if rows else None
 
     def list_runs(
@@ -101,13 +103,13 @@ class RunReads(SqliteConnection):
             params.append(to_us(since))
         if order == "finished_desc":
             where.append("finished_at IS NOT NULL")  # runs_status_finished holds only these
-        source, source_params = "runs", list[Any]()
+        source, source_params = _RUNS, list[Any]()
         if search:
             source, source_params = _search_source(search)
             clause, clause_args = _search_clause(search)
             where.append(clause)
             params.extend(clause_args)
-        rid = "rid" if search else "rowid AS rid"
+        rid = "rid" if search else "runs.rowid AS rid"
         wanted = [str(s) for s in statuses] if statuses else []
         if not wanted and workflow and not search:
             wanted = [str(s) for s in RunStatus]  # runs_workflow is (workflow, status, ...)
@@ -131,6 +133,7 @@ class RunReads(SqliteConnection):
             part = " AND ".join(["status = ?", *where])
             parts.append(
                 f"SELECT * FROM (SELECT {_RUN_COLUMNS}, {rid} FROM runs {hints.get(status, '')}"
+                " LEFT JOIN definitions USING (def_id)"
                 f" WHERE {part} ORDER BY {by} LIMIT ?)"
             )
             args += [status, *params, limit + offset]
@@ -168,7 +171,7 @@ class RunReads(SqliteConnection):
         if not run_ids:
             return []
         rows = self._read(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id IN ({','.join('?' * len(run_ids))})",
+            f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE run_id IN ({','.join('?' * len(run_ids))})",
             list(run_ids),
         )
         return [_run_from_row(r) for r in rows]
@@ -198,8 +201,9 @@ class RunReads(SqliteConnection):
 
     def run_source(self, run_id: str) -> tuple[str | None, str | None]:
         rows = self._read(
-            "SELECT COALESCE(r.source, s.source), r.source_hash FROM runs r LEFT JOIN sources s"
-            " ON s.source_hash = r.source_hash WHERE r.run_id = ?",
+            "SELECT COALESCE(r.source, s.source), d.source_hash FROM runs r LEFT JOIN definitions d"
+            " USING (def_id) LEFT JOIN sources s ON s.source_hash = d.source_hash"
+            " WHERE r.run_id = ?",
             [run_id],
         )
         if not rows:
@@ -382,7 +386,7 @@ class RunReads(SqliteConnection):
         out: list[tuple[datetime, str, Run]] = []
         rows = self._read(
             f"SELECT {_RUN_COLUMNS}, EXISTS (SELECT 1 FROM journal j WHERE j.run_id = runs.run_id"
-            " AND j.state = 'retrying') FROM runs WHERE status IN ('queued', 'sleeping', 'waiting')"
+            f" AND j.state = 'retrying') FROM {_RUNS} WHERE status IN ('queued', 'sleeping', 'waiting')"
             " AND run_at IS NOT NULL AND run_at <= ? ORDER BY run_at LIMIT ?",
             [until_us, limit],
         )
@@ -391,7 +395,7 @@ class RunReads(SqliteConnection):
             assert run.run_at is not None
             out.append((run.run_at, agenda_kind(run.status, run.attempt, bool(r[-1])), run))
         rows = self._read(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE deadline IS NOT NULL AND deadline <= ?"
+            f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE deadline IS NOT NULL AND deadline <= ?"
             " AND status IN ('queued', 'running', 'sleeping', 'waiting', 'paused')"
             " ORDER BY deadline LIMIT ?",
             [until_us, limit],

@@ -372,6 +372,52 @@ def _migration_15(db: sqlite_utils.Database) -> None:
     )
 
 
+# What a run was started from, repeated by every run of the same file: kept once per
+# distinct definition in `definitions` (migration 16), joined back when a run is read.
+DEFINITION_COLUMNS = ("target", "kind", "source_hash", "source_path", "cwd")
+
+
+def _migration_16(db: sqlite_utils.Database) -> None:
+    """A run's definition (target, kind, source hash, source path, cwd: 170 B of a
+    sleeping run's row, the same for every run of one file started from one place) is
+    stored once in `definitions`; a run keeps its def_id (issue 14, item 6).
+
+    The unique key treats a missing value as '' so that a definition with no pinned
+    source is found again, not added once per run. The columns are dropped in place
+    (ALTER TABLE DROP COLUMN rewrites the rows; no table is recreated, so no foreign key
+    of journal, timeline ... is touched).
+    """
+    db.execute(
+        """
+        CREATE TABLE definitions (
+            def_id INTEGER PRIMARY KEY,
+            target TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            source_hash TEXT,
+            source_path TEXT,
+            cwd TEXT
+        ) STRICT
+        """
+    )
+    db.execute(f"CREATE UNIQUE INDEX definitions_key ON definitions ({_DEFINITION_KEY})")
+    db.execute(
+        "INSERT OR IGNORE INTO definitions (target, kind, source_hash, source_path, cwd)"
+        " SELECT DISTINCT target, kind, source_hash, source_path, cwd FROM runs"
+    )
+    db.execute("ALTER TABLE runs ADD COLUMN def_id INTEGER")
+    same = " AND ".join(
+        f"IFNULL(d.{col}, '') = IFNULL(runs.{col}, '')" for col in DEFINITION_COLUMNS
+    )
+    db.execute(f"UPDATE runs SET def_id = (SELECT def_id FROM definitions d WHERE {same})")
+    for col in DEFINITION_COLUMNS:
+        db.execute(f"ALTER TABLE runs DROP COLUMN {col}")
+
+
+# target and kind are never NULL; the others are '' in the key when missing.
+_DEFINITION_KEY = "target, kind, " + ", ".join(
+    f"IFNULL({col}, '')" for col in DEFINITION_COLUMNS[2:]
+)
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -388,6 +434,7 @@ MIGRATIONS = [
     _migration_13,
     _migration_14,
     _migration_15,
+    _migration_16,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

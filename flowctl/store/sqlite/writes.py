@@ -15,6 +15,7 @@ from flowctl.store.records import NewRun, dumps
 from flowctl.store.sqlite.rows import (
     _CLEARED,
     _RUN_COLUMNS,
+    _RUNS,
     _add_event,
     _dt,
     _event,
@@ -41,14 +42,20 @@ _RUNNING_OF_SCHEDULE = (
 )
 
 
-def _insert_run(c: sqlite3.Connection, new: NewRun, now_us: int) -> tuple[Run, bool]:
+def _insert_run(
+    c: sqlite3.Connection,
+    new: NewRun,
+    now_us: int,
+    definitions: dict[tuple[Any, ...], int] | None = None,
+) -> tuple[Run, bool]:
     """create_run inside the caller's transaction (a schedule fire creates its runs in the
-    same transaction that records the fire)."""
+    same transaction that records the fire). `definitions` remembers the def_ids found in
+    this transaction, so a batch of runs of one workflow looks its definition up once."""
     # Due at its start time (now, --in, --at) or at its deadline, whichever is first.
     start_at = from_us(now_us) if new.run_at is None else new.run_at
     run_at = to_us(parked_run_at(start_at, deadline=new.deadline) or start_at)
     if new.key is not None:
-        row = c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE key = ?", [new.key]).fetchone()
+        row = c.execute(f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE key = ?", [new.key]).fetchone()
         if row is not None:
             return _run_from_row(row), False
     # The pinned text is kept once per definition hash (sources), not in every run row.
@@ -59,20 +66,16 @@ def _insert_run(c: sqlite3.Connection, new: NewRun, now_us: int) -> tuple[Run, b
             [new.source_hash, source],
         )
         source = None
+    definition = (new.target, new.kind, new.source_hash, new.source_path, new.cwd)
     c.execute(
-        "INSERT INTO runs (run_id, workflow, target, kind, source, source_hash, source_path,"
-        " cwd, input, status, run_at, created_at, max_attempts, backoff, deadline,"
-        " timeout_us, key, parent_run_id, schedule, scheduled_at, secret_keys, notify)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        "INSERT INTO runs (run_id, workflow, def_id, source, input, status, run_at, created_at,"
+        " max_attempts, backoff, deadline, timeout_us, key, parent_run_id, schedule,"
+        " scheduled_at, secret_keys, notify) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         [
             new.run_id,
             new.workflow,
-            new.target,
-            new.kind,
+            _definition_id(c, definition, definitions),
             source,
-            new.source_hash,
-            new.source_path,
-            new.cwd,
             dumps(new.input, "the input"),
             RunStatus.QUEUED,
             run_at,
@@ -98,6 +101,32 @@ def _insert_run(c: sqlite3.Connection, new: NewRun, now_us: int) -> tuple[Run, b
         data["schedule"] = new.schedule
     _add_event(c, new.run_id, now_us, "created", data)
     return _load_run(c, new.run_id), True
+
+
+def _definition_id(
+    c: sqlite3.Connection,
+    definition: tuple[Any, ...],
+    known: dict[tuple[Any, ...], int] | None = None,
+) -> int:
+    """The def_id of (target, kind, source_hash, source_path, cwd), added when new, inside
+    the caller's transaction. `known` is valid only within that transaction (a rollback
+    would take a new definition with it)."""
+    if known is not None and definition in known:
+        return known[definition]
+    c.execute(
+        "INSERT OR IGNORE INTO definitions (target, kind, source_hash, source_path, cwd)"
+        " VALUES (?,?,?,?,?)",
+        definition,
+    )
+    (def_id,) = c.execute(
+        "SELECT def_id FROM definitions WHERE target = ? AND kind = ?"
+        " AND IFNULL(source_hash, '') = IFNULL(?, '') AND IFNULL(source_path, '') = IFNULL(?, '')"
+        " AND IFNULL(cwd, '') = IFNULL(?, '')",
+        definition,
+    ).fetchone()
+    if known is not None:
+        known[definition] = int(def_id)
+    return int(def_id)
 
 
 def _fail(
