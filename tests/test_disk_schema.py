@@ -39,6 +39,14 @@ def migrated(tmp_path: Path) -> Path:
     return db
 
 
+def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
 def schema(db: Path) -> dict[str, str]:
     conn = sqlite3.connect(db)
     try:
@@ -106,8 +114,7 @@ def test_runs_share_one_definition_row_and_read_it_back(tmp_path: Path) -> None:
         many = ops.start_many(store, target, [{"user": f"u{i}"} for i in range(5)], clock=clock)
         one = ops.start(store, target, {}, clock=clock).run
         elsewhere = ops.start(store, target, {}, clock=clock, cwd=str(tmp_path / "other")).run
-        (defs,) = store._read("SELECT COUNT(*) FROM definitions")[0]
-        assert defs == 2
+        assert rows(tmp_path / "f.db", "SELECT COUNT(*) FROM definitions") == [(2,)]
         for run in [s.run for s in many] + [one, elsewhere]:
             got = store.get_run(run.run_id)
             assert (got.target, got.kind, got.source_hash, got.source_path, got.cwd) == (
@@ -138,7 +145,8 @@ def test_a_copy_through_postgresql_keeps_definitions_and_pinned_sources(
             for store in (pg, back):
                 assert store.get_run(run_id).to_json() == want["run"]
                 assert list(store.run_source(run_id)) == [want["source"], want["source_hash"]]
-        assert back._read("SELECT COUNT(*) FROM runs WHERE source IS NOT NULL")[0][0] == 0
+        held = "SELECT COUNT(*) FROM runs WHERE source IS NOT NULL"
+        assert rows(tmp_path / "back.db", held) == [(0,)]  # the texts went to `sources`
     finally:
         for s in (a, pg, back):
             s.close()

@@ -148,7 +148,9 @@ BOUNDED_BY_NATURE = {
     "SELECT DISTINCT lease_owner FROM runs WHERE status = ? AND lease_owner IS NOT NULL",
     "SELECT run_id FROM runs WHERE status = ? AND run_at <= ? ORDER BY crashes, run_at LIMIT ?",
 }
-LIMITED_SUBQUERY = re.compile(r"\(SELECT [^()]* LIMIT (\?|\d+)\)")
+# A LIMITed subquery; it may join a run's definition back (`USING (def_id)`, one lookup by
+# key per run it yields).
+LIMITED_SUBQUERY = re.compile(r"\(SELECT (?:[^()]|\(def_id\))* LIMIT (\?|\d+)\)")
 
 
 def _sorts_a_bounded_set(sql: str, plan: list[str]) -> bool:

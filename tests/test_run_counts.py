@@ -129,6 +129,18 @@ def test_migration_11_moves_an_older_database(tmp_path: Path, flows: Path) -> No
     conn = sqlite3.connect(str(db), isolation_level=None)
     conn.executescript(  # the same rows as schema 10 held them: the text in every run row
         """
+        ALTER TABLE runs ADD COLUMN target TEXT NOT NULL DEFAULT '';  -- migration 16's
+        ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT '';
+        ALTER TABLE runs ADD COLUMN source_hash TEXT;
+        ALTER TABLE runs ADD COLUMN source_path TEXT;
+        ALTER TABLE runs ADD COLUMN cwd TEXT;
+        UPDATE runs SET (target, kind, source_hash, source_path, cwd) = (SELECT target, kind,
+            source_hash, source_path, cwd FROM definitions d WHERE d.def_id = runs.def_id);
+        ALTER TABLE runs DROP COLUMN def_id; DROP TABLE definitions;
+        DROP INDEX timeline_woke; DROP INDEX timeline_claims;  -- migration 15's
+        CREATE INDEX timeline_type_at ON timeline(type, at);
+        DROP INDEX runs_status_finished;
+        CREATE INDEX runs_status_finished ON runs(status, finished_at);
         UPDATE runs SET source = (SELECT source FROM sources s
                                   WHERE s.source_hash = runs.source_hash);
         DROP TABLE sources;

@@ -102,8 +102,9 @@ def test_show_json_holds_the_same_page_with_its_totals(
 ) -> None:
     db, rid = long_run
     total = STEPS + 1
-    with SqliteStore(db) as store:
-        (events,) = store._read("SELECT COUNT(*) FROM timeline WHERE run_id = ?", [rid])[0]
+    conn = sqlite3.connect(db)
+    (events,) = conn.execute("SELECT COUNT(*) FROM timeline WHERE run_id = ?", [rid]).fetchone()
+    conn.close()
     paged = json.loads(run_main(monkeypatch, "--db", str(db), "show", rid, "--json").stdout)
     assert [c["index"] for c in paged["checkpoints"]] == list(range(total - SHOW_STEPS, total))
     assert paged["checkpoints_total"] == total
