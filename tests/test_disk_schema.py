@@ -8,6 +8,7 @@ The indexes hold what the queries need and no more (test_query_plans checks the 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 from datetime import UTC, datetime, timedelta
@@ -27,6 +28,18 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 RECORD: dict[str, Any] = json.loads((FIXTURES / "v14.json").read_text())
 MADE_AT = datetime(2026, 3, 29, 0, 59, tzinfo=UTC)
 FLOWS = (FIXTURES / "v14_flows.py").read_text()
+
+
+def utc(value: Any) -> Any:
+    """JSON with every UTC time spelled one way ('Z'): flowctl's --json spelling moved from
+    '+00:00' to 'Z' after schema 14 (a rendering change, not a stored one)."""
+    if isinstance(value, dict):
+        return {k: utc(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [utc(v) for v in value]
+    if isinstance(value, str) and re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+\+00:00", value):
+        return value[: -len("+00:00")] + "Z"
+    return value
 
 
 @pytest.fixture
@@ -62,9 +75,11 @@ def test_a_schema_14_database_reads_back_as_schema_14_read_it(migrated: Path) ->
     with SqliteStore(migrated) as store:
         assert len(RECORD["runs"]) == 9
         for run_id, want in RECORD["runs"].items():
-            assert store.get_run(run_id).to_json() == want["run"]
-            assert [e.to_json() for e in store.journal(run_id).values()] == want["journal"]
-            assert [e.to_json() for e in store.timeline(run_id)] == want["timeline"]
+            assert utc(store.get_run(run_id).to_json()) == utc(want["run"])
+            journal = [e.to_json() for e in store.journal(run_id).values()]
+            assert utc(journal) == utc(want["journal"])
+            timeline = [e.to_json() for e in store.timeline(run_id)]
+            assert utc(timeline) == utc(want["timeline"])
             assert list(store.run_source(run_id)) == [want["source"], want["source_hash"]]
         assert {str(s): n for s, n in store.count_by_status().items()} == RECORD["counts"]
         finished = store.list_runs(statuses=[RunStatus.COMPLETED], order="finished_desc")
@@ -143,7 +158,7 @@ def test_a_copy_through_postgresql_keeps_definitions_and_pinned_sources(
         copy_rows(pg, back, ops.plan_copy(pg, back, clock=clock))
         for run_id, want in RECORD["runs"].items():
             for store in (pg, back):
-                assert store.get_run(run_id).to_json() == want["run"]
+                assert utc(store.get_run(run_id).to_json()) == utc(want["run"])
                 assert list(store.run_source(run_id)) == [want["source"], want["source_hash"]]
         held = "SELECT COUNT(*) FROM runs WHERE source IS NOT NULL"
         assert rows(tmp_path / "back.db", held) == [(0,)]  # the texts went to `sources`
