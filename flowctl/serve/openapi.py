@@ -255,7 +255,7 @@ def spec() -> dict[str, Any]:
                     ],
                     "responses": {
                         "200": _json({"$ref": "#/components/schemas/RunDetail"}, "the run"),
-                        **_errors(401, 404, 503),
+                        **_errors(400, 401, 404, 503),
                     },
                 }
             },
