@@ -640,6 +640,10 @@ def _open(
         raise DatabaseError(f"cannot open database {shown}: {e.strerror}") from None
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise DatabaseError(f"{path} is a folder; --db takes a database file")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        # A device, FIFO or socket: reading it could block, and making it private would
+        # chmod a shared node such as /dev/null for every user of the machine.
+        raise DatabaseError(f"{path} is not a regular file; --db takes a database file")
     if st is None:
         if not create:
             raise DatabaseNotFoundError(path)
