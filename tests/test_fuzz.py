@@ -206,8 +206,10 @@ PLAUSIBLE: dict[str, list[str]] = {
     "from_": ["2026-03-28T00:00:00Z"],
 }
 # Commands and options that serve or wait until something outside the test happens.
-SKIP_COMMANDS = {"daemon", "tui", "init", "serve"}  # serve: fuzzed over HTTP in test_serve_fuzz
-SKIP_OPTIONS = {"wait", "follow", "version", "help"}  # logs --follow: until the run ends
+# serve: fuzzed over HTTP in test_serve_fuzz; wait: until its runs end (test_cli_wait).
+SKIP_COMMANDS = {"daemon", "tui", "init", "serve", "wait"}
+# logs --follow: until the run ends; ls --watch: until Ctrl-C (both tested on a FakeClock).
+SKIP_OPTIONS = {"wait", "follow", "watch", "version", "help"}
 
 
 def _commands() -> list[tuple[list[str], Any]]:
