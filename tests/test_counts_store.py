@@ -167,6 +167,8 @@ def test_search_reads_a_bounded_window_and_exact_ids_and_keys(
     assert ids(search="pin") == [shown]  # found by a value that is not secret
     assert ids(search="needle", workflow="secretive") == []  # its token never matches
     assert ids(search=old) == [old]  # an exact id, however old
+    assert ids(search="order-7") == [old]  # an exact key, however old
+    assert ids(search="order-") == []  # a key matches whole, not as a part
     assert ids(search=new) == [new]  # an id in the window
     assert ids(search=hidden) == [hidden]
     assert store.count_by_status_matching(None, "needle")[RunStatus.QUEUED] == 1

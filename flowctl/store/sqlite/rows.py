@@ -92,14 +92,15 @@ def _search_source(search: str) -> tuple[str, list[Any]]:
 
 def _search_clause(search: str) -> tuple[str, list[Any]]:
     """`ls --search`: the run id, or the input as shown, with every secret value replaced
-    by "***" before matching, so a secret never matches; over _search_source's rows."""
+    by "***" before matching, so a secret never matches, or the key exactly (the window
+    brings an old run with that key in; this clause keeps it); over _search_source's rows."""
     pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     clause = (
-        "(run_id LIKE ? ESCAPE '\\' OR (CASE WHEN secret_keys IS NULL THEN input ELSE"
+        "(run_id LIKE ? ESCAPE '\\' OR key = ? OR (CASE WHEN secret_keys IS NULL THEN input ELSE"
         " json_patch(input, (SELECT json_group_object(value, '***')"
         " FROM json_each(searched.secret_keys))) END) LIKE ? ESCAPE '\\')"
     )
-    return clause, [pattern, pattern]
+    return clause, [pattern, search, pattern]
 
 
 def _load_run(c: sqlite3.Connection, run_id: str) -> Run:
