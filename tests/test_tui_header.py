@@ -1,5 +1,6 @@
 """The TUI says which database it shows and whether anything will wake its sleepers
-(issue 17, item 5): the full path, a live daemon (since when, runs held) or "no daemon"
+(issue 17, item 5): the full path, a live daemon (since when, runs held, wake lateness
+p99) or "no daemon"
 in the warning colour; `y` tells the truth where it cannot copy; `flowctl tui` without a
 terminal is one line and exit 2."""
 
@@ -15,14 +16,14 @@ import pytest
 from textual.pilot import Pilot
 from typer.testing import CliRunner
 
-from flowctl import cli
+from flowctl import cli, ops
 from flowctl.clock import FakeClock
 from flowctl.ids import HOST, make_owner
 from flowctl.store import NewRun
 from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.tui.app import FlowctlApp, HeaderLine
-from flowctl.tui.render import daemon_line, short_path
-from flowctl.tui.views import DaemonUp
+from flowctl.tui.render import daemon_line, late_text, short_path
+from flowctl.tui.views import DaemonUp, WakeLateness, wake_lateness
 from tests.test_tui import pilot_test, settle
 
 pytestmark = pytest.mark.tui
@@ -120,3 +121,70 @@ def test_tui_without_a_terminal_is_one_line_and_exit_2(store: Store, db_path: Pa
         " `flowctl ls`, `flowctl status` or `flowctl agenda`"
     ]
     assert "\x1b" not in result.output
+
+
+def _woken(store: Store, clock: FakeClock, owner: str, lates_ms: list[int]) -> None:
+    """Runs queued for later, each claimed `late` ms after it was due: `woke` events."""
+    for i, late in enumerate(lates_ms):
+        due = clock.now() + timedelta(seconds=1)
+        store.create_run(
+            NewRun(f"r_w{i:03d}", "nap", "nap.py:nap", "python", {}, run_at=due), clock.now()
+        )
+        at = due + timedelta(milliseconds=late)
+        claims, _ = store.claim_due(owner, at, at + timedelta(seconds=15), 1, run_id=f"r_w{i:03d}")
+        assert claims
+        clock.advance(timedelta(seconds=2))
+
+
+def test_wake_lateness_is_the_p99_of_the_last_hour_ranked_as_status_ranks(store: Store) -> None:
+    clock = FakeClock(NOW)
+    _woken(store, clock, "elsewhere/1/1/0000", [5] * 98 + [40, 900])
+    lateness = wake_lateness(store, clock.now() - timedelta(hours=1))
+    assert lateness == WakeLateness(100, 0.9)  # index int(0.99 * 100) of the sorted figures
+    status = ops.status(store, clock=clock).lateness
+    assert status["p99_ms"] == 900.0 and status["wakes"] == 100  # the same figure
+    assert wake_lateness(store, clock.now() + timedelta(seconds=1)) == WakeLateness(0, None)
+
+
+@pilot_test
+async def test_header_shows_the_daemons_wake_lateness_p99(store: Store) -> None:
+    clock = FakeClock(NOW)
+    owner = make_owner()  # this test process: alive
+    store.register_daemon(owner, HOST, 1, None, NOW, {})
+    _woken(store, clock, owner, [12, 12, 37])
+    app = FlowctlApp(store=store, clock=clock, shown_path="/srv/app/flowctl.db")
+    async with app.run_test(size=(160, 24)) as pilot:
+        text = await _header(app, pilot)
+    assert (
+        "daemon up since 2026-03-29 12:00:00 UTC (6.0s), holding 3 runs, wakes p99 37ms late"
+        in text
+    )
+
+
+@pilot_test
+async def test_an_80_column_header_keeps_the_daemon_facts_short(store: Store) -> None:
+    clock = FakeClock(NOW)
+    store.register_daemon(make_owner(), HOST, 1, None, NOW - timedelta(hours=2), {})
+    app = FlowctlApp(store=store, clock=clock, shown_path="/home/ana/project/.flowctl/flowctl.db")
+    async with app.run_test(size=(80, 24)) as pilot:
+        text = await _header(app, pilot)
+    assert len(text) <= 80
+    assert "daemon 2h00m · 0 runs · p99 —" in text  # nothing woke in the last hour
+    assert text.rstrip().endswith("12:00:00 UTC")  # the time, without the date
+    assert "…" in text and "flowctl.db" in text  # the path's end
+
+
+def test_daemon_line_picks_the_longest_wording_that_fits() -> None:
+    up = [DaemonUp("a", NOW - timedelta(minutes=5), 1)]
+    late = WakeLateness(10, 0.0042)
+    full, _ = daemon_line(up, NOW, late)
+    assert (
+        full
+        == "  daemon up since 2026-03-29 11:55:00 UTC (5m00s), holding 1 run, wakes p99 4.2ms late"
+    )
+    assert (
+        daemon_line(up, NOW, late, len(full) - 1)[0]
+        == "  daemon up 5m00s, 1 run held, wake p99 4.2ms"
+    )
+    assert daemon_line(up, NOW, late, 30)[0] == "  daemon 5m00s · 1 run · p99 4.2ms"  # never cut
+    assert [late_text(s) for s in (0.0004, 0.037, 1.25, 125)] == ["0.4ms", "37ms", "1.2s", "2m05s"]

@@ -31,6 +31,7 @@ The TUI writes no SQL of its own.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -59,6 +60,7 @@ from flowctl.tui.render import (
 )
 from flowctl.tui.screens import FilterScreen, HelpScreen, SignalScreen
 from flowctl.tui.views import (
+    LATENESS_WINDOW,
     SCHEDULE_FIELDS,
     VIEWS,
     VIEWS_BY_KEY,
@@ -66,6 +68,7 @@ from flowctl.tui.views import (
     Page,
     PageQuery,
     Row,
+    WakeLateness,
     load_page,
 )
 from flowctl.tui.widgets import DetailPane, DetailText, KeyHints, RunTable, ViewBar
@@ -86,6 +89,7 @@ __all__ = [
 PAGE_SIZE = 200  # rows per query; the next page is fetched when the cursor reaches the end
 POLL_SECONDS = 0.5  # how often data_version is read
 SEARCH_DEBOUNCE = 0.25  # seconds of no typing before a search query runs
+LATENESS_SECONDS = 10.0  # how often the header's wake lateness is re-read (real time)
 
 
 def _first_busy_view(store: Store) -> str:
@@ -135,6 +139,8 @@ class FlowctlApp(RunActions):
         self.clock = clock
         self.shown_path = shown_path or str(Path(store.path).resolve())
         self.daemons: list[DaemonUp] | None = None  # from the last page; None before it
+        self.lateness: WakeLateness | None = None  # the last read; None before it
+        self._lateness_read = float("-inf")  # time.monotonic() of the last read
         self.view = _first_busy_view(store) if view == "auto" else view
         self.workflow: str | None = None
         self.search: str | None = None
@@ -214,7 +220,14 @@ class FlowctlApp(RunActions):
     # -- queries ---------------------------------------------------------------
 
     def _query(self) -> PageQuery:
-        return PageQuery(self.view, self.workflow, self.search, self.limit)
+        """This view's page; wake lateness too when the last read is LATENESS_SECONDS old
+        (the page reloads whenever a daemon commits, every heartbeat: the header's figure
+        over the last hour need not)."""
+        since = None
+        if time.monotonic() - self._lateness_read >= LATENESS_SECONDS:
+            self._lateness_read = time.monotonic()
+            since = self.clock.now() - LATENESS_WINDOW
+        return PageQuery(self.view, self.workflow, self.search, self.limit, since)
 
     def _reload(self) -> None:
         """Re-query the current view's page and the counts, in a thread."""
@@ -284,8 +297,9 @@ class FlowctlApp(RunActions):
             self.notify(page.error, severity="error", title="query failed")
             return
         self._update_view_bar(page)
-        if self.daemons != page.daemons:
+        if self.daemons != page.daemons or page.lateness not in (None, self.lateness):
             self.daemons = page.daemons
+            self.lateness = page.lateness or self.lateness
             self._render_header()
         if page.query.view == "schedules":
             self._show_schedules(page.schedules)

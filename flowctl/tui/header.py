@@ -10,10 +10,14 @@ from textual.widgets import Static
 from flowctl.tui.render import daemon_line, short_path, to_second
 from flowctl.tui.widgets import TICK_SECONDS
 
+WIDE = 100  # from this width the clock shows the date too
+PATH_MIN = 20  # cells of the database path kept before the daemon part shortens
+
 
 class HeaderLine(Static):
-    """The database's full path, whether a daemon runs on it, active filter and search on
-    the left; the clock on the right (its own timer re-renders it every second)."""
+    """The database's full path, whether a daemon runs on it (since when, runs held, wake
+    lateness p99), active filter and search on the left; the clock on the right (its own
+    timer re-renders it every second)."""
 
     def on_mount(self) -> None:
         self.set_interval(TICK_SECONDS, self.refresh)
@@ -24,10 +28,15 @@ class HeaderLine(Static):
         app = self.app
         if not isinstance(app, FlowctlApp):
             return Content()
+        now = app.clock.now()
         read_only = "  read-only" if getattr(app.store, "read_only", False) else ""
-        daemon = daemon_line(app.daemons, app.clock.now())
-        clock = f"{to_second(app.clock.now())} UTC "
-        path = short_path(app.shown_path, self.size.width - 11 - len(read_only + daemon[0] + clock))
+        # The date goes first on a narrow screen: the daemon's state matters more.
+        clock = f"{to_second(now) if self.size.width >= WIDE else to_second(now)[11:]} UTC "
+        fixed = len(" flowctl  ") + len(read_only) + len(clock)
+        path_min = min(len(app.shown_path), PATH_MIN)
+        room = self.size.width - fixed - path_min - 1
+        daemon = daemon_line(app.daemons, now, app.lateness, room)
+        path = short_path(app.shown_path, self.size.width - fixed - len(daemon[0]) - 1)
         left = Content.assemble(
             (" flowctl ", "bold reverse"), f" {path}", (read_only, "bold $warning"), daemon
         )

@@ -25,7 +25,7 @@ from flowctl.errors import FlowctlError
 from flowctl.model import EntryState, JournalEntry, Run, RunStatus, TimelineEvent
 
 if TYPE_CHECKING:
-    from flowctl.tui.views import DaemonUp
+    from flowctl.tui.views import DaemonUp, WakeLateness
 
 # The newest checkpoints and timeline events the detail pane reads and shows, each; the
 # rest of a long run stays in the store (`flowctl show RUN --all`).
@@ -359,22 +359,48 @@ def render_schedule(item: dict[str, Any], width: int = 80) -> Content:
     return Content.assemble(*parts)
 
 
-def daemon_line(daemons: list[DaemonUp] | None, now: Any) -> tuple[str, str]:
-    """(text, style) of the header's daemon part: who wakes the sleepers, or that nothing
-    will. None: not looked at yet (the first page is loading)."""
+def late_text(seconds: float) -> str:
+    """A wake lateness as an operator reads it: 0.4ms, 37ms, 1.2s, 2m05s."""
+    if seconds < 0.01:
+        return f"{seconds * 1000:.1f}ms"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    return format_duration(seconds)
+
+
+def daemon_line(
+    daemons: list[DaemonUp] | None,
+    now: datetime,
+    lateness: WakeLateness | None = None,
+    room: int = 1 << 20,
+) -> tuple[str, str]:
+    """(text, style) of the header's daemon part: who wakes the sleepers (since when, runs
+    held, wake lateness p99), or that nothing will; the longest wording that fits `room`
+    cells. None: not looked at yet (the first page is loading)."""
     if daemons is None:
         return ("", "")
     if not daemons:
         return ("  no daemon — sleepers will not wake", "bold $warning")
     first = min(daemons, key=lambda d: d.started_at)
     held = sum(d.held for d in daemons)
+    runs = f"{held} run" + ("" if held == 1 else "s")
     since = format_duration(max(now - first.started_at, timedelta(0)))
     many = f"{len(daemons)} daemons" if len(daemons) > 1 else "daemon"
-    return (
-        f"  {many} up since {to_second(first.started_at)} UTC ({since}), holding {held} run"
-        + ("" if held == 1 else "s"),
-        "$success",
+    full, medium, compact = "", "", ""
+    if lateness is not None and lateness.p99 is None:
+        full, medium, compact = ", no wakes in the last hour", ", no wakes 1h", " · p99 —"
+    elif lateness is not None and lateness.p99 is not None:
+        late = late_text(lateness.p99)
+        full, medium, compact = f", wakes p99 {late} late", f", wake p99 {late}", f" · p99 {late}"
+    forms = (
+        f"  {many} up since {to_second(first.started_at)} UTC ({since}), holding {runs}{full}",
+        f"  {many} up {since}, {runs} held{medium}",
+        f"  {many} {since} · {runs}{compact}",
     )
+    fitting = [f for f in forms if len(f) <= room]
+    return (fitting[0] if fitting else forms[-1], "$success")
 
 
 def short_path(path: str, room: int) -> str:

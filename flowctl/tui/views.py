@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from rich.text import Text
@@ -304,6 +304,9 @@ class PageQuery:
     workflow: str | None
     search: str | None
     limit: int
+    # Also read wake lateness, over the wakes recorded since this instant; None: not this
+    # time (the app asks every LATENESS_SECONDS, not at every page).
+    wakes_since: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -315,6 +318,27 @@ class DaemonUp:
     held: int  # runs it holds a lease on now
 
 
+@dataclass(frozen=True)
+class WakeLateness:
+    """How late timers woke recently: `flowctl status`'s figure, for the header."""
+
+    wakes: int  # wakes counted (at most LATENESS_SAMPLE, the newest)
+    p99: float | None  # seconds; None when nothing woke in the window
+
+
+LATENESS_WINDOW = timedelta(hours=1)  # the window `flowctl status` reports too
+LATENESS_SAMPLE = 1000  # newest wakes read: one index range scan, bounded however busy
+
+
+def wake_lateness(store: Store, since: datetime) -> WakeLateness:
+    """The p99 lateness of the newest wakes since `since`, ranked as `flowctl status`
+    ranks (the value at index int(0.99 n)); reads the timeline's (type, at) index only."""
+    lates = sorted(store.recent_wakes(since, limit=LATENESS_SAMPLE))
+    if not lates:
+        return WakeLateness(0, None)
+    return WakeLateness(len(lates), lates[min(len(lates) - 1, int(0.99 * len(lates)))])
+
+
 @dataclass
 class Page:
     """One answer to a PageQuery; `error` is set instead when the query failed."""
@@ -324,6 +348,7 @@ class Page:
     daemons: list[DaemonUp] = field(default_factory=list)  # live ones; empty: none
     counts: dict[RunStatus, int] = field(default_factory=dict)
     schedules: list[dict[str, Any]] = field(default_factory=list)
+    lateness: WakeLateness | None = None  # None: not read this time (query.wakes_since)
     error: str | None = None
 
 
@@ -345,6 +370,8 @@ def load_page(store: Store, query: PageQuery) -> Page:
     page = Page(query)
     page.counts = ops.count_runs(store, workflow=query.workflow, search=query.search)
     page.daemons = live_daemons(store)
+    if query.wakes_since is not None:
+        page.lateness = wake_lateness(store, query.wakes_since)
     # Schedules are a handful of rows: cheap to list with every page, so their count is live.
     page.schedules = list_schedule_dicts(store)
     if view.key == "schedules":
