@@ -179,6 +179,7 @@ class FlowctlApp(RunActions):
         self.query_one("#search").display = False
         self._set_columns()
         self._render_header()
+        self.query_one(KeyHints).set_view(self.view)
         self.query_one(RunTable).focus()
         self._data_version = self.store.data_version()
         self._reload()
@@ -512,6 +513,7 @@ class FlowctlApp(RunActions):
         self._set_columns()
         self.query_one("#body").remove_class("-zoom")
         self.query_one(ViewBar).set_state(key, self.query_one(ViewBar).counts)
+        self.query_one(KeyHints).set_view(key)
         self._show_list_state(False)
         self.query_one("#empty", Static).update(Content.styled("loading…", "dim"))
         self.query_one(RunTable).focus()

@@ -169,29 +169,24 @@ class FilterScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+# At most 64 cells a line: the overlay fits an 80-column terminal without wrapping, and
+# in 24 rows without scrolling.
 HELP = """\
-[b]Views[/b]
-  1 Running    2 Sleeping   3 Waiting    4 Queued
-  5 Dead       6 Completed  7 Schedules  8 All
-  tab / shift+tab   next / previous view
+[b]Views[/b]      1 Running   2 Sleeping   3 Waiting    4 Queued
+           5 Dead      6 Completed  7 Schedules  8 All
+           9 Paused    0 Cancelled  tab, shift+tab  cycle
+[b]Moving[/b]     j k ↑ ↓   move in the list, or scroll the detail
+           g G       first / last row     ← →  scroll sideways
+           d         focus the list or the detail
+           enter     the detail full-screen (escape returns)
+[b]Narrowing[/b]  /         search run ids and input (enter keeps it)
+           f         filter by workflow
+[b]Runs[/b]       c cancel     r redrive (dead or cancelled)
+           w wake now   s signal     p pause / resume
+           y copy the run id         (each action asks first)
+[b]Schedules[/b]  p pause / resume     t trigger now (asks first)
 
-[b]Moving[/b]
-  j k  ↑ ↓       move (in the list) or scroll (in the detail)
-  g G  home end  first / last row
-  ← →            scroll a wide list sideways
-  d              move focus between the list and the detail (to scroll it)
-  enter          open the detail full-screen; escape returns
-
-[b]Narrowing[/b]
-  /              search run ids and input text (enter keeps it, escape clears)
-  f              filter by workflow
-
-[b]Actions on the selected run[/b] (each asks first)
-  c  cancel      r  redrive (dead or cancelled)
-  s  signal      w  wake now (ends a sleep early)
-  p  pause / resume   y  copy the run id
-
-  ?  this help   q  quit
+           ?  this help              q  quit
 """
 
 

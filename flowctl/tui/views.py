@@ -76,6 +76,13 @@ def _due_on_resume(run: Run, now: datetime) -> str:
     return countdown(run.paused_run_at, now)
 
 
+def _error_field(run: Run, key: str) -> str:
+    """One field of a run's recorded error: who cancelled it and why, for the list."""
+    value = (run.error or {}).get(key)
+    lines = [] if value is None else str(value).splitlines()
+    return lines[0] if lines else ""
+
+
 RUN_ID = Column("run_id", "RUN ID", lambda r, now: table_cell(r.run.run_id))
 WORKFLOW = Column("workflow", "WORKFLOW", lambda r, now: table_cell(r.run.workflow, limit=24))
 ATTEMPT = Column(
@@ -272,6 +279,32 @@ VIEWS: tuple[View, ...] = (
                 width=12,
             ),
             INPUT,
+        ),
+        optional=True,
+    ),
+    View(
+        "cancelled",
+        "0",
+        "Cancelled",
+        "Cancel",
+        (RunStatus.CANCELLED,),
+        "finished_desc",
+        (
+            RUN_ID,
+            WORKFLOW,
+            Column(
+                "cancelled",
+                "CANCELLED",
+                lambda r, now: table_cell(ago(r.run.finished_at, now)),
+                live=True,
+                width=12,
+            ),
+            Column("by", "BY", lambda r, now: table_cell(_error_field(r.run, "by"), limit=24)),
+            Column(
+                "reason",
+                "REASON",
+                lambda r, now: table_cell(_error_field(r.run, "message"), "dim", limit=48),
+            ),
         ),
         optional=True,
     ),

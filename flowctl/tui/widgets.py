@@ -34,8 +34,10 @@ class ViewBar(Static):
         self.counts = counts
         self.refresh()
 
-    def _labels(self, names: str, gap: str) -> list[tuple[View, str]]:
-        """Tab labels; `names` is "full", "short", or "active" (only the current view named)."""
+    def _labels(self, names: str, gap: str, tight: int = 0) -> list[tuple[View, str]]:
+        """Tab labels; `names` is "full", "short", or "active" (only the current view named).
+        `tight` 1: no space between key and name, and no count of 0 but the open view's;
+        2: no count but the open view's (an 80-column bar with every view busy)."""
         out = []
         for view in VIEWS:
             n = self.counts.get(view.key)
@@ -44,17 +46,25 @@ class ViewBar(Static):
             if names == "full":
                 name = f" {view.title}"
             elif names == "short" or view.key == self.active:
-                name = f" {view.short}"
+                name = f"{'' if tight else ' '}{view.short}"
             else:
                 name = ""
-            out.append(
-                (view, f" {view.number}{name}{'' if n is None else ' ' + tab_count(n)}{gap}")
-            )
+            hidden = view.key != self.active and (tight == 2 or (tight == 1 and not n))
+            count = "" if n is None or hidden else f" {tab_count(n)}"
+            out.append((view, f" {view.number}{name}{count}{gap}"))
         return out
 
     def render(self) -> Content:
-        for names, gap in (("full", " "), ("short", " "), ("short", ""), ("active", " ")):
-            labels = self._labels(names, gap)
+        levels = (
+            ("full", " ", 0),
+            ("short", " ", 0),
+            ("short", "", 0),
+            ("short", "", 1),
+            ("short", "", 2),
+            ("active", " ", 0),
+        )
+        for names, gap, tight in levels:
+            labels = self._labels(names, gap, tight)
             if sum(len(label) for _, label in labels) <= self.size.width:
                 break
         parts: list[str | tuple[str, str]] = []
@@ -66,25 +76,45 @@ class ViewBar(Static):
 
 
 class KeyHints(Static):
-    """The key reminder line; it drops the padding between items on narrow terminals."""
+    """The key reminder line: the keys that act in the current view (a dead run can be
+    redriven, not woken); it drops the padding between items on narrow terminals."""
 
-    KEYS = (
-        ("?", "help"),
-        ("/", "search"),
-        ("f", "filter"),
-        ("c", "cancel"),
-        ("r", "redrive"),
-        ("s", "signal"),
-        ("w", "wake"),
-        ("y", "copy id"),
-        ("q", "quit"),
-    )
+    LEAD = (("?", "help"), ("/", "search"), ("f", "filter"))
+    TAIL = (("y", "copy id"), ("q", "quit"))
+    ACTIONS: ClassVar[dict[str, tuple[tuple[str, str], ...]]] = {
+        "running": (("c", "cancel"), ("s", "signal"), ("p", "pause")),
+        "sleeping": (("w", "wake"), ("c", "cancel"), ("s", "signal"), ("p", "pause")),
+        "waiting": (("s", "signal"), ("c", "cancel"), ("p", "pause")),
+        "queued": (("w", "wake"), ("c", "cancel"), ("p", "pause")),
+        "dead": (("r", "redrive"),),
+        "completed": (),
+        "paused": (("p", "resume"), ("c", "cancel")),
+        "cancelled": (("r", "redrive"),),
+        "all": (("c", "cancel"), ("r", "redrive"), ("s", "signal"), ("w", "wake"), ("p", "pause")),
+    }
+    # Schedules have their own actions and no run id to copy.
+    SCHEDULE_KEYS = (("?", "help"), ("p", "pause/resume"), ("t", "trigger now"), ("q", "quit"))
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.view = VIEWS[0].key
+
+    def set_view(self, key: str) -> None:
+        self.view = key
+        self.refresh()
+
+    def keys(self) -> tuple[tuple[str, str], ...]:
+        """(key, label) pairs shown for the current view."""
+        if self.view == "schedules":
+            return self.SCHEDULE_KEYS
+        return (*self.LEAD, *self.ACTIONS.get(self.view, ()), *self.TAIL)
 
     def render(self) -> Content:
-        wide = sum(len(k) + len(label) + 4 for k, label in self.KEYS) <= self.size.width
+        keys = self.keys()
+        wide = sum(len(k) + len(label) + 4 for k, label in keys) <= self.size.width
         gap = "  " if wide else " "
         parts: list[str | tuple[str, str]] = []
-        for key, label in self.KEYS:
+        for key, label in keys:
             parts.append((f"{gap[:1]}{key}", "bold $accent"))
             parts.append(f" {label}{gap[1:]}")
         return Content.assemble(*parts)
