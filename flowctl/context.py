@@ -247,7 +247,7 @@ class Context:
         policy = options_of(fn).retry
         started = self._clock.monotonic()
         self._in_step = name
-        self._live.current_step = f"#{index} {name!r}"
+        self._live.step = (f"#{index} {name!r}", self._clock.now())
         try:
             with capturing(self._store, self.run_id, index, name, self._clock):
                 result = fn(*args, **kwargs)
@@ -290,7 +290,7 @@ class Context:
             raise
         finally:
             self._in_step = None
-            self._live.current_step = None
+            self._live.step = None
         if self.halted is not None:
             raise self.halted  # the step swallowed the DurableCallError it caused
         duration = self._clock.monotonic() - started
@@ -626,7 +626,9 @@ class LiveRun:
         self.timeout = timeout
         self._interrupt: Interrupt | None = None
         self._pause = False
-        self.current_step: str | None = None  # the step the handler is inside, for `why`
+        # The step the handler is inside ("#3 'charge'", when it began), for `why` and the
+        # TUI: one tuple, so the heartbeat thread never reads a label with another's start.
+        self.step: tuple[str, datetime] | None = None
         self.lost = False
         self._lock = threading.Lock()
 

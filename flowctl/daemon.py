@@ -633,7 +633,7 @@ class Daemon:
             [(live.lease, live.spent()) for _, live in held],
             now + timedelta(seconds=self.config.lease),
             now,
-            steps={rid: live.current_step for rid, live in held},
+            steps={rid: live.step for rid, live in held},
         )
         lives = dict(held)
         for reply in replies:

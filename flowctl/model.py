@@ -129,6 +129,7 @@ class Run:
     suspect: bool = False  # its worker died under it since its last checkpoint: runs alone
     solo: bool = False  # running: its claimer runs it alone, so a crash is charged to it
     crashes: int = 0  # crashes charged to it since its last checkpoint (5: poison)
+    step_started_at: datetime | None = None  # running: when `current_step` began (heartbeat)
 
     @property
     def shown_input(self) -> Any:

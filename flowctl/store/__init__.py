@@ -307,10 +307,11 @@ class Store(Protocol):
         held: Sequence[tuple[Lease, float]],
         lease_until: datetime,
         now: datetime,
-        steps: Mapping[str, str | None] | None = None,
+        steps: Mapping[str, tuple[str, datetime] | None] | None = None,
     ) -> list[HeartbeatReply]:
         """For each (lease, execution seconds spent) still held: extend it to `lease_until`
-        and persist the time spent and current step; reply what its handler must be told
+        and persist the time spent and current step (`steps`: run id -> (label, when it
+        began), None between steps); reply what its handler must be told
         (lost, cancel, pause, deadline, budget). Marks the daemon `owner` seen."""
         ...
 

@@ -29,7 +29,8 @@ _RUN_COLUMNS = (
     " attempt, max_attempts, deadline, timeout_us, exec_spent_us, result, error, lease_owner,"
     " lease_until, fence, reclaims, cancel_requested, cancel_reason, key, parent_run_id,"
     " schedule, scheduled_at, cwd, source_hash, source_path, backoff, pause_requested,"
-    " paused_status, paused_run_at, current_step, secret_keys, suspect, solo, crashes"
+    " paused_status, paused_run_at, current_step, secret_keys, suspect, solo, crashes,"
+    " step_started_at"
 )
 
 
@@ -74,6 +75,7 @@ def _run_from_row(r: Sequence[Any]) -> Run:
         suspect=bool(r[36]),
         solo=bool(r[37]),
         crashes=r[38],
+        step_started_at=_dt(r[39]),
     )
 
 

@@ -258,6 +258,26 @@ def _error_block(error: dict[str, Any], title: str, width: int) -> list[Content]
     return parts
 
 
+def _running_now(detail: ops.RunDetail, now: datetime, width: int) -> list[Content]:
+    """The step a running run is inside and for how long, as its worker's last heartbeat
+    (every second) recorded it, and the last lines the running step printed."""
+    run = detail.run
+    parts = [_section("Running now")]
+    if run.current_step is None:
+        parts.append(_indent("not inside a step at its last heartbeat", width, "dim"))
+    else:
+        took = ""
+        if run.step_started_at is not None:
+            spent = format_duration(max(now - run.step_started_at, timedelta(0)))
+            took = f" for {spent} (since {to_second(run.step_started_at)})"
+        head = Content.assemble("  step ", (run.current_step, "bold"))
+        parts.append(_head_and_tail(head, took, width, ""))
+    if detail.output_step is not None:
+        parts.append(_indent(f"output of step {detail.output_step} (last lines):", width, "dim"))
+        parts.append(_indent("\n".join(detail.output_tail)[-TEXT_LIMIT:], width))
+    return parts
+
+
 def render_detail(detail: ops.RunDetail, now: datetime, width: int = 80) -> Content:
     """Everything an operator asks about one run, as one scrollable block of text."""
     run = detail.run
@@ -319,9 +339,8 @@ def render_detail(detail: ops.RunDetail, now: datetime, width: int = 80) -> Cont
         for key, (value, _at) in detail.published.items():
             parts.append(_indent(f"{key} = {compact_json(value, 120)}", width))
 
-    if detail.output_step is not None:
-        parts.append(_section(f"Output of step {detail.output_step} (last lines)"))
-        parts.append(_indent("\n".join(detail.output_tail)[-TEXT_LIMIT:], width))
+    if run.status is RunStatus.RUNNING:
+        parts.extend(_running_now(detail, now, width))
 
     if detail.pending_signals:
         parts.append(_section("Buffered signals"))

@@ -171,11 +171,12 @@ class Leases(Transitions):
         held: Sequence[tuple[Lease, float]],
         lease_until: datetime,
         now: datetime,
-        steps: Mapping[str, str | None] | None = None,
+        steps: Mapping[str, tuple[str, datetime] | None] | None = None,
     ) -> list[HeartbeatReply]:
         """Extend the leases of held runs (lease, exec_spent) in one transaction.
 
-        Persists the execution time spent and the step each handler is inside; reports what
+        Persists the execution time spent and the step each handler is inside, with when it
+        began; reports what
         each live handler must be told: lease lost, cancel or pause requested, deadline
         passed, budget used up. Rows are locked in run id order, one order for every writer.
         """
@@ -191,10 +192,11 @@ class Leases(Transitions):
                     continue
                 cancel, deadline, timeout_us, pause_requested = row
                 spent_us = round(spent * 1e6)
+                step, step_at = (steps or {}).get(run_id) or (None, None)
                 c.execute(
                     "UPDATE runs SET lease_until = %s, run_at = %s, exec_spent_us = %s,"
-                    " current_step = %s WHERE run_id = %s",
-                    [lease_us, lease_us, spent_us, (steps or {}).get(run_id), run_id],
+                    " current_step = %s, step_started_at = %s WHERE run_id = %s",
+                    [lease_us, lease_us, spent_us, step, _us(step_at), run_id],
                 )
                 replies[run_id] = HeartbeatReply(
                     run_id,

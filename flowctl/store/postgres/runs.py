@@ -539,7 +539,7 @@ class RunReads(Transitions):
         c.execute(
             "UPDATE runs SET status = 'running', lease_owner = %s, lease_until = %s, run_at = %s,"
             " fence = %s, reclaims = %s, started_at = COALESCE(started_at, %s),"
-            " current_step = NULL, suspect = %s, solo = %s, crashes = %s WHERE run_id = %s",
+            " current_step = NULL, step_started_at = NULL, suspect = %s, solo = %s, crashes = %s WHERE run_id = %s",
             [
                 owner,
                 lease_us,

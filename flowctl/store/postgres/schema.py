@@ -315,7 +315,10 @@ _V4 = [
 ]
 
 # Each migration is a list of statements; version N is MIGRATIONS[N - 1]. Forward only.
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4]
+# Version 5: when the step a running run is inside began (with current_step, by heartbeat).
+_V5 = ["ALTER TABLE runs ADD COLUMN step_started_at BIGINT"]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

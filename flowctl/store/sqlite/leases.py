@@ -283,6 +283,7 @@ class Leases(SqliteConnection):
         c.execute(
             "UPDATE runs SET status = 'running', lease_owner = ?, lease_until = ?, run_at = ?,"
             " fence = ?, reclaims = ?, started_at = COALESCE(started_at, ?), current_step = NULL,"
+            " step_started_at = NULL,"
             " suspect = ?, solo = ?, crashes = ? WHERE run_id = ?",
             [
                 owner,
@@ -476,12 +477,12 @@ class Leases(SqliteConnection):
         held: Sequence[tuple[Lease, float]],
         lease_until: datetime,
         now: datetime,
-        steps: Mapping[str, str | None] | None = None,
+        steps: Mapping[str, tuple[str, datetime] | None] | None = None,
     ) -> list[HeartbeatReply]:
         """Extend the leases of held runs (lease, exec_spent) in one transaction.
 
         Persists the execution time spent, so a budget survives restarts, and the step each
-        handler is inside (`steps`, for `why`); reports what each live handler must be told:
+        handler is inside with when it began (`steps`, for `why` and the TUI); reports what each live handler must be told:
         lease lost, cancel or pause requested, deadline passed, budget used up.
         """
         now_us, lease_us = to_us(now), to_us(lease_until)
@@ -496,10 +497,11 @@ class Leases(SqliteConnection):
                     continue
                 cancel, deadline_us, timeout_us, pause_requested = row
                 spent_us = round(spent * 1e6)
+                step, step_at = (steps or {}).get(run_id) or (None, None)
                 c.execute(
                     "UPDATE runs SET lease_until = ?, run_at = ?, exec_spent_us = ?,"
-                    " current_step = ? WHERE run_id = ?",
-                    [lease_us, lease_us, spent_us, (steps or {}).get(run_id), run_id],
+                    " current_step = ?, step_started_at = ? WHERE run_id = ?",
+                    [lease_us, lease_us, spent_us, step, _us(step_at), run_id],
                 )
                 notice = held_notice(
                     cancel_requested=bool(cancel),

@@ -418,6 +418,12 @@ _DEFINITION_KEY = "target, kind, " + ", ".join(
     f"IFNULL({col}, '')" for col in DEFINITION_COLUMNS[2:]
 )
 
+def _migration_17(db: sqlite_utils.Database) -> None:
+    """When the step a running run's handler is inside began, as its heartbeat records it
+    with `current_step` (the TUI shows the step running now and for how long)."""
+    db.execute("ALTER TABLE runs ADD COLUMN step_started_at INTEGER")
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -435,6 +441,7 @@ MIGRATIONS = [
     _migration_14,
     _migration_15,
     _migration_16,
+    _migration_17,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
