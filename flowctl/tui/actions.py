@@ -30,8 +30,12 @@ class RunActions(App[None]):
 
     store: Store
     clock: Clock
+    view: str
 
     def selected_run(self) -> Run | None:
+        raise NotImplementedError
+
+    def toggle_schedule_pause(self) -> None:
         raise NotImplementedError
 
     def _reload(self) -> None:
@@ -146,7 +150,11 @@ class RunActions(App[None]):
         self._confirm("Wake now", self._question("Wake", run, extra), wake, "wake failed")
 
     def action_pause_run(self) -> None:
-        """Pause the selected run, or resume it when it is paused (or a pause is pending)."""
+        """Pause the selected run, or resume it when it is paused (or a pause is pending);
+        in the Schedules view, the selected schedule."""
+        if self.view == "schedules":
+            self.toggle_schedule_pause()
+            return
         run = self._require_run()
         if run is None:
             return

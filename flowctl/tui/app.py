@@ -47,9 +47,8 @@ from flowctl import ops
 from flowctl.clock import Clock
 from flowctl.model import Run, RunStatus
 from flowctl.store import Store
-from flowctl.tui.actions import RunActions
 from flowctl.tui.header import HeaderLine
-from flowctl.tui.messages import DetailLoaded, PageLoaded
+from flowctl.tui.messages import DetailLoaded, PageLoaded, ScheduleLoaded
 from flowctl.tui.render import (
     DETAIL_STEPS,
     describe_error,
@@ -58,6 +57,7 @@ from flowctl.tui.render import (
     schedule_field,
     table_cell,
 )
+from flowctl.tui.schedule_actions import ScheduleActions
 from flowctl.tui.screens import FilterScreen, HelpScreen, SignalScreen
 from flowctl.tui.views import (
     LATENESS_WINDOW,
@@ -104,7 +104,7 @@ def _first_busy_view(store: Store) -> str:
 # The app
 
 
-class FlowctlApp(RunActions):
+class FlowctlApp(ScheduleActions):
     """A live view of one flowctl database. Built from explicit inputs: a Store and a Clock."""
 
     TITLE = "flowctl"
@@ -121,6 +121,7 @@ class FlowctlApp(RunActions):
         Binding("s", "signal_run", "Signal"),
         Binding("w", "wake_run", "Wake"),
         Binding("p", "pause_run", "Pause/resume", show=False),
+        Binding("t", "trigger_schedule", "Trigger schedule", show=False),
         Binding("y", "copy_id", "Copy id"),
         Binding("d", "toggle_focus", "Detail", show=False),
         Binding("escape", "leave", "Back", show=False),
@@ -152,6 +153,7 @@ class FlowctlApp(RunActions):
         self._row_ids: list[str] = []
         self._cells: dict[str, dict[str, str]] = {}
         self._schedules: list[dict[str, Any]] = []
+        self._schedule_card: dict[str, Any] | None = None  # the selected one, `schedule show`
         self._detail: ops.RunDetail | None = None
         self._detail_run_id: str | None = None
         self._detail_error: str | None = None
@@ -196,6 +198,7 @@ class FlowctlApp(RunActions):
             "signal_run",
             "wake_run",
             "pause_run",
+            "trigger_schedule",
             "copy_id",
             "toggle_focus",
             "leave",
@@ -252,6 +255,34 @@ class FlowctlApp(RunActions):
             self.post_message(DetailLoaded(run_id, None, describe_error(e)))
         else:
             self.post_message(DetailLoaded(run_id, detail, None))
+
+    @work(thread=True, exclusive=True, group="detail")
+    def _load_schedule(self, name: str) -> None:
+        from flowctl.ops import schedules as schedule_ops
+
+        try:
+            item = schedule_ops.show_schedule(self.store, name, clock=self.clock).to_json()
+        except Exception as e:
+            self.post_message(ScheduleLoaded(name, None, describe_error(e)))
+        else:
+            self.post_message(ScheduleLoaded(name, item, None))
+
+    @on(ScheduleLoaded)
+    def _schedule_loaded(self, message: ScheduleLoaded) -> None:
+        selected = self.selected_schedule()
+        if not self.is_running or selected is None or selected["name"] != message.name:
+            return
+        self._schedule_card = message.item
+        self._detail_error = message.error
+        self._render_detail()
+
+    def selected_schedule(self) -> dict[str, Any] | None:
+        """The schedule under the cursor in the Schedules view, as of the last page."""
+        key = self._selected_key()
+        if self.view != "schedules" or key is None or not key.startswith("s"):
+            return None
+        index = int(key[1:])
+        return self._schedules[index] if 0 <= index < len(self._schedules) else None
 
     def _poll(self) -> None:
         """Re-query only when another connection committed: data_version says so cheaply."""
@@ -437,6 +468,9 @@ class FlowctlApp(RunActions):
     def _refresh_selected_detail(self) -> None:
         if self.view == "schedules":
             self._render_detail()
+            selected = self.selected_schedule()
+            if selected is not None:
+                self._load_schedule(str(selected["name"]))
             return
         run = self.selected_run()
         if run is not None:
@@ -446,6 +480,9 @@ class FlowctlApp(RunActions):
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         key = event.row_key.value if event.row_key is not None else None
         if self.view == "schedules":
+            selected = self.selected_schedule()
+            if selected is not None:
+                self._load_schedule(str(selected["name"]))
             self._render_detail()
             return
         if key is not None and key != self._detail_run_id:
@@ -478,10 +515,15 @@ class FlowctlApp(RunActions):
         if text is None:
             text = self.query_one(DetailText)
         if self.view == "schedules":
-            key = self._selected_key()
-            index = int(key[1:]) if key is not None and key.startswith("s") else -1
-            if 0 <= index < len(self._schedules):
-                text.update(render_schedule(self._schedules[index], self._detail_width(text)))
+            item = self.selected_schedule()
+            card = self._schedule_card
+            if card is not None and item is not None and card.get("name") == item["name"]:
+                item = card  # with its next fires and history, once loaded
+            if self._detail_error:
+                text.update(Content.styled(self._detail_error, "$error"))
+            elif item is not None:
+                width = self._detail_width(text)
+                text.update(render_schedule(item, width, self.clock.now()))
             else:
                 text.update(Content.styled("no schedules", "dim"))
             return

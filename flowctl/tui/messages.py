@@ -6,7 +6,7 @@ A worker reads the store off the event loop and posts one of these; the handler 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
@@ -34,6 +34,17 @@ class ActionDone(Message):
     def __init__(self, message: str, error: bool) -> None:
         super().__init__()
         self.message = message
+        self.error = error
+
+
+class ScheduleLoaded(Message):
+    """One schedule as `flowctl schedule show --json` gives it (None and `error` if the
+    read failed)."""
+
+    def __init__(self, name: str, item: dict[str, Any] | None, error: str | None) -> None:
+        super().__init__()
+        self.name = name
+        self.item = item
         self.error = error
 
 

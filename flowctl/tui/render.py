@@ -369,12 +369,95 @@ def render_detail(detail: ops.RunDetail, now: datetime, width: int = 80) -> Cont
     return Content.assemble(*parts)
 
 
-def render_schedule(item: dict[str, Any], width: int = 80) -> Content:
-    """Every field of one schedule, for the detail pane of the Schedules view."""
-    parts = [Content.styled(f"{item.get('name', 'schedule')}\n\n", "bold")]
-    for key, value in item.items():
-        shown = value if isinstance(value, str) else compact_json(value, 200)
-        parts.append(_kv(str(key)[:9], shown, width))
+def _instant(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text).astimezone(UTC)
+
+
+def _zoned(at: datetime, zone: Any) -> str:
+    """A fire as the schedule's zone reads it: "Mon 2026-03-30 09:00 CEST"."""
+    return at.astimezone(zone).strftime("%a %Y-%m-%d %H:%M %Z").rstrip()
+
+
+def _policy(policies: dict[str, Any] | None) -> str:
+    if not policies:
+        return "—"
+    missed = f"missed fires: {policies['missed']}"
+    if policies.get("max_missed") is not None and policies["missed"] != "skip":
+        missed += f" (at most {policies['max_missed']})"
+    jitter = policies.get("jitter") or 0
+    return (
+        f"{missed}; overlap: {policies['overlap']}; DST gap: {policies['gap']},"
+        f" fold: {policies['fold']}" + (f"; jitter {format_duration(jitter)}" if jitter else "")
+    )
+
+
+HISTORY_SHOWN = 8  # newest schedule decisions on the card
+
+
+def render_schedule(item: dict[str, Any], width: int = 80, now: datetime | None = None) -> Content:
+    """One schedule as a card: its rule, policies and target; its next fires in its own
+    zone with DST marks (a gap or fold the policy changed, an offset change between two
+    fires); its last fires with their runs. `item` is `flowctl schedule show --json`'s
+    object (or `ls`'s, without upcoming fires and history)."""
+    from zoneinfo import ZoneInfo
+
+    zone: Any = UTC
+    if item.get("tz"):
+        try:
+            zone = ZoneInfo(str(item["tz"]))
+        except (KeyError, ValueError):
+            zone = UTC
+    state = ("paused", "bold $warning") if item.get("paused") else ("active", "bold $success")
+    parts = [Content.assemble((str(item.get("name", "schedule")), "bold"), "  ", state, "\n")]
+    parts.append(_kv("rule", str(item.get("rule") or "—"), width))
+    parts.append(_kv("policy", _policy(item.get("policies")), width))
+    parts.append(_kv("target", str(item.get("target") or "—"), width, "dim"))
+    parts.append(_kv("input", compact_json(item.get("input"), 200), width))
+    origin = item.get("origin") or item.get("source")
+    if origin:
+        parts.append(_kv("from", str(origin), width, "dim"))
+    if "upcoming" not in item:
+        nxt = _instant(item.get("next_fire_at"))
+        parts.append(_kv("next", "—" if nxt is None else _zoned(nxt, zone), width))
+        return Content.assemble(*parts)
+
+    paused = " (paused: none fire until it is resumed)" if item.get("paused") else ""
+    parts.append(_section(f"Next fires{paused}"))
+    if not item["upcoming"]:
+        parts.append(_indent("none", width, "dim"))
+    offset = None
+    for fire in item["upcoming"]:
+        at = _instant(fire["at"])
+        if at is None:
+            continue
+        local = at.astimezone(zone)
+        when = f"  {_zoned(at, zone)}"
+        until = f"  in {countdown(at, now)}" if now is not None else ""
+        parts.append(Content.assemble(when, (until, "dim"), "\n"))
+        marks = []
+        if offset is not None and local.utcoffset() != offset:
+            marks.append(f"clocks change before this fire: now UTC{local.strftime('%z')}")
+        if fire.get("note"):
+            marks.append(f"DST: {fire['note']}")
+        for mark in marks:
+            parts.append(
+                Content.styled("".join(f"{x}\n" for x in _wrap(f"! {mark}", width, 4)), "$warning")
+            )
+        offset = local.utcoffset()
+
+    history = list(item.get("history") or [])[-HISTORY_SHOWN:]
+    parts.append(_section("Last fires"))
+    if not history:
+        parts.append(_indent("none yet", width, "dim"))
+    for event in reversed(history):  # newest first
+        at = _instant(event.get("fire_at")) or _instant(event.get("at"))
+        when = "—" if at is None else _zoned(at, zone)
+        run = event.get("run_id") or ""
+        status = event.get("run_status") or ""
+        style = "$error" if event["action"] == "error" else ""
+        head = Content.assemble(f"  {when}  ", (f"{event['action']:<15}", style))
+        tail = " ".join(x for x in (run, status) if x) or (event.get("detail") or "")
+        parts.append(_head_and_tail(head, tail, width, "dim"))
     return Content.assemble(*parts)
 
 

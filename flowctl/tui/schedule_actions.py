@@ -1,0 +1,84 @@
+"""The TUI's actions on the selected schedule: pause or resume it (p), fire it now (t, asks
+first). Each runs the `flowctl.ops.schedules` call the CLI's `flowctl schedule pause /
+resume / trigger` runs, in a thread worker; the outcome is a notification (ActionDone,
+handled by RunActions), and the page is re-queried.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.content import Content
+
+from flowctl.tui.actions import RunActions
+
+
+class ScheduleActions(RunActions):
+    """Schedule actions of `FlowctlApp` (its base, after RunActions)."""
+
+    def selected_schedule(self) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def _require_schedule(self) -> dict[str, Any] | None:
+        item = self.selected_schedule()
+        if item is None:
+            self.notify("select a schedule first", severity="warning")
+        return item
+
+    def toggle_schedule_pause(self) -> None:
+        """Pause the selected schedule, or resume it from now (fires that fell in the
+        pause are not run): no question, it is undone with the same key."""
+        item = self._require_schedule()
+        if item is None:
+            return
+        from flowctl.ops import schedules as schedule_ops
+
+        name = str(item["name"])
+        if item.get("paused"):
+
+            def resume() -> str:
+                info = schedule_ops.resume_schedule(self.store, name, clock=self.clock)
+                nxt = info.row.next_fire_at
+                when = "no further fire" if nxt is None else f"next fire {nxt:%Y-%m-%d %H:%M} UTC"
+                return f"resumed schedule {name}: {when} (fires missed while paused do not run)"
+
+            self._run_action(resume, f"resume of schedule {name} failed")
+            return
+
+        def pause() -> str:
+            schedule_ops.pause_schedule(self.store, name, clock=self.clock)
+            return f"paused schedule {name}: it fires no run until resumed (p)"
+
+        self._run_action(pause, f"pause of schedule {name} failed")
+
+    def action_trigger_schedule(self) -> None:
+        if self.view != "schedules":
+            self.notify("t fires a schedule now: open the Schedules view (7)", severity="warning")
+            return
+        item = self._require_schedule()
+        if item is None:
+            return
+        from flowctl.ops import schedules as schedule_ops
+
+        name = str(item["name"])
+
+        def trigger() -> str:
+            done = schedule_ops.trigger_schedule(self.store, name, clock=self.clock)
+            out = done.outcome
+            if done.run is None:
+                return f"{name}: no run started: {out.detail}"
+            if not out.created:
+                return f"{name}: already triggered at this instant: run {done.run.run_id}"
+            return f"triggered {name}: run {done.run.run_id} queued"
+
+        question = Content.assemble(
+            "Fire schedule ",
+            (name, "bold"),
+            " now?",
+            (
+                "\n\nOne run starts now with the schedule's input, recorded as manual in its"
+                " history; its overlap policy applies and its calendar does not move.",
+                "dim",
+            ),
+        )
+        self._confirm("Trigger", question, trigger, f"trigger of schedule {name} failed")
