@@ -41,6 +41,9 @@ class RunActions(App[None]):
     def _reload(self) -> None:
         raise NotImplementedError
 
+    def awaited_signal(self, run: Run) -> str | None:
+        raise NotImplementedError
+
     def _require_run(self) -> Run | None:
         run = self.selected_run()
         if run is None:
@@ -189,7 +192,9 @@ class RunActions(App[None]):
         )
         self._confirm("Pause", self._question("Pause", run, extra), pause, "pause failed")
 
-    def action_signal_run(self) -> None:
+    async def action_signal_run(self) -> None:
+        """Open the signal form, and wait until it is mounted before the next key is read:
+        keys typed at once after `s` then go to its focused field, in order."""
         run = self._require_run()
         if run is None:
             return
@@ -206,7 +211,8 @@ class RunActions(App[None]):
                 self.notify(f"signal {name!r} sent to {run.run_id}")
                 self._reload()
 
-        self.push_screen(SignalScreen(self.store, self.clock, run.run_id), sent)
+        form = SignalScreen(self.store, self.clock, run.run_id, self.awaited_signal(run))
+        await self.push_screen(form, sent)
 
     def action_copy_id(self) -> None:
         run = self._require_run()

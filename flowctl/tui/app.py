@@ -45,7 +45,7 @@ from textual.widgets import DataTable, Input, Static
 
 from flowctl import ops
 from flowctl.clock import Clock
-from flowctl.model import Run, RunStatus
+from flowctl.model import CallKind, EntryState, Run, RunStatus
 from flowctl.store import Store
 from flowctl.tui.header import HeaderLine
 from flowctl.tui.messages import DetailLoaded, PageLoaded, ScheduleLoaded
@@ -112,21 +112,28 @@ class FlowctlApp(ScheduleActions):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     ENABLE_COMMAND_PALETTE = False
 
+    # Priority bindings: a key acts when it arrives, before the keys typed after it are
+    # handed on. Otherwise `s` would bubble up through the list first and `approved` typed
+    # at once after it would move the list (a, p: pause!) before the form opened.
+    # check_action switches them off while a text field or a dialog has the keys.
     BINDINGS: ClassVar = [
-        *(Binding(v.number, f"show_view('{v.key}')", v.title, show=False) for v in VIEWS),
-        Binding("slash", "search", "Search"),
-        Binding("f", "filter", "Filter"),
-        Binding("c", "cancel_run", "Cancel"),
-        Binding("r", "redrive_run", "Redrive"),
-        Binding("s", "signal_run", "Signal"),
-        Binding("w", "wake_run", "Wake"),
-        Binding("p", "pause_run", "Pause/resume", show=False),
-        Binding("t", "trigger_schedule", "Trigger schedule", show=False),
-        Binding("y", "copy_id", "Copy id"),
-        Binding("d", "toggle_focus", "Detail", show=False),
+        *(
+            Binding(v.number, f"show_view('{v.key}')", v.title, show=False, priority=True)
+            for v in VIEWS
+        ),
+        Binding("slash", "search", "Search", priority=True),
+        Binding("f", "filter", "Filter", priority=True),
+        Binding("c", "cancel_run", "Cancel", priority=True),
+        Binding("r", "redrive_run", "Redrive", priority=True),
+        Binding("s", "signal_run", "Signal", priority=True),
+        Binding("w", "wake_run", "Wake", priority=True),
+        Binding("p", "pause_run", "Pause/resume", show=False, priority=True),
+        Binding("t", "trigger_schedule", "Trigger schedule", show=False, priority=True),
+        Binding("y", "copy_id", "Copy id", priority=True),
+        Binding("d", "toggle_focus", "Detail", show=False, priority=True),
         Binding("escape", "leave", "Back", show=False),
-        Binding("question_mark", "help", "Help"),
-        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help", priority=True),
+        Binding("q", "quit", "Quit", priority=True),
     ]
 
     def __init__(
@@ -209,9 +216,11 @@ class FlowctlApp(ScheduleActions):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """While a dialog is open, the main screen's keys do nothing: `2` must not switch
-        views under a confirmation, and `q` must not quit from inside one."""
+        views under a confirmation, and `q` must not quit from inside one. While the search
+        field has focus they are its text (escape still leaves it)."""
         dialog_open = len(self.screen_stack) > 1
-        return not (dialog_open and action in self.MAIN_SCREEN_ACTIONS)
+        typing = isinstance(self.focused, Input) and action != "leave"
+        return not ((dialog_open or typing) and action in self.MAIN_SCREEN_ACTIONS)
 
     def _render_header(self) -> None:
         self.query_one(HeaderLine).refresh()
@@ -463,6 +472,16 @@ class FlowctlApp(ScheduleActions):
         for row in self._rows:
             if row.run.run_id == key:
                 return row.run
+        return None
+
+    def awaited_signal(self, run: Run) -> str | None:
+        """The signal `run` waits for, as its loaded detail (the pending signal checkpoint)
+        or the Waiting view's row says; None when it awaits none."""
+        detail = self._detail
+        if detail is not None and detail.run.run_id == run.run_id:
+            for entry in reversed(detail.checkpoints):
+                if entry.kind is CallKind.SIGNAL and entry.state is EntryState.PENDING:
+                    return entry.name
         return None
 
     def _refresh_selected_detail(self) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -59,28 +59,48 @@ class ConfirmScreen(ModalScreen[bool]):
         self.dismiss(event.button.id == "yes")
 
 
+# Keys besides printable ones that a form field acts on, passed on with them.
+HANDED_ON = frozenset(
+    {"tab", "shift+tab", "enter", "backspace", "delete", "left", "right", "home", "end"}
+)
+
+
 class SignalScreen(ModalScreen[str | None]):
     """Name + JSON payload. Mistakes are shown inline and the form stays open.
 
     The payload is parsed with the CLI's own `ops.parse_json_arg`, and the name is
     checked by `ops.send_signal` itself (reserved `_` names are refused there), so the
-    TUI cannot drift from the CLI's rules.
+    TUI cannot drift from the CLI's rules. The name the run awaits is the name field's
+    value, selected: enter sends it, typing replaces it.
     """
 
-    BINDINGS: ClassVar = [Binding("escape", "cancel", "Cancel", show=False)]
+    AUTO_FOCUS = "#signal-name"
+    # Tab moves between fields as the key arrives (priority), not once it has bubbled up
+    # behind the keys typed after it: `name<tab>payload` typed fast fills both fields.
+    BINDINGS: ClassVar = [
+        Binding("escape", "cancel", "Cancel", show=False),
+        Binding("tab", "app.focus_next", "Next field", show=False, priority=True),
+        Binding("shift+tab", "app.focus_previous", "Previous field", show=False, priority=True),
+    ]
 
-    def __init__(self, store: Store, clock: Clock, run_id: str) -> None:
+    def __init__(self, store: Store, clock: Clock, run_id: str, awaited: str | None = None) -> None:
         super().__init__()
         self.store = store
         self.clock = clock
         self.run_id = run_id
+        self.awaited = awaited
         self.sent_name = ""
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog") as dialog:
             dialog.border_title = f"Send a signal to {self.run_id}"
-            yield Label("Signal name")
-            yield Input(placeholder="approved", id="signal-name")
+            yield Label("Signal name" + (" (the one it waits for)" if self.awaited else ""))
+            yield Input(
+                self.awaited or "",
+                placeholder="signal name, e.g. approved",
+                id="signal-name",
+                select_on_focus=True,
+            )
             yield Label("JSON payload (empty = null)")
             yield Input(placeholder='{"by": "ana"}', id="signal-payload")
             yield Static("", id="signal-error")
@@ -90,6 +110,29 @@ class SignalScreen(ModalScreen[str | None]):
 
     def on_mount(self) -> None:
         self.query_one("#signal-name", Input).focus()
+
+    def on_key(self, event: events.Key) -> None:
+        """Keys that reach the form itself rather than a field (handed to the screen while
+        no field had focus yet) go to the focused field, never dropped: characters and
+        backspace edit it, enter sends. The app waits for this form to be mounted before
+        it reads the next key (FlowctlApp.action_signal_run), so this is a safety net."""
+        focused = self.focused
+        if not isinstance(focused, Input):
+            return
+        if event.is_printable and event.character is not None:
+            selection = focused.selection
+            if selection.is_empty:
+                focused.insert_text_at_cursor(event.character)
+            else:
+                focused.replace(event.character, *selection)  # the pre-filled name
+        elif event.key == "backspace":
+            focused.action_delete_left()
+        elif event.key == "enter":
+            self.submit()
+        else:
+            return
+        event.stop()
+        event.prevent_default()
 
     def _show_error(self, text: str) -> None:
         self.query_one("#signal-error", Static).update(Content.styled(text, "bold $error"))
