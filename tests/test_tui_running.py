@@ -6,18 +6,24 @@ them through ops.show_run."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import durable_flows as flows
 import pytest
-from test_tui import detail_text, listed, settle
+from helpers import wait_until
+from test_tui import detail_text, listed, until
 
-from flowctl.clock import FakeClock
+from flowctl import ops
+from flowctl.clock import FakeClock, SystemClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import RunStatus
 from flowctl.store import NewRun, Store
+from flowctl.store.sqlite import SqliteStore
 from flowctl.tui import FlowctlApp
 
 pytestmark = pytest.mark.tui
@@ -78,7 +84,7 @@ def test_running_detail_shows_the_step_running_now_and_its_output(
         async def scenario() -> str:
             app = FlowctlApp(store=store, clock=fake_clock)
             async with app.run_test(size=(120, 36)) as pilot:
-                await settle(pilot)
+                await until(pilot, lambda: "Running now" in detail_text(app), "the detail")
                 assert app.view == "running" and listed(app) == [rid]
                 return detail_text(app)
 
@@ -97,7 +103,6 @@ def test_running_detail_shows_the_step_running_now_and_its_output(
 
 
 def test_a_running_run_between_steps_says_so(store: Store, fake_clock: FakeClock) -> None:
-    from flowctl import ops
     from flowctl.tui.render import render_detail
 
     now = fake_clock.now()
@@ -106,3 +111,45 @@ def test_a_running_run_between_steps_says_so(store: Store, fake_clock: FakeClock
     detail = ops.show_run(store, "r_1", clock=fake_clock)
     text = " ".join(render_detail(detail, now).plain.split())
     assert "Running now not inside a step at its last heartbeat" in text
+
+
+BLOCKED = """\
+import pathlib, time
+
+def hold(path):
+    while not pathlib.Path(path).exists():
+        time.sleep(0.02)
+    return "done"
+
+def blocked(ctx, path: str):
+    return ctx.step("hold", hold, path)
+"""
+
+
+def test_a_worker_process_beats_the_step_and_its_start_to_the_daemon(tmp_path: Path) -> None:
+    """With --workers, the step a handler is inside crosses the wire with when it began."""
+    (tmp_path / "flows.py").write_text(BLOCKED)
+    db, go = tmp_path / "f.db", tmp_path / "go"
+    clock = SystemClock()
+    with SqliteStore(db) as store:
+        rid = ops.start(
+            store, "flows.py:blocked", {"path": str(go)}, clock=clock, cwd=str(tmp_path)
+        ).run.run_id
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", "--workers", "1"],
+        cwd=str(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with SqliteStore(db) as store:
+            wait_until(lambda: store.get_run(rid).step_started_at is not None, timeout=30)
+            run = store.get_run(rid)
+            go.touch()
+            wait_until(lambda: store.get_run(rid).status.is_terminal, timeout=30)
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+    assert run.status is RunStatus.RUNNING and run.current_step == "#0 'hold'"
+    assert run.started_at is not None and run.step_started_at is not None
+    assert run.started_at <= run.step_started_at <= clock.now()

@@ -43,6 +43,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from flowctl.context import LiveRun
@@ -242,12 +243,15 @@ class WorkerPool:
             self.daemon._release_slot(run_id)
             self.daemon._settle(claim, live, outcome)
 
-    def _beat(self, proc: _Proc, steps: dict[str, str | None]) -> None:
+    def _beat(self, proc: _Proc, steps: dict[str, list[str] | None]) -> None:
+        """A worker's beat: run id -> [step label, ISO start] (None between steps)."""
         with self._lock:
             for run_id, step in steps.items():
                 held = proc.held.get(run_id)
                 if held is not None:
-                    held[1].current_step = step
+                    held[1].step = (
+                        None if step is None else (step[0], datetime.fromisoformat(step[1]))
+                    )
 
     # -- the writes ----------------------------------------------------------------
 

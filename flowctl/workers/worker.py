@@ -270,12 +270,16 @@ class Worker:
                     log.exception("run %s: could not report its outcome", run.run_id)
 
     def _beats(self) -> None:
-        """The step each handler is inside, once a second, for the owner's heartbeat (`why`)."""
+        """The step each handler is inside and when it began (ISO), once a second, for the
+        owner's heartbeat (`why`, the TUI)."""
         tick = threading.Event()
         while not self.channel.closed:
             tick.wait(1.0)
             with self._lock:
-                steps = {rid: live.current_step for rid, live in self._live.items()}
+                steps = {
+                    rid: None if live.step is None else [live.step[0], live.step[1].isoformat()]
+                    for rid, live in self._live.items()
+                }
             if steps:
                 try:
                     self.channel.send({"op": "beat", "steps": steps})
