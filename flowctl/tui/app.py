@@ -651,4 +651,4 @@ class FlowctlApp(ScheduleActions):
         self.push_screen(FilterScreen(self.store, self.workflow), chosen)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.store.path))
+        self.push_screen(HelpScreen(self.shown_path))

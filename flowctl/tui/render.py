@@ -262,7 +262,7 @@ def _running_now(detail: ops.RunDetail, now: datetime, width: int) -> list[Conte
     """The step a running run is inside and for how long, as its worker's last heartbeat
     (every second) recorded it, and the last lines the running step printed."""
     run = detail.run
-    parts = [_section("Running now")]
+    parts = [Content.styled("Running now\n", "bold $accent")]
     if run.current_step is None:
         parts.append(_indent("not inside a step at its last heartbeat", width, "dim"))
     else:
@@ -300,6 +300,9 @@ def render_detail(detail: ops.RunDetail, now: datetime, width: int = 80) -> Cont
         parts.append(
             Content.styled("".join(f"{x}\n" for x in _wrap(f"! {note}", width, 0)), "$warning")
         )
+    if run.status is RunStatus.RUNNING:  # first: on a 24-line terminal it is what shows
+        parts.extend(_running_now(detail, now, width))
+        parts.append(Content("\n"))
     parts.append(_kv("why", ops.why(detail, now), width))
     parts.append(_kv("attempt", f"{run.attempt} of {run.max_attempts}", width))
     parts.append(_kv("deadline", _deadline(run, now), width))
@@ -338,9 +341,6 @@ def render_detail(detail: ops.RunDetail, now: datetime, width: int = 80) -> Cont
         parts.append(_section("Published"))
         for key, (value, _at) in detail.published.items():
             parts.append(_indent(f"{key} = {compact_json(value, 120)}", width))
-
-    if run.status is RunStatus.RUNNING:
-        parts.extend(_running_now(detail, now, width))
 
     if detail.pending_signals:
         parts.append(_section("Buffered signals"))

@@ -245,7 +245,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog help") as dialog:
             dialog.border_title = "flowctl tui — keys"
-            yield Static(Content.from_markup(HELP))
+            yield Static(Content.from_markup(HELP.rstrip("\n")))
             yield Static(Content.styled(f"database: {self.db_path}", "dim"))
 
     def action_close(self) -> None:

@@ -111,6 +111,9 @@ class KeyHints(Static):
 
     def render(self) -> Content:
         keys = self.keys()
+        if sum(len(k) + len(label) + 2 for k, label in keys) > self.size.width:
+            # `?` lists search and filter too: the keys that act on this view stay
+            keys = tuple(k for k in keys if k not in (("/", "search"), ("f", "filter")))
         wide = sum(len(k) + len(label) + 4 for k, label in keys) <= self.size.width
         gap = "  " if wide else " "
         parts: list[str | tuple[str, str]] = []
