@@ -150,7 +150,7 @@ def test_migration_11_moves_an_older_database(tmp_path: Path, flows: Path) -> No
         DROP INDEX runs_due; CREATE INDEX runs_due ON runs(status, run_at);
         DROP TABLE notifications; ALTER TABLE runs DROP COLUMN notify;  -- migration 13's
         DROP TABLE output;  -- migration 14's
-        ALTER TABLE runs DROP COLUMN step_started_at;  -- migration 15's
+        ALTER TABLE runs DROP COLUMN step_started_at;  -- migration 17's
         PRAGMA user_version = 10;
         """
     )

@@ -418,6 +418,7 @@ _DEFINITION_KEY = "target, kind, " + ", ".join(
     f"IFNULL({col}, '')" for col in DEFINITION_COLUMNS[2:]
 )
 
+
 def _migration_17(db: sqlite_utils.Database) -> None:
     """When the step a running run's handler is inside began, as its heartbeat records it
     with `current_step` (the TUI shows the step running now and for how long)."""
