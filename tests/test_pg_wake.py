@@ -89,17 +89,18 @@ def test_a_claim_in_flight_holds_only_the_run_it_claims(
         a.create_run(NewRun(rid, "wf", "wf.py:wf", "python", {}), T0)
     with in_flight(pg_url, lambda: a.claim_due(OWNER_A, T0, T0 + LEASE, 1)) as got:
         # B skips only the run A's claim holds, and claims the others now, not after A commits.
+        b_got: list[Any] = []  # B's own list: A's and B's claims finish in either order
         theirs = threading.Thread(
-            target=lambda: got.append(b.claim_due("host-b/2/2/0002", T0, T0 + LEASE, 8))
+            target=lambda: b_got.append(b.claim_due("host-b/2/2/0002", T0, T0 + LEASE, 8))
         )
         theirs.start()
         wait_until(lambda: lock_waiters(pg_url) == 2, timeout=30)  # B waits to write events
     theirs.join(30)
+    assert len(got) == 1 and len(b_got) == 1
     (mine,), _ = got[0]
-    assert len(got) == 2
     owners = {r.run_id: r.lease_owner for r in a.list_runs(limit=10)}
     assert owners == {rid: OWNER_A if rid == mine.run.run_id else "host-b/2/2/0002" for rid in ids}
-    assert sorted(c.run.run_id for c in got[1][0]) == sorted(set(ids) - {mine.run.run_id})
+    assert sorted(c.run.run_id for c in b_got[0][0]) == sorted(set(ids) - {mine.run.run_id})
 
 
 def test_a_daemon_that_lost_the_claim_race_wakes_its_next_sleeper_when_due(

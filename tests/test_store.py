@@ -134,15 +134,27 @@ def test_a_database_at_each_older_version_migrates_forward_keeping_its_runs(
     # The run is written as that version's code wrote it: only the columns it had.
     conn = sqlite3.connect(db_path)
     with conn:
-        conn.execute(
-            "INSERT INTO runs (run_id, workflow, target, kind, input, status, run_at, created_at)"
-            " VALUES ('r1', 'wf', 'wf.py:wf', 'python', '{\"n\":1}', 'queued', ?, ?)",
-            [to_us(T0), to_us(T0)],
-        )
+        if old < 16:
+            conn.execute(
+                "INSERT INTO runs (run_id, workflow, target, kind, input, status, run_at,"
+                " created_at) VALUES ('r1', 'wf', 'wf.py:wf', 'python', '{\"n\":1}', 'queued',"
+                " ?, ?)",
+                [to_us(T0), to_us(T0)],
+            )
+        else:  # migration 16 keeps a run's definition once in `definitions`
+            conn.execute(
+                "INSERT INTO definitions (def_id, target, kind) VALUES (1, 'wf.py:wf', 'python')"
+            )
+            conn.execute(
+                "INSERT INTO runs (run_id, workflow, def_id, input, status, run_at, created_at)"
+                " VALUES ('r1', 'wf', 1, '{\"n\":1}', 'queued', ?, ?)",
+                [to_us(T0), to_us(T0)],
+            )
     conn.close()
     assert user_version(db_path) == old
     with Store(db_path) as current:
         assert current.get_run("r1").input == {"n": 1}
+        assert current.get_run("r1").target == "wf.py:wf"
     assert user_version(db_path) == SCHEMA_VERSION
 
 
