@@ -403,3 +403,11 @@ def next_attempt(
         policy = RetryPolicy.from_json(run.backoff) if run.backoff else DEFAULT_RUN_RETRY
         retry_at = now + policy.delay(run.attempt)
     return NextAttempt(parked_run_at(retry_at, deadline=run.deadline), error)
+
+
+def notification_state(error: str | None, retry_at: datetime | None) -> str:
+    """Where a notification stands after one try: delivered (no error), pending again at
+    `retry_at`, or failed for good (an error and no retry left). Both stores apply it."""
+    if error is None:
+        return "delivered"
+    return "pending" if retry_at is not None else "failed"

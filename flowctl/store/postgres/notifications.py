@@ -15,6 +15,7 @@ from flowctl.model import RunStatus, from_us, to_us
 from flowctl.store.postgres.connection import PostgresConnection, retried
 from flowctl.store.postgres.rows import Conn, _add_events, _event, _loads
 from flowctl.store.records import Notification
+from flowctl.transitions import notification_state
 
 
 def _record_ending(c: Conn, run_id: str, status: RunStatus, kind: Any, now_us: int) -> None:
@@ -100,7 +101,7 @@ class Notifications(PostgresConnection):
         """Record a try's outcome: the channels that have it now, and the row delivered (no
         error), pending again at `retry_at`, or failed for good (an error, no retry)."""
         now_us = to_us(now)
-        state = "delivered" if error is None else ("pending" if retry_at is not None else "failed")
+        state = notification_state(error, retry_at)
         with self._write() as c:
             c.execute(
                 "UPDATE notifications SET channels_done = %s::jsonb, last_error = %s, state = %s,"

@@ -12,6 +12,7 @@ from flowctl.model import from_us, to_us
 from flowctl.store.records import Notification
 from flowctl.store.sqlite.connection import SqliteConnection
 from flowctl.store.sqlite.rows import _event, _loads
+from flowctl.transitions import notification_state
 
 
 class Notifications(SqliteConnection):
@@ -84,7 +85,7 @@ class Notifications(SqliteConnection):
         """Record a try's outcome: the channels that have it now, and the row delivered (no
         error), pending again at `retry_at`, or failed for good (an error, no retry)."""
         now_us = to_us(now)
-        state = "delivered" if error is None else ("pending" if retry_at is not None else "failed")
+        state = notification_state(error, retry_at)
         with self._write() as c:
             c.execute(
                 "UPDATE notifications SET channels_done = ?, last_error = ?, state = ?,"
