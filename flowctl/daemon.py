@@ -50,6 +50,8 @@ UNWIND_WAIT = 0.5  # after the grace period: time for interrupted handlers to st
 REAP_EVERY = 1.0  # seconds between checks for dead owners holding leases
 WATCH_FILE_EVERY = 1.0  # seconds between checks that the database file is still at its path
 FULL_RETRY = 1.0  # seconds between retries while the disk (or the database) is full
+ROOM_RESERVE = 2 * 1024 * 1024  # bytes: below this many free, start no new run
+ROOM_CHECK_EVERY = 0.5  # seconds between looks at the free space
 IDLE_BEAT = 10.0  # an idle daemon's liveness write (seen_at); ids.REMOTE_STALE is 60 s
 
 
@@ -74,6 +76,7 @@ class DaemonConfig:
     heartbeat: float = 1.0
     grace: float = 30.0
     claim_batch: int = 64
+    reserve: int = ROOM_RESERVE  # free bytes kept for what is in flight (see _short_of_room)
     workers: int = 1  # processes running handlers; 1: threads of this process (workers/pool.py)
     retention: dict[RunStatus, timedelta] = field(default_factory=dict)  # see RetentionPass
 
@@ -134,6 +137,8 @@ class Daemon:
         self._last_file_check = float("-inf")
         self._db_gone = False  # the file was deleted or replaced: write nothing more
         self._full = False  # the last pass failed on a full disk
+        self._short = False  # free space is under the reserve: no new run starts
+        self._last_room_check = float("-inf")
         self._last_wall: datetime | None = None
         self._last_mono = 0.0
         self._last_boot = 0.0
@@ -183,6 +188,8 @@ class Daemon:
             self._refill()
         if self._solo is not None:
             return 0  # a suspect runs alone here: nothing else until its handler stops
+        if self._short_of_room():
+            return 0
         free = self._free()
         due_at = self._next_at()
         now_us = to_us(now)
@@ -332,6 +339,31 @@ class Daemon:
         self.clock.wait(self._wake, FULL_RETRY)
         self._wake.clear()
 
+    def _short_of_room(self) -> bool:
+        """True while the database's filesystem has less than `reserve` bytes free: no new
+        run starts, so those in flight can finish and the WAL can still be checkpointed.
+        (With no room at all SQLite cannot move the WAL into the database, which must grow,
+        so the daemon would wait for the user to free space even once its runs stopped.)
+        Said once on the way down; the way up is "room again", as after a full disk."""
+        mono = self.clock.monotonic()
+        if mono - self._last_room_check < ROOM_CHECK_EVERY:
+            return self._short
+        self._last_room_check = mono
+        free = self.store.free_bytes()
+        short = free is not None and free < self.config.reserve
+        if short and not self._short:
+            log.warning(
+                "%.1f MB free beside %s, under the %.0f MB reserve: starting no new run until"
+                " there is room (runs in flight go on; nothing committed is lost)",
+                (free or 0) / 1e6,
+                self.store.path,
+                self.config.reserve / 1e6,
+            )
+        elif self._short and not short:
+            log.warning("the database has room again: serving")
+        self._short = short
+        return short
+
     def _watch_db_file(self) -> None:
         """Stop serving a database file that is no longer at its path (deleted, or replaced
         by a restore or a copy): every later write would go to the void while new runs wait
@@ -360,7 +392,7 @@ class Daemon:
         start = self.clock.monotonic()  # first: time that passes before the wait shortens it
         timeout = POLL_INTERVAL
         next_at = self._next_at()
-        may_claim = self._free() > 0 and self._solo is None and not self._suspects
+        may_claim = self._free() > 0 and self._solo is None and not (self._suspects or self._short)
         if next_at is not None and may_claim:
             timeout = min(timeout, (next_at - to_us(self.clock.now())) / 1e6)
         if self._next_fire is not None:

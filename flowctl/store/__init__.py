@@ -96,6 +96,11 @@ class Store(Protocol):
         it was deleted or replaced (a daemon stops then)."""
         ...
 
+    def free_bytes(self) -> int | None:
+        """Bytes free on the filesystem holding the database, for the daemon's reserve (it
+        starts no new run below it); None where the store cannot tell (a server)."""
+        ...
+
     # -- runs: create and read -------------------------------------------------
 
     def create_run(self, new: NewRun, now: datetime) -> tuple[Run, bool]:

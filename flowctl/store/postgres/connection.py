@@ -177,6 +177,10 @@ class PostgresConnection:
     def set_group_commit(self, on: bool) -> None:
         """Nothing to do: PostgreSQL commits concurrent writers' transactions together."""
 
+    def free_bytes(self) -> int | None:
+        """None: the server's disk is the server's to watch."""
+        return None
+
     def file_replaced(self) -> str | None:
         """A server database has no file to be deleted or replaced under the daemon."""
         return None

@@ -125,6 +125,14 @@ class SqliteConnection:
             return f"database file {self.path} was replaced by another file"
         return None
 
+    def free_bytes(self) -> int | None:
+        """statvfs of the database's folder: a syscall, cheap enough for a periodic check."""
+        try:
+            st = os.statvfs(Path(self.path).resolve().parent)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
+
     def _fault(self, e: sqlite3.Error) -> FlowctlError:
         """An SQLite error as one line; after a full disk, shrink the WAL so that recovery
         needs little free space."""
