@@ -33,6 +33,7 @@ from flowctl.errors import (
     UsageError,
 )
 from flowctl.ids import HOST, make_owner, owner_is_dead, proc_start
+from flowctl.limits import ROOM_RESERVE
 from flowctl.model import JournalEntry, RunStatus, from_us, to_us
 from flowctl.retention import RetentionPass
 from flowctl.schedule.firing import Scheduler
@@ -50,7 +51,6 @@ UNWIND_WAIT = 0.5  # after the grace period: time for interrupted handlers to st
 REAP_EVERY = 1.0  # seconds between checks for dead owners holding leases
 WATCH_FILE_EVERY = 1.0  # seconds between checks that the database file is still at its path
 FULL_RETRY = 1.0  # seconds between retries while the disk (or the database) is full
-ROOM_RESERVE = 2 * 1024 * 1024  # bytes: below this many free, start no new run
 ROOM_CHECK_EVERY = 0.5  # seconds between looks at the free space
 IDLE_BEAT = 10.0  # an idle daemon's liveness write (seen_at); ids.REMOTE_STALE is 60 s
 

@@ -28,6 +28,9 @@ MAX_COUNT = 1_000_000
 # Checkpoints and timeline events one page of `flowctl show` (and the HTTP run detail) holds
 # by default, the newest of each: a 100,000-step run is read a page at a time.
 SHOW_STEPS = 50
+# Free bytes a daemon keeps on a SQLite database's filesystem: below this it starts no new
+# run, so runs in flight can finish and the WAL can still be moved into the database.
+ROOM_RESERVE = 2 * 1024 * 1024
 
 
 def is_utf8(text: str) -> bool:

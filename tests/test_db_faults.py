@@ -10,6 +10,7 @@ mounting is refused the tests are skipped, never faked.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import sqlite3
@@ -259,6 +260,11 @@ def test_a_daemon_short_of_room_starts_nothing_until_there_is_room(
             ops.start(store, flow, {"n": i}, clock=SystemClock())
     time.sleep(1)  # time enough to claim them all, were it claiming
     assert counts(db) == {"queued": 10}  # claimed nothing
+    said = flowctl(db, "status")
+    assert said.returncode == 0, said.stderr
+    assert "under the daemon's 2 MB reserve, no new run starts until there is room" in said.stdout
+    report = json.loads(flowctl(db, "status", "--json").stdout)
+    assert report["short_of_room"] is True and report["free_bytes"] < 2 * 1024 * 1024
     assert proc.poll() is None, log_of(tmp_path)
     make_room(filler, 3 * 1024 * 1024)
     wait_until(lambda: counts(db) == {"completed": 10}, timeout=30)

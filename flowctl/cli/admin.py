@@ -25,7 +25,7 @@ from flowctl.cli.common import (
 from flowctl.cli.schedule import _sync_at_daemon_start
 from flowctl.durations import parse_duration
 from flowctl.errors import FlowctlError, UsageError
-from flowctl.limits import one_line
+from flowctl.limits import ROOM_RESERVE, one_line
 
 if TYPE_CHECKING:
     from flowctl.store import Store
@@ -378,6 +378,11 @@ def status(
         _emit_json(report.to_json())
         return
     typer.echo(f"database  {report.db}")
+    if report.short_of_room:
+        typer.echo(
+            f"disk      {(report.free_bytes or 0) / 1e6:.1f} MB free: under the daemon's"
+            f" {ROOM_RESERVE / 1e6:.0f} MB reserve, no new run starts until there is room"
+        )
     alive = [(d, held) for d, ok, held in report.daemons if ok]
     if not alive:
         typer.echo("daemon    not running (start one with `flowctl daemon`)")

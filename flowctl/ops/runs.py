@@ -22,6 +22,7 @@ from flowctl.errors import (
     RunNotFoundError,
     UsageError,
 )
+from flowctl.limits import ROOM_RESERVE
 from flowctl.model import (
     ACTIVE,
     CallKind,
@@ -407,10 +408,18 @@ class StatusReport:
     counts: dict[RunStatus, int]
     daemons: list[tuple[DaemonInfo, bool, int]]  # info, alive, runs held
     lateness: dict[str, float | int | None]
+    free_bytes: int | None = None  # on the database's filesystem; None on a server
+
+    @property
+    def short_of_room(self) -> bool:
+        """Under the daemon's reserve: a daemon starts no new run (limits.ROOM_RESERVE)."""
+        return self.free_bytes is not None and self.free_bytes < ROOM_RESERVE
 
     def to_json(self) -> dict[str, Any]:
         return {
             "db": self.db,
+            "free_bytes": self.free_bytes,
+            "short_of_room": self.short_of_room,
             "counts": {str(k): v for k, v in self.counts.items()},
             "daemons": [
                 {
@@ -456,7 +465,7 @@ def status(store: Store, *, clock: Clock, window: timedelta = timedelta(hours=1)
             round(lates[min(len(lates) - 1, int(q * len(lates)))] * 1000, 3) if lates else None
         )
     lateness["max_ms"] = round(lates[-1] * 1000, 3) if lates else None
-    return StatusReport(store.path, store.count_by_status(), daemons, lateness)
+    return StatusReport(store.path, store.count_by_status(), daemons, lateness, store.free_bytes())
 
 
 def list_workflows(workflows_dir: str | Path) -> list[WorkflowEntry]:
