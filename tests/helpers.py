@@ -9,17 +9,18 @@ from pathlib import Path
 from typing import Any
 
 
+def db_of(store: Any) -> str:
+    """The database `store` uses, as `--db` and FLOWCTL_DB take it: a SQLite file path, or
+    a PostgreSQL URL (for a real `flowctl` process on the same database)."""
+    return str(getattr(store, "url", None) or store.path)
+
+
 def open_same(store: Any) -> Any:
     """Another connection to the database `store` uses (the CLI, the TUI, another daemon),
     on the same backend: a SQLite file path, or a PostgreSQL URL."""
-    url = getattr(store, "url", None)
-    if url is not None:
-        from flowctl.store.postgres.store import PostgresStore
-
-        return PostgresStore(url)
     from flowctl.store import open_store
 
-    return open_store(store.path)
+    return open_store(db_of(store))
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_until
+from helpers import open_same, wait_until
 
 from flowctl import ops
 from flowctl.clock import FakeClock
@@ -70,12 +70,12 @@ def types_of(store: Store, run_id: str) -> list[str]:
 @pytest.mark.parametrize("where", ["in_step", "in_handler"])
 @pytest.mark.parametrize("exc", KINDS)
 def test_a_base_exception_fails_the_attempt_and_is_retried_then_dead_lettered(
-    db_path: Path, store: Store, fake_clock: FakeClock, flows: str, where: str, exc: str
+    store: Store, fake_clock: FakeClock, flows: str, where: str, exc: str
 ) -> None:
     run_id = ops.start(
         store, f"{flows}:{where}", {"exc": exc}, clock=fake_clock, max_attempts=2
     ).run.run_id
-    daemon = Daemon(Store(db_path), fake_clock, DaemonConfig(concurrency=1))
+    daemon = Daemon(open_same(store), fake_clock, DaemonConfig(concurrency=1))
     assert daemon.tick() == 1
     run = store.get_run(run_id)
     assert (run.status, run.attempt) == (RunStatus.QUEUED, 2)  # retried after its backoff
@@ -96,12 +96,12 @@ def test_a_base_exception_fails_the_attempt_and_is_retried_then_dead_lettered(
 
 
 def test_a_keyboard_interrupt_in_a_step_under_the_serving_loop_never_leaves_it_running(
-    db_path: Path, store: Store, fake_clock: FakeClock, flows: str
+    store: Store, fake_clock: FakeClock, flows: str
 ) -> None:
     run_id = ops.start(
         store, f"{flows}:in_step", {"exc": "KeyboardInterrupt"}, clock=fake_clock, max_attempts=1
     ).run.run_id
-    daemon = Daemon(Store(db_path), fake_clock, DaemonConfig(concurrency=2))
+    daemon = Daemon(open_same(store), fake_clock, DaemonConfig(concurrency=2))
     thread = threading.Thread(target=daemon.run_forever, daemon=True)
     thread.start()
     try:
@@ -133,8 +133,8 @@ class BrokenOnce(Engine):
 
 
 @pytest.fixture
-def broken_daemon(db_path: Path, fake_clock: FakeClock) -> Iterator[Daemon]:
-    own = Store(db_path)
+def broken_daemon(store: Store, fake_clock: FakeClock) -> Iterator[Daemon]:
+    own = open_same(store)
     daemon = Daemon(
         own,
         fake_clock,

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import open_same, wait_until
 
 from flowctl import ops
 from flowctl.clock import FakeClock
@@ -63,12 +63,12 @@ def lease_until(store: Store, run_id: str) -> datetime:
 
 
 def test_a_run_cancelled_mid_step_stays_running_under_its_lease_until_the_step_ends(
-    tmp_path: Path, db_path: Path, store: Store, fake_clock: FakeClock, hooks: types.SimpleNamespace
+    tmp_path: Path, store: Store, fake_clock: FakeClock, hooks: types.SimpleNamespace
 ) -> None:
     flows = tmp_path / "cancel_flows.py"
     flows.write_text(FLOWS)
     run_id = ops.start(store, f"{flows}:long_step", {}, clock=fake_clock).run.run_id
-    daemon_store = Store(db_path)
+    daemon_store = open_same(store)
     daemon = Daemon(daemon_store, fake_clock, DaemonConfig(concurrency=2, lease=15, heartbeat=1))
     thread = threading.Thread(target=daemon.run_forever, daemon=True)
     thread.start()
@@ -90,7 +90,7 @@ def test_a_run_cancelled_mid_step_stays_running_under_its_lease_until_the_step_e
         report = ops.status(store, clock=fake_clock)
         assert [(d.owner, held) for d, _alive, held in report.daemons] == [(daemon.owner, 1)]
         # Another daemon cannot take it: the lease is kept.
-        with Store(db_path) as other_store:
+        with open_same(store) as other_store:
             assert Daemon(other_store, fake_clock).tick() == 0
         assert hooks.DONE == []
 

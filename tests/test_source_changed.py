@@ -17,9 +17,11 @@ from flowctl import cli, ops
 from flowctl.clock import FakeClock, SystemClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import RunStatus
+from flowctl.store import open_store
 from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.tui.render import render_detail
 from tests.conftest import ROOT
+from tests.helpers import db_of
 
 PY = """
 from flowctl import workflow
@@ -70,7 +72,7 @@ def test_a_changed_python_file_is_not_called_pinned(
 
 
 def test_a_python_replay_after_the_change_meets_a_nondeterminism_error(
-    store: Store, db_path: Path, fake_clock: FakeClock, flows_dir: Path
+    store: Store, fake_clock: FakeClock, flows_dir: Path
 ) -> None:
     """The note's claim, in a fresh process (which imports the file as it is now)."""
     path = flows_dir / "ask.py"
@@ -81,7 +83,7 @@ def test_a_python_replay_after_the_change_meets_a_nondeterminism_error(
     path.write_text(PY.format(name="renamed").replace('ctx.sleep("1h")', 'ctx.wait_signal("go")'))
     ops.send_signal(store, rid, "go", None, clock=SystemClock())
     subprocess.run(
-        [sys.executable, "-m", "flowctl", "--db", str(db_path), "daemon", "--until-idle",
+        [sys.executable, "-m", "flowctl", "--db", db_of(store), "daemon", "--until-idle",
          "--log-level", "error"],
         check=True, timeout=60, cwd=str(ROOT),
     )  # fmt: skip
@@ -108,22 +110,25 @@ def test_a_changed_yaml_file_keeps_its_pinned_definition(
 
 
 def test_show_prints_the_note(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_clock: FakeClock, flows_dir: Path
+    db: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fake_clock: FakeClock,
+    flows_dir: Path,
 ) -> None:
     monkeypatch.setattr(cli, "SystemClock", lambda: fake_clock)
     monkeypatch.chdir(tmp_path)
-    db = tmp_path / "cli.db"
     path = flows_dir / "nap.py"
     path.write_text(PY.format(name="first"))
     runner = CliRunner()
 
     def call(*args: str) -> Any:
-        result = runner.invoke(cli.app, ["--db", str(db), *args])
+        result = runner.invoke(cli.app, ["--db", db, *args])
         assert result.exit_code == 0, (result.output, result.exception)
         return result.stdout
 
     rid = call("run", f"{path}:nap", "--detach").split()[1]
-    with Store(db) as store:
+    with open_store(db) as store:
         Daemon(store, fake_clock, DaemonConfig(concurrency=1)).tick()
     path.write_text(PY.format(name="renamed"))
     out = call("show", rid)

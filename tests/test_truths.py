@@ -203,10 +203,7 @@ def test_redrive_since_too_long_ago_matches_nothing_and_garbage_says_both_forms(
 # ---------------------------------------------------------------- a second daemon
 
 
-def test_a_second_daemon_says_once_that_it_shares_the_work(tmp_path: Path) -> None:
-    # SQLite only until the PostgreSQL store has the notification outbox (issue 13, another
-    # branch): a PG daemon's notification pass warns without it, which this test forbids.
-    db = str(tmp_path / "f.db")
+def test_a_second_daemon_says_once_that_it_shares_the_work(db: str) -> None:
     store = open_store(db)
     # this test process stands in for the first daemon: registered, and provably alive
     store.register_daemon(
