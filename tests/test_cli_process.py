@@ -45,17 +45,22 @@ FLOWS = (
 )
 
 
-def flowctl_argv(db: Path | None, *args: str) -> list[str]:
-    return [sys.executable, "-m", "flowctl", *(["--db", str(db)] if db else []), *args]
+def flowctl_argv(db: str | None, *args: str) -> list[str]:
+    return [sys.executable, "-m", "flowctl", *(["--db", db] if db else []), *args]
 
 
-def flowctl(db: Path | None, *args: str) -> subprocess.CompletedProcess[str]:
+def flowctl(db: str | None, *args: str, via_env: bool = False) -> subprocess.CompletedProcess[str]:
+    """A real process on `db` (a SQLite path or a PostgreSQL URL), given as --db, or as
+    FLOWCTL_DB with `via_env`."""
+    env = {k: v for k, v in os.environ.items() if k != "FLOWCTL_DB"}
+    if via_env and db:
+        env["FLOWCTL_DB"] = db
     return subprocess.run(
-        flowctl_argv(db, *args),
+        flowctl_argv(None if via_env else db, *args),
         capture_output=True,
         text=True,
         cwd=str(ROOT),
-        env={k: v for k, v in os.environ.items() if k != "FLOWCTL_DB"},
+        env=env,
         timeout=60,
     )
 
@@ -85,9 +90,9 @@ def test_help_through_the_real_entry_point() -> None:
     ],
 )
 def test_exit_codes_of_a_real_process(
-    tmp_path: Path, flow_file: Path, args: list[str], code: int, stream: str, needle: str
+    db: str, flow_file: Path, args: list[str], code: int, stream: str, needle: str
 ) -> None:
-    out = flowctl(tmp_path / "f.db", *[a.replace("{flow}", str(flow_file)) for a in args])
+    out = flowctl(db, *[a.replace("{flow}", str(flow_file)) for a in args])
     assert out.returncode == code, (out.stdout, out.stderr)
     assert needle in getattr(out, stream)
     assert "Traceback" not in out.stderr
@@ -95,10 +100,7 @@ def test_exit_codes_of_a_real_process(
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
-def test_ctrl_c_during_run_wait_leaves_the_run_to_the_daemon(
-    tmp_path: Path, flow_file: Path
-) -> None:
-    db = tmp_path / "f.db"
+def test_ctrl_c_during_run_wait_leaves_the_run_to_the_daemon(db: str, flow_file: Path) -> None:
     proc = subprocess.Popen(
         flowctl_argv(db, "run", f"{flow_file}:sleepy", "--wait"),
         stdout=subprocess.PIPE,
@@ -132,11 +134,11 @@ def test_ctrl_c_during_run_wait_leaves_the_run_to_the_daemon(
 
 
 def test_a_keyboardinterrupt_raised_by_a_step_fails_the_attempt_in_the_foreground(
-    tmp_path: Path, flow_file: Path
+    db: str, flow_file: Path
 ) -> None:
-    """Only a real SIGINT is the operator's Ctrl-C; one the workflow raises is its error."""
-    db = tmp_path / "f.db"
-    out = flowctl(db, "run", f"{flow_file}:interrupts", "--max-attempts", "1")
+    """Only a real SIGINT is the operator's Ctrl-C; one the workflow raises is its error.
+    The database comes from FLOWCTL_DB here, as a service's environment gives it."""
+    out = flowctl(db, "run", f"{flow_file}:interrupts", "--max-attempts", "1", via_env=True)
     assert out.returncode == 1, (out.stdout, out.stderr)
     assert "Traceback" not in out.stderr
     assert "KeyboardInterrupt" in out.stderr
