@@ -8,6 +8,9 @@ def test_followup_after_three_days(tmp_path):
     assert env.get(run_id).status == "sleeping"
     env.advance("24h")                      # a 24-hour sleep, tested in milliseconds
     assert env.get(run_id).status == "completed"
+
+The same on PostgreSQL: WorkflowEnvironment(db="postgresql://flow@localhost/flowctl_test"),
+an empty database of the tests' own (runs are written there, nothing is removed).
 """
 
 from __future__ import annotations
@@ -26,21 +29,35 @@ from flowctl.store import open_store
 
 
 class WorkflowEnvironment:
-    """A store, a FakeClock and a synchronous daemon. Nothing waits for real time."""
+    """A store, a FakeClock and a synchronous daemon. Nothing waits for real time.
+
+    The database is `db` when given (a SQLite path or a `postgresql://` URL, as `--db`
+    takes it), else the file flowctl-test.db in `directory` (a temporary folder when that
+    is None too); giving both is refused, since one of them would be ignored."""
 
     def __init__(
         self,
         directory: str | Path | None = None,
         *,
+        db: str | Path | None = None,
         start: datetime | None = None,
         cwd: str | Path | None = None,
     ) -> None:
-        if directory is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="flowctl-test-")
-            directory = self._tmp.name
-        self.db_path = Path(directory) / "flowctl-test.db"
+        if db is not None and directory is not None:
+            raise TypeError(
+                "WorkflowEnvironment takes a directory or a db, not both:"
+                " give db= for a database of your own, a directory for flowctl-test.db in it"
+            )
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if db is None:
+            if directory is None:
+                self._tmp = tempfile.TemporaryDirectory(prefix="flowctl-test-")
+                directory = self._tmp.name
+            db = Path(directory) / "flowctl-test.db"
+        self.db = str(db)
+        """The database, as `--db` takes it: give it to another store, the CLI or a Client."""
         self.clock = FakeClock(start or datetime(2026, 1, 1, tzinfo=UTC))
-        self.store = open_store(self.db_path)
+        self.store = open_store(self.db)
         self.daemon = Daemon(self.store, self.clock, DaemonConfig(concurrency=1))
         self.cwd = str(cwd) if cwd is not None else None
 
@@ -72,4 +89,13 @@ class WorkflowEnvironment:
         return self.store.find_run(run_id)
 
     def close(self) -> None:
+        """Close the store (and remove the temporary folder, when this made one)."""
         self.store.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def __enter__(self) -> WorkflowEnvironment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

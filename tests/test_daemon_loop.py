@@ -182,8 +182,8 @@ def test_a_run_queued_by_in_ends_dead_at_its_deadline_without_starting(
     assert "claimed" not in [e.type for e in store.timeline(run_id)]
 
 
-def test_the_testing_environment_drives_the_same_loop(tmp_path: Path, flows: str) -> None:
-    env = WorkflowEnvironment(tmp_path)
+def test_the_testing_environment_drives_the_same_loop(db: str, flows: str) -> None:
+    env = WorkflowEnvironment(db=db)
     deadline = env.clock.now() + timedelta(seconds=2)
     run_id = env.start(f"{flows}:nap", deadline=deadline)
     assert env.get(run_id).status is RunStatus.SLEEPING

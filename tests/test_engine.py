@@ -752,7 +752,7 @@ def test_a_child_that_dies_raises_its_error_in_the_parent(
     assert entry.value["child_run_id"] != rid
 
 
-def test_publish_shows_a_status_value_and_replay_does_not_rewrite_it(tmp_path, fake_clock) -> None:
+def test_publish_shows_a_status_value_and_replay_does_not_rewrite_it(tmp_path, db) -> None:
     from flowctl import ops
     from flowctl.testing import WorkflowEnvironment
 
@@ -764,16 +764,16 @@ def test_publish_shows_a_status_value_and_replay_does_not_rewrite_it(tmp_path, f
         "        ctx.sleep('1h')\n"
         "    return 'done'\n"
     )
-    env = WorkflowEnvironment(tmp_path, cwd=tmp_path)
-    run_id = env.start("pub.py:progress")
-    detail = ops.show_run(env.store, run_id, clock=env.clock)
-    assert {k: v for k, (v, _) in detail.published.items()} == {"progress": "1/3"}
-    first_at = detail.published["progress"][1]
-    env.advance("1h")
-    detail = ops.show_run(env.store, run_id, clock=env.clock)
-    assert detail.published["progress"][0] == "2/3"
-    assert detail.to_json()["published"]["progress"]["value"] == "2/3"
-    assert detail.published["progress"][1] > first_at
-    env.advance("1h")
-    env.advance("1h")
-    assert env.get(run_id).result == "done"
+    with WorkflowEnvironment(db=db, cwd=tmp_path) as env:
+        run_id = env.start("pub.py:progress")
+        detail = ops.show_run(env.store, run_id, clock=env.clock)
+        assert {k: v for k, (v, _) in detail.published.items()} == {"progress": "1/3"}
+        first_at = detail.published["progress"][1]
+        env.advance("1h")
+        detail = ops.show_run(env.store, run_id, clock=env.clock)
+        assert detail.published["progress"][0] == "2/3"
+        assert detail.to_json()["published"]["progress"]["value"] == "2/3"
+        assert detail.published["progress"][1] > first_at
+        env.advance("1h")
+        env.advance("1h")
+        assert env.get(run_id).result == "done"

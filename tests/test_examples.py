@@ -1,8 +1,6 @@
-"""Every file in examples/ and workflows/ runs to completion on a fake clock."""
+"""Every file in examples/ and workflows/ runs to completion on a fake clock, on both stores."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -38,45 +36,44 @@ def test_every_example_is_covered() -> None:
 
 
 @pytest.mark.parametrize("target", _targets())
-def test_example_runs_to_completion(tmp_path: Path, target: str) -> None:
-    env = WorkflowEnvironment(tmp_path, cwd=ROOT)
-    run_id = env.start(target, INPUTS.get(target, {}))
-    for _ in range(20):  # sleeps and signal timeouts pass on the fake clock
+def test_example_runs_to_completion(db: str, target: str) -> None:
+    with WorkflowEnvironment(db=db, cwd=ROOT) as env:
+        run_id = env.start(target, INPUTS.get(target, {}))
+        for _ in range(20):  # sleeps and signal timeouts pass on the fake clock
+            run = env.get(run_id)
+            if run.status.is_terminal:
+                break
+            if run.run_at is None:
+                env.signal(run_id, "approved", {"by": "test"})
+                continue
+            env.clock.set(max(env.clock.now(), run.run_at))
+            env.run_due()
         run = env.get(run_id)
-        if run.status.is_terminal:
-            break
-        if run.run_at is None:
-            env.signal(run_id, "approved", {"by": "test"})
-            continue
-        env.clock.set(max(env.clock.now(), run.run_at))
-        env.run_due()
-    run = env.get(run_id)
-    assert run.status == "completed", (run.status, run.error)
-    env.close()
+        assert run.status == "completed", (run.status, run.error)
 
 
-def test_hello_result_and_durable_sleep(tmp_path: Path) -> None:
-    env = WorkflowEnvironment(tmp_path, cwd=ROOT)
-    run_id = env.start("examples/hello.py:hello", {"name": "ana"})
-    assert env.get(run_id).status == "sleeping"
-    env.advance("1999ms")
-    assert env.get(run_id).status == "sleeping"
-    env.advance("1ms")
-    run = env.get(run_id)
-    assert run.status == "completed"
-    assert run.result == {"greeting": "hello, ana", "loud": "HELLO, ANA!"}
+def test_hello_result_and_durable_sleep(db: str) -> None:
+    with WorkflowEnvironment(db=db, cwd=ROOT) as env:
+        run_id = env.start("examples/hello.py:hello", {"name": "ana"})
+        assert env.get(run_id).status == "sleeping"
+        env.advance("1999ms")
+        assert env.get(run_id).status == "sleeping"
+        env.advance("1ms")
+        run = env.get(run_id)
+        assert run.status == "completed"
+        assert run.result == {"greeting": "hello, ana", "loud": "HELLO, ANA!"}
 
 
-def test_followup_python_example_respects_the_reply(tmp_path: Path) -> None:
-    env = WorkflowEnvironment(tmp_path, cwd=ROOT)
-    replied = env.start("examples/followup.py:followup", {"user": "7"})
-    assert env.get(replied).status == "waiting"
-    env.signal(replied, "replied", {"text": "thanks"})
-    assert env.get(replied).result == {
-        "user": "7",
-        "followed_up": False,
-        "reply": {"text": "thanks"},
-    }
-    silent = env.start("examples/followup.py:followup", {"user": "8"})
-    env.advance("72h")
-    assert env.get(silent).result == {"user": "8", "followed_up": True}
+def test_followup_python_example_respects_the_reply(db: str) -> None:
+    with WorkflowEnvironment(db=db, cwd=ROOT) as env:
+        replied = env.start("examples/followup.py:followup", {"user": "7"})
+        assert env.get(replied).status == "waiting"
+        env.signal(replied, "replied", {"text": "thanks"})
+        assert env.get(replied).result == {
+            "user": "7",
+            "followed_up": False,
+            "reply": {"text": "thanks"},
+        }
+        silent = env.start("examples/followup.py:followup", {"user": "8"})
+        env.advance("72h")
+        assert env.get(silent).result == {"user": "8", "followed_up": True}

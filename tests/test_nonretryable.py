@@ -223,9 +223,9 @@ def _yaml(tmp_path: Path, body: str) -> str:
     ],
 )
 def test_yaml_mistakes_found_while_running_end_the_run_dead_at_once(
-    tmp_path: Path, steps: str, input: dict[str, Any], type_: str, says: str
+    tmp_path: Path, db: str, steps: str, input: dict[str, Any], type_: str, says: str
 ) -> None:
-    env = WorkflowEnvironment(tmp_path)
+    env = WorkflowEnvironment(db=db)
     body = "name: mistakes\ninput: {wait: str}\nsteps:\n" + steps
     rid = env.start(_yaml(tmp_path, body), input)
     error = assert_dead_at_once(env.store, rid, type_)
@@ -233,7 +233,9 @@ def test_yaml_mistakes_found_while_running_end_the_run_dead_at_once(
     env.close()
 
 
-def test_a_yaml_call_step_that_returns_no_json_ends_the_run_dead_at_once(tmp_path: Path) -> None:
+def test_a_yaml_call_step_that_returns_no_json_ends_the_run_dead_at_once(
+    tmp_path: Path, db: str
+) -> None:
     module = f"nr_helpers_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{module}.py").write_text(
         "import datetime\n\ndef when():\n    return datetime.datetime(2030, 1, 1)\n"
@@ -242,7 +244,7 @@ def test_a_yaml_call_step_that_returns_no_json_ends_the_run_dead_at_once(tmp_pat
         "name: callme\nsteps:\n"
         f"  - id: when\n    call: {module}:when\n    retry: {{max_attempts: 4, backoff: 1s}}\n"
     )
-    env = WorkflowEnvironment(tmp_path)
+    env = WorkflowEnvironment(db=db)
     rid = env.start(_yaml(tmp_path, body))
     error = assert_dead_at_once(env.store, rid, "SerializationError")
     assert "the result of step 'when' is not JSON" in error["message"]
@@ -250,14 +252,14 @@ def test_a_yaml_call_step_that_returns_no_json_ends_the_run_dead_at_once(tmp_pat
 
 
 def test_a_yaml_run_whose_stored_input_does_not_convert_ends_dead_before_any_step(
-    tmp_path: Path,
+    tmp_path: Path, db: str
 ) -> None:
     marker = tmp_path / "ran"
     path = _yaml(
         tmp_path,
         f"name: typed\ninput: {{count: int}}\nsteps:\n  - id: touch\n    run: [touch, '{marker}']\n",
     )
-    env = WorkflowEnvironment(tmp_path)
+    env = WorkflowEnvironment(db=db)
     wf = load_target(path)
     run, _ = env.store.create_run(wf.new_run({"count": "many"}), env.clock.now())
     env.run_due()

@@ -18,7 +18,7 @@ from flowctl import workflow
 from flowctl.clock import FakeClock
 from flowctl.errors import UsageError, ValidationError
 from flowctl.model import SECRET_MASK, Run, RunStatus, mask_secrets
-from flowctl.store.sqlite import SqliteStore as Store
+from flowctl.store import open_store
 from flowctl.testing import WorkflowEnvironment
 from flowctl.workflow import load_target
 
@@ -120,16 +120,16 @@ def test_rendering_needs_no_workflow_import(cli: Any, tmp_path: Path) -> None:
     assert SECRET not in text and "***" in text
 
 
-def test_the_tui_masks_secret_inputs(tmp_path: Path) -> None:
+def test_the_tui_masks_secret_inputs(tmp_path: Path, db: str) -> None:
     from textual.widgets import Static
 
     from flowctl.tui import FlowctlApp, RunTable
 
     (tmp_path / "flows.py").write_text(FLOWS)
-    env = WorkflowEnvironment(tmp_path, cwd=tmp_path)
+    env = WorkflowEnvironment(db=db, cwd=tmp_path)
     rid = env.start("flows.py:deploy", {"user": "ana", "token": SECRET})
     assert env.get(rid).status is RunStatus.COMPLETED
-    store = Store(env.db_path)
+    store = open_store(env.db)
 
     async def scenario() -> None:
         app = FlowctlApp(store=store, clock=env.clock, view="completed")

@@ -684,15 +684,15 @@ def test_snapshot_cancel_confirmation(
     assert snap_compare(app, terminal_size=(120, 36), run_before=run_before)
 
 
-def test_auto_view_opens_on_the_first_view_with_runs(tmp_path: Path) -> None:
+def test_auto_view_opens_on_the_first_view_with_runs(tmp_path: Path, db: str) -> None:
     from flowctl.clock import FakeClock
-    from flowctl.store.sqlite import SqliteStore as Store
+    from flowctl.store import open_store
     from flowctl.testing import WorkflowEnvironment
 
     (tmp_path / "nap.py").write_text("def nap(ctx):\n    ctx.sleep('1h')\n")
-    env = WorkflowEnvironment(tmp_path, cwd=tmp_path)
-    env.start("nap.py:nap")
-    store = Store(env.db_path)
-    assert FlowctlApp(store=store, clock=FakeClock(), view="auto").view == "sleeping"
-    assert FlowctlApp(store=store, clock=FakeClock()).view == "running"
-    store.close()
+    with WorkflowEnvironment(db=db, cwd=tmp_path) as env:
+        env.start("nap.py:nap")
+        store = open_store(env.db)
+        assert FlowctlApp(store=store, clock=FakeClock(), view="auto").view == "sleeping"
+        assert FlowctlApp(store=store, clock=FakeClock()).view == "running"
+        store.close()

@@ -72,22 +72,24 @@ def test_command_step_checkpoint_shape_and_failure_record(db: str, tmp_path: Pat
     assert bad["error"]["exit_code"] == 3
 
 
-def test_run_is_pinned_to_the_yaml_it_started_with(tmp_path: Path) -> None:
+def test_run_is_pinned_to_the_yaml_it_started_with(tmp_path: Path, db: str) -> None:
     path = tmp_path / "pinned.yaml"
     path.write_text(
         "name: pinned\nsteps:\n  - id: a\n    run: [echo, one]\n  - sleep: 1h\n  - id: b\n    run: [echo, two]\n"
     )
-    env = WorkflowEnvironment(tmp_path, cwd=tmp_path)
-    run_id = env.start("pinned.yaml")
-    assert env.get(run_id).status == "sleeping"
-    path.write_text("name: pinned\nsteps:\n  - this is: broken\n")  # edited while the run sleeps
-    env.advance("1h")
-    run = env.get(run_id)
-    assert run.status == "completed"
-    assert run.result == {"steps": {"a": "one", "b": "two"}}
-    detail = ops.show_run(env.store, run_id, clock=env.clock)
-    assert detail.source_changed is True
-    assert any("changed since this run started" in n for n in detail.notes)
+    with WorkflowEnvironment(db=db, cwd=tmp_path) as env:
+        run_id = env.start("pinned.yaml")
+        assert env.get(run_id).status == "sleeping"
+        path.write_text(
+            "name: pinned\nsteps:\n  - this is: broken\n"
+        )  # edited while the run sleeps
+        env.advance("1h")
+        run = env.get(run_id)
+        assert run.status == "completed"
+        assert run.result == {"steps": {"a": "one", "b": "two"}}
+        detail = ops.show_run(env.store, run_id, clock=env.clock)
+        assert detail.source_changed is True
+        assert any("changed since this run started" in n for n in detail.notes)
 
 
 def test_validate_reports_file_line_and_exit_2(tmp_path: Path) -> None:
