@@ -88,6 +88,16 @@ class WorkflowEnvironment:
     def get(self, run_id: str) -> Run:
         return self.store.find_run(run_id)
 
+    @property
+    def db_path(self) -> Path:
+        """The SQLite file, as a Path: the name this attribute had before `db` (kept so
+        existing tests go on working); a PostgreSQL URL has no path, so use `db` there."""
+        if "://" in self.db:
+            raise AttributeError(
+                f"this environment's database is a URL, not a file: use .db ({self.db})"
+            )
+        return Path(self.db)
+
     def close(self) -> None:
         """Close the store (and remove the temporary folder, when this made one)."""
         self.store.close()

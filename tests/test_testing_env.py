@@ -49,3 +49,9 @@ def test_a_directory_and_a_database_together_are_refused(tmp_path: Path) -> None
     with pytest.raises(TypeError, match="takes a directory or a db, not both"):
         WorkflowEnvironment(tmp_path, db=tmp_path / "x.db")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_db_path_still_names_the_sqlite_file(tmp_path: Path) -> None:
+    """`db_path` was the attribute before `db`: existing user tests keep working."""
+    with WorkflowEnvironment(tmp_path) as env:
+        assert env.db_path == tmp_path / "flowctl-test.db" and env.db == str(env.db_path)
