@@ -23,6 +23,7 @@ from flowctl.store.sqlite.rows import (
     _ENTRY_COLUMNS,
     _RUN_COLUMNS,
     _RUNS,
+    _RUNS_BY_STATUS,
     _add_event,
     _dt,
     _event,
@@ -73,7 +74,8 @@ class Leases(SqliteConnection):
 
     def running_owners(self) -> list[str]:
         rows = self._read(
-            "SELECT DISTINCT lease_owner FROM runs WHERE status = 'running' AND lease_owner IS NOT NULL"
+            f"SELECT DISTINCT lease_owner FROM {_RUNS_BY_STATUS}"
+            " WHERE status = 'running' AND lease_owner IS NOT NULL"
         )
         return [r[0] for r in rows]
 
@@ -82,7 +84,7 @@ class Leases(SqliteConnection):
         now_us = to_us(now)
         with self._write() as c:
             cur = c.execute(
-                "UPDATE runs SET lease_until = ?, run_at = ? WHERE status = 'running'"
+                f"UPDATE {_RUNS_BY_STATUS} SET lease_until = ?, run_at = ? WHERE status = 'running'"
                 " AND lease_owner = ? AND lease_until > ?",
                 [now_us, now_us, owner, now_us],
             )
@@ -717,7 +719,9 @@ class Leases(SqliteConnection):
     def held_count(self, owner: str) -> int:
         return int(
             self._read(
-                "SELECT COUNT(*) FROM runs WHERE status = 'running' AND lease_owner = ?", [owner]
+                f"SELECT COUNT(*) FROM {_RUNS_BY_STATUS} WHERE status = 'running'"
+                " AND lease_owner = ?",
+                [owner],
             )[0][0]
         )
 

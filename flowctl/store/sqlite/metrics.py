@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from flowctl.model import from_us
 from flowctl.store.records import DaemonInfo, Histogram, MetricsSnapshot
 from flowctl.store.sqlite.connection import SqliteConnection
-from flowctl.store.sqlite.rows import _loads
+from flowctl.store.sqlite.rows import _RUNS_BY_STATUS, _loads
 
 
 def _bucket_sql(expr: str, bounds: Sequence[float]) -> str:
@@ -62,7 +62,7 @@ class MetricsReads(SqliteConnection):
                 )
                 daemons = c.execute(
                     "SELECT d.owner, d.host, d.pid, d.proc_start, d.started_at, d.seen_at, d.info,"
-                    " (SELECT COUNT(*) FROM runs WHERE status = 'running'"
+                    f" (SELECT COUNT(*) FROM {_RUNS_BY_STATUS} WHERE status = 'running'"
                     " AND lease_owner = d.owner) FROM daemons d ORDER BY d.started_at"
                 ).fetchall()
                 outbox = c.execute(

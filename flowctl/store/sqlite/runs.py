@@ -24,6 +24,7 @@ from flowctl.store.sqlite.rows import (
     _ENTRY_COLUMNS,
     _RUN_COLUMNS,
     _RUNS,
+    _RUNS_BY_KEY_JOINED,
     _entry_from_row,
     _loads,
     _run_from_row,
@@ -65,7 +66,7 @@ class RunReads(SqliteConnection):
         return _run_from_row(rows[0])
 
     def get_run_by_key(self, key: str) -> Run | None:
-        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE key = ?", [key])
+        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM {_RUNS_BY_KEY_JOINED} WHERE key = ?", [key])
         return _run_from_row(rows[0]) if rows else None
 
     def list_runs(

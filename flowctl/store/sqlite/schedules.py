@@ -24,6 +24,7 @@ from flowctl.store.records import (
 from flowctl.store.sqlite.connection import SqliteConnection
 from flowctl.store.sqlite.rows import (
     _HISTORY_COLUMNS,
+    _RUNS_BY_KEY,
     _SCHEDULE_COLUMNS,
     _add_event,
     _dt,
@@ -258,7 +259,7 @@ def _fire_plan(
         return FireOutcome(plan.fire_at, plan.action, None, False, plan.detail)
     new = plan.run
     if new.key is not None:
-        row = c.execute("SELECT run_id FROM runs WHERE key = ?", [new.key]).fetchone()
+        row = c.execute(f"SELECT run_id FROM {_RUNS_BY_KEY} WHERE key = ?", [new.key]).fetchone()
         if row is not None:
             return FireOutcome(plan.fire_at, "duplicate", row[0], False, "already fired")
     if overlap == "queue":

@@ -15,7 +15,7 @@ from flowctl.store.records import NewRun, dumps
 from flowctl.store.sqlite.rows import (
     _CLEARED,
     _RUN_COLUMNS,
-    _RUNS,
+    _RUNS_BY_KEY_JOINED,
     _add_event,
     _dt,
     _event,
@@ -55,7 +55,9 @@ def _insert_run(
     start_at = from_us(now_us) if new.run_at is None else new.run_at
     run_at = to_us(parked_run_at(start_at, deadline=new.deadline) or start_at)
     if new.key is not None:
-        row = c.execute(f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE key = ?", [new.key]).fetchone()
+        row = c.execute(
+            f"SELECT {_RUN_COLUMNS} FROM {_RUNS_BY_KEY_JOINED} WHERE key = ?", [new.key]
+        ).fetchone()
         if row is not None:
             return _run_from_row(row), False
     # The pinned text is kept once per definition hash (sources), not in every run row.
