@@ -2,6 +2,7 @@
 defaults and writes live here so each one behaves the same. Nothing here prints.
 
     flowctl.ops.runs        start, list, signal, cancel, redrive, fork, pause ...
+    flowctl.ops.listing     the run list and its counts (no workflow loader: `flowctl ls`)
     flowctl.ops.detail      show and why: one run in full
     flowctl.ops.parse       operator input: -i/--input, times, statuses
     flowctl.ops.schedules   schedules and the agenda (imported where used: it loads cron)
@@ -24,6 +25,13 @@ if TYPE_CHECKING:
         why_facts,
         why_run,
     )
+    from flowctl.ops.listing import (
+        count_listed,
+        count_runs,
+        list_runs,
+        waiting_for,
+        workflow_names,
+    )
     from flowctl.ops.parse import (
         STATUS_NAMES,
         parse_duration_or_time,
@@ -40,10 +48,7 @@ if TYPE_CHECKING:
         StatusReport,
         cancel,
         copy_summary,
-        count_listed,
-        count_runs,
         fork,
-        list_runs,
         list_workflows,
         other_live_daemons,
         pause,
@@ -60,9 +65,7 @@ if TYPE_CHECKING:
         start,
         start_many,
         status,
-        waiting_for,
         wake_now,
-        workflow_names,
     )
 
 __all__ = [
@@ -113,6 +116,7 @@ __all__ = [
 
 
 _PARSE = frozenset(name for name in __all__ if name.startswith("parse_") or name == "STATUS_NAMES")
+_LISTING = frozenset(("count_listed", "count_runs", "list_runs", "waiting_for", "workflow_names"))
 _DETAIL = frozenset(
     (
         "RunDetail",
@@ -135,6 +139,8 @@ def __getattr__(name: str) -> object:
 
     if name in _PARSE:
         module = importlib.import_module("flowctl.ops.parse")
+    elif name in _LISTING:
+        module = importlib.import_module("flowctl.ops.listing")
     elif name in _DETAIL:
         module = importlib.import_module("flowctl.ops.detail")
     else:

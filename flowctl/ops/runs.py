@@ -25,14 +25,10 @@ from flowctl.errors import (
 from flowctl.limits import ROOM_RESERVE
 from flowctl.model import (
     ACTIVE,
-    CallKind,
     Run,
     RunStatus,
     iso,
     utc_text,
-)
-from flowctl.ops.parse import (
-    parse_statuses,
 )
 from flowctl.store import DaemonInfo, Store
 from flowctl.workflow import TargetCache, WorkflowEntry, discover, load_target
@@ -192,45 +188,6 @@ def rerun(
 ) -> Run:
     """`flowctl rerun RUN`: a fork from call index 0, so nothing is copied."""
     return fork(store, ref, 0, clock=clock, input=input, by=by)
-
-
-# ---------------------------------------------------------------------------
-# Reading
-
-
-def count_listed(
-    store: Store,
-    *,
-    statuses: list[str] | None = None,
-    workflow: str | None = None,
-    search: str | None = None,
-) -> int:
-    """How many runs `list_runs` would give with no limit, so a cut list can say so."""
-    counts = count_runs(store, workflow=workflow, search=search)
-    wanted = parse_statuses(statuses)
-    return sum(n for s, n in counts.items() if wanted is None or s in wanted)
-
-
-def list_runs(
-    store: Store,
-    *,
-    statuses: list[str] | None = None,
-    workflow: str | None = None,
-    search: str | None = None,
-    limit: int = 50,
-    offset: int = 0,
-    order: str = "created_desc",
-) -> list[Run]:
-    if limit < 1:
-        raise UsageError(f"--limit must be at least 1, got {limit}")
-    return store.list_runs(
-        statuses=parse_statuses(statuses),
-        workflow=workflow,
-        search=search,
-        limit=limit,
-        offset=offset,
-        order=order,
-    )
 
 
 # ---------------------------------------------------------------------------
@@ -470,34 +427,6 @@ def status(store: Store, *, clock: Clock, window: timedelta = timedelta(hours=1)
 
 def list_workflows(workflows_dir: str | Path) -> list[WorkflowEntry]:
     return sorted(discover(workflows_dir).values(), key=lambda w: w.name)
-
-
-# --- TUI support ---
-
-
-def count_runs(
-    store: Store, *, workflow: str | None = None, search: str | None = None
-) -> dict[RunStatus, int]:
-    """Runs per status, narrowed exactly as `list_runs` narrows, so counts match the lists."""
-    if not search:
-        return store.count_by_status(workflow)
-    return store.count_by_status_matching(workflow, search)
-
-
-def waiting_for(store: Store, run_ids: list[str]) -> dict[str, str]:
-    """What each run in a page is parked on ("signal 'approved'", "child run"), in one query.
-
-    A list of waiting runs shows this without reading each run's journal.
-    """
-    out = {}
-    for run_id, (kind, name) in store.pending_calls(run_ids).items():
-        out[run_id] = f"signal {name!r}" if kind is CallKind.SIGNAL else f"{kind} {name!r}"
-    return out
-
-
-def workflow_names(store: Store) -> list[str]:
-    """Every workflow name that has runs, sorted: the choices for a workflow filter."""
-    return store.workflows_seen()
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,76 @@
+"""Reading the run list, shared by every front end: `flowctl ls`, the TUI's lists and
+counts, Client.list. Separate from flowctl.ops.runs so a read loads the store and the
+statuses only, never the workflow loader (`flowctl ls` start-up, issue 17 item 4;
+tests/test_startup_imports.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from flowctl.errors import UsageError
+from flowctl.model import CallKind, Run, RunStatus
+from flowctl.ops.parse import parse_statuses
+
+if TYPE_CHECKING:  # the caller opened the store; this module needs only its interface
+    from flowctl.store import Store
+
+
+def count_listed(
+    store: Store,
+    *,
+    statuses: list[str] | None = None,
+    workflow: str | None = None,
+    search: str | None = None,
+) -> int:
+    """How many runs `list_runs` would give with no limit, so a cut list can say so."""
+    counts = count_runs(store, workflow=workflow, search=search)
+    wanted = parse_statuses(statuses)
+    return sum(n for s, n in counts.items() if wanted is None or s in wanted)
+
+
+def list_runs(
+    store: Store,
+    *,
+    statuses: list[str] | None = None,
+    workflow: str | None = None,
+    search: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+    order: str = "created_desc",
+) -> list[Run]:
+    if limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {limit}")
+    return store.list_runs(
+        statuses=parse_statuses(statuses),
+        workflow=workflow,
+        search=search,
+        limit=limit,
+        offset=offset,
+        order=order,
+    )
+
+
+def count_runs(
+    store: Store, *, workflow: str | None = None, search: str | None = None
+) -> dict[RunStatus, int]:
+    """Runs per status, narrowed exactly as `list_runs` narrows, so counts match the lists."""
+    if not search:
+        return store.count_by_status(workflow)
+    return store.count_by_status_matching(workflow, search)
+
+
+def waiting_for(store: Store, run_ids: list[str]) -> dict[str, str]:
+    """What each run in a page is parked on ("signal 'approved'", "child run"), in one query.
+
+    A list of waiting runs shows this without reading each run's journal.
+    """
+    out = {}
+    for run_id, (kind, name) in store.pending_calls(run_ids).items():
+        out[run_id] = f"signal {name!r}" if kind is CallKind.SIGNAL else f"{kind} {name!r}"
+    return out
+
+
+def workflow_names(store: Store) -> list[str]:
+    """Every workflow name that has runs, sorted: the choices for a workflow filter."""
+    return store.workflows_seen()
