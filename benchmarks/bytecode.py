@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -55,3 +56,20 @@ def envs(tmp: Path) -> list[tuple[str, dict[str, str]]]:
         ),
         ("bytecode cached", {**base, "PYTHONPYCACHEPREFIX": str(warm)}),
     ]
+
+
+def own_code_compiled(tmp: Path, warm: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """(label, environment) where flowctl's own modules are compiled on every start but its
+    dependencies and the standard library are cached: what an editable install sees with
+    PYTHONDONTWRITEBYTECODE=1 (this machine), the case flowctl's own start-up decides.
+
+    `warm` is an environment from `envs()` whose cache a run has already filled; its
+    prefix is copied without flowctl's subtree, and nothing is written to the copy.
+    """
+    source = Path(warm["PYTHONPYCACHEPREFIX"])
+    prefix = tmp / "pycache-deps"
+    shutil.rmtree(prefix, ignore_errors=True)
+    shutil.copytree(source, prefix)
+    shutil.rmtree(prefix / str(ROOT / "flowctl").lstrip(os.sep), ignore_errors=True)
+    env = {**warm, "PYTHONPYCACHEPREFIX": str(prefix), "PYTHONDONTWRITEBYTECODE": "1"}
+    return "flowctl compiled, dependencies cached (editable install, no .pyc written)", env

@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
 from flowctl.cli import app, coerce
+from flowctl.client import Client
+from tests.conftest import ROOT
 
 HEAVY = (
     "textual",
@@ -174,3 +177,65 @@ def test_install_is_idempotent_and_used_by_the_app() -> None:
     result = CliRunner().invoke(app, ["ls", "-n", "abc"])
     assert result.exit_code == 2
     assert "'abc' is not a whole number" in result.output
+
+
+# The CLI skeleton: what `flowctl --help` may load of flowctl (issue 17, item 4). Every
+# command module is imported only when its command is used (cli/__init__.py COMMANDS).
+SKELETON = {
+    "flowctl",
+    "flowctl.cli",
+    "flowctl.cli.coerce",
+    "flowctl.cli.common",
+    "flowctl.cli.helpfmt",
+    "flowctl.cli.lazy",
+    "flowctl.clock",
+    "flowctl.errors",
+    "flowctl.limits",
+}
+# ... and what `flowctl ls` adds: its command, the run-list read, the config that finds the
+# database, the SQLite store, the table renderer
+LS_PATH = {
+    "flowctl.cli.listing",
+    "flowctl.cli.table",
+    "flowctl.ops",
+    "flowctl.ops.listing",
+    "flowctl.ops.parse",
+    "flowctl.config",
+    "flowctl.notify",
+    "flowctl.durations",
+    "flowctl.model",
+    "flowctl.store",
+    "flowctl.transitions",
+    "flowctl.retry",
+}
+
+
+def _flowctl_modules_after(argv: list[str], db: str) -> set[str]:
+    probe = (
+        "import os, sys, json, flowctl.cli\n"
+        f"os.environ['FLOWCTL_DB'] = {db!r}\n"
+        "try:\n"
+        f"    flowctl.cli.app({argv!r}, prog_name='flowctl', standalone_mode=False)\n"
+        "except BaseException:\n"
+        "    pass\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'flowctl')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    return set(json.loads(out.strip().splitlines()[-1]))
+
+
+def test_help_loads_the_cli_skeleton_only(tmp_path: Path) -> None:
+    assert _flowctl_modules_after(["--help"], str(tmp_path / "f.db")) == SKELETON
+
+
+def test_ls_loads_the_store_read_path_and_the_table_renderer_only(tmp_path: Path) -> None:
+    db = tmp_path / "f.db"
+    with Client(db) as client:  # a row, so the table prints
+        client.start(str(ROOT / "workflows" / "ping.yaml"))
+    loaded = _flowctl_modules_after(["ls"], str(db))
+    assert "flowctl.cli.table" in loaded  # the probe really printed the list
+    extra = {m for m in loaded - SKELETON - LS_PATH if not m.startswith("flowctl.store.")}
+    assert extra == set()
+    assert not {m for m in loaded if m.startswith("flowctl.store.postgres")}

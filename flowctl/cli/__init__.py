@@ -1,7 +1,8 @@
 """The `flowctl` command: parse -> ops -> render. Builds the app, registers the commands
-(flowctl/cli/start.py, listing.py, show.py, actions.py, admin.py, schedule.py, ...) in the order `flowctl --help` lists them, and
-holds `main`. With `_Group` (flowctl/cli/common.py) this is the one place errors become
-exit codes."""
+(flowctl/cli/start.py, listing.py, show.py, actions.py, admin.py, schedule.py, ...) by name
+in the order `flowctl --help` lists them (COMMANDS: a module is imported only when its
+command is used, cli/lazy.py), and holds `main`. With `_Group` (flowctl/cli/common.py) this
+is the one place errors become exit codes."""
 
 from __future__ import annotations
 
@@ -15,10 +16,8 @@ try:  # typer >= 0.26 ships its own copy of click
 except ImportError:  # pragma: no cover - older typer uses click itself
     from click import exceptions as click_exc  # type: ignore[no-redef]
 
-from flowctl.cli import actions, admin, coerce, lazy, listing, maintenance, show, start
+from flowctl.cli import coerce, lazy
 from flowctl.cli.common import State, _Group
-from flowctl.cli.schedule import agenda, schedule_app
-from flowctl.cli.serve import serve
 from flowctl.clock import SystemClock
 from flowctl.errors import FlowctlError
 from flowctl.limits import is_utf8, one_line, shown_bytes
@@ -64,34 +63,129 @@ def _root(
     ctx.call_on_close(ctx.obj.close)
 
 
-app.command()(admin.init)
-app.command()(admin.workflows)
-app.command()(start.run)
-app.command("ls")(listing.ls)
-app.command()(show.show)
-app.command()(show.why)
-app.command("signal")(actions.send_signal)
-app.command()(actions.cancel)
-app.command()(actions.redrive)
-app.command()(start.fork)
-app.command()(start.rerun)
-app.command()(start.wait)
-app.command()(actions.pause)
-app.command()(actions.resume)
-app.command()(actions.wake)
-app.command()(admin.daemon)
-app.command()(admin.status)
-app.command("serve")(serve)
-app.command()(admin.copy)
-app.command()(maintenance.check)
-app.command()(maintenance.logs)
-app.command()(maintenance.prune)
-app.command()(maintenance.vacuum)
-app.command()(maintenance.backup)
-app.command()(admin.validate)
-app.command()(admin.tui)
-app.command()(agenda)
-app.add_typer(schedule_app, name="schedule")
+# Every command: its name, where it is (module:attribute; `schedule` is a Typer app) and the
+# line `flowctl --help` lists for it, the first sentence of its own help (tests/
+# test_lazy_commands.py checks they agree). Registered by name, so a command's module is
+# imported only when that command is used: `flowctl --help` imports none of them.
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    (
+        "init",
+        "flowctl.cli.admin:init",
+        "Create flowctl.toml here with the documented defaults, and its database.",
+    ),
+    (
+        "workflows",
+        "flowctl.cli.admin:workflows",
+        "List the workflows found in the workflows folder.",
+    ),
+    ("run", "flowctl.cli.start:run", "Start a workflow run."),
+    ("ls", "flowctl.cli.listing:ls", "List runs, newest first."),
+    ("show", "flowctl.cli.show:show", "Show one run: header, checkpoints by call index, timeline."),
+    (
+        "why",
+        "flowctl.cli.show:why",
+        "Say in one line why a run is not running (sleeping until T, no daemon, paused …).",
+    ),
+    ("signal", "flowctl.cli.actions:send_signal", "Send a signal to a run, by id or by key."),
+    (
+        "cancel",
+        "flowctl.cli.actions:cancel",
+        "Cancel a run; a running one is told at its next heartbeat.",
+    ),
+    (
+        "redrive",
+        "flowctl.cli.actions:redrive",
+        "Give dead runs a fresh attempt budget, keeping their checkpoints.",
+    ),
+    (
+        "fork",
+        "flowctl.cli.start:fork",
+        "Start a new run of the same workflow from a call index of an earlier one; the original is left as it was.",
+    ),
+    (
+        "rerun",
+        "flowctl.cli.start:rerun",
+        "Start the same workflow again with the same input (a fork from 0).",
+    ),
+    (
+        "wait",
+        "flowctl.cli.start:wait",
+        "Wait until runs end (a daemon or another `run --wait` runs them); say each as it ends.",
+    ),
+    (
+        "pause",
+        "flowctl.cli.actions:pause",
+        "Pause a run: never claimed until resumed; its deadline still runs.",
+    ),
+    (
+        "resume",
+        "flowctl.cli.actions:resume",
+        "Resume a paused run: due at once if its wake passed, else at its wake.",
+    ),
+    ("wake", "flowctl.cli.actions:wake", "End a sleep early (recorded as an operator action)."),
+    (
+        "daemon",
+        "flowctl.cli.admin:daemon",
+        "Run queued work and wake sleepers on time; SIGTERM/Ctrl-C drains; `daemon stop` drains a running one; --install makes it a systemd user service.",
+    ),
+    (
+        "status",
+        "flowctl.cli.admin:status",
+        "Is a daemon running on this database; run counts; wake lateness.",
+    ),
+    (
+        "serve",
+        "flowctl.cli.serve:serve",
+        "Serve the JSON HTTP API; needs FLOWCTL_TOKEN or [serve] token.",
+    ),
+    (
+        "copy",
+        "flowctl.cli.admin:copy",
+        "Copy every run, journal entry, event, signal, published value and schedule to another database, SQLite or PostgreSQL, keeping deadlines, fences and ids.",
+    ),
+    (
+        "check",
+        "flowctl.cli.maintenance:check",
+        "Before a deploy: replay every unfinished run against the code on disk (nothing runs, nothing is written); exit 1 if any would break.",
+    ),
+    (
+        "logs",
+        "flowctl.cli.maintenance:logs",
+        "What a run's steps printed (stdout, stderr, logging), in order with step and time.",
+    ),
+    (
+        "prune",
+        "flowctl.cli.maintenance:prune",
+        "Delete finished runs (journal, timeline, signals, output, published values) that ended before the cutoff; never a run that is not finished.",
+    ),
+    (
+        "vacuum",
+        "flowctl.cli.maintenance:vacuum",
+        "Give the space of deleted runs back to the filesystem (VACUUM; writers wait while it runs).",
+    ),
+    (
+        "backup",
+        "flowctl.cli.maintenance:backup",
+        "A consistent copy of the database while daemons write, checked with PRAGMA integrity_check; the copy is a working database.",
+    ),
+    (
+        "validate",
+        "flowctl.cli.admin:validate",
+        "Check YAML workflows; every mistake with file:line:column.",
+    ),
+    ("tui", "flowctl.cli.admin:tui", "Live view of sleeping, running and dead-lettered runs."),
+    (
+        "agenda",
+        "flowctl.cli.schedule:agenda",
+        "Every future wake, start, retry, timeout, deadline and schedule fire, in time order.",
+    ),
+    (
+        "schedule",
+        "flowctl.cli.schedule:schedule_app",
+        "Cron and interval schedules: each fire starts one run, exactly once.",
+    ),
+)
+lazy.register(app, COMMANDS)
 
 
 # typer >= 0.26 raises its own Exit/Abort; older versions raise click's.

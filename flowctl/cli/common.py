@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import typer
 from typer.core import TyperGroup
 
-from flowctl.clock import Clock
-from flowctl.config import Config, load_config, resolve_db
-from flowctl.durations import format_duration, parse_duration
 from flowctl.errors import FlowctlError
 from flowctl.limits import one_line
 
-if TYPE_CHECKING:  # the store (sqlite_utils, the backend) loads when a command opens it
+if TYPE_CHECKING:  # the store (sqlite_utils, the backend) loads when a command opens it;
+    # the config (tomllib) and durations when a command reads them: `flowctl --help` neither
+    from flowctl.clock import Clock
+    from flowctl.config import Config
     from flowctl.model import Run
     from flowctl.store import Store
 
@@ -77,11 +77,15 @@ class State:
     @property
     def config(self) -> Config:
         if self._config is None:
+            from flowctl.config import load_config
+
             self._config = load_config()
         return self._config
 
     @property
     def db_path(self) -> Path | str:
+        from flowctl.config import resolve_db
+
         return resolve_db(self._db, self.config)
 
     @property
@@ -156,6 +160,8 @@ def _local(when: datetime | None, *, ms: bool = False) -> str:
 def _relative(when: datetime | None, now: datetime) -> str:
     if when is None:
         return "-"
+    from flowctl.durations import format_duration
+
     delta = when - now
     if delta.total_seconds() >= 0:
         return f"in {format_duration(delta)}"
@@ -192,6 +198,7 @@ def _run_json(run: Run) -> dict[str, Any]:
 
 def _daemon_config(st: State, **overrides: Any) -> Any:
     from flowctl.daemon import DaemonConfig
+    from flowctl.durations import parse_duration
 
     cfg = st.config
     values: dict[str, Any] = {
