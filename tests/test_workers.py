@@ -1,5 +1,5 @@
 """`flowctl daemon --workers N`: the wire codec, and a real daemon whose handlers run in
-two worker processes making every kind of durable call (crash tests: tests/crash/
+two worker processes making every kind of durable call, on both stores (crash tests: tests/crash/
 test_workers_kill9.py)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from flowctl import ops
 from flowctl.clock import SystemClock
 from flowctl.errors import DiskFullError, SerializationError
 from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus
+from flowctl.store import open_store
 from flowctl.store.records import Claim, Lease
-from flowctl.store.sqlite import SqliteStore
 from flowctl.transitions import ErrorKind
 from flowctl.workers.wire import (
     decode,
@@ -87,10 +87,11 @@ def test_a_store_error_is_raised_again_in_the_worker_as_its_own_type() -> None:
     assert type(other).__name__ == "DatabaseError" and "KeyError" in str(other)
 
 
-def test_a_daemon_with_two_worker_processes_runs_every_durable_call(tmp_path: Path) -> None:
-    db = tmp_path / "f.db"
+def test_a_daemon_with_two_worker_processes_runs_every_durable_call(
+    db: str, tmp_path: Path
+) -> None:
     clock = SystemClock()
-    with SqliteStore(db) as store:
+    with open_store(db) as store:
         started = [
             ops.start(
                 store, "tests/workers_flows.py:everything", {"x": i}, clock=clock, cwd=str(ROOT)
@@ -104,14 +105,14 @@ def test_a_daemon_with_two_worker_processes_runs_every_durable_call(tmp_path: Pa
     ids = [s.run.run_id for s in started]
     log = open(tmp_path / "daemon.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", "--workers", "2"],
+        [sys.executable, "-m", "flowctl", "--db", db, "daemon", "--workers", "2"],
         cwd=str(ROOT),
         stdout=log,
         stderr=subprocess.STDOUT,
     )
     log.close()
     try:
-        with SqliteStore(db) as store:
+        with open_store(db) as store:
             wait_until(
                 lambda: all(store.get_run(r).status is RunStatus.WAITING for r in ids), timeout=30
             )

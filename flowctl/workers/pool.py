@@ -20,7 +20,9 @@ its last call), then the leases of the runs it held lapse now through the store'
 do. They are due now and reclaimed by the usual claim rules: a run taken from a dead worker is a
 suspect and runs alone next, so a run that keeps killing its worker is dead-lettered as
 poison, and a healthy one simply completes. A new worker takes the dead one's place.
-Nothing here is pickled: see flowctl.workers.wire.
+Nothing here is pickled: see flowctl.workers.wire. On PostgreSQL the shape is the same
+(the daemon process writes, one transaction per batch through the store's run_batch, and
+a dead worker's leases lapse through its lapse_runs), so poison is charged alike.
 
 What it buys, measured on 2 shared cores (load 9-16; `benchmarks/scaling.py --runs 2000
 --rounds 2`): the owner's share of a run — its SQL statements and COMMITs, the claim,
@@ -261,16 +263,7 @@ class WorkerPool:
         calls = [self._bind(message) for message in messages]
         self.batches += 1
         self.calls += len(calls)
-        run_batch = getattr(self.store, "run_batch", None)
-        if run_batch is not None:
-            results = run_batch(calls)
-        else:  # a store without batches (PostgreSQL): one transaction per call
-            results = []
-            for call in calls:
-                try:
-                    results.append((True, call()))
-                except Exception as e:
-                    results.append((False, e))
+        results = self.store.run_batch(calls)
         for message, (ok, value) in zip(messages, results, strict=True):
             reply: dict[str, Any] = {"op": "reply", "id": message["id"]}
             if ok:
@@ -311,9 +304,10 @@ class WorkerPool:
             log.warning("%s holding %d run(s); their leases lapse for reclaim", reason, len(held))
             # Lapsed, not released: a crash keeps its charge (run.solo), so a run that
             # kills its worker each time it runs alone is dead-lettered as poison.
-            lapse = getattr(self.store, "lapse_runs", None) or self.store.release_runs
             try:
-                lapse([live.lease for _, live in held], self.daemon.clock.now(), reason)
+                self.store.lapse_runs(
+                    [live.lease for _, live in held], self.daemon.clock.now(), reason
+                )
             except Exception:
                 log.exception("could not release the runs of a dead worker")
             for claim, live in held:

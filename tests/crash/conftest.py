@@ -17,6 +17,7 @@ import pytest
 from flowctl import ops
 from flowctl.clock import SystemClock
 from flowctl.store.sqlite import SqliteStore as Store
+from tests.dbs import rows
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOWS = "tests/crash/flows.py"
@@ -82,20 +83,17 @@ def start_runs(db: Path, name: str, inputs: list[dict[str, Any]]) -> list[str]:
         ]
 
 
-def read(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Read the file as an independent observer (its own connection, no flowctl code)."""
-    conn = sqlite3.connect(str(db), timeout=30)
-    try:
-        return conn.execute(sql, params).fetchall()
-    finally:
-        conn.close()
+def read(db: Path | str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Read the database as an independent observer (its own connection, no flowctl code):
+    a SQLite file, or a postgresql:// URL (tests/dbs.py; `?` placeholders either way)."""
+    return rows(db, sql, params)
 
 
-def statuses(db: Path) -> dict[str, str]:
+def statuses(db: Path | str) -> dict[str, str]:
     return dict(read(db, "SELECT run_id, status FROM runs"))  # type: ignore[arg-type]
 
 
-def timeline(db: Path, run_id: str, type_: str | None = None) -> list[dict[str, Any]]:
+def timeline(db: Path | str, run_id: str, type_: str | None = None) -> list[dict[str, Any]]:
     rows = read(db, "SELECT at, type, data FROM timeline WHERE run_id = ? ORDER BY seq", (run_id,))
     return [
         {"at_us": at, "type": t, **json.loads(data or "{}")}

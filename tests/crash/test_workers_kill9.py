@@ -26,6 +26,7 @@ from helpers import wait_until
 
 from flowctl import ops
 from flowctl.clock import SystemClock
+from flowctl.store import open_store
 from flowctl.store.sqlite import SqliteStore as Store
 
 from .conftest import ROOT, Daemons, read, statuses, timeline
@@ -138,10 +139,12 @@ def test_sigkilled_worker_processes_lose_no_run_and_journal_no_step_twice(
 
 
 def test_a_run_that_kills_its_worker_process_is_poisoned_and_the_daemon_carries_on(
-    tmp_path: Path, daemons: Daemons
+    db: str, tmp_path: Path, daemons: Daemons
 ) -> None:
-    db, effects = tmp_path / "flowctl.db", tmp_path / "effects.log"
-    with Store(db) as store:
+    """On both stores: the dead worker's leases lapse with their crash charge kept
+    (lapse_runs), which is what lets the fifth crash alone dead-letter the run."""
+    effects = tmp_path / "effects.log"
+    with open_store(db) as store:
         guilty = ops.start(
             store, f"{FLOWS}:killer", {"effects": str(effects)}, clock=SystemClock(), cwd=str(ROOT)
         ).run.run_id

@@ -387,6 +387,29 @@ class RunReads(Transitions):
                 )
         return released
 
+    @retried
+    def lapse_runs(self, leases: Sequence[Lease], now: datetime, reason: str) -> int:
+        """A worker process died holding these runs: each lease lapses now, as a dead
+        daemon's does (expire_owner), so the claim reclaims the run by the crash rules (a
+        suspect; a crash charged when it ran alone: `solo` is kept, unlike release_runs).
+        A run whose lease was lost meanwhile is left alone. Each lapse is noted in the
+        run's timeline ("worker died")."""
+        now_us = to_us(now)
+        lapsed = 0
+        with self._write() as c:
+            for lease in sorted(leases, key=lambda x: x.run_id):  # one lock order
+                if _held(c, lease) is None:
+                    continue
+                c.execute(
+                    "UPDATE runs SET lease_until = %s, run_at = %s WHERE run_id = %s",
+                    [now_us, now_us, lease.run_id],
+                )
+                lapsed += 1
+                _add_event(
+                    c, lease.run_id, now_us, "worker died", {"by": lease.owner, "reason": reason}
+                )
+        return lapsed
+
     def runs_due_between(self, lo: datetime, hi: datetime, *, limit: int) -> list[str]:
         """Ids of active runs whose run_at lies in [lo, hi] (e.g. passed over by a clock jump)."""
         out: list[str] = []
