@@ -318,7 +318,23 @@ _V4 = [
 # Version 5: when the step a running run is inside began (with current_step, by heartbeat).
 _V5 = ["ALTER TABLE runs ADD COLUMN step_started_at BIGINT"]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5]
+# Version 6: the change notice for what a reader shows besides runs (SQLite's data_version
+# moves on any commit): a daemon that starts or stops (the TUI's header), what a step
+# prints, a published value and a timeline event (the detail pane: while a step runs they
+# were seen only at its next heartbeat, and a note after a run's end, such as a
+# notification's outcome, not at all). A daemon's own heartbeat (UPDATE of seen_at) is
+# left out: it would wake every listener once a second for each idle daemon.
+_V6 = [
+    "CREATE TRIGGER daemons_changed AFTER INSERT OR DELETE ON daemons"
+    " FOR EACH STATEMENT EXECUTE FUNCTION flowctl_notify_change()",
+    *(
+        f"CREATE TRIGGER {table}_changed AFTER INSERT OR UPDATE OR DELETE ON {table}"
+        " FOR EACH STATEMENT EXECUTE FUNCTION flowctl_notify_change()"
+        for table in ("output", "published", "timeline")
+    ),
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
