@@ -149,9 +149,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         callspec = getattr(item, "callspec", None)
         names = getattr(item, "fixturenames", ())
         sqlite_file = "db_path" in names or "snap_compare" in names
-        # test_prune reads and writes the SQLite file itself (its CLI tests give --db the
-        # file); tests/test_maintenance_store.py proves the same promises on both stores.
-        sqlite_file = sqlite_file or item.nodeid.startswith("tests/test_prune")
         on_pg = callspec is not None and "postgres" in (
             callspec.params.get("store"),
             callspec.params.get("db"),

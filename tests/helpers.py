@@ -43,8 +43,16 @@ def query(db: Path | str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[
     return rows(db, sql, params)
 
 
-def execute(db: Path, sql: str, params: tuple[Any, ...] = ()) -> int:
-    """Write the database file directly, as another process would; returns rows changed."""
+def execute(db: Path | str, sql: str, params: tuple[Any, ...] = ()) -> int:
+    """Write the database directly, as another process would: a SQLite file, or a
+    postgresql:// URL (`?` placeholders either way); returns rows changed."""
+    from tests.dbs import is_url
+
+    if is_url(db):
+        import psycopg
+
+        with psycopg.connect(str(db), autocommit=True) as pg:
+            return pg.execute(sql.replace("?", "%s"), params).rowcount  # type: ignore[arg-type]
     conn = sqlite3.connect(str(db), timeout=10, isolation_level=None)
     try:
         return conn.execute(sql, params).rowcount

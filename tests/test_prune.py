@@ -18,7 +18,7 @@ from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import RunStatus
 from flowctl.retention import prune
 from flowctl.store import Store
-from tests.helpers import execute, query
+from tests.helpers import db_of, execute, query
 from tests.inproc import run_main
 
 FLOWS = """
@@ -45,7 +45,7 @@ def boom(ctx):
 """
 
 
-def counts(db: Path, run_id: str) -> dict[str, int]:
+def counts(db: str, run_id: str) -> dict[str, int]:
     return {
         t: query(db, f"SELECT COUNT(*) FROM {t} WHERE run_id = ?", (run_id,))[0][0]
         for t in ("runs", "journal", "timeline", "signals", "published", "output")
@@ -82,53 +82,53 @@ def world(tmp_path: Path, store: Store, fake_clock: FakeClock) -> dict[str, str]
 
 
 def test_prune_deletes_old_completed_and_cancelled_runs_with_everything_they_recorded(
-    monkeypatch: pytest.MonkeyPatch, db_path: Path, world: dict[str, str]
+    monkeypatch: pytest.MonkeyPatch, store: Store, world: dict[str, str]
 ) -> None:
-    before = {k: counts(db_path, v) for k, v in world.items()}
+    before = {k: counts(db_of(store), v) for k, v in world.items()}
     assert before["completed"]["journal"] == 1
     assert before["completed"]["output"] == 1 and before["completed"]["published"] == 1
     assert before["cancelled"]["signals"] == 1
-    out = run_main(monkeypatch, "--db", str(db_path), "prune", "--older-than", "30d")
+    out = run_main(monkeypatch, "--db", db_of(store), "prune", "--older-than", "30d")
     assert out.returncode == 0, out.stderr
     assert "deleted 2 run(s) (completed, cancelled)" in out.stdout
     for gone in ("completed", "cancelled"):
-        assert set(counts(db_path, world[gone]).values()) == {0}
+        assert set(counts(db_of(store), world[gone]).values()) == {0}
     for kept in ("dead", "waiting"):  # dead runs are the operator's; unfinished never go
-        assert counts(db_path, world[kept]) == before[kept]
+        assert counts(db_of(store), world[kept]) == before[kept]
 
 
 def test_dead_runs_go_only_when_asked_and_unfinished_runs_never(
-    monkeypatch: pytest.MonkeyPatch, db_path: Path, world: dict[str, str]
+    monkeypatch: pytest.MonkeyPatch, store: Store, world: dict[str, str]
 ) -> None:
     out = run_main(
-        monkeypatch, "--db", str(db_path), "prune", "--older-than", "1d", "--status", "dead"
+        monkeypatch, "--db", db_of(store), "prune", "--older-than", "1d", "--status", "dead"
     )
     assert out.returncode == 0, out.stderr
-    assert counts(db_path, world["dead"])["runs"] == 0
-    assert counts(db_path, world["completed"])["runs"] == 1
+    assert counts(db_of(store), world["dead"])["runs"] == 0
+    assert counts(db_of(store), world["completed"])["runs"] == 1
     bad = run_main(
-        monkeypatch, "--db", str(db_path), "prune", "--older-than", "1d", "--status", "waiting"
+        monkeypatch, "--db", db_of(store), "prune", "--older-than", "1d", "--status", "waiting"
     )
     assert bad.returncode == 2
     assert "never pruned" in bad.stderr
-    assert counts(db_path, world["waiting"])["runs"] == 1
+    assert counts(db_of(store), world["waiting"])["runs"] == 1
 
 
 def test_a_run_finished_recently_stays(
-    monkeypatch: pytest.MonkeyPatch, db_path: Path, world: dict[str, str]
+    monkeypatch: pytest.MonkeyPatch, store: Store, world: dict[str, str]
 ) -> None:
-    execute(db_path, "UPDATE runs SET finished_at = finished_at + ?", (240 * 86400 * 10**6,))
-    out = run_main(monkeypatch, "--db", str(db_path), "prune", "--older-than", "30d", "--json")
+    execute(db_of(store), "UPDATE runs SET finished_at = finished_at + ?", (240 * 86400 * 10**6,))
+    out = run_main(monkeypatch, "--db", db_of(store), "prune", "--older-than", "30d", "--json")
     assert json.loads(out.stdout)["count"] == 0
-    assert counts(db_path, world["completed"])["runs"] == 1
+    assert counts(db_of(store), world["completed"])["runs"] == 1
 
 
 def test_dry_run_lists_and_deletes_nothing(
-    monkeypatch: pytest.MonkeyPatch, db_path: Path, world: dict[str, str]
+    monkeypatch: pytest.MonkeyPatch, store: Store, world: dict[str, str]
 ) -> None:
-    before = query(db_path, "SELECT COUNT(*) FROM runs")
+    before = query(db_of(store), "SELECT COUNT(*) FROM runs")
     out = run_main(
-        monkeypatch, "--db", str(db_path), "prune", "--older-than", "30d", "--dry-run", "--json"
+        monkeypatch, "--db", db_of(store), "prune", "--older-than", "30d", "--dry-run", "--json"
     )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
@@ -136,19 +136,19 @@ def test_dry_run_lists_and_deletes_nothing(
     assert report["statuses"] == ["completed", "cancelled"]
     assert {r["run_id"] for r in report["runs"]} == {world["completed"], world["cancelled"]}
     assert {r["status"] for r in report["runs"]} == {"completed", "cancelled"}
-    assert query(db_path, "SELECT COUNT(*) FROM runs") == before
-    text = run_main(monkeypatch, "--db", str(db_path), "prune", "--older-than", "30d", "--dry-run")
+    assert query(db_of(store), "SELECT COUNT(*) FROM runs") == before
+    text = run_main(monkeypatch, "--db", db_of(store), "prune", "--older-than", "30d", "--dry-run")
     assert world["completed"] in text.stdout and "would delete 2 run(s)" in text.stdout
 
 
 @pytest.mark.parametrize("bad", ["soon", "0s", "-3d"])
 def test_a_bad_cutoff_is_exit_2_and_deletes_nothing(
-    monkeypatch: pytest.MonkeyPatch, db_path: Path, world: dict[str, str], bad: str
+    monkeypatch: pytest.MonkeyPatch, store: Store, world: dict[str, str], bad: str
 ) -> None:
-    out = run_main(monkeypatch, "--db", str(db_path), "prune", "--older-than", bad)
+    out = run_main(monkeypatch, "--db", db_of(store), "prune", "--older-than", bad)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1
-    assert query(db_path, "SELECT COUNT(*) FROM runs") == [(4,)]
+    assert query(db_of(store), "SELECT COUNT(*) FROM runs") == [(4,)]
 
 
 def test_prune_works_in_bounded_batches(
@@ -170,7 +170,7 @@ def test_prune_works_in_bounded_batches(
 
 
 def test_the_daemon_applies_retention_once_an_hour(
-    store: Store, fake_clock: FakeClock, tmp_path: Path, db_path: Path
+    store: Store, fake_clock: FakeClock, tmp_path: Path
 ) -> None:
     (tmp_path / "flows.py").write_text(FLOWS)
     target = str(tmp_path / "flows.py") + ":done"
@@ -180,16 +180,16 @@ def test_the_daemon_applies_retention_once_an_hour(
     daemon.tick()
     fake_clock.advance(timedelta(days=31))
     daemon.tick()  # the first pass of this daemon applies retention
-    assert query(db_path, "SELECT COUNT(*) FROM runs WHERE run_id = ?", (first,)) == [(0,)]
+    assert query(db_of(store), "SELECT COUNT(*) FROM runs WHERE run_id = ?", (first,)) == [(0,)]
     second = ops.start(store, target, {"n": 2}, clock=fake_clock).run.run_id
     daemon.tick()
-    execute(db_path, "UPDATE runs SET finished_at = finished_at - ?", (40 * 86400 * 10**6,))
+    execute(db_of(store), "UPDATE runs SET finished_at = finished_at - ?", (40 * 86400 * 10**6,))
     fake_clock.advance(timedelta(minutes=59))
     daemon.tick()
     assert store.get_run(second).status is RunStatus.COMPLETED  # not yet: within the hour
     fake_clock.advance(timedelta(minutes=2))
     daemon.tick()
-    assert query(db_path, "SELECT COUNT(*) FROM runs WHERE run_id = ?", (second,)) == [(0,)]
+    assert query(db_of(store), "SELECT COUNT(*) FROM runs WHERE run_id = ?", (second,)) == [(0,)]
 
 
 def test_retention_in_flowctl_toml_is_checked(
@@ -205,7 +205,11 @@ def test_retention_in_flowctl_toml_is_checked(
 
 
 def test_vacuum_gives_the_space_back(
-    monkeypatch: pytest.MonkeyPatch, store: Store, fake_clock: FakeClock, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch,
+    store: Store,
+    fake_clock: FakeClock,
+    tmp_path: Path,
+    db_path: Path,  # SQLite only: it measures the file's size (PG's VACUUM keeps its files)
 ) -> None:
     (tmp_path / "flows.py").write_text(FLOWS)
     daemon = Daemon(store, fake_clock, DaemonConfig(concurrency=1))
@@ -218,7 +222,7 @@ def test_vacuum_gives_the_space_back(
         )
     while daemon.tick():
         pass
-    db = Path(store.path)
+    db = db_path
     out = run_main(monkeypatch, "--db", str(db), "prune", "--older-than", "30d")
     assert "deleted 300 run(s)" in out.stdout
     vac = run_main(monkeypatch, "--db", str(db), "vacuum", "--json")
