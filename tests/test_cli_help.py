@@ -67,7 +67,7 @@ def test_placeholders_name_the_thing() -> None:
     assert "-i, --arg KEY=VALUE" in run and "--in DURATION" in run
     assert "Usage: root run [OPTIONS] TARGET" in run or " run [OPTIONS] TARGET" in run
     show = _help("show")
-    assert " show [OPTIONS] RUN" in show and "\n  RUN  " in show
+    assert " show [OPTIONS] RUN" in show and "\n│ RUN  " in show  # its row in Arguments
     daemon = _help("daemon")
     assert "--lease DURATION" in daemon and "-c, --concurrency N" in daemon
     add = _help("schedule", "add")

@@ -63,8 +63,9 @@ def test_only_the_command_used_is_built(
 
 def test_the_command_list_is_the_same_from_stand_ins() -> None:
     listed = CliRunner().invoke(cli.app, ["--help"], env={"COLUMNS": "100"}).output
-    commands = listed.split("Commands:\n", 1)[1].splitlines()
-    names = [line.split()[0] for line in commands if line.strip()]
+    # each command is a panel row `│ name  help` (cli/panels.py); option rows start with -
+    rows = [line[2:] for line in listed.splitlines() if line.startswith("│ ")]
+    names = [row.split()[0] for row in rows if not row.startswith((" ", "-"))]
     group = build_all(get_command(cli.app))
     assert names == list(group.commands)
     for name, command in group.commands.items():
@@ -76,7 +77,8 @@ def test_each_listed_line_is_the_first_sentence_of_its_commands_help() -> None:
     """cli/__init__.py's COMMANDS says what `flowctl --help` lists without importing the
     command modules; the line must be what the command itself says."""
     group = build_all(get_command(cli.app))
-    assert [name for name, _, _ in cli.COMMANDS] == list(group.commands)
-    for name, target, line in cli.COMMANDS:
+    assert [name for name, _, _, _ in cli.COMMANDS] == list(group.commands)
+    for name, target, line, panel in cli.COMMANDS:
         own = group.commands[name].get_short_help_str(10_000)
         assert line == own, f"COMMANDS line of {name!r} ({target}) should be {own!r}"
+        assert group.commands[name].rich_help_panel == panel  # the built one is listed there too

@@ -188,6 +188,7 @@ SKELETON = {
     "flowctl.cli.common",
     "flowctl.cli.helpfmt",
     "flowctl.cli.lazy",
+    "flowctl.cli.panels",  # the help's boxes (not Rich: see cli/helpfmt.py)
     "flowctl.clock",
     "flowctl.errors",
     "flowctl.limits",

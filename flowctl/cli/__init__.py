@@ -63,126 +63,169 @@ def _root(
     ctx.call_on_close(ctx.obj.close)
 
 
-# Every command: its name, where it is (module:attribute; `schedule` is a Typer app) and the
-# line `flowctl --help` lists for it, the first sentence of its own help (tests/
-# test_lazy_commands.py checks they agree). Registered by name, so a command's module is
-# imported only when that command is used: `flowctl --help` imports none of them.
-COMMANDS: tuple[tuple[str, str, str], ...] = (
+# Every command: its name, where it is (module:attribute; `schedule` is a Typer app), the
+# line `flowctl --help` lists for it (the first sentence of its own help: tests/
+# test_lazy_commands.py checks they agree) and the panel it is listed in, panels in this
+# order. Registered by name, so a command's module is imported only when that command is
+# used: `flowctl --help` imports none of them.
+COMMANDS: tuple[tuple[str, str, str, str], ...] = (
     (
         "init",
         "flowctl.cli.admin:init",
         "Create flowctl.toml here with the documented defaults, and its database.",
+        "Project",
     ),
     (
         "workflows",
         "flowctl.cli.admin:workflows",
         "List the workflows found in the workflows folder.",
-    ),
-    ("run", "flowctl.cli.start:run", "Start a workflow run."),
-    ("ls", "flowctl.cli.listing:ls", "List runs, newest first."),
-    ("show", "flowctl.cli.show:show", "Show one run: header, checkpoints by call index, timeline."),
-    (
-        "why",
-        "flowctl.cli.show:why",
-        "Say in one line why a run is not running (sleeping until T, no daemon, paused …).",
-    ),
-    ("signal", "flowctl.cli.actions:send_signal", "Send a signal to a run, by id or by key."),
-    (
-        "cancel",
-        "flowctl.cli.actions:cancel",
-        "Cancel a run; a running one is told at its next heartbeat.",
-    ),
-    (
-        "redrive",
-        "flowctl.cli.actions:redrive",
-        "Give dead runs a fresh attempt budget, keeping their checkpoints.",
-    ),
-    (
-        "fork",
-        "flowctl.cli.start:fork",
-        "Start a new run of the same workflow from a call index of an earlier one; the original is left as it was.",
-    ),
-    (
-        "rerun",
-        "flowctl.cli.start:rerun",
-        "Start the same workflow again with the same input (a fork from 0).",
-    ),
-    (
-        "wait",
-        "flowctl.cli.start:wait",
-        "Wait until runs end (a daemon or another `run --wait` runs them); say each as it ends.",
-    ),
-    (
-        "pause",
-        "flowctl.cli.actions:pause",
-        "Pause a run: never claimed until resumed; its deadline still runs.",
-    ),
-    (
-        "resume",
-        "flowctl.cli.actions:resume",
-        "Resume a paused run: due at once if its wake passed, else at its wake.",
-    ),
-    ("wake", "flowctl.cli.actions:wake", "End a sleep early (recorded as an operator action)."),
-    (
-        "daemon",
-        "flowctl.cli.admin:daemon",
-        "Run queued work and wake sleepers on time; SIGTERM/Ctrl-C drains; `daemon stop` drains a running one; --install makes it a systemd user service.",
-    ),
-    (
-        "status",
-        "flowctl.cli.admin:status",
-        "Is a daemon running on this database; run counts; wake lateness.",
-    ),
-    (
-        "serve",
-        "flowctl.cli.serve:serve",
-        "Serve the JSON HTTP API; needs FLOWCTL_TOKEN or [serve] token.",
-    ),
-    (
-        "copy",
-        "flowctl.cli.admin:copy",
-        "Copy every run, journal entry, event, signal, published value and schedule to another database, SQLite or PostgreSQL, keeping deadlines, fences and ids.",
-    ),
-    (
-        "check",
-        "flowctl.cli.maintenance:check",
-        "Before a deploy: replay every unfinished run against the code on disk (nothing runs, nothing is written); exit 1 if any would break.",
-    ),
-    (
-        "logs",
-        "flowctl.cli.maintenance:logs",
-        "What a run's steps printed (stdout, stderr, logging), in order with step and time.",
-    ),
-    (
-        "prune",
-        "flowctl.cli.maintenance:prune",
-        "Delete finished runs (journal, timeline, signals, output, published values) that ended before the cutoff; never a run that is not finished.",
-    ),
-    (
-        "vacuum",
-        "flowctl.cli.maintenance:vacuum",
-        "Give the space of deleted runs back to the filesystem (VACUUM; writers wait while it runs).",
-    ),
-    (
-        "backup",
-        "flowctl.cli.maintenance:backup",
-        "A consistent copy of the database while daemons write, checked with PRAGMA integrity_check; the copy is a working database.",
+        "Project",
     ),
     (
         "validate",
         "flowctl.cli.admin:validate",
         "Check YAML workflows; every mistake with file:line:column.",
+        "Project",
     ),
-    ("tui", "flowctl.cli.admin:tui", "Live view of sleeping, running and dead-lettered runs."),
+    ("run", "flowctl.cli.start:run", "Start a workflow run.", "Runs"),
+    ("ls", "flowctl.cli.listing:ls", "List runs, newest first.", "Runs"),
     (
-        "agenda",
-        "flowctl.cli.schedule:agenda",
-        "Every future wake, start, retry, timeout, deadline and schedule fire, in time order.",
+        "show",
+        "flowctl.cli.show:show",
+        "Show one run: header, checkpoints by call index, timeline.",
+        "Runs",
+    ),
+    (
+        "why",
+        "flowctl.cli.show:why",
+        "Say in one line why a run is not running (sleeping until T, no daemon, paused …).",
+        "Runs",
+    ),
+    (
+        "wait",
+        "flowctl.cli.start:wait",
+        "Wait until runs end (a daemon or another `run --wait` runs them); say each as it ends.",
+        "Runs",
+    ),
+    (
+        "logs",
+        "flowctl.cli.maintenance:logs",
+        "What a run's steps printed (stdout, stderr, logging), in order with step and time.",
+        "Runs",
+    ),
+    (
+        "signal",
+        "flowctl.cli.actions:send_signal",
+        "Send a signal to a run, by id or by key.",
+        "Act on runs",
+    ),
+    (
+        "cancel",
+        "flowctl.cli.actions:cancel",
+        "Cancel a run; a running one is told at its next heartbeat.",
+        "Act on runs",
+    ),
+    (
+        "redrive",
+        "flowctl.cli.actions:redrive",
+        "Give dead runs a fresh attempt budget, keeping their checkpoints.",
+        "Act on runs",
+    ),
+    (
+        "fork",
+        "flowctl.cli.start:fork",
+        "Start a new run of the same workflow from a call index of an earlier one; the original is left as it was.",
+        "Act on runs",
+    ),
+    (
+        "rerun",
+        "flowctl.cli.start:rerun",
+        "Start the same workflow again with the same input (a fork from 0).",
+        "Act on runs",
+    ),
+    (
+        "pause",
+        "flowctl.cli.actions:pause",
+        "Pause a run: never claimed until resumed; its deadline still runs.",
+        "Act on runs",
+    ),
+    (
+        "resume",
+        "flowctl.cli.actions:resume",
+        "Resume a paused run: due at once if its wake passed, else at its wake.",
+        "Act on runs",
+    ),
+    (
+        "wake",
+        "flowctl.cli.actions:wake",
+        "End a sleep early (recorded as an operator action).",
+        "Act on runs",
     ),
     (
         "schedule",
         "flowctl.cli.schedule:schedule_app",
         "Cron and interval schedules: each fire starts one run, exactly once.",
+        "Schedules",
+    ),
+    (
+        "agenda",
+        "flowctl.cli.schedule:agenda",
+        "Every future wake, start, retry, timeout, deadline and schedule fire, in time order.",
+        "Schedules",
+    ),
+    (
+        "daemon",
+        "flowctl.cli.admin:daemon",
+        "Run queued work and wake sleepers on time; SIGTERM/Ctrl-C drains; `daemon stop` drains a running one; --install makes it a systemd user service.",
+        "Daemon",
+    ),
+    (
+        "status",
+        "flowctl.cli.admin:status",
+        "Is a daemon running on this database; run counts; wake lateness.",
+        "Daemon",
+    ),
+    (
+        "tui",
+        "flowctl.cli.admin:tui",
+        "Live view of sleeping, running and dead-lettered runs.",
+        "Daemon",
+    ),
+    (
+        "serve",
+        "flowctl.cli.serve:serve",
+        "Serve the JSON HTTP API; needs FLOWCTL_TOKEN or [serve] token.",
+        "Daemon",
+    ),
+    (
+        "check",
+        "flowctl.cli.maintenance:check",
+        "Before a deploy: replay every unfinished run against the code on disk (nothing runs, nothing is written); exit 1 if any would break.",
+        "Maintenance",
+    ),
+    (
+        "copy",
+        "flowctl.cli.admin:copy",
+        "Copy every run, journal entry, event, signal, published value and schedule to another database, SQLite or PostgreSQL, keeping deadlines, fences and ids.",
+        "Maintenance",
+    ),
+    (
+        "prune",
+        "flowctl.cli.maintenance:prune",
+        "Delete finished runs (journal, timeline, signals, output, published values) that ended before the cutoff; never a run that is not finished.",
+        "Maintenance",
+    ),
+    (
+        "vacuum",
+        "flowctl.cli.maintenance:vacuum",
+        "Give the space of deleted runs back to the filesystem (VACUUM; writers wait while it runs).",
+        "Maintenance",
+    ),
+    (
+        "backup",
+        "flowctl.cli.maintenance:backup",
+        "A consistent copy of the database while daemons write, checked with PRAGMA integrity_check; the copy is a working database.",
+        "Maintenance",
     ),
 )
 lazy.register(app, COMMANDS)

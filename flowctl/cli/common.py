@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from flowctl.errors import FlowctlError
 from flowctl.limits import one_line
@@ -29,7 +29,8 @@ if TYPE_CHECKING:  # the store (sqlite_utils, the backend) loads when a command 
 
 
 class _Group(TyperGroup):
-    """flowctl's groups: help that names things (cli/helpfmt.py) and one error boundary."""
+    """flowctl's groups: help that names things (cli/helpfmt.py) in panels (cli/panels.py),
+    and one error boundary."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -43,14 +44,19 @@ class _Group(TyperGroup):
 
         return resolve(self.commands, cmd_name)
 
-    def format_commands(self, ctx: Any, formatter: Any) -> None:
-        """The command list of --help, from each command's name and help alone: listing
-        builds nothing (TyperGroup's would build every command to ask it)."""
-        rows = [(n, c) for n, c in self.commands.items() if not c.hidden]
-        if rows:
-            limit = formatter.width - 6 - max(len(n) for n, _ in rows)
-            with formatter.section("Commands"):
-                formatter.write_dl([(n, c.get_short_help_str(limit)) for n, c in rows])
+    def format_usage(self, ctx: Any, formatter: Any) -> None:
+        from flowctl.cli.panels import write_usage
+
+        write_usage(self, ctx, formatter)
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        """Options and commands in panels (cli/panels.py). The command list is read from
+        each command's name and help alone: listing builds nothing (TyperGroup's would
+        build every command to ask it)."""
+        from flowctl.cli.panels import write_commands, write_params
+
+        write_params(self, ctx, formatter)
+        write_commands(self, ctx, formatter)
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -63,6 +69,20 @@ class _Group(TyperGroup):
         if note:  # said after the output, so a failed write says only its own one line
             typer.echo(note, err=True)
         return rv
+
+
+class _Command(TyperCommand):
+    """flowctl's commands (cli/lazy.py builds them with this class): help in panels."""
+
+    def format_usage(self, ctx: Any, formatter: Any) -> None:
+        from flowctl.cli.panels import write_usage
+
+        write_usage(self, ctx, formatter)
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        from flowctl.cli.panels import write_params
+
+        write_params(self, ctx, formatter)
 
 
 class State:

@@ -8,12 +8,25 @@ its name in capitals (`RUN`, `[RUN]` when optional). A command's "Example: ..." 
 block of its own that Click does not rewrap, so no example is cut mid-token. An explicit
 metavar always wins, so a command another module adds is covered without any change here.
 
-Rich help (Typer's rich_markup_mode) stays off: measured on 2026-12-01 with commands built
-lazily (cli/lazy.py), it took `flowctl --help` from 173 to 390 ms of CPU on the loaded
-test machine (plain help before the lazy commands: 253), because it imports Rich and
-builds every command to render its panels; the budget is 120 ms on a quiet one. It also
-shows flags as `<bool>`. Reproduce: set rich_markup_mode="rich" in cli/__init__.py and run
-benchmarks/startup.py.
+The look of Typer's rich help (options and commands in boxed panels, commands grouped,
+flags in colour on a terminal) is drawn by flowctl/cli/panels.py, not by Rich. Measured
+on 2026-12-01 on the 2-core machine, load average ~8, least CPU of 9 runs through
+.venv/bin/flowctl with bytecode cached (the child's user + system time from wait4, as
+benchmarks/startup.py measures; its wall times on this loaded machine mostly wait for a core):
+
+    command                       panels.py   rich_markup_mode="rich"   floor: import typer
+    flowctl --help                    97 ms       367 ms                    80-87 ms
+    flowctl ls --help                133 ms       277 ms
+    flowctl schedule add --help      111 ms       240 ms
+
+Typer's rich mode imports Rich and, for the root's command panels, builds every command
+(each is asked for its help), which undoes cli/lazy.py. Importing Rich only when help is
+printed would still pay its import: `import typer.rich_utils` adds 72 ms to `import typer`
+(159 vs 87 ms), so `flowctl --help` would be ~170 ms, over the 120 ms budget. `ls --help`
+costs more than the root's because it builds `ls` (its module, its options). So Rich stays off
+(rich_markup_mode=None) and the panels are ours: a few ms of string work on Click's own
+help records. Reproduce: set rich_markup_mode="rich" in cli/__init__.py and
+cli/schedule.py and run benchmarks/startup.py.
 """
 
 from __future__ import annotations
@@ -69,14 +82,18 @@ _EXAMPLE = re.compile(r"\s+Examples?:\s+")
 
 def _example_block(text: str) -> str:
     """'Say what.  Example: flowctl x' -> the example on its own unwrapped lines ("\\b"
-    tells Click not to rewrap the paragraph). Already-polished help is left alone."""
+    tells Click not to rewrap the paragraph). An example ends with its paragraph: the
+    paragraphs after it follow the block as they were. Already-polished help is left alone."""
     if "\b\nExamples:" in text:
         return text
     head, *examples = _EXAMPLE.split(text)
     if not examples:
         return text
+    last, _, tail = examples[-1].partition("\n\n")
+    examples[-1] = last
     lines = "\n".join(f"  {' '.join(e.split())}" for e in examples)
-    return f"{head.rstrip()}\n\n\b\nExamples:\n{lines}"
+    after = f"\n\n{tail.strip()}" if tail.strip() else ""
+    return f"{head.rstrip()}\n\n\b\nExamples:\n{lines}{after}"
 
 
 def _usage_name(param: Any) -> Any:

@@ -67,6 +67,7 @@ class LazyCommand(TyperCommand):
             short_help=command_info.short_help,
             hidden=command_info.hidden,
             deprecated=command_info.deprecated,
+            rich_help_panel=command_info.rich_help_panel,
         )
         self.command_info = command_info
         self.options = options
@@ -78,35 +79,41 @@ class LazyCommand(TyperCommand):
         if isinstance(info.callback, Deferred):
             target = info.callback.load()
             if isinstance(target, typer.Typer):
-                return _group(target, self.name, self.options)  # polished by its own _Group
+                return _group(target, info, self.options)  # polished by its own _Group
             info = copy.copy(info)
             info.callback = target
+        if info.cls in (None, TyperCommand):  # help in panels (cli/panels.py)
+            from flowctl.cli.common import _Command
+
+            info = copy.copy(info)
+            info.cls = _Command
         command = _TYPER_FROM_INFO[0](command_info=info, **self.options)
         polish(command)
         return command
 
 
-def _group(typer_app: Any, name: str | None, options: dict[str, Any]) -> Any:
-    """The group `app.add_typer(typer_app, name=name)` would have made."""
+def _group(typer_app: Any, info: Any, options: dict[str, Any]) -> Any:
+    """The group `app.add_typer(typer_app, name=..., rich_help_panel=...)` would make."""
     from typer.main import get_group_from_info
     from typer.models import TyperInfo
 
     return get_group_from_info(
-        TyperInfo(typer_app, name=name),
+        TyperInfo(typer_app, name=info.name, rich_help_panel=info.rich_help_panel),
         suggest_commands=typer_app.suggest_commands,
         **options,
     )
 
 
-def register(app: Any, commands: Iterable[tuple[str, str, str]]) -> None:
-    """Add each (name, "module:attribute", short help) to `app` as a Deferred command,
-    in order: the command list shows them so, and nothing is imported until one is used."""
+def register(app: Any, commands: Iterable[tuple[str, str, str, str]]) -> None:
+    """Add each (name, "module:attribute", short help, panel) to `app` as a Deferred
+    command, in order: the command list shows them so, and nothing is imported until one
+    is used."""
     from typer.models import CommandInfo
 
-    for name, target, short_help in commands:
-        app.registered_commands.append(
-            CommandInfo(name=name, callback=Deferred(target, short_help))
-        )
+    for name, target, short_help, panel in commands:
+        callback = Deferred(target, short_help)
+        info = CommandInfo(name=name, callback=callback, rich_help_panel=panel)
+        app.registered_commands.append(info)
 
 
 def install() -> None:
