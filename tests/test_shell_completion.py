@@ -1,0 +1,85 @@
+"""Shell completion works in a real bash (issue 17, item 3): `flowctl --install-completion
+bash` writes the script and sources it from ~/.bashrc, and an interactive bash that read
+that file completes `flowctl sch<TAB>`, a group's commands and a command's options, by
+Click's protocol (COMP_WORDS / COMP_CWORD handed to `_FLOWCTL_COMPLETE=complete_bash`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FLOWCTL = Path(sys.executable).with_name("flowctl")  # this environment's entry point
+BASH = shutil.which("bash")
+
+pytestmark = pytest.mark.skipif(BASH is None, reason="bash is not installed")
+
+
+def _env(home: Path) -> dict[str, str]:
+    keep = {k: v for k, v in os.environ.items() if not k.startswith("_FLOWCTL")}
+    return {**keep, "HOME": str(home), "PATH": f"{FLOWCTL.parent}{os.pathsep}{keep['PATH']}"}
+
+
+def _complete(home: Path, *words: str) -> list[str]:
+    """What TAB offers after `words` (the last one is being typed) in `bash -i` at `home`."""
+    line = " ".join(f"'{w}'" for w in words)
+    script = (
+        f"COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; "
+        '_flowctl_completion flowctl; printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    out = subprocess.run(
+        [str(BASH), "-i", "-c", script],
+        env=_env(home),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return [w for w in out.splitlines() if w]
+
+
+def test_install_completion_then_tab_completes_in_bash(tmp_path: Path) -> None:
+    installed = subprocess.run(
+        [str(FLOWCTL), "--install-completion", "bash"],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    script = tmp_path / ".bash_completions" / "flowctl.sh"
+    assert "completion installed" in installed.stdout
+    assert f"source '{script}'" in (tmp_path / ".bashrc").read_text()
+    assert "complete -o default -F _flowctl_completion flowctl" in script.read_text()
+
+    assert _complete(tmp_path, "flowctl", "sch") == ["schedule"]
+    assert _complete(tmp_path, "flowctl", "re") == ["redrive", "rerun", "resume"]
+    assert _complete(tmp_path, "flowctl", "schedule", "") == [
+        "add", "ls", "show", "pause", "resume", "rm", "trigger", "explain", "sync",
+    ]  # fmt: skip
+    assert _complete(tmp_path, "flowctl", "ls", "--st") == ["--status"]
+
+
+def test_show_completion_prints_the_script_install_writes(tmp_path: Path) -> None:
+    shown = subprocess.run(
+        [str(FLOWCTL), "--show-completion", "bash"],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    subprocess.run(
+        [str(FLOWCTL), "--install-completion", "bash"],
+        env=_env(tmp_path),
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    written = (tmp_path / ".bash_completions" / "flowctl.sh").read_text()
+    assert shown.strip() == written.strip()
