@@ -89,13 +89,13 @@ steps:
 """
 
 
-def flowctl(db: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def flowctl(db: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(FLOWCTL), "--db", str(db), *args], capture_output=True, text=True, cwd=cwd, timeout=60
+        [str(FLOWCTL), "--db", db, *args], capture_output=True, text=True, cwd=cwd, timeout=60
     )
 
 
-def last_run(db: Path, cwd: Path) -> str:
+def last_run(db: str, cwd: Path) -> str:
     return str(json.loads(flowctl(db, "ls", "--json", "-n", "1", cwd=cwd).stdout)[0]["run_id"])
 
 
@@ -106,8 +106,7 @@ def folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_a_python_steps_print_stderr_and_logging_are_stored_per_step(folder: Path) -> None:
-    db = folder / "f.db"
+def test_a_python_steps_print_stderr_and_logging_are_stored_per_step(folder: Path, db: str) -> None:
     ran = flowctl(db, "run", "flows.py:talk", "-i", "who=bo", cwd=folder)
     assert ran.returncode == 0, ran.stderr
     assert "hello from bo" in ran.stdout  # a foreground run still prints where it did
@@ -130,8 +129,7 @@ def test_a_python_steps_print_stderr_and_logging_are_stored_per_step(folder: Pat
     assert len(text.stdout.splitlines()) == 1
 
 
-def test_a_command_steps_output_is_stored_and_the_cap_is_said(folder: Path) -> None:
-    db = folder / "f.db"
+def test_a_command_steps_output_is_stored_and_the_cap_is_said(folder: Path, db: str) -> None:
     ran = flowctl(db, "run", "shell.yaml", cwd=folder)
     assert ran.returncode == 0, ran.stderr
     run_id = last_run(db, folder)
@@ -150,11 +148,10 @@ def test_a_command_steps_output_is_stored_and_the_cap_is_said(folder: Path) -> N
 
 
 @pytest.fixture
-def daemon(folder: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
-    db = folder / "d.db"
+def daemon(folder: Path, db: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     with open(folder / "daemon.log", "wb") as log:
         proc = subprocess.Popen(
-            [str(FLOWCTL), "--db", str(db), "daemon", "-c", "4"],
+            [str(FLOWCTL), "--db", db, "daemon", "-c", "4"],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=folder,
@@ -167,7 +164,7 @@ def daemon(folder: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
 
 @pytest.mark.crash
 def test_concurrent_runs_in_one_daemon_never_mix(
-    folder: Path, daemon: tuple[Path, subprocess.Popen[bytes]]
+    folder: Path, daemon: tuple[str, subprocess.Popen[bytes]]
 ) -> None:
     db, _ = daemon
     ids = {}
@@ -195,7 +192,7 @@ def test_concurrent_runs_in_one_daemon_never_mix(
 
 @pytest.mark.crash
 def test_follow_prints_as_the_step_runs_and_show_has_the_last_lines(
-    folder: Path, daemon: tuple[Path, subprocess.Popen[bytes]]
+    folder: Path, daemon: tuple[str, subprocess.Popen[bytes]]
 ) -> None:
     db, _ = daemon
     ran = flowctl(
@@ -210,7 +207,7 @@ def test_follow_prints_as_the_step_runs_and_show_has_the_last_lines(
     )
     run_id = json.loads(ran.stdout)["id"]
     follower = subprocess.Popen(
-        [str(FLOWCTL), "--db", str(db), "logs", run_id, "-f"],
+        [str(FLOWCTL), "--db", db, "logs", run_id, "-f"],
         stdout=subprocess.PIPE,
         text=True,
         cwd=folder,
@@ -230,7 +227,7 @@ def test_follow_prints_as_the_step_runs_and_show_has_the_last_lines(
     assert query(db, "SELECT status FROM runs WHERE run_id = ?", (run_id,)) == [("completed",)]
 
 
-def tui_detail(db: Path, run_id: str) -> str:
+def tui_detail(db: str, run_id: str) -> str:
     """The TUI's detail pane of the run, as text."""
     from flowctl import ops
     from flowctl.clock import SystemClock
@@ -242,8 +239,7 @@ def tui_detail(db: Path, run_id: str) -> str:
     return render_detail(detail, SystemClock().now()).plain
 
 
-def test_logs_of_an_unknown_run_is_one_line(folder: Path) -> None:
-    db = folder / "f.db"
+def test_logs_of_an_unknown_run_is_one_line(folder: Path, db: str) -> None:
     flowctl(db, "run", "flows.py:talk", cwd=folder)
     out = flowctl(db, "logs", "nope", cwd=folder)
     assert out.returncode == 1
