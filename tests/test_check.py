@@ -53,9 +53,9 @@ steps:
 """
 
 
-def flowctl(db: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def flowctl(db: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "flowctl", "--db", str(db), *args],
+        [sys.executable, "-m", "flowctl", "--db", db, *args],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -70,15 +70,15 @@ def write_flow(folder: Path, *, middle: str = "", nap: str = "1h") -> Path:
     return path
 
 
-def snapshot(db: Path) -> list[object]:
+def snapshot(db: str) -> list[object]:
     tables = ["runs", "journal", "versions", "timeline", "signals", "published", "output"]
     return [query(db, f"SELECT * FROM {t} ORDER BY 1, 2") for t in tables]
 
 
 @pytest.fixture
-def sleeping(tmp_path: Path) -> tuple[Path, list[str]]:
-    """Two runs of flow.py asleep at call #1, and one YAML run asleep at call #1."""
-    db = tmp_path / "f.db"
+def sleeping(tmp_path: Path, db: str) -> tuple[str, list[str]]:
+    """Two runs of flow.py asleep at call #1, and one YAML run asleep at call #1, in the
+    database under test (a SQLite file or a PostgreSQL URL)."""
     write_flow(tmp_path)
     ids = []
     for user in ("ana", "bo"):
@@ -93,7 +93,7 @@ def sleeping(tmp_path: Path) -> tuple[Path, list[str]]:
 
 
 def test_unchanged_code_replays_and_nothing_runs_or_is_written(
-    tmp_path: Path, sleeping: tuple[Path, list[str]]
+    tmp_path: Path, sleeping: tuple[str, list[str]]
 ) -> None:
     db, _ = sleeping
     before = snapshot(db)
@@ -105,7 +105,7 @@ def test_unchanged_code_replays_and_nothing_runs_or_is_written(
 
 
 def test_a_step_inserted_before_the_sleep_breaks_each_sleeping_run(
-    tmp_path: Path, sleeping: tuple[Path, list[str]]
+    tmp_path: Path, sleeping: tuple[str, list[str]]
 ) -> None:
     db, ids = sleeping
     write_flow(tmp_path, middle='ctx.step("audit", mark, "audit")')
@@ -131,7 +131,7 @@ def test_a_step_inserted_before_the_sleep_breaks_each_sleeping_run(
 
 
 def test_a_changed_sleep_duration_is_not_a_break(
-    tmp_path: Path, sleeping: tuple[Path, list[str]]
+    tmp_path: Path, sleeping: tuple[str, list[str]]
 ) -> None:
     db, _ = sleeping
     write_flow(tmp_path, nap="3d")
@@ -140,7 +140,7 @@ def test_a_changed_sleep_duration_is_not_a_break(
 
 
 def test_a_change_guarded_by_ctx_version_is_not_a_break(
-    tmp_path: Path, sleeping: tuple[Path, list[str]]
+    tmp_path: Path, sleeping: tuple[str, list[str]]
 ) -> None:
     db, _ = sleeping
     write_flow(
@@ -152,7 +152,7 @@ def test_a_change_guarded_by_ctx_version_is_not_a_break(
     assert snapshot(db) == before  # the version marker met for the first time is not recorded
 
 
-def test_yaml_runs_are_pinned_and_pass(tmp_path: Path, sleeping: tuple[Path, list[str]]) -> None:
+def test_yaml_runs_are_pinned_and_pass(tmp_path: Path, sleeping: tuple[str, list[str]]) -> None:
     db, _ = sleeping
     (tmp_path / "y.yaml").write_text(YAML.replace("id: first", "id: renamed"))
     out = flowctl(db, "check", "yflow", cwd=tmp_path)
@@ -161,7 +161,7 @@ def test_yaml_runs_are_pinned_and_pass(tmp_path: Path, sleeping: tuple[Path, lis
 
 
 def test_code_that_ends_early_or_no_longer_loads_is_reported(
-    tmp_path: Path, sleeping: tuple[Path, list[str]]
+    tmp_path: Path, sleeping: tuple[str, list[str]]
 ) -> None:
     db, _ = sleeping
     path = tmp_path / "flow.py"
@@ -177,7 +177,7 @@ def test_code_that_ends_early_or_no_longer_loads_is_reported(
     assert {f["problem"] for f in json.loads(out.stdout)} == {"load"}
 
 
-def test_usage_errors_exit_2(tmp_path: Path, sleeping: tuple[Path, list[str]]) -> None:
+def test_usage_errors_exit_2(tmp_path: Path, sleeping: tuple[str, list[str]]) -> None:
     db, _ = sleeping
     out = flowctl(db, "check", "--bogus", cwd=tmp_path)
     assert out.returncode == 2
@@ -185,7 +185,7 @@ def test_usage_errors_exit_2(tmp_path: Path, sleeping: tuple[Path, list[str]]) -
 
 
 def test_in_process_check_imports_the_file_afresh(
-    tmp_path: Path, sleeping: tuple[Path, list[str]]
+    tmp_path: Path, sleeping: tuple[str, list[str]]
 ) -> None:
     """ops.check in a process that already imported the old code still sees the new code,
     and leaves the old module in place for whoever used it."""
