@@ -19,7 +19,7 @@ from flowctl import cli
 from flowctl.cli import listing
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
-from flowctl.store.sqlite import SqliteStore as Store
+from flowctl.store import open_store
 from tests.conftest import ROOT
 
 PING = str(ROOT / "workflows" / "ping.yaml")
@@ -48,20 +48,22 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
 
 
 @pytest.fixture
-def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def db(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The conftest's database (a SQLite file or a PostgreSQL URL), with a project
+    folder as the working directory."""
     folder = tmp_path / "project"
     folder.mkdir()
     (folder / "fails.yaml").write_text(FAIL)
     (folder / "flows.py").write_text(NAP)
     monkeypatch.chdir(folder)
     monkeypatch.delenv("FLOWCTL_DB", raising=False)
-    return tmp_path / "w.db"
+    return db
 
 
 @pytest.fixture
-def invoke(db: Path, clock: FakeClock) -> Any:
+def invoke(db: str, clock: FakeClock) -> Any:
     def run(*args: str, code: int = 0) -> Any:
-        result = CliRunner().invoke(cli.app, ["--db", str(db), *args])
+        result = CliRunner().invoke(cli.app, ["--db", db, *args])
         assert result.exit_code == code, (result.output, result.exception)
         return result
 
@@ -71,15 +73,14 @@ def invoke(db: Path, clock: FakeClock) -> Any:
 # ---------------------------------------------------------------- run --wait streams
 
 
-def test_run_wait_streams_a_command_steps_output_while_it_runs(tmp_path: Path) -> None:
+def test_run_wait_streams_a_command_steps_output_while_it_runs(tmp_path: Path, db: str) -> None:
     go = tmp_path / "go"
     flow = tmp_path / "talk.yaml"
     flow.write_text(
         "name: talk\nsteps:\n  - id: talk\n    timeout: 60s\n"
         f"    run: 'echo first; while [ ! -e {go} ]; do sleep 0.02; done; echo second'\n"
     )
-    db = tmp_path / "s.db"
-    argv = [sys.executable, "-m", "flowctl", "--db", str(db)]
+    argv = [sys.executable, "-m", "flowctl", "--db", db]
     proc = subprocess.Popen(
         [*argv, "run", str(flow), "--wait"], stdout=subprocess.PIPE, text=True, cwd=tmp_path
     )
@@ -122,13 +123,13 @@ def _queued(invoke: Any, target: str) -> str:
 
 
 def test_wait_returns_when_a_daemon_finishes_the_runs(
-    invoke: Any, db: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    invoke: Any, db: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b = _queued(invoke, PING), _queued(invoke, PING)
     ticks: list[int] = []
 
     def daemon_runs_while_we_wait(event: threading.Event, deadline: float) -> bool:
-        with Store(db) as store:
+        with open_store(db) as store:
             ticks.append(Daemon(store, clock, DaemonConfig(concurrency=1)).tick())
         clock.advance(timedelta(seconds=0.2))
         return False

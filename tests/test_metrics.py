@@ -15,7 +15,7 @@ from flowctl.ids import HOST, make_owner, proc_start
 from flowctl.model import RunStatus
 from flowctl.ops.metrics import render
 from flowctl.store import Store
-from tests.helpers import query
+from tests.helpers import db_of, query
 from tests.inproc import run_main
 
 FLOWS = """\
@@ -47,7 +47,7 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def test_metrics_match_what_the_database_recorded(
-    store: Store, db_path: Path, tmp_path: Path, fake_clock: FakeClock
+    store: Store, tmp_path: Path, fake_clock: FakeClock
 ) -> None:
     flows = tmp_path / "flows.py"
     flows.write_text(FLOWS)
@@ -66,7 +66,7 @@ def test_metrics_match_what_the_database_recorded(
     assert got[("flowctl_runs", (("status", "dead"), ("workflow", "doomed")))] == 1
     assert got[("flowctl_runs_by_status", (("status", "completed"),))] == 3
     assert got[("flowctl_runs_by_status", (("status", "sleeping"),))] == 0
-    (claims,) = query(db_path, "SELECT COUNT(*) FROM timeline WHERE type = 'claimed'")[0]
+    (claims,) = query(db_of(store), "SELECT COUNT(*) FROM timeline WHERE type = 'claimed'")[0]
     assert got[("flowctl_claims_total", ())] == claims == 5  # 4 starts and 1 wake
     assert got[("flowctl_reclaims_total", ())] == 0
     assert got[("flowctl_wake_lateness_seconds_count", ())] == 1
@@ -84,16 +84,16 @@ def test_metrics_match_what_the_database_recorded(
 
 
 def test_status_prometheus_prints_the_same_exposition(
-    monkeypatch: pytest.MonkeyPatch, db_path: Path, store: Store
+    monkeypatch: pytest.MonkeyPatch, store: Store
 ) -> None:
-    out = run_main(monkeypatch, "--db", str(db_path), "status", "--prometheus")
+    out = run_main(monkeypatch, "--db", db_of(store), "status", "--prometheus")
     assert out.returncode == 0, out.stderr
     assert samples(out.stdout) == samples(render(store).decode())
 
 
 def test_status_takes_json_or_prometheus_not_both(
-    monkeypatch: pytest.MonkeyPatch, db_path: Path, store: Store
+    monkeypatch: pytest.MonkeyPatch, store: Store
 ) -> None:
-    out = run_main(monkeypatch, "--db", str(db_path), "status", "--json", "--prometheus")
+    out = run_main(monkeypatch, "--db", db_of(store), "status", "--json", "--prometheus")
     assert out.returncode == 2
     assert out.stderr.strip() == "flowctl: give --json or --prometheus, not both"
