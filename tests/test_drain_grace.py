@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import open_same, wait_until
 
 from flowctl import ops
 from flowctl.clock import FakeClock
@@ -48,7 +48,6 @@ def hooks() -> Iterator[types.SimpleNamespace]:
 
 def test_drain_exits_within_the_grace_plus_one_second_and_hands_the_run_back(
     tmp_path: Path,
-    db_path: Path,
     store: Store,
     fake_clock: FakeClock,
     hooks: types.SimpleNamespace,
@@ -56,7 +55,7 @@ def test_drain_exits_within_the_grace_plus_one_second_and_hands_the_run_back(
     flows = tmp_path / "drain_flows.py"
     flows.write_text(FLOWS)
     run_id = ops.start(store, f"{flows}:deaf_step", {}, clock=fake_clock).run.run_id
-    own = Store(db_path)
+    own = open_same(store)
     daemon = Daemon(own, fake_clock, DaemonConfig(concurrency=1, grace=5, heartbeat=1))
     codes: list[int] = []
     thread = threading.Thread(target=lambda: codes.append(daemon.run_forever()), daemon=True)

@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import open_same, wait_until
 
 from flowctl import ops
 from flowctl.clock import FakeClock
@@ -64,7 +64,6 @@ def hooks() -> Iterator[types.SimpleNamespace]:
 
 def test_runs_reclaimed_from_a_dead_worker_run_one_at_a_time_then_the_rest_together(
     tmp_path: Path,
-    db_path: Path,
     store: Store,
     fake_clock: FakeClock,
     hooks: types.SimpleNamespace,
@@ -81,7 +80,7 @@ def test_runs_reclaimed_from_a_dead_worker_run_one_at_a_time_then_the_rest_toget
     assert len(claims) == 3  # a daemon held all three, then died
     fresh = [start(f"f{i}") for i in range(3)]
 
-    own = Store(db_path)
+    own = open_same(store)
     daemon = Daemon(own, fake_clock, DaemonConfig(concurrency=4))
     thread = threading.Thread(target=daemon.run_forever, daemon=True)
     thread.start()
