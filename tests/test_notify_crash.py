@@ -32,11 +32,11 @@ def napper(ctx):
 """
 
 
-def flowctl(project: Path, db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def flowctl(project: Path, db: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("FLOWCTL_DB", None)
     return subprocess.run(
-        [sys.executable, "-m", "flowctl", "--db", str(db), *args],
+        [sys.executable, "-m", "flowctl", "--db", db, *args],
         capture_output=True,
         text=True,
         cwd=str(project),
@@ -45,12 +45,12 @@ def flowctl(project: Path, db: Path, *args: str) -> subprocess.CompletedProcess[
     )
 
 
-def daemon(project: Path, db: Path, n: int) -> subprocess.Popen[bytes]:
+def daemon(project: Path, db: str, n: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("FLOWCTL_DB", None)
     with open(project / f"daemon-{n}.log", "wb") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", "--log-level", "warning"],
+            [sys.executable, "-m", "flowctl", "--db", db, "daemon", "--log-level", "warning"],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=str(project),
@@ -58,14 +58,14 @@ def daemon(project: Path, db: Path, n: int) -> subprocess.Popen[bytes]:
         )
 
 
-def events(db: Path, run_id: str, type_: str) -> list[dict[str, object]]:
+def events(db: str, run_id: str, type_: str) -> list[dict[str, object]]:
     rows = query(
         db, "SELECT data FROM timeline WHERE run_id = ? AND type = ? ORDER BY seq", (run_id, type_)
     )
     return [json.loads(r[0]) for r in rows]
 
 
-def test_a_daemon_killed_before_delivery_leaves_it_to_the_next(tmp_path: Path) -> None:
+def test_a_daemon_killed_before_delivery_leaves_it_to_the_next(tmp_path: Path, db: str) -> None:
     project = tmp_path / "project"
     (project / "sub").mkdir(parents=True)
     (project / "flows.py").write_text(FLOWS)
@@ -85,7 +85,8 @@ def test_a_daemon_killed_before_delivery_leaves_it_to_the_next(tmp_path: Path) -
         f'webhook = "http://127.0.0.1:{port}/hook"\n'
         f"command = {json.dumps(command)}\n"
     )
-    db = tmp_path / "elsewhere" / "f.db"  # --db names it; the project's [notify] still applies
+    # --db names a database outside the project (a file in tmp_path, or a PostgreSQL URL):
+    # the project's [notify] still applies
     started = flowctl(
         project / "sub", db, "run", f"{project}/flows.py:doomed", "--detach", "--json"
     )

@@ -28,10 +28,10 @@ def doomed(ctx):
 """
 
 
-def run_flowctl(cwd: Path, db: Path, *args: str, popen: bool = False) -> object:
+def run_flowctl(cwd: Path, db: str, *args: str, popen: bool = False) -> object:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("FLOWCTL_DB", None)
-    argv = [sys.executable, "-m", "flowctl", "--db", str(db), *args]
+    argv = [sys.executable, "-m", "flowctl", "--db", db, *args]
     if popen:
         with open(cwd / f"daemon-{len(list(cwd.glob('daemon-*.log')))}.log", "wb") as log:
             return subprocess.Popen(
@@ -40,7 +40,7 @@ def run_flowctl(cwd: Path, db: Path, *args: str, popen: bool = False) -> object:
     return subprocess.run(argv, capture_output=True, text=True, cwd=str(cwd), env=env, timeout=60)
 
 
-def test_the_next_daemon_delivers_what_a_killed_one_was_sending(tmp_path: Path) -> None:
+def test_the_next_daemon_delivers_what_a_killed_one_was_sending(tmp_path: Path, db: str) -> None:
     received: list[str] = []
     hang = threading.Event()  # set: the receiver holds the request without answering
     hang.set()
@@ -69,7 +69,6 @@ def test_the_next_daemon_delivers_what_a_killed_one_was_sending(tmp_path: Path) 
             f'[notify]\nwebhook = "http://127.0.0.1:{server.server_address[1]}/h"\n'
             'timeout = "10m"\n'  # the killed try's budget: far longer than this test waits
         )
-        db = tmp_path / "f.db"
         started = run_flowctl(tmp_path, db, "run", "flows.py:doomed", "--detach", "--json")
         run_id = json.loads(started.stdout)["id"]  # type: ignore[attr-defined]
         first = run_flowctl(tmp_path, db, "daemon", popen=True)
