@@ -76,6 +76,7 @@ def invoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def test_init_json_says_what_it_wrote(invoke: Any, tmp_path: Path) -> None:
+    # SQLite only (no --db): init creates the project's default database, a SQLite file
     data = json.loads(invoke("init", "--example", "--json").stdout)
     folder = tmp_path / "project"
     assert data["config"] == str(folder / "flowctl.toml") and data["database_created"] is True
@@ -84,16 +85,15 @@ def test_init_json_says_what_it_wrote(invoke: Any, tmp_path: Path) -> None:
     assert data["next"].startswith("flowctl run ")
 
 
-def test_copy_json_counts_the_rows_per_table(invoke: Any, tmp_path: Path) -> None:
-    src, dest = tmp_path / "a.db", tmp_path / "b.db"
-    invoke("--db", str(src), "run", PING, "--detach")
-    data = json.loads(invoke("copy", str(src), str(dest), "--json").stdout)
+def test_copy_json_counts_the_rows_per_table(invoke: Any, tmp_path: Path, db: str) -> None:
+    dest = tmp_path / "b.db"  # from the database under test into a new SQLite file
+    invoke("--db", db, "run", PING, "--detach")
+    data = json.loads(invoke("copy", db, str(dest), "--json").stdout)
     assert data["copied"]["runs"] == 1 and data["to"] == str(dest)
     assert json.loads(invoke("--db", str(dest), "ls", "--json").stdout)[0]["workflow"] == "ping"
 
 
-def test_daemon_json_is_for_its_one_shot_actions(invoke: Any, tmp_path: Path) -> None:
-    db = str(tmp_path / "d.db")
+def test_daemon_json_is_for_its_one_shot_actions(invoke: Any, db: str) -> None:
     invoke("--db", db, "init")
     assert json.loads(invoke("--db", db, "daemon", "stop", "--json").stdout) == []
     serving = invoke("--db", db, "daemon", "--json", code=2)

@@ -50,16 +50,16 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
 
 
 @pytest.fixture
-def invoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> Any:
+def invoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: FakeClock, db: str) -> Any:
+    """The app on the database under test (a SQLite file or a PostgreSQL URL)."""
     folder = tmp_path / "project"
     folder.mkdir()
     (folder / "flows.py").write_text(FLOWS)
     monkeypatch.chdir(folder)
     monkeypatch.delenv("FLOWCTL_DB", raising=False)
-    db = tmp_path / "t.db"
 
     def run(*args: str, code: int = 0) -> Any:
-        result = CliRunner().invoke(cli.app, ["--db", str(db), *args])
+        result = CliRunner().invoke(cli.app, ["--db", db, *args])
         assert result.exit_code == code, (result.output, result.exception)
         return result
 
