@@ -137,7 +137,10 @@ def test_migration_11_moves_an_older_database(tmp_path: Path, flows: Path) -> No
         UPDATE runs SET (target, kind, source_hash, source_path, cwd) = (SELECT target, kind,
             source_hash, source_path, cwd FROM definitions d WHERE d.def_id = runs.def_id);
         ALTER TABLE runs DROP COLUMN def_id; DROP TABLE definitions;
-        DROP INDEX timeline_woke; DROP INDEX timeline_claims;  -- migration 15's
+        DROP TRIGGER event_counts_insert; DROP TRIGGER event_counts_delete;  -- migration 18's
+        DROP TABLE event_counts;
+        DROP INDEX timeline_run; CREATE INDEX timeline_run ON timeline(run_id, seq);
+        DROP INDEX timeline_woke;  -- migration 15's
         CREATE INDEX timeline_type_at ON timeline(type, at);
         DROP INDEX runs_status_finished;
         CREATE INDEX runs_status_finished ON runs(status, finished_at);

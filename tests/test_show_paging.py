@@ -105,6 +105,7 @@ def test_show_json_holds_the_same_page_with_its_totals(
     conn = sqlite3.connect(db)
     (events,) = conn.execute("SELECT COUNT(*) FROM timeline WHERE run_id = ?", [rid]).fetchone()
     conn.close()
+    events += 1  # its plain `created` event is implied, not stored (migration 18)
     paged = json.loads(run_main(monkeypatch, "--db", str(db), "show", rid, "--json").stdout)
     assert [c["index"] for c in paged["checkpoints"]] == list(range(total - SHOW_STEPS, total))
     assert paged["checkpoints_total"] == total

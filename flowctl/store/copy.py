@@ -20,7 +20,7 @@ from flowctl.errors import FlowctlError
 from flowctl.store import Store
 from flowctl.store.postgres.store import PostgresStore
 from flowctl.store.sqlite import SqliteStore
-from flowctl.store.sqlite.schema import DEFINITION_COLUMNS
+from flowctl.store.sqlite.schema import DEFINITION_COLUMNS, PLAIN_CREATED
 from flowctl.store.sqlite.writes import _definition_id
 
 # In foreign-key order: a row's parent is always copied before it.
@@ -57,6 +57,15 @@ SERIAL_COLUMNS = {
 # A SQLite run keeps its pinned text once per definition hash, in `sources` (its
 # runs.source is NULL then); a PostgreSQL run keeps it in its row. The copy reads it whole.
 BATCH = 500
+# A SQLite run's plain `created` event is implied, not stored (migration 18): the copy
+# writes it as a row, before the run's first event (a seq below every stored one: minus
+# the run's rowid, unique), so DEST holds every event the source's timeline reads show.
+_SQLITE_TIMELINE = (
+    "(SELECT -runs.rowid AS seq, run_id, created_at AS at, 'created' AS type,"
+    f" '{PLAIN_CREATED}' AS data FROM runs WHERE (SELECT t.type FROM timeline t"
+    " WHERE t.run_id = runs.run_id ORDER BY t.seq LIMIT 1) IS NOT 'created'"
+    " UNION ALL SELECT seq, run_id, at, type, data FROM timeline)"
+)
 
 
 class CopyRefusedError(FlowctlError):
@@ -100,6 +109,8 @@ class _Rows:
 
     def count(self, table: str) -> int:
         assert table in TABLES  # a constant of ours, never input
+        if table == "timeline" and not self.pg:
+            return int(self.store._read(f"SELECT COUNT(*) FROM {_SQLITE_TIMELINE}")[0][0])
         return int(self.store._read(f"SELECT COUNT(*) FROM {table}")[0][0])
 
     def rows(self, table: str, columns: Sequence[str]) -> list[Any]:
@@ -118,6 +129,10 @@ class _Rows:
             return self.store._read(
                 f"SELECT {', '.join(picked)} FROM runs LEFT JOIN definitions USING (def_id)"
                 f" ORDER BY {order}"
+            )
+        if table == "timeline" and not self.pg:
+            return self.store._read(
+                f"SELECT {', '.join(columns)} FROM {_SQLITE_TIMELINE} ORDER BY {order}"
             )
         return self.store._read(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {order}")
 

@@ -53,13 +53,8 @@ class MetricsReads(SqliteConnection):
                     " JOIN runs r USING (run_id) WHERE j.kind = 'step'"
                     " AND j.duration_us IS NOT NULL GROUP BY r.workflow ORDER BY r.workflow"
                 ).fetchall()
-                # Spelled as timeline_claims' own condition, so that partial index serves it.
-                claimed = dict(
-                    c.execute(
-                        "SELECT type, COUNT(*) FROM timeline"
-                        " WHERE type IN ('claimed', 'reclaimed') GROUP BY type"
-                    ).fetchall()
-                )
+                # Kept by triggers (migration 18): no read of the timeline.
+                claimed = dict(c.execute("SELECT type, n FROM event_counts").fetchall())
                 daemons = c.execute(
                     "SELECT d.owner, d.host, d.pid, d.proc_start, d.started_at, d.seen_at, d.info,"
                     f" (SELECT COUNT(*) FROM {_RUNS_BY_STATUS} WHERE status = 'running'"

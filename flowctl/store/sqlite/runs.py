@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -31,6 +32,7 @@ from flowctl.store.sqlite.rows import (
     _search_clause,
     _search_source,
 )
+from flowctl.store.sqlite.schema import PLAIN_CREATED
 from flowctl.transitions import agenda_kind
 
 # Marks a statement whose sort run_counts bounds (see _workflow_indexes), for the plan test.
@@ -237,10 +239,15 @@ class RunReads(SqliteConnection):
                 " ORDER BY seq DESC LIMIT ?) ORDER BY seq"
             )
             params.append(limit)
-        return [
+        events = [
             TimelineEvent(r[0], from_us(r[1]), r[2], _loads(r[3]) or {})
             for r in self._read(sql, params)
         ]
+        if limit is None or len(events) < limit:  # the page reaches the run's first event
+            implied = self._implied_created(run_id)
+            if implied is not None:
+                events.insert(0, implied)
+        return events
 
     def journal_page(
         self, run_id: str, limit: int | None, skip: int = 0
@@ -263,7 +270,25 @@ class RunReads(SqliteConnection):
         )
         (total,) = self._read("SELECT COUNT(*) FROM timeline WHERE run_id = ?", [run_id])[0]
         events = [TimelineEvent(r[0], from_us(r[1]), r[2], _loads(r[3]) or {}) for r in rows]
+        implied = self._implied_created(run_id)
+        if implied is not None:  # the oldest event: at place `total` of the newest-first order
+            if skip <= total and (limit is None or total < skip + limit):
+                events.append(implied)
+            total += 1
         return events[::-1], int(total)
+
+    def _implied_created(self, run_id: str) -> TimelineEvent | None:
+        """The run's plain `created` event, when it is not stored (migration 18): its first
+        event, {"attempt": 1} at created_at, unless its first stored event is a `created`
+        one (which then says more). None for a run that does not exist."""
+        rows = self._read(
+            "SELECT created_at, (SELECT type FROM timeline t WHERE t.run_id = runs.run_id"
+            " ORDER BY seq LIMIT 1) FROM runs WHERE run_id = ?",
+            [run_id],
+        )
+        if not rows or rows[0][1] == "created":
+            return None
+        return TimelineEvent(run_id, from_us(rows[0][0]), "created", json.loads(PLAIN_CREATED))
 
     def last_entry(self, run_id: str, states: Sequence[EntryState]) -> JournalEntry | None:
         rows = self._read(
@@ -333,7 +358,7 @@ class RunReads(SqliteConnection):
             [run_id, *types],
         )
         if not rows:
-            return None
+            return self._implied_created(run_id) if "created" in types else None
         r = rows[0]
         return TimelineEvent(r[0], from_us(r[1]), r[2], _loads(r[3]) or {})
 

@@ -425,6 +425,54 @@ def _migration_17(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN step_started_at INTEGER")
 
 
+# A run's first event when it says nothing its row does not: {"attempt": 1} at
+# runs.created_at. Not stored since migration 18; the timeline reads add it back.
+PLAIN_CREATED = '{"attempt":1}'
+# The timeline events metrics count (claims and reclaims), kept in event_counts.
+COUNTED_EVENTS = ("claimed", "reclaimed")
+
+
+def _migration_18(db: sqlite_utils.Database) -> None:
+    """Disk per sleeping run (issue 14, item 6): three of a sleeping run's rows and index
+    entries were repeats (770 B per sleeping run before).
+
+    - Every run's first event was `created`, mostly {"attempt": 1} at runs.created_at:
+      that plain one is no longer stored; the timeline reads add it back before the run's
+      first stored event whenever that is not a `created` one (a start that says more, a
+      later start, a parent, a schedule, is still stored).
+    - `timeline_run` indexes run_id alone: an index entry ends with the rowid (seq)
+      anyway, so (run_id, seq) held seq twice, and the run's events still come in seq order.
+    - The claims and reclaims metrics counts are kept in `event_counts` by triggers, in the
+      transaction of every insert and delete (a pruned run's events go with it, as before),
+      instead of a partial index holding every claim event.
+    """
+    db.execute(
+        "DELETE FROM timeline WHERE type = 'created' AND data = ?"
+        " AND at = (SELECT created_at FROM runs WHERE runs.run_id = timeline.run_id)",
+        [PLAIN_CREATED],
+    )
+    db.execute("DROP INDEX timeline_run")
+    db.execute("CREATE INDEX timeline_run ON timeline(run_id)")
+    db.execute(
+        "CREATE TABLE event_counts (type TEXT PRIMARY KEY, n INTEGER NOT NULL) STRICT, WITHOUT ROWID"
+    )
+    counted = ", ".join(f"'{t}'" for t in COUNTED_EVENTS)
+    db.execute(
+        "INSERT INTO event_counts (type, n) SELECT type, COUNT(*) FROM timeline"
+        f" WHERE type IN ({counted}) GROUP BY type"
+    )
+    db.execute(
+        f"CREATE TRIGGER event_counts_insert AFTER INSERT ON timeline WHEN NEW.type IN ({counted})"
+        " BEGIN INSERT INTO event_counts (type, n) VALUES (NEW.type, 1)"
+        " ON CONFLICT (type) DO UPDATE SET n = n + 1; END"
+    )
+    db.execute(
+        f"CREATE TRIGGER event_counts_delete AFTER DELETE ON timeline WHEN OLD.type IN ({counted})"
+        " BEGIN UPDATE event_counts SET n = n - 1 WHERE type = OLD.type; END"
+    )
+    db.execute("DROP INDEX timeline_claims")
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -443,6 +491,7 @@ MIGRATIONS = [
     _migration_15,
     _migration_16,
     _migration_17,
+    _migration_18,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -101,7 +101,8 @@ def _insert_run(
         data["parent"] = new.parent_run_id
     if new.schedule:
         data["schedule"] = new.schedule
-    _add_event(c, new.run_id, now_us, "created", data)
+    if len(data) > 1:  # the plain one, {"attempt": 1} at created_at, is implied (migration 18)
+        _add_event(c, new.run_id, now_us, "created", data)
     return _load_run(c, new.run_id), True
 
 
