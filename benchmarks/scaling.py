@@ -16,8 +16,10 @@ round visiting every point once (alternating, so a change in the machine's load 
 over all of them); medians with the range.
 
 The million-run part seeds `--big` completed three-step runs (a real run's rows — runs,
-journal, timeline — copied in SQL), then measures `-c 8` at workers 1 and 2 on it and on
-an empty database, alternating. Target: the rate drops by at most 10%.
+journal, timeline — copied in SQL) and ANALYZEs the file, as an operator might while every
+run is finished: the statistics that once made the daemon's liveness pass scan every run
+(tests/test_analyzed_plans.py). Then it measures `-c 8` at workers 1 and 2 on it and on an
+empty database, alternating. Target: the rate drops by at most 10%.
 """
 
 from __future__ import annotations
