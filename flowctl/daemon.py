@@ -116,6 +116,7 @@ class Daemon:
         self._live: dict[str, LiveRun] = {}
         self._silenced: set[str] = set()  # runs whose lease we no longer extend (lost to another)
         self._lock = threading.Lock()
+        self._beat_lock = threading.Lock()  # a heartbeat's write and a release never interleave
         self._wake = threading.Event()
         self.serving = threading.Event()  # set once run_forever's loop is under way
         self._jobs: queue.SimpleQueue[tuple[Claim, LiveRun] | None] = queue.SimpleQueue()
@@ -606,14 +607,17 @@ class Daemon:
             if self._pool is not None:
                 self._pool.kill_commands()
         held = [live.lease for live in lives]
-        with self._lock:
-            # Handed back: a handler still unwinding here must not extend its lease again.
-            self._silenced.update(lease.run_id for lease in held)
-        try:
-            n = self.store.release_runs(held, self.clock.now(), reason)
-        except Exception:
-            log.exception("could not release leases")
-            return
+        # Under the beat lock: a heartbeat that read the leases before they were silenced
+        # must not extend them after the release (the run would not be due for the lease).
+        with self._beat_lock:
+            with self._lock:
+                # Handed back: a handler still unwinding here must not extend its lease again.
+                self._silenced.update(lease.run_id for lease in held)
+            try:
+                n = self.store.release_runs(held, self.clock.now(), reason)
+            except Exception:
+                log.exception("could not release leases")
+                return
         if n:
             log.warning("released %d run(s) for another worker to reclaim (%s)", n, reason)
 
@@ -654,6 +658,10 @@ class Daemon:
 
     def heartbeat_once(self) -> None:
         """Extend our leases and pass cancellations, deadlines and timeouts to live handlers."""
+        with self._beat_lock:  # the leases read are the leases extended (see _abandon)
+            self._beat()
+
+    def _beat(self) -> None:
         with self._lock:
             held = [(rid, live) for rid, live in self._live.items() if rid not in self._silenced]
         now = self.clock.now()
