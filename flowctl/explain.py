@@ -20,11 +20,11 @@ wake it then.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from flowctl.durations import format_duration
-from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus, iso
+from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus, iso, local_text
 
 REASONS = (
     "completed",
@@ -109,12 +109,10 @@ class Why:
 
 
 def when(at: datetime | None, now: datetime) -> str:
-    """`2026-03-29 10:00:00 CEST (08:00:00 UTC, in 2h00m)`: local time, UTC and how far off;
-    `2026-03-29 08:00:00 UTC (in 2h00m)` where local time is UTC."""
+    """`2026-03-29 10:00:00 CEST (in 2h00m)`: local time with the zone, as tables show it
+    (model.local_text), and how far off. --json carries the instant as ISO-8601 UTC."""
     if at is None:
         return "-"
-    local = at.astimezone()
-    utc = at.astimezone(UTC)
     delta = at - now
     rel = (
         f"in {format_duration(delta)}"
@@ -123,10 +121,7 @@ def when(at: datetime | None, now: datetime) -> str:
         if delta.total_seconds() == 0
         else f"{format_duration(-delta)} ago"
     )
-    if local.utcoffset() == timedelta(0):
-        return f"{utc:%Y-%m-%d %H:%M:%S} UTC ({rel})"
-    utc_text = f"{utc:%H:%M:%S}" if utc.date() == local.date() else f"{utc:%Y-%m-%d %H:%M:%S}"
-    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname()} ({utc_text} UTC, {rel})"
+    return f"{local_text(at)} ({rel})"
 
 
 def error_line(error: dict[str, Any] | None) -> str:

@@ -69,10 +69,29 @@ def iso(when: datetime | None) -> str | None:
     return when.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def utc_text(when: datetime | None) -> str | None:
-    """A time inside a sentence (errors, the `why` text the TUI shows): ISO-8601 UTC as
-    these sentences have always spelt it (+00:00), apart from --json's Z (iso)."""
-    return None if when is None else when.astimezone(UTC).isoformat(timespec="microseconds")
+def local_text(when: datetime, *, ms: bool = False) -> str:
+    """An instant as every human-facing line shows it (tables, `why`, `show`, `logs`, the
+    TUI, error messages): local time to the second, with the zone's abbreviation:
+    2026-03-27 13:00:00 CET (with `ms`, 13:00:00.250 CET). --json prints iso() instead.
+    One spelling for people, one for programs: no line mixes the two."""
+    local = when.astimezone()
+    frac = f".{local.microsecond // 1000:03d}" if ms else ""
+    return local.strftime("%Y-%m-%d %H:%M:%S") + frac + local.strftime(" %Z")
+
+
+ISO_INSTANT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)")
+
+
+def human_value(value: Any) -> Any:
+    """A stored value as a human line shows it: an ISO-8601 instant with an offset (how
+    timeline event data spells times, e.g. a sleep's wake_at) becomes local_text; any
+    other value is returned as it is."""
+    if isinstance(value, str) and ISO_INSTANT.fullmatch(value):
+        try:
+            return local_text(datetime.fromisoformat(value.replace("Z", "+00:00")))
+        except ValueError:
+            return value
+    return value
 
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -160,3 +160,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+@pytest.fixture(autouse=True)
+def _tui_in_utc(request: pytest.FixtureRequest) -> Iterator[None]:
+    """TUI tests see the machine's local zone as UTC: the TUI shows local time with the
+    zone (as the CLI does), and a snapshot must not depend on the host's TZ. A test that
+    wants another zone sets TZ itself (monkeypatch) and calls time.tzset()."""
+    if request.node.get_closest_marker("tui") is None:
+        yield
+        return
+    import time
+
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = old
+        time.tzset()

@@ -94,7 +94,7 @@ def test_running_detail_shows_the_step_running_now_and_its_output(
     finally:
         release.set()
         worker.join(30)
-    started = (fake_clock.now() - timedelta(seconds=90)).strftime("%Y-%m-%d %H:%M:%S")
+    started = (fake_clock.now() - timedelta(seconds=90)).strftime("%Y-%m-%d %H:%M:%S UTC")
     assert f"Running now step #1 'b' for 1m30s (since {started})" in text
     assert "output of step #1 'b' (last lines): charging card 4242" in text
     assert store.get_run(rid).status is RunStatus.COMPLETED

@@ -58,15 +58,12 @@ def paris(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 # ---------------------------------------------------------------- the pure decision
 
 
-def test_when_says_local_time_utc_and_how_far(paris: None) -> None:
-    assert (
-        when(NOW + timedelta(hours=2), NOW) == "2026-03-29 16:00:00 CEST (14:00:00 UTC, in 2h00m)"
-    )
-    assert when(NOW - timedelta(minutes=5), NOW) == (
-        "2026-03-29 13:55:00 CEST (11:55:00 UTC, 5m00s ago)"
-    )
+def test_when_says_local_time_with_the_zone_and_how_far(paris: None) -> None:
+    """The format the tables use (model.local_text), no second UTC spelling beside it."""
+    assert when(NOW + timedelta(hours=2), NOW) == "2026-03-29 16:00:00 CEST (in 2h00m)"
+    assert when(NOW - timedelta(minutes=5), NOW) == "2026-03-29 13:55:00 CEST (5m00s ago)"
     late = datetime(2026, 3, 29, 23, 30, tzinfo=UTC)  # 01:30 the next day in Paris
-    assert when(late, NOW) == "2026-03-30 01:30:00 CEST (2026-03-29 23:30:00 UTC, in 11h30m)"
+    assert when(late, NOW) == "2026-03-30 01:30:00 CEST (in 11h30m)"
 
 
 def test_when_in_utc_says_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -87,7 +84,7 @@ def test_sleeping_names_the_call_index_and_wake(paris: None) -> None:
     )
     assert why.reason == "sleeping"
     assert why.message == (
-        "sleeping until 2026-04-01 14:00:00 CEST (12:00:00 UTC, in 3d00h) (sleep #2 'cool-off')"
+        "sleeping until 2026-04-01 14:00:00 CEST (in 3d00h) (sleep #2 'cool-off')"
     )
     assert why.facts["wake_at"] == "2026-04-01T12:00:00.000000Z"
     assert why.facts["call_index"] == 2

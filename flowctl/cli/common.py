@@ -170,11 +170,9 @@ def _emit_json(data: Any) -> None:
 def _local(when: datetime | None, *, ms: bool = False) -> str:
     """A time as tables and messages show it: local, with the zone (2026-03-27 13:00:00 CET);
     --json prints ISO-8601 UTC instead (flowctl.model.iso)."""
-    if when is None:
-        return "-"
-    local = when.astimezone()
-    frac = f".{local.microsecond // 1000:03d}" if ms else ""
-    return local.strftime("%Y-%m-%d %H:%M:%S") + frac + local.strftime(" %Z")
+    from flowctl.model import local_text
+
+    return "-" if when is None else local_text(when, ms=ms)
 
 
 def _relative(when: datetime | None, now: datetime) -> str:

@@ -11,7 +11,7 @@ from flowctl import ops
 from flowctl.cli.common import _emit_json, _first_error_line, _local, _relative, _state
 from flowctl.durations import format_duration
 from flowctl.limits import SHOW_STEPS
-from flowctl.model import EntryState, RunStatus
+from flowctl.model import EntryState, RunStatus, human_value
 
 
 def _describe_value(value: Any) -> str:
@@ -135,7 +135,7 @@ def show(
     if older:
         typer.echo(_more("timeline events", older, "earlier", detail))
     for e in detail.timeline:
-        data = " ".join(f"{k}={v}" for k, v in e.data.items())
+        data = " ".join(f"{k}={human_value(v)}" for k, v in e.data.items())
         typer.echo(f"  {_local(e.at, ms=True)}  {e.type:<20} {data}")
     if newer:
         typer.echo(_more("timeline events", newer, "newer", detail))

@@ -21,7 +21,7 @@ from flowctl.model import (
     RunStatus,
     TimelineEvent,
     iso,
-    utc_text,
+    local_text,
 )
 from flowctl.store import Store
 
@@ -171,23 +171,24 @@ def source_changed_note(run: Run) -> str:
 
 
 def why(detail: RunDetail, now: datetime) -> str:
-    """One sentence on what the run is doing or waiting for."""
+    """One sentence on what the run is doing or waiting for (the TUI's why line); times
+    are local with the zone, as in every human-facing line (model.local_text)."""
     run = detail.run
     from flowctl.durations import format_duration
 
     if run.deadline is not None and run.deadline <= now and not run.status.is_terminal:
         if detail.why_facts is not None:
             return f"{run.status}: {explain(detail.why_facts, now).message}"
-        return f"{run.status}: deadline passed at {utc_text(run.deadline)}"
+        return f"{run.status}: deadline passed at {local_text(run.deadline)}"
 
     def until(at: datetime | None) -> str:
         if at is None:
             return ""
         delta = at - now
         return (
-            f"{utc_text(at)} (in {format_duration(delta)})"
+            f"{local_text(at)} (in {format_duration(delta)})"
             if delta.total_seconds() > 0
-            else f"{utc_text(at)} (due)"
+            else f"{local_text(at)} (due)"
         )
 
     if run.status is RunStatus.SLEEPING:
@@ -214,7 +215,8 @@ def why(detail: RunDetail, now: datetime) -> str:
         cancel = " (cancel requested)" if run.cancel_requested else ""
         if run.pause_requested:
             cancel += " (pause requested: it parks at its next durable call)"
-        return f"running on {run.lease_owner}, lease until {utc_text(run.lease_until)}{cancel}"
+        lease = f", lease until {local_text(run.lease_until)}" if run.lease_until else ""
+        return f"running on {run.lease_owner}{lease}{cancel}"
     if run.status is RunStatus.PAUSED:
         due = run.paused_run_at
         then = "at once" if due is None or due <= now else f"at {until(due)}"

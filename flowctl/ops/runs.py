@@ -28,7 +28,7 @@ from flowctl.model import (
     Run,
     RunStatus,
     iso,
-    utc_text,
+    local_text,
 )
 from flowctl.store import DaemonInfo, Store
 from flowctl.workflow import TargetCache, WorkflowEntry, discover, load_target
@@ -78,7 +78,7 @@ def start(
         raise UsageError("--timeout must be a positive duration")
     now = clock.now()
     if deadline is not None and deadline <= now:
-        raise UsageError(f"--deadline {utc_text(deadline)} is already in the past")
+        raise UsageError(f"--deadline {local_text(deadline)} is already in the past")
     new = wf.new_run(
         checked,
         run_at=run_at,
@@ -126,7 +126,7 @@ def start_many(
         raise UsageError("--timeout must be a positive duration")
     now = clock.now()
     if deadline is not None and deadline <= now:
-        raise UsageError(f"--deadline {utc_text(deadline)} is already in the past")
+        raise UsageError(f"--deadline {local_text(deadline)} is already in the past")
     news = []
     for i, raw in enumerate(inputs):
         if not isinstance(raw, dict):

@@ -147,7 +147,7 @@ class RunActions(App[None]):
             return f"woke {run.run_id}: due now (recorded as an operator action)"
 
         extra = (
-            f"Due at {to_second(run.run_at)} UTC; it becomes due now. The timeline records who"
+            f"Due at {to_second(run.run_at)}; it becomes due now. The timeline records who"
             " woke it, and the recorded deadline is kept for history."
         )
         self._confirm("Wake now", self._question("Wake", run, extra), wake, "wake failed")

@@ -1,6 +1,7 @@
 """The header line: the database's full path, whether a daemon runs on it, the active
 filter and search, and the clock. It reads the app's own state (store, clock, daemons,
-filters), so it is built for `FlowctlApp` and queries nothing itself."""
+filters), so it is built for `FlowctlApp` and queries nothing itself. The clock is local
+time with the zone, as every time the TUI shows."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class HeaderLine(Static):
         now = app.clock.now()
         read_only = "  read-only" if getattr(app.store, "read_only", False) else ""
         # The date goes first on a narrow screen: the daemon's state matters more.
-        clock = f"{to_second(now) if self.size.width >= WIDE else to_second(now)[11:]} UTC "
+        clock = f"{to_second(now) if self.size.width >= WIDE else to_second(now)[11:]} "
         fixed = len(" flowctl  ") + len(read_only) + len(clock)
         path_min = min(len(app.shown_path), PATH_MIN)
         room = self.size.width - fixed - path_min - 1

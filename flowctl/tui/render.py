@@ -22,7 +22,15 @@ from textual.content import Content
 from flowctl import ops
 from flowctl.durations import format_duration
 from flowctl.errors import FlowctlError
-from flowctl.model import EntryState, JournalEntry, Run, RunStatus, TimelineEvent
+from flowctl.model import (
+    EntryState,
+    JournalEntry,
+    Run,
+    RunStatus,
+    TimelineEvent,
+    human_value,
+    local_text,
+)
 
 if TYPE_CHECKING:
     from flowctl.tui.views import DaemonUp, WakeLateness
@@ -38,17 +46,19 @@ TEXT_LIMIT = 4000  # characters of input/result/traceback shown before "…"
 
 
 def to_second(at: datetime | None) -> str:
-    """An instant as the operator reads it: UTC, to the second."""
-    return "—" if at is None else at.strftime("%Y-%m-%d %H:%M:%S")
+    """An instant as the operator reads it: local time with the zone, to the second, as
+    the CLI's tables and `why` print it (model.local_text)."""
+    return "—" if at is None else local_text(at)
 
 
 def to_minute(at: datetime | None) -> str:
     """An instant for a list column, where the year matters more than the seconds."""
-    return "—" if at is None else at.strftime("%Y-%m-%d %H:%M")
+    return "—" if at is None else at.astimezone().strftime("%Y-%m-%d %H:%M %Z")
 
 
 def _short_when(at: datetime) -> str:
-    return at.strftime("%m-%d %H:%M:%S")
+    """A timeline instant: the year dropped, the zone kept."""
+    return at.astimezone().strftime("%m-%d %H:%M:%S %Z")
 
 
 def countdown(at: datetime | None, now: datetime) -> str:
@@ -111,12 +121,12 @@ def table_cell(text: str, style: str = "", limit: int | None = None) -> Text:
 
 
 def schedule_field(value: Any) -> str:
-    """A schedule field for the table: ISO instants as UTC seconds, the rest as text."""
+    """A schedule field for the table: ISO instants as local time, the rest as text."""
     if value is None:
         return "—"
     if isinstance(value, str) and len(value) >= 19 and value[10:11] == "T":
         try:
-            return to_second(datetime.fromisoformat(value).astimezone(UTC))
+            return to_minute(datetime.fromisoformat(value))
         except ValueError:
             return value
     return value if isinstance(value, str) else compact_json(value, 40)
@@ -206,7 +216,7 @@ def _checkpoint_line(entry: JournalEntry, now: datetime, width: int) -> Content:
 
 
 def _timeline_line(event: TimelineEvent, width: int) -> Content:
-    data = ", ".join(f"{k}={v}" for k, v in event.data.items())
+    data = ", ".join(f"{k}={human_value(v)}" for k, v in event.data.items())
     style = {
         "dead-lettered": "$error",
         "failed": "$error",
@@ -497,7 +507,7 @@ def daemon_line(
         late = late_text(lateness.p99)
         full, medium, compact = f", wakes p99 {late} late", f", wake p99 {late}", f" · p99 {late}"
     forms = (
-        f"  {many} up since {to_second(first.started_at)} UTC ({since}), holding {runs}{full}",
+        f"  {many} up since {to_second(first.started_at)} ({since}), holding {runs}{full}",
         f"  {many} up {since}, {runs} held{medium}",
         f"  {many} {since} · {runs}{compact}",
     )

@@ -11,6 +11,7 @@ from typing import Any
 from textual.content import Content
 
 from flowctl.tui.actions import RunActions
+from flowctl.tui.render import to_minute
 
 
 class ScheduleActions(RunActions):
@@ -39,7 +40,7 @@ class ScheduleActions(RunActions):
             def resume() -> str:
                 info = schedule_ops.resume_schedule(self.store, name, clock=self.clock)
                 nxt = info.row.next_fire_at
-                when = "no further fire" if nxt is None else f"next fire {nxt:%Y-%m-%d %H:%M} UTC"
+                when = "no further fire" if nxt is None else f"next fire {to_minute(nxt)}"
                 return f"resumed schedule {name}: {when} (fires missed while paused do not run)"
 
             self._run_action(resume, f"resume of schedule {name} failed")

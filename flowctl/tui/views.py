@@ -138,7 +138,7 @@ VIEWS: tuple[View, ...] = (
             RUN_ID,
             WORKFLOW,
             Column("wakes_in", "WAKES IN", _until_cell, live=True, width=12),
-            Column("wake_at", "WAKE AT (UTC)", lambda r, now: table_cell(to_minute(r.run.run_at))),
+            Column("wake_at", "WAKE AT", lambda r, now: table_cell(to_minute(r.run.run_at))),
             INPUT,
         ),
     ),
