@@ -107,3 +107,11 @@ async def test_the_tui_why_line_is_local_time_with_the_zone(seeded: Seeded, pari
     assert f"why sleeping until {local_text(wake)} (in 2h00m)" in text
     assert local_text(wake).endswith(" CEST") and not ISO_US.search(text), text
     assert "wake_at=" + local_text(wake) in text  # its timeline
+
+
+def test_logs_print_local_time_with_the_zone_and_json_iso_z(invoke: Any, paris: None) -> None:
+    ping = str(Path(__file__).resolve().parent.parent / "workflows" / "ping.yaml")
+    rid = json.loads(invoke("run", ping, "--wait", "--json").stdout)["id"]
+    assert invoke("logs", rid).stdout.splitlines() == ["2026-03-27 13:00:00.000 CET  pong  pong"]
+    (chunk,) = json.loads(invoke("logs", rid, "--json").stdout)
+    assert chunk["at"] == "2026-03-27T12:00:00.000000Z"

@@ -64,7 +64,9 @@ def _chunk_json(c: OutputChunk) -> dict[str, Any]:
 
 
 def _print_chunk(c: OutputChunk) -> None:
-    at = c.at.astimezone().strftime("%H:%M:%S.%f")[:-3]
+    """One line per printed line: local time with the zone, to the millisecond (as `show`'s
+    timeline prints it), the step, the stream unless stdout, the text."""
+    at = _local(c.at, ms=True)
     mark = "" if c.stream == "stdout" else f" [{c.stream}]"
     for line in c.text.splitlines():
         typer.echo(f"{at}  {c.step}{mark}  {line}")
