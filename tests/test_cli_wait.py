@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from flowctl import cli
 from flowctl.cli import listing
+from flowctl.cli.start import NO_DAEMON
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.store import open_store
@@ -166,7 +167,10 @@ def test_wait_timeout_exits_124_and_names_what_still_runs(
 
     monkeypatch.setattr(clock, "wait_until", time_passes)
     out = invoke("wait", rid, "--timeout", "1s", code=124)
-    assert out.stderr == f"flowctl: still running after 1s: {rid} (queued)\n"
+    assert out.stderr.splitlines() == [  # no daemon ran: said once (test_wait_no_daemon.py)
+        NO_DAEMON,
+        f"flowctl: still running after 1s: {rid} (queued)",
+    ]
     assert len(waits) == 5  # every 0.2s, the last one ending at the timeout
 
 

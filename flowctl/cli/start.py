@@ -421,7 +421,12 @@ def rerun(
 # wait
 
 WAIT_POLL = 0.2  # seconds between looks at the runs (their rows; a cheap read)
+DAEMON_LOOK = 5.0  # seconds between looks for a live daemon, until "no daemon" is said
 TIMED_OUT = 124  # as timeout(1)
+NO_DAEMON = (
+    "flowctl: no daemon is running on this database: sleepers will not wake and queued"
+    " runs will not start; start one with `flowctl daemon` (still waiting)"
+)
 
 
 def wait(
@@ -443,7 +448,7 @@ def wait(
     ] = False,
 ) -> None:
     """Wait until runs end (a daemon or another `run --wait` runs them); say each as it
-    ends. Exit 0 when every one completed, 1 when any is dead or cancelled, 124 when
+    ends. With no daemon running, say so once on stderr, and wait on. Exit 0 when every one completed, 1 when any is dead or cancelled, 124 when
     --timeout passes first.  Example: flowctl wait m8rtkeefq3x7bz2w
     Example: flowctl wait m8rtkeefq3x7bz2w m8rtkf0c9d2hxa4n --timeout 10m --json"""
     st = _state(ctx)
@@ -455,6 +460,7 @@ def wait(
     give_up = None if budget is None else st.clock.monotonic() + budget
     idle = threading.Event()
     said: set[str] = set()
+    look_for_daemon: float | None = st.clock.monotonic()  # None once "no daemon" was said
     try:
         while True:
             for rid, r in runs.items():
@@ -467,6 +473,14 @@ def wait(
             now = st.clock.monotonic()
             if not active or (give_up is not None and now >= give_up):
                 break
+            if look_for_daemon is not None and now >= look_for_daemon:
+                # Said once, on stderr (stdout stays the ends, or one JSON document); the
+                # wait goes on: a daemon may start later, or a `run --wait` runs its run.
+                if ops.daemon_running(st.store, clock=st.clock):
+                    look_for_daemon = now + DAEMON_LOOK
+                else:
+                    typer.echo(NO_DAEMON, err=True)
+                    look_for_daemon = None
             st.clock.wait_until(
                 idle, now + WAIT_POLL if give_up is None else min(now + WAIT_POLL, give_up)
             )

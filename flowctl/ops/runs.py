@@ -402,6 +402,15 @@ def other_live_daemons(store: Store, owner: str) -> list[DaemonInfo]:
     return [d for d in store.daemons() if d.owner != owner and owner_alive(d.owner)]
 
 
+def daemon_running(store: Store, *, clock: Clock) -> bool:
+    """Whether a live daemon serves this database, as `flowctl status` decides it
+    (ids.daemon_live: a pid check on this host, a recent heartbeat from another)."""
+    from flowctl.ids import daemon_live
+
+    now = clock.now()
+    return any(daemon_live(d.owner, d.seen_at, now) for d in store.daemons())
+
+
 def status(store: Store, *, clock: Clock, window: timedelta = timedelta(hours=1)) -> StatusReport:
     """Counts, every registered daemon (live: see ids.daemon_live; host, pid, since, runs
     held) and recent wake lateness."""
