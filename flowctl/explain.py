@@ -232,6 +232,8 @@ def explain(facts: WhyFacts, now: datetime) -> Why:
                 "cancel_requested",
                 f"cancel requested{since} while {doing} still runs in {owner}; it ends"
                 " cancelled when the handler stops (a Python step is not interrupted)",
+                cancel_requested_by=ev.by if ev else None,
+                cancel_requested_at=iso(ev.at) if ev else None,
                 **lease,
             )
         if facts.pause_requested is not None or run.pause_requested:

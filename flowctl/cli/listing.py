@@ -6,7 +6,7 @@ import sys
 import threading
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -27,6 +27,9 @@ from flowctl.durations import parse_duration
 from flowctl.errors import UsageError
 from flowctl.limits import MAX_COUNT
 from flowctl.model import Run, RunStatus
+
+if TYPE_CHECKING:
+    from flowctl.explain import OperatorEvent
 
 
 def ls(
@@ -115,12 +118,24 @@ def _list_once(
     elif not runs:
         typer.echo("no runs")
     else:
-        _run_table(runs, st.clock.now())
+        _run_table(runs, st.clock.now(), ops.cancel_requests(st.store, runs))
     if total is not None and total > limit:
         _cut(limit, total, "runs")  # on stderr: stdout stays the table or one JSON document
 
 
-def _run_table(runs: list[Run], now: datetime) -> None:
+def _note(run: Run, asked: dict[str, OperatorEvent]) -> str:
+    """The last column: the error a run ended with (a cancel says who cancelled it), or a
+    cancel that is pending on a running run, and who asked for it."""
+    if run.run_id in asked:
+        return ops.cancel_pending_text(run, asked[run.run_id])
+    by = (run.error or {}).get("by") if run.status is RunStatus.CANCELLED else None
+    line = _first_error_line(run)
+    if by and line.startswith("Cancelled"):
+        return f"Cancelled by {by}{line[len('Cancelled') :]}"
+    return line
+
+
+def _run_table(runs: list[Run], now: datetime, asked: dict[str, OperatorEvent]) -> None:
     rows = []
     for r in runs:
         if r.status in (RunStatus.SLEEPING, RunStatus.WAITING, RunStatus.QUEUED):
@@ -137,7 +152,7 @@ def _run_table(runs: list[Run], now: datetime) -> None:
                 f"{r.attempt}/{r.max_attempts}",
                 _local(r.created_at),
                 nxt,
-                _first_error_line(r),
+                _note(r, asked),
             ]
         )
     _table(["RUN", "WORKFLOW", "STATUS", "ATTEMPT", "CREATED", "NEXT/ENDED", "ERROR"], rows)

@@ -71,6 +71,13 @@ def show(
     else:
         answer = ops.explain_detail(detail, now)
         typer.echo(f"status    {r.status} — {answer.message if answer else ops.why(detail, now)}")
+        asked = ops.cancel_requests(st.store, [r]).get(r.run_id)
+        if asked is not None:  # who asked, and that the run has not stopped yet
+            text = ops.cancel_pending_text(r, asked).removeprefix("cancel ")
+            typer.echo(
+                f"cancel    {text} (at {_local(asked.at)}); it ends cancelled when its"
+                " handler stops"
+            )
     typer.echo(f"input     {json.dumps(r.shown_input)}")
     typer.echo(f"attempt   {r.attempt}/{r.max_attempts}")
     typer.echo(f"created   {_local(r.created_at)}")
@@ -88,7 +95,7 @@ def show(
         typer.echo(f"result    {json.dumps(r.result)}")
     if r.error:
         typer.echo(f"error     {_first_error_line(r)}")
-        for k in ("exit_code", "dead_reason"):
+        for k in ("exit_code", "dead_reason", "by"):  # by: who cancelled it
             if k in r.error:
                 typer.echo(f"          {k}: {r.error[k]}")
         if r.status is RunStatus.DEAD:

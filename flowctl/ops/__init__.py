@@ -26,6 +26,8 @@ if TYPE_CHECKING:
         why_run,
     )
     from flowctl.ops.listing import (
+        cancel_pending_text,
+        cancel_requests,
         count_listed,
         count_runs,
         list_runs,
@@ -75,6 +77,8 @@ __all__ = [
     "Started",
     "StatusReport",
     "cancel",
+    "cancel_pending_text",
+    "cancel_requests",
     "copy_summary",
     "count_listed",
     "count_runs",
@@ -118,7 +122,17 @@ __all__ = [
 
 
 _PARSE = frozenset(name for name in __all__ if name.startswith("parse_") or name == "STATUS_NAMES")
-_LISTING = frozenset(("count_listed", "count_runs", "list_runs", "waiting_for", "workflow_names"))
+_LISTING = frozenset(
+    (
+        "cancel_pending_text",
+        "cancel_requests",
+        "count_listed",
+        "count_runs",
+        "list_runs",
+        "waiting_for",
+        "workflow_names",
+    )
+)
 _DETAIL = frozenset(
     (
         "RunDetail",

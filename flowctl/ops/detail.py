@@ -212,7 +212,12 @@ def why(detail: RunDetail, now: datetime) -> str:
             return f"queued: attempt {run.attempt}/{run.max_attempts} at {until(run.run_at)}"
         return f"queued to start at {until(run.run_at)}"
     if run.status is RunStatus.RUNNING:
-        cancel = " (cancel requested)" if run.cancel_requested else ""
+        cancel = ""
+        if run.cancel_requested:
+            asked = detail.why_facts.cancel_requested if detail.why_facts else None
+            by = f" by {asked.by}" if asked is not None and asked.by else ""
+            at = f" at {local_text(asked.at)}" if asked is not None else ""
+            cancel = f" (cancel requested{by}{at}, pending: it ends when the handler stops)"
         if run.pause_requested:
             cancel += " (pause requested: it parks at its next durable call)"
         lease = f", lease until {local_text(run.lease_until)}" if run.lease_until else ""

@@ -6,6 +6,7 @@ tests/test_startup_imports.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from flowctl.errors import UsageError
@@ -13,6 +14,7 @@ from flowctl.model import CallKind, Run, RunStatus
 from flowctl.ops.parse import parse_statuses
 
 if TYPE_CHECKING:  # the caller opened the store; this module needs only its interface
+    from flowctl.explain import OperatorEvent
     from flowctl.store import Store
 
 
@@ -74,3 +76,28 @@ def waiting_for(store: Store, run_ids: list[str]) -> dict[str, str]:
 def workflow_names(store: Store) -> list[str]:
     """Every workflow name that has runs, sorted: the choices for a workflow filter."""
     return store.workflows_seen()
+
+
+def cancel_requests(store: Store, runs: Sequence[Run]) -> dict[str, OperatorEvent]:
+    """Who asked to cancel each running run whose cancel is pending (its handler has not
+    stopped yet), and when: the newest "cancel requested" timeline event. One read per
+    such run; a page holds few (a cancel is honoured at the next heartbeat, or as soon as
+    a Python step returns)."""
+    out = {}
+    for run in runs:
+        if run.status is RunStatus.RUNNING and run.cancel_requested:
+            from flowctl.explain import OperatorEvent  # only then: `ls` start-up stays light
+
+            ev = store.last_event(run.run_id, ["cancel requested"])
+            by = ev.data.get("by") if ev is not None else None
+            at = ev.at if ev is not None else run.created_at
+            out[run.run_id] = OperatorEvent(at, str(by) if by else None)
+    return out
+
+
+def cancel_pending_text(run: Run, asked: OperatorEvent | None) -> str:
+    """What a list says of a running run whose cancel is pending: who asked, that it is
+    pending, and the reason given: `cancel pending, asked by ana: wrong input`."""
+    by = f", asked by {asked.by}" if asked is not None and asked.by else ""
+    reason = (run.cancel_reason or "").strip().splitlines()
+    return f"cancel pending{by}" + (f": {reason[0]}" if reason else "")

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from flowctl import ops
 from flowctl.durations import format_duration
+from flowctl.explain import OperatorEvent
 from flowctl.model import Run, RunStatus
 from flowctl.ops import schedules as schedule_ops
 from flowctl.store import Store
@@ -39,6 +40,7 @@ class Row:
 
     run: Run
     waiting_for: str | None = None
+    cancel_asked: OperatorEvent | None = None  # running with a cancel pending: who asked
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,9 @@ VIEWS: tuple[View, ...] = (
                 "owner",
                 "OWNER",
                 lambda r, now: table_cell(
-                    "cancel requested" if r.run.cancel_requested else (r.run.lease_owner or ""),
+                    ops.cancel_pending_text(r.run, r.cancel_asked)
+                    if r.run.cancel_requested
+                    else (r.run.lease_owner or ""),
                     "bold" if r.run.cancel_requested else "dim",
                 ),
             ),
@@ -418,5 +422,6 @@ def load_page(store: Store, query: PageQuery) -> Page:
         order=view.order,
     )
     waits = ops.waiting_for(store, [r.run_id for r in runs]) if view.key == "waiting" else {}
-    page.rows = [Row(r, waits.get(r.run_id)) for r in runs]
+    asked = ops.cancel_requests(store, runs) if view.key == "running" else {}
+    page.rows = [Row(r, waits.get(r.run_id), asked.get(r.run_id)) for r in runs]
     return page
