@@ -92,24 +92,26 @@ def test_the_ticking_widgets_own_the_tick_timers(store: Store, fast_ticks: None)
     asyncio.run(scenario())
 
 
-def test_columns_are_measured_when_rows_are_shown_not_when_the_table_is_next_idle() -> None:
-    """DataTable widens auto-width columns only once its queue is idle; fit_columns does it
-    at once, so a screen taken before that idle (a loaded machine) is already right."""
+def test_columns_have_their_width_when_rows_are_shown_not_when_the_table_is_next_idle() -> None:
+    """DataTable widens auto-width columns only once its queue is idle; the run list sets
+    every column's width itself (flowctl.tui.fit, RunTable.lay_out), so a screen taken
+    before that idle (a loaded machine) is already right."""
     long_id = "r_nap_with_a_long_id_1"
 
     class OneTable(App[None]):
         def compose(self) -> ComposeResult:
-            yield RunTable(on_tick=lambda table: None)
+            yield RunTable(on_tick=lambda table: None, on_resize=lambda table: None)
 
     async def scenario() -> None:
         app = OneTable()
         async with app.run_test(size=(100, 10)):
             table = app.query_one(RunTable)
             # One synchronous step, no await: the table's idle handler cannot run here.
-            table.add_column("RUN ID", key="run_id")
+            assert table.lay_out([("run_id", "RUN ID", len(long_id))])
             table.add_row(Text(long_id), key="r1")
-            assert table.columns["run_id"].content_width == len("RUN ID")  # not measured yet
-            table.fit_columns()
-            assert table.columns["run_id"].content_width == len(long_id)
+            column = table.columns["run_id"]
+            assert not column.auto_width and column.get_render_width(table) == len(long_id) + 2
+            assert not table.lay_out([("run_id", "RUN ID", len(long_id))])  # same: kept
+            assert table.row_count == 1
 
     asyncio.run(scenario())

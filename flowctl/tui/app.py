@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -47,6 +48,7 @@ from flowctl import ops
 from flowctl.clock import Clock
 from flowctl.model import CallKind, EntryState, Run, RunStatus
 from flowctl.store import Store
+from flowctl.tui.fit import fit, natural_widths
 from flowctl.tui.header import HeaderLine
 from flowctl.tui.messages import DetailLoaded, PageLoaded, ScheduleLoaded
 from flowctl.tui.render import (
@@ -64,10 +66,12 @@ from flowctl.tui.views import (
     SCHEDULE_FIELDS,
     VIEWS,
     VIEWS_BY_KEY,
+    Column,
     DaemonUp,
     Page,
     PageQuery,
     Row,
+    View,
     WakeLateness,
     load_page,
 )
@@ -159,6 +163,8 @@ class FlowctlApp(ScheduleActions):
         self._rows: list[Row] = []
         self._row_ids: list[str] = []
         self._cells: dict[str, dict[str, str]] = {}
+        self._shown: list[Column] = []  # the view's columns the table shows (the pane's width)
+        self._hidden: list[str] = []  # the labels of those it has no room for
         self._schedules: list[dict[str, Any]] = []
         self._schedule_card: dict[str, Any] | None = None  # the selected one, `schedule show`
         self._detail: ops.RunDetail | None = None
@@ -175,7 +181,11 @@ class FlowctlApp(ScheduleActions):
         with Horizontal(id="body"):
             with Vertical(id="list"):
                 yield RunTable(
-                    id="table", cursor_type="row", zebra_stripes=True, on_tick=self._tick_rows
+                    id="table",
+                    cursor_type="row",
+                    zebra_stripes=True,
+                    on_tick=self._tick_rows,
+                    on_resize=self._table_resized,
                 )
                 yield Static("loading…", id="empty")
             with DetailPane(id="detail"):
@@ -313,10 +323,9 @@ class FlowctlApp(ScheduleActions):
         if not self.is_running:
             return
         now = self.clock.now()
-        view = VIEWS_BY_KEY[self.view]
         for row in self._rows:
             cells = self._cells.get(row.run.run_id, {})
-            for column in view.columns:
+            for column in self._shown:
                 if not column.live:
                     continue
                 cell = column.cell(row, now)
@@ -361,44 +370,71 @@ class FlowctlApp(ScheduleActions):
         self._total = counts.get(view.key) or 0
 
     def _set_columns(self) -> None:
+        """A new view: its columns, fitted to the table's width; rows come with the page."""
         table = self.query_one(RunTable)
-        table.clear(columns=True)
+        table.forget_layout()
+        self._row_ids, self._shown, self._hidden = [], [], []
         view = VIEWS_BY_KEY[self.view]
-        if view.key == "schedules":
+        if view.key != "schedules":
+            self._lay_out_runs(view, [])
+
+    def _lay_out_runs(self, view: View, rendered: list[list[Text]]) -> bool:
+        """Fit the view's columns to the table (flowctl.tui.fit) for these rows' cells;
+        True when the table was rebuilt (its rows must be added again)."""
+        table = self.query_one(RunTable)
+        labels = [len(c.label) for c in view.columns]
+        natural = natural_widths(
+            labels, [c.width for c in view.columns], [[c.cell_len for c in r] for r in rendered]
+        )
+        whole = [i for i, c in enumerate(view.columns) if not c.cut]
+        widths = fit(labels, natural, table.room(len(rendered)), whole=whole).widths
+        self._shown = [c for c, w in zip(view.columns, widths, strict=True) if w is not None]
+        self._hidden = [c.label for c, w in zip(view.columns, widths, strict=True) if w is None]
+        return table.lay_out(
+            [(c.key, c.label, w) for c, w in zip(view.columns, widths, strict=True) if w]
+        )
+
+    def _table_resized(self, table: RunTable) -> None:
+        """A new width (terminal resize, zoom): fit the columns again to the same rows."""
+        if not self.is_running:
             return
-        for column in view.columns:
-            table.add_column(column.label, key=column.key, width=column.width)
+        if self.view == "schedules":
+            if self._schedules:
+                self._show_schedules(self._schedules)
+        else:
+            self._show_rows(self._rows)
 
     def _show_rows(self, rows: list[Row]) -> None:
-        """Update cells in place when the same runs are listed; rebuild when the set changed."""
+        """Update cells in place when the same runs are listed in the same columns; rebuild
+        when the set or the columns changed."""
         table = self.query_one(RunTable)
         view = VIEWS_BY_KEY[self.view]
         now = self.clock.now()
         selected = self._selected_key()
+        old_index, scroll_y = table.cursor_row, table.scroll_y
         ids = [r.run.run_id for r in rows]
-        rendered = {r.run.run_id: [c.cell(r, now) for c in view.columns] for r in rows}
-        if ids == self._row_ids:
+        every = {r.run.run_id: [c.cell(r, now) for c in view.columns] for r in rows}
+        rebuilt = self._lay_out_runs(view, list(every.values()))
+        keep = [view.columns.index(c) for c in self._shown]
+        rendered = {run_id: [cells[i] for i in keep] for run_id, cells in every.items()}
+        if ids == self._row_ids and not rebuilt:
             for run_id, cells in rendered.items():
                 old = self._cells.get(run_id, {})
-                for column, cell in zip(view.columns, cells, strict=True):
+                for column, cell in zip(self._shown, cells, strict=True):
                     if old.get(column.key) != cell.plain:
                         table.update_cell(run_id, column.key, cell)
         else:
-            old_index = table.cursor_row
-            scroll_y = table.scroll_y
             table.clear()
             for run_id, cells in rendered.items():
                 table.add_row(*cells, key=run_id)
             table.scroll_y = scroll_y
-            table.refresh(layout=True)  # new rows may widen auto-sized columns: re-measure now
             if ids:
                 index = ids.index(selected) if selected in ids else min(old_index, len(ids) - 1)
                 table.move_cursor(row=max(index, 0))
-        table.fit_columns()
         self._rows = rows
         self._row_ids = ids
         self._cells = {
-            run_id: {c.key: cell.plain for c, cell in zip(view.columns, cells, strict=True)}
+            run_id: {c.key: cell.plain for c, cell in zip(self._shown, cells, strict=True)}
             for run_id, cells in rendered.items()
         }
         self._show_list_state(bool(rows))
@@ -407,22 +443,36 @@ class FlowctlApp(ScheduleActions):
         """Schedules are few: rebuild the table each time, keeping the cursor's row."""
         table = self.query_one(RunTable)
         cursor = table.cursor_row
-        self._rows, self._row_ids, self._cells = [], [], {}
-        table.clear(columns=True)
+        self._rows, self._row_ids, self._cells, self._shown = [], [], {}, []
         self._schedules = schedules
         if not self._schedules:
+            table.forget_layout()
+            self._hidden = []
             self._show_list_state(False)
             return
         fields_ = [f for f in SCHEDULE_FIELDS if any(f in s for s in self._schedules)]
         if "rule" not in fields_:
             fields_ = [f for f in list(self._schedules[0]) if f != "name"][:4]
             fields_.insert(0, "name")
-        for name in fields_:
-            table.add_column(name.upper().replace("_", " "), key=name)
-        for i, item in enumerate(self._schedules):
-            cells = [table_cell(schedule_field(item.get(f)), limit=44) for f in fields_]
-            table.add_row(*cells, key=f"s{i}")
-        table.fit_columns()
+        heads = [name.upper().replace("_", " ") for name in fields_]
+        rows = [
+            [table_cell(schedule_field(item.get(f)), limit=44) for f in fields_]
+            for item in self._schedules
+        ]
+        labels = [len(h) for h in heads]
+        natural = natural_widths(
+            labels, [None] * len(heads), [[c.cell_len for c in r] for r in rows]
+        )
+        # A name may be cut (the card below or beside shows it whole); times and flags not.
+        whole = [i for i, f in enumerate(fields_) if f not in ("name", "rule", "target")]
+        room = table.room(len(rows))
+        widths = fit(labels, natural, room, keep=(), whole=whole, least={0: 24}).widths
+        self._hidden = [h for h, w in zip(heads, widths, strict=True) if w is None]
+        table.forget_layout()  # few rows: rebuilt every time
+        table.lay_out([(f, h, w) for f, h, w in zip(fields_, heads, widths, strict=True) if w])
+        keep = [i for i, w in enumerate(widths) if w]
+        for i, cells in enumerate(rows):
+            table.add_row(*(cells[j] for j in keep), key=f"s{i}")
         table.move_cursor(row=min(cursor, len(self._schedules) - 1))
         self._show_list_state(True)
 
@@ -451,6 +501,9 @@ class FlowctlApp(ScheduleActions):
             listing.border_subtitle = f"{len(self._rows)} of {self._total:,} (more load at the end)"
         else:
             listing.border_subtitle = f"{self._total:,}"
+        if self._hidden:  # the pane is too narrow for them: say so (Enter shows the detail)
+            hidden = ", ".join(self._hidden)
+            listing.border_subtitle = f"{hidden} hidden · {listing.border_subtitle}".rstrip(" ·")
         if not has_rows:
             self._detail, self._detail_run_id, self._detail_error = None, None, None
             self._render_detail()

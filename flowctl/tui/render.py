@@ -77,6 +77,11 @@ def ago(at: datetime | None, now: datetime) -> str:
     return "—" if at is None else f"{format_duration(now - at)} ago"
 
 
+def clip(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters; a cut one ends with "…"."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def compact_json(value: Any, limit: int = 48) -> str:
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -208,7 +213,7 @@ def _checkpoint_line(entry: JournalEntry, now: datetime, width: int) -> Content:
     head = Content.assemble(
         (f"  #{entry.call_index:<3}", "dim"),
         f"{entry.kind!s:<7}",
-        (f"{entry.name[:18]:<19}", "bold"),
+        (f"{clip(entry.name, 18):<19}", "bold"),
         (f"{entry.state!s:<9}", state_style),
         (took, "dim"),
     )
@@ -296,16 +301,23 @@ def render_detail(detail: ops.RunDetail, now: datetime, width: int = 80) -> Cont
         RunStatus.COMPLETED: "bold $success",
         RunStatus.CANCELLED: "bold $warning",
     }.get(run.status, "bold $accent")
-    parts: list[Content] = [
-        Content.assemble(
+    if len(run.run_id) + len(run.workflow) + len(str(run.status)) + 4 <= width:
+        head = Content.assemble(
             (run.run_id, "bold"),
             "  ",
             (run.workflow, "bold"),
             "  ",
             (str(run.status), status_style),
-            "\n",
         )
-    ]
+    else:  # a narrow pane: the workflow on a line of its own, not broken mid-name
+        head = Content.assemble(
+            (run.run_id, "bold"),
+            "  ",
+            (str(run.status), status_style),
+            "\n",
+            (clip(run.workflow, max(width, 20)), "bold"),
+        )
+    parts: list[Content] = [Content.assemble(head, "\n")]
     for note in detail.notes:
         parts.append(
             Content.styled("".join(f"{x}\n" for x in _wrap(f"! {note}", width, 0)), "$warning")

@@ -49,7 +49,10 @@ class Column:
     label: str
     cell: Callable[[Row, datetime], Text]
     live: bool = False  # depends on `now`: re-rendered every tick from the clock
-    width: int | None = None
+    width: int | None = None  # at most this wide (a countdown: room to tick without a re-fit)
+    # Free text (names, input, errors) may be cut to fit the pane, ending with "…"; any
+    # other cell (a time, a count, a status) is shown whole, or its column is hidden.
+    cut: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,11 +89,15 @@ def _error_field(run: Run, key: str) -> str:
 
 
 RUN_ID = Column("run_id", "RUN ID", lambda r, now: table_cell(r.run.run_id))
-WORKFLOW = Column("workflow", "WORKFLOW", lambda r, now: table_cell(r.run.workflow, limit=24))
+WORKFLOW = Column(
+    "workflow", "WORKFLOW", lambda r, now: table_cell(r.run.workflow, limit=24), cut=True
+)
 ATTEMPT = Column(
     "attempt", "ATTEMPT", lambda r, now: table_cell(f"{r.run.attempt}/{r.run.max_attempts}")
 )
-INPUT = Column("input", "INPUT", lambda r, now: table_cell(compact_json(r.run.shown_input), "dim"))
+INPUT = Column(
+    "input", "INPUT", lambda r, now: table_cell(compact_json(r.run.shown_input), "dim"), cut=True
+)
 
 VIEWS: tuple[View, ...] = (
     View(
@@ -128,6 +135,7 @@ VIEWS: tuple[View, ...] = (
                     else (r.run.lease_owner or ""),
                     "bold" if r.run.cancel_requested else "dim",
                 ),
+                cut=True,
             ),
         ),
     ),
@@ -160,6 +168,7 @@ VIEWS: tuple[View, ...] = (
                 "waiting_for",
                 "WAITING FOR",
                 lambda r, now: table_cell(r.waiting_for or "?", limit=28),
+                cut=True,
             ),
             Column("timeout_in", "TIMEOUT IN", _until_cell, live=True, width=12),
             INPUT,
@@ -198,7 +207,10 @@ VIEWS: tuple[View, ...] = (
                 width=12,
             ),
             Column(
-                "error", "ERROR", lambda r, now: table_cell(error_first_line(r.run.error), limit=60)
+                "error",
+                "ERROR",
+                lambda r, now: table_cell(error_first_line(r.run.error), limit=60),
+                cut=True,
             ),
         ),
     ),
@@ -303,11 +315,14 @@ VIEWS: tuple[View, ...] = (
                 live=True,
                 width=12,
             ),
-            Column("by", "BY", lambda r, now: table_cell(_error_field(r.run, "by"), limit=24)),
+            Column(
+                "by", "BY", lambda r, now: table_cell(_error_field(r.run, "by"), limit=24), cut=True
+            ),
             Column(
                 "reason",
                 "REASON",
                 lambda r, now: table_cell(_error_field(r.run, "message"), "dim", limit=48),
+                cut=True,
             ),
         ),
         optional=True,

@@ -7,7 +7,7 @@ the store. The header line reads the app's own state, so it lives with the app i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -140,7 +140,9 @@ TICK_SECONDS = 1.0  # how often countdowns and relative times re-render (no data
 
 class RunTable(DataTable[Text]):
     """The run list, with vim keys on top of the arrows; `on_tick(table)` every second
-    re-renders its live cells (countdowns)."""
+    re-renders its live cells (countdowns), `on_resize(table)` refits its columns. Every
+    column has a set width (flowctl.tui.fit decides it), so what shows never depends on
+    when DataTable would have measured auto-width columns."""
 
     BINDINGS: ClassVar = [
         *VIEW_CYCLE_BINDINGS,
@@ -150,26 +152,50 @@ class RunTable(DataTable[Text]):
         Binding("G,end", "scroll_bottom", "Bottom", show=False),
     ]
 
-    def __init__(self, *, on_tick: Callable[[RunTable], None], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        on_tick: Callable[[RunTable], None],
+        on_resize: Callable[[RunTable], None],
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self._on_tick = on_tick
+        self._refit = on_resize  # the columns are fitted to the width (flowctl.tui.fit)
+        self._layout: tuple[tuple[str, str, int], ...] = ()
 
     def on_mount(self) -> None:
         self.set_interval(TICK_SECONDS, lambda: self._on_tick(self))
 
-    def fit_columns(self) -> None:
-        """Widen auto-width columns to their cells now. DataTable measures them only once
-        its message queue is idle, so until then they show at their label's width: what
-        the screen (or a snapshot) shows must not depend on when that happens."""
-        for key, column in self.columns.items():
-            if not column.auto_width:
-                continue
-            widths = [column.label.cell_len]
-            widths.extend(
-                cell.cell_len if isinstance(cell, Text) else len(str(cell))
-                for cell in self.get_column(key)
-            )
-            column.content_width = max(column.content_width, *widths)
+    def room(self, rows: int) -> int | None:
+        """The cells the columns of `rows` rows may take: the table's width, less the
+        vertical scrollbar when the rows (and the header) overflow the table's height (the
+        columns are fitted again whenever the rows change); None before the table is laid
+        out."""
+        width = self.size.width
+        if not width:
+            return None
+        scrolls = rows + self.header_height > self.size.height
+        return width - (self.styles.scrollbar_size_vertical if scrolls else 0)
+
+    def lay_out(self, columns: Sequence[tuple[str, str, int]]) -> bool:
+        """Show these (key, label, width) columns; rebuilt (rows dropped) only when they
+        differ from the columns shown. True when rebuilt: the caller adds the rows again."""
+        if tuple(columns) == self._layout:
+            return False
+        self.clear(columns=True)
+        for key, label, width in columns:
+            self.add_column(label, key=key, width=width)
+        self._layout = tuple(columns)
+        return True
+
+    def forget_layout(self) -> None:
+        """Drop the columns (a view change): the next lay_out rebuilds whatever it is given."""
+        self.clear(columns=True)
+        self._layout = ()
+
+    def on_resize(self) -> None:
+        self._refit(self)
 
 
 class DetailText(Static):
