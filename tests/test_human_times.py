@@ -115,3 +115,12 @@ def test_logs_print_local_time_with_the_zone_and_json_iso_z(invoke: Any, paris: 
     assert invoke("logs", rid).stdout.splitlines() == ["2026-03-27 13:00:00.000 CET  pong  pong"]
     (chunk,) = json.loads(invoke("logs", rid, "--json").stdout)
     assert chunk["at"] == "2026-03-27T12:00:00.000000Z"
+
+
+def test_schedule_show_lists_next_fires_in_one_spelling(invoke: Any, paris: None) -> None:
+    ping = str(Path(__file__).resolve().parent.parent / "workflows" / "ping.yaml")
+    invoke("schedule", "add", "beat", "--cron", "0 9 * * *", "--tz", "Europe/Paris", ping)
+    shown = invoke("schedule", "show", "beat").stdout
+    fires = shown.split("next fires")[1].split("history")[0].strip().splitlines()
+    assert fires[0].split() == ["2026-03-28", "09:00", "CET", "in", "20h00m"]  # 08:00 UTC
+    assert not ISO_US.search(shown) and "Z " not in shown, shown

@@ -30,7 +30,6 @@ from flowctl.cli.common import (
 from flowctl.durations import format_duration
 from flowctl.errors import FlowctlError
 from flowctl.limits import MAX_COUNT, one_line
-from flowctl.model import iso
 
 if TYPE_CHECKING:
     from flowctl.ops import schedules as schedule_ops
@@ -285,7 +284,7 @@ def _print_schedule(detail: schedule_ops.ScheduleDetail, now: datetime) -> None:
         typer.echo("  (none)")
     for f in detail.upcoming:
         note = f"  {f.note}" if f.note else ""
-        typer.echo(f"  {_zoned(f.at, tzname):<24} {iso(f.at)}  {_relative(f.at, now)}{note}")
+        typer.echo(f"  {_zoned(f.at, tzname):<24} {_relative(f.at, now)}{note}")
     typer.echo("")
     typer.echo("history")
     if not detail.history:

@@ -14,6 +14,11 @@ from flowctl.limits import SHOW_STEPS
 from flowctl.model import EntryState, RunStatus, human_value
 
 
+def _clip(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters; a cut one ends with "…" (every cut says so)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _describe_value(value: Any) -> str:
     """A command step's result as `exit 0 · out: last line`; anything else as short JSON."""
     if isinstance(value, dict) and "exit_code" in value and "stdout" in value:
@@ -21,12 +26,12 @@ def _describe_value(value: Any) -> str:
         err = str(value.get("stderr") or "").strip().splitlines()
         text = f"exit {value['exit_code']}"
         if out:
-            text += f" · out: {out[-1][:50]}"
+            text += f" · out: {_clip(out[-1], 50)}"
         if err:
-            text += f" · err: {err[-1][:40]}"
+            text += f" · err: {_clip(err[-1], 40)}"
         return text
     text = json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 def show(
