@@ -426,16 +426,14 @@ async def test_search_and_workflow_filter(seeded: Seeded) -> None:
         await settle(pilot)
         await pilot.press("slash", *"eve")  # input text, applied once typing pauses
         await until(pilot, lambda: app.search == "eve", "the search debounce")
-        assert listed(app) == seeded.ids["running"]
+        await until(pilot, lambda: listed(app) == seeded.ids["running"], "the searched list")
         await pilot.press("enter")
         assert app.search == "eve"
         await pilot.press("escape")  # clears the search
-        await settle(pilot)
-        assert app.search is None
+        await until(pilot, lambda: app.search is None, "the search cleared")
         sleeper = seeded.ids["sleeping"][1]
         await pilot.press("slash", *sleeper[:12], "enter")  # run id
-        await settle(pilot)
-        assert listed(app) == [sleeper]
+        await until(pilot, lambda: listed(app) == [sleeper], "the run found by its id")
         await pilot.press("escape")
         await settle(pilot)
 
@@ -445,10 +443,13 @@ async def test_search_and_workflow_filter(seeded: Seeded) -> None:
         names = [options.get_option_at_index(i).id for i in range(options.option_count)]
         assert names == ["", "approve", "fail", "nap", "quick"]
         await pilot.press("down", "down", "down", "enter")  # nap
-        await settle(pilot)
-        assert app.workflow == "nap"
-        assert sorted(listed(app)) == sorted(seeded.ids["sleeping"])
-        assert "All 2" in str(app.query_one("#views").render())
+        await until(pilot, lambda: app.workflow == "nap", "the workflow filter")
+        await until(
+            pilot,
+            lambda: sorted(listed(app)) == sorted(seeded.ids["sleeping"]),
+            "the filtered list",
+        )
+        await until(pilot, lambda: "All 2" in str(app.query_one("#views").render()), "the count")
 
 
 @pilot_test
