@@ -221,6 +221,12 @@ class Daemon:
             self._dispatch(claim)
         return len(claims)
 
+    def holds(self, run_id: str) -> bool:
+        """True while one of this daemon's workers executes `run_id`: until it lets go, the
+        heartbeat keeps extending that run's lease."""
+        with self._lock:
+            return run_id in self._live
+
     def _free(self) -> int:
         with self._lock:
             return self.config.concurrency - len(self._live)

@@ -156,7 +156,7 @@ def test_a_lapsed_lease_is_reclaimed_by_the_daemons_own_timer(
         wait_until(lambda: broken_daemon.engine.calls == 1, timeout=5)  # type: ignore[attr-defined]
         # ... and its worker has let go of it: until then the heartbeat still extends the
         # lease, and a beat just after the jump below would push it 15 s past the clock.
-        wait_until(lambda: run_id not in broken_daemon._live, timeout=5)
+        wait_until(lambda: not broken_daemon.holds(run_id), timeout=5)
         run = store.get_run(run_id)
         assert run.status is RunStatus.RUNNING and run.lease_until is not None
         # Nobody else writes from here on: only the daemon's wheel can bring it back.
