@@ -371,21 +371,7 @@ class RunReads(Transitions):
     def release_runs(self, leases: Sequence[Lease], now: datetime, reason: str) -> int:
         """A stopping daemon hands back the runs it still holds: each due now, unless its
         lease was lost meanwhile (a run another worker has claimed since is left alone)."""
-        now_us = to_us(now)
-        released = 0
-        with self._write() as c:
-            for lease in sorted(leases, key=lambda x: x.run_id):  # one lock order
-                if _held(c, lease) is None:
-                    continue
-                c.execute(
-                    "UPDATE runs SET lease_until = %s, run_at = %s, solo = 0 WHERE run_id = %s",
-                    [now_us, now_us, lease.run_id],
-                )
-                released += 1
-                _add_event(
-                    c, lease.run_id, now_us, "released", {"by": lease.owner, "reason": reason}
-                )
-        return released
+        return self._let_go(leases, now, "released", reason, ", solo = 0")
 
     @retried
     def lapse_runs(self, leases: Sequence[Lease], now: datetime, reason: str) -> int:
@@ -394,21 +380,26 @@ class RunReads(Transitions):
         suspect; a crash charged when it ran alone: `solo` is kept, unlike release_runs).
         A run whose lease was lost meanwhile is left alone. Each lapse is noted in the
         run's timeline ("worker died")."""
+        return self._let_go(leases, now, "worker died", reason, "")
+
+    def _let_go(
+        self, leases: Sequence[Lease], now: datetime, event: str, reason: str, also: str
+    ) -> int:
+        """Make each still-held run due now (plus `also`, a fixed SET fragment), noting
+        `event` in its timeline; returns how many were held."""
         now_us = to_us(now)
-        lapsed = 0
+        done = 0
         with self._write() as c:
             for lease in sorted(leases, key=lambda x: x.run_id):  # one lock order
                 if _held(c, lease) is None:
                     continue
                 c.execute(
-                    "UPDATE runs SET lease_until = %s, run_at = %s WHERE run_id = %s",
+                    f"UPDATE runs SET lease_until = %s, run_at = %s{also} WHERE run_id = %s",
                     [now_us, now_us, lease.run_id],
                 )
-                lapsed += 1
-                _add_event(
-                    c, lease.run_id, now_us, "worker died", {"by": lease.owner, "reason": reason}
-                )
-        return lapsed
+                done += 1
+                _add_event(c, lease.run_id, now_us, event, {"by": lease.owner, "reason": reason})
+        return done
 
     def runs_due_between(self, lo: datetime, hi: datetime, *, limit: int) -> list[str]:
         """Ids of active runs whose run_at lies in [lo, hi] (e.g. passed over by a clock jump)."""
