@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import random as _random
 import threading
-import traceback
 import uuid as _uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -25,18 +24,18 @@ from flowctl.errors import (
     NonDeterminismError,
     SerializationError,
     SignalTimeoutError,
-    StepFailedError,
     UsageError,
-    is_non_retryable,
     mark_non_retryable,
 )
+from flowctl.live import LiveRun
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
 from flowctl.output import capturing
+from flowctl.recorded import error_dict, error_line, rebuild_error
 from flowctl.retry import options_of
 from flowctl.store import dumps
 
 if TYPE_CHECKING:
-    from flowctl.store import Claim, Lease, Store
+    from flowctl.store import Claim, Store
 
 T = TypeVar("T")
 E = TypeVar("E", bound=BaseException)
@@ -285,7 +284,7 @@ class Context:
                 index, CallKind.STEP, name, EntryState.ERROR, error, tries=tries, duration=duration
             )
             self._record(
-                failed, ("step failed", {"name": name, "index": index, "error": _first(error)})
+                failed, ("step failed", {"name": name, "index": index, "error": error_line(error)})
             )
             raise
         finally:
@@ -316,7 +315,7 @@ class Context:
                     "index": entry.call_index,
                     "try": entry.tries + 1,
                     "at": wake_at.isoformat(timespec="microseconds"),
-                    "error": _first(entry.value or {}),
+                    "error": error_line(entry.value or {}),
                 },
             ),
         )
@@ -612,141 +611,6 @@ class Context:
         return self._live.spent()
 
 
-class LiveRun:
-    """The engine's and heartbeat's shared view of one executing run."""
-
-    def __init__(
-        self, lease: Lease, clock: Clock, spent_before: float, timeout: float | None
-    ) -> None:
-        self.lease = lease  # what the heartbeat extends and a release hands back
-        self.run_id = lease.run_id
-        self._clock = clock
-        self._started = clock.monotonic()
-        self._spent_before = spent_before
-        self.timeout = timeout
-        self._interrupt: Interrupt | None = None
-        self._pause = False
-        # The step the handler is inside ("#3 'charge'", when it began), for `why` and the
-        # TUI: one tuple, so the heartbeat thread never reads a label with another's start.
-        self.step: tuple[str, datetime] | None = None
-        self.lost = False
-        self._lock = threading.Lock()
-
-    def spent(self) -> float:
-        return self._spent_before + (self._clock.monotonic() - self._started)
-
-    @property
-    def pause_requested(self) -> bool:
-        """Told by the heartbeat that an operator paused the run: park at the next durable call."""
-        return self._pause
-
-    def request_pause(self) -> None:
-        self._pause = True
-
-    def interrupt(self, exc: Interrupt) -> None:
-        with self._lock:
-            if self._interrupt is None:
-                self._interrupt = exc
-
-    def delivered(self) -> Interrupt | None:
-        """What the heartbeat told this handler (cancel, deadline, budget, lost lease), if anything.
-
-        Once told, the handler's end is that stop even if it returns normally, so whether a
-        cancelled run ends `cancelled` does not depend on when its handler next called ctx.
-        """
-        with self._lock:
-            return self._interrupt
-
-    def interruption(self) -> Interrupt | None:
-        from flowctl.errors import ExecutionTimeoutError
-
-        with self._lock:
-            if (
-                self._interrupt is None
-                and self.timeout is not None
-                and self.spent() >= self.timeout
-            ):
-                self._interrupt = ExecutionTimeoutError(
-                    f"execution budget of {self.timeout:g}s used up"
-                )
-            return self._interrupt
-
-
-# ---------------------------------------------------------------------------
-# Errors as JSON, and back
-
-
-def error_dict(exc: BaseException, *, with_traceback: bool = True) -> dict[str, Any]:
-    """How a raised exception is recorded: type, message, traceback, plus its own fields."""
-    cls = type(exc)
-    err: dict[str, Any] = {
-        "type": getattr(exc, "error_type", cls.__name__),
-        "message": str(exc),
-        "py_type": f"{cls.__module__}:{cls.__qualname__}",
-    }
-    try:
-        # The constructor arguments, when JSON: KeyError('k') prints as "'k'", so the message
-        # alone cannot rebuild it, nor an error made from several arguments.
-        err["args"] = json.loads(json.dumps(list(exc.args), allow_nan=False))
-    except (TypeError, ValueError):
-        pass
-    fields = getattr(exc, "error_fields", None)
-    if callable(fields):
-        err.update(fields())
-    if is_non_retryable(exc):
-        err["non_retryable"] = True
-    if with_traceback and exc.__traceback__ is not None:
-        err["traceback"] = "".join(traceback.format_exception(cls, exc, exc.__traceback__))[-8000:]
-    return err
-
-
-def rebuild_error(err: dict[str, Any]) -> Exception:
-    """The recorded error as the same exception type when it can be rebuilt, else
-    StepFailedError; one recorded as non-retryable stays so on replay."""
-    exc = _rebuild(err)
-    return mark_non_retryable(exc) if err.get("non_retryable") is True else exc
-
-
-def _rebuild(err: dict[str, Any]) -> Exception:
-    from flowctl.errors import CommandFailedError, CommandTimeoutError
-
-    type_name = str(err.get("type", "Error"))
-    message = str(err.get("message", ""))
-    if type_name == "CommandFailed":
-        return CommandFailedError(int(err.get("exit_code", 1)), str(err.get("stderr_tail", "")))
-    if type_name == "CommandTimeout":
-        return CommandTimeoutError(float(err.get("timeout", 0)), str(err.get("stderr_tail", "")))
-    py_type = err.get("py_type")
-    cls: Any = None
-    if isinstance(py_type, str) and ":" in py_type:
-        module_name, _, qualname = py_type.partition(":")
-        import sys
-
-        module = sys.modules.get(module_name)
-        if module is None and module_name == "builtins":
-            import builtins as module
-        if module is not None:
-            cls = module
-            for part in qualname.split("."):
-                cls = getattr(cls, part, None)
-                if cls is None:
-                    break
-    if isinstance(cls, type) and issubclass(cls, Exception):
-        # Rebuilt only when the new exception says exactly what the recorded one said, so a
-        # type whose constructor means something else falls back to StepFailedError.
-        attempts: list[list[Any]] = [[message]]
-        if isinstance(err.get("args"), list):
-            attempts.insert(0, err["args"])
-        for args in attempts:
-            try:
-                exc = cls(*args)
-            except Exception:
-                continue
-            if str(exc) == message:
-                return exc
-    return StepFailedError(type_name, message)
-
-
 def _misuse(message: str) -> UsageError:
     """A durable call used wrongly: the same code does the same again, so no retry can fix it."""
     return mark_non_retryable(UsageError(message))
@@ -760,9 +624,14 @@ def _duration(value: Duration) -> timedelta:
         raise mark_non_retryable(exc) from None
 
 
-def _first(error: dict[str, Any]) -> str:
-    msg = str(error.get("message") or "").splitlines()
-    return f"{error.get('type')}: {msg[0]}" if msg else str(error.get("type"))
-
-
-__all__ = ["MISSING", "Context", "LeaseLost", "LiveRun", "Suspend", "current", "timedelta"]
+__all__ = [
+    "MISSING",
+    "Context",
+    "LeaseLost",
+    "LiveRun",
+    "Suspend",
+    "current",
+    "error_dict",
+    "rebuild_error",
+    "timedelta",
+]

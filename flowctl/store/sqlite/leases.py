@@ -1,4 +1,5 @@
-"""Claims, leases, heartbeats and the fenced writes of the worker holding a run."""
+"""Claims, leases, heartbeats and the daemons registry (the fenced writes of the worker
+holding a run are in fenced.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from typing import Any
 
 from flowctl.model import (
     DUE,
-    JournalEntry,
     Run,
     RunStatus,
     from_us,
@@ -18,9 +18,8 @@ from flowctl.model import (
 )
 from flowctl.store.records import Claim, DaemonInfo, HeartbeatReply, Lease, dumps
 from flowctl.store.sqlite.connection import SqliteConnection
+from flowctl.store.sqlite.fenced import _held
 from flowctl.store.sqlite.rows import (
-    _CLEARED,
-    _ENTRY_COLUMNS,
     _RUN_COLUMNS,
     _RUNS,
     _RUNS_BY_STATUS,
@@ -37,18 +36,12 @@ from flowctl.store.sqlite.writes import (
     _end,
     _fail,
     _park_paused,
-    _record_ending,
-    _release_held,
-    _wake_parent,
 )
 from flowctl.transitions import (
-    Applied,
     ClaimAction,
     claim_verdict,
     claim_wakes,
     held_notice,
-    parked_run_at,
-    suspension,
 )
 
 
@@ -352,119 +345,6 @@ class Leases(SqliteConnection):
             versions={} if no_versions else None,
         )
 
-    # -- fenced writes by the worker holding a run --------------------------
-    # Each one is a `_write()` transaction (BEGIN IMMEDIATE: the write lock is held from
-    # its first statement) that starts with `_held(c, lease)`, the one fence check, and
-    # writes nothing when it finds no row.
-
-    def record_entry(
-        self,
-        lease: Lease,
-        entry: JournalEntry,
-        now: datetime,
-        *,
-        event: tuple[str, dict[str, Any]] | None = None,
-    ) -> bool:
-        """Journal one call's outcome (insert or replace its row). False: the lease is lost."""
-        now_us = to_us(now)
-        run_id = lease.run_id
-        with self._write() as c:
-            # The fence check also says whether progress has suspicion to clear, so a run
-            # with none (nearly all) costs no UPDATE of its row.
-            held = _held(c, lease, "reclaims != 0 OR suspect != 0")
-            if held is None:
-                return False
-            c.execute(
-                f"INSERT OR REPLACE INTO journal ({_ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                [
-                    run_id,
-                    entry.call_index,
-                    str(entry.kind),
-                    entry.name,
-                    str(entry.state),
-                    None
-                    if entry.value is None
-                    else dumps(entry.value, f"result of {entry.name!r}"),
-                    _us(entry.wake_at),
-                    now_us,
-                    _us(entry.resolved_at),
-                    entry.tries,
-                    None if entry.duration is None else round(entry.duration * 1e6),
-                ],
-            )
-            if held[0]:  # progress: a suspect is cleared, and the crashes charged to it forgiven
-                c.execute(f"UPDATE runs SET {_CLEARED} WHERE run_id = ?", [run_id])
-            if event is not None:
-                _add_event(c, run_id, now_us, event[0], event[1])
-            return True
-
-    def consume_signal(
-        self, lease: Lease, name: str, call_index: int, now: datetime
-    ) -> tuple[bool, Any, bool]:
-        """Take the oldest buffered signal `name` and journal it at `call_index`.
-
-        Returns (lease_ok, payload, found).
-        """
-        now_us = to_us(now)
-        run_id = lease.run_id
-        with self._write() as c:
-            if _held(c, lease) is None:
-                return False, None, False
-            row = c.execute(
-                "SELECT seq, payload FROM signals WHERE run_id = ? AND name = ? AND consumed_at IS NULL"
-                " ORDER BY seq LIMIT 1",
-                [run_id, name],
-            ).fetchone()
-            if row is None:
-                return True, None, False
-            seq, payload_text = row
-            c.execute(
-                "UPDATE signals SET consumed_at = ?, call_index = ? WHERE seq = ?",
-                [now_us, call_index, seq],
-            )
-            value = {"payload": _loads(payload_text), "timed_out": False}
-            c.execute(
-                f"INSERT OR REPLACE INTO journal ({_ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                [
-                    run_id,
-                    call_index,
-                    "signal",
-                    name,
-                    "done",
-                    dumps(value),
-                    None,
-                    now_us,
-                    now_us,
-                    0,
-                    None,
-                ],
-            )
-            c.execute(f"UPDATE runs SET {_CLEARED} WHERE run_id = ?", [run_id])
-            _add_event(c, run_id, now_us, "signal received", {"name": name, "index": call_index})
-            return True, value["payload"], True
-
-    def record_version(self, lease: Lease, change_id: str, version: int, now: datetime) -> bool:
-        with self._write() as c:
-            if _held(c, lease) is None:
-                return False
-            c.execute(
-                "INSERT OR IGNORE INTO versions (run_id, change_id, version, recorded_at) VALUES (?,?,?,?)",
-                [lease.run_id, change_id, version, to_us(now)],
-            )
-            return True
-
-    def publish(self, lease: Lease, key: str, value: Any, now: datetime) -> bool:
-        """Set a status value the run shows to operators (`ctx.publish`); last write wins."""
-        text = dumps(value, f"published value {key!r}")
-        with self._write() as c:
-            if _held(c, lease) is None:
-                return False
-            c.execute(
-                "INSERT OR REPLACE INTO published (run_id, key, value, at) VALUES (?,?,?,?)",
-                [lease.run_id, key, text, to_us(now)],
-            )
-            return True
-
     def heartbeat(
         self,
         owner: str,
@@ -515,133 +395,6 @@ class Leases(SqliteConnection):
                     )
                 )
         return replies
-
-    def suspend_run(
-        self,
-        lease: Lease,
-        status: RunStatus,
-        run_at: datetime | None,
-        now: datetime,
-        exec_spent: float,
-        entry: JournalEntry | None,
-        event: tuple[str, dict[str, Any]],
-    ) -> Applied | None:
-        """Park a run (sleeping, waiting, or queued for a step retry), journaling its pending call.
-
-        Clears the lease: a suspended run holds no worker. Returns what it applied (the
-        effective run_at: `run_at` clamped to the deadline, or now if a signal it waits
-        for is already buffered), or None when the lease is lost.
-        """
-        now_us = to_us(now)
-        run_id = lease.run_id
-        with self._write() as c:
-            row = _held(c, lease, "deadline, pause_requested")
-            if row is None:
-                return None
-            status, run_at = suspension(status, run_at, now)
-            at = _us(parked_run_at(run_at, deadline=_dt(row[0])))
-            if entry is not None:
-                c.execute(
-                    f"INSERT OR REPLACE INTO journal ({_ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    [
-                        run_id,
-                        entry.call_index,
-                        str(entry.kind),
-                        entry.name,
-                        str(entry.state),
-                        None if entry.value is None else dumps(entry.value),
-                        _us(entry.wake_at),
-                        now_us,
-                        None,
-                        entry.tries,
-                        None if entry.duration is None else round(entry.duration * 1e6),
-                    ],
-                )
-            c.execute(
-                "UPDATE runs SET status = ?, run_at = ?, lease_owner = NULL, lease_until = NULL,"
-                f" exec_spent_us = ?, solo = 0, {_CLEARED} WHERE run_id = ?",
-                [str(status), at, round(exec_spent * 1e6), run_id],
-            )
-            _add_event(c, run_id, now_us, event[0], event[1])
-            # A buffered signal that arrived while we ran must not be missed.
-            if status is RunStatus.WAITING and entry is not None:
-                has = c.execute(
-                    "SELECT 1 FROM signals WHERE run_id = ? AND name = ? AND consumed_at IS NULL",
-                    [run_id, entry.name],
-                ).fetchone()
-                if has:
-                    at = now_us
-                    c.execute("UPDATE runs SET run_at = ? WHERE run_id = ?", [at, run_id])
-            if row[1]:  # a pause was requested: it takes effect at this durable call
-                return _park_paused(c, _load_run(c, run_id), status, at, now_us)
-            return Applied(status, _dt(at))
-
-    def complete_run(self, lease: Lease, result: Any, now: datetime, exec_spent: float) -> bool:
-        now_us = to_us(now)
-        run_id = lease.run_id
-        result_text = dumps(result, "the workflow's result")
-        with self._write() as c:
-            held = _held(c, lease, "parent_run_id, schedule")
-            if held is None:
-                return False
-            parent, schedule = held
-            c.execute(
-                "UPDATE runs SET status = 'completed', result = ?, error = NULL, finished_at = ?,"
-                " run_at = NULL, lease_owner = NULL, lease_until = NULL, exec_spent_us = ?,"
-                f" pause_requested = 0, solo = 0, {_CLEARED} WHERE run_id = ?",
-                [result_text, now_us, round(exec_spent * 1e6), run_id],
-            )
-            _add_event(c, run_id, now_us, "completed", {})
-            _record_ending(c, run_id, RunStatus.COMPLETED, None, now_us)
-            if parent is not None:  # read under the lease: no statement for a run without
-                _wake_parent(c, run_id, now_us)
-            if schedule is not None:
-                _release_held(c, run_id, now_us)
-            return True
-
-    def fail_attempt(
-        self,
-        lease: Lease,
-        error: dict[str, Any],
-        now: datetime,
-        exec_spent: float,
-        retry_at: datetime | None,
-    ) -> Applied | None:
-        """End the current attempt with `error`: queue the next attempt at `retry_at` (or
-        after the run's backoff), or dead-letter the run. Returns what it applied, or None
-        when the lease is lost."""
-        now_us = to_us(now)
-        with self._write() as c:
-            row = _held(c, lease, _RUN_COLUMNS)
-            if row is None:
-                return None
-            run = _run_from_row(row)
-            c.execute(
-                "UPDATE runs SET exec_spent_us = ? WHERE run_id = ?",
-                [round(exec_spent * 1e6), run.run_id],
-            )
-            return _fail(c, run, error, now_us, retry_at=_us(retry_at))
-
-    def end_run(
-        self,
-        lease: Lease,
-        status: RunStatus,
-        error: dict[str, Any] | None,
-        now: datetime,
-        exec_spent: float,
-    ) -> bool:
-        """End a held run terminally (cancelled, or dead without retry)."""
-        with self._write() as c:
-            row = _held(c, lease, _RUN_COLUMNS)
-            if row is None:
-                return False
-            run = _run_from_row(row)
-            c.execute(
-                "UPDATE runs SET exec_spent_us = ? WHERE run_id = ?",
-                [round(exec_spent * 1e6), run.run_id],
-            )
-            _end(c, run, status, error, to_us(now))
-            return True
 
     def add_event(self, run_id: str, type_: str, data: dict[str, Any], now: datetime) -> None:
         with self._write() as c:
@@ -742,19 +495,3 @@ def _load_runs(
         list(run_ids),
     )
     return {r[0]: (_run_from_row(r[:-2]), (bool(r[-2]), bool(r[-1]))) for r in rows}
-
-
-def _held(c: sqlite3.Connection, lease: Lease, columns: str = "1") -> Sequence[Any] | None:
-    """THE fence check, made by every write a lease holder makes: the run's row (`columns`
-    of it) if it is still running under this lease's fence and owner, else None.
-
-    Called first inside the write's transaction, which holds SQLite's write lock from its
-    BEGIN IMMEDIATE: no claim can move the fence between this check and the writes after it.
-    `columns` is a constant of the caller's (what it needs to decide its write), never input.
-    """
-    row: Sequence[Any] | None = c.execute(
-        f"SELECT {columns} FROM {_RUNS} WHERE run_id = ? AND fence = ? AND lease_owner = ?"
-        " AND status = 'running'",
-        [lease.run_id, lease.fence, lease.owner],
-    ).fetchone()
-    return row

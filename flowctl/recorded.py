@@ -1,0 +1,89 @@
+"""Errors as JSON, and back: how a raised exception is recorded in the journal and the
+timeline, and rebuilt when a replay re-raises it."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from typing import Any
+
+from flowctl.errors import StepFailedError, is_non_retryable, mark_non_retryable
+
+
+def error_dict(exc: BaseException, *, with_traceback: bool = True) -> dict[str, Any]:
+    """How a raised exception is recorded: type, message, traceback, plus its own fields."""
+    cls = type(exc)
+    err: dict[str, Any] = {
+        "type": getattr(exc, "error_type", cls.__name__),
+        "message": str(exc),
+        "py_type": f"{cls.__module__}:{cls.__qualname__}",
+    }
+    try:
+        # The constructor arguments, when JSON: KeyError('k') prints as "'k'", so the message
+        # alone cannot rebuild it, nor an error made from several arguments.
+        err["args"] = json.loads(json.dumps(list(exc.args), allow_nan=False))
+    except (TypeError, ValueError):
+        pass
+    fields = getattr(exc, "error_fields", None)
+    if callable(fields):
+        err.update(fields())
+    if is_non_retryable(exc):
+        err["non_retryable"] = True
+    if with_traceback and exc.__traceback__ is not None:
+        err["traceback"] = "".join(traceback.format_exception(cls, exc, exc.__traceback__))[-8000:]
+    return err
+
+
+def rebuild_error(err: dict[str, Any]) -> Exception:
+    """The recorded error as the same exception type when it can be rebuilt, else
+    StepFailedError; one recorded as non-retryable stays so on replay."""
+    exc = _rebuild(err)
+    return mark_non_retryable(exc) if err.get("non_retryable") is True else exc
+
+
+def _rebuild(err: dict[str, Any]) -> Exception:
+    from flowctl.errors import CommandFailedError, CommandTimeoutError
+
+    type_name = str(err.get("type", "Error"))
+    message = str(err.get("message", ""))
+    if type_name == "CommandFailed":
+        return CommandFailedError(int(err.get("exit_code", 1)), str(err.get("stderr_tail", "")))
+    if type_name == "CommandTimeout":
+        return CommandTimeoutError(float(err.get("timeout", 0)), str(err.get("stderr_tail", "")))
+    py_type = err.get("py_type")
+    cls: Any = None
+    if isinstance(py_type, str) and ":" in py_type:
+        module_name, _, qualname = py_type.partition(":")
+        import sys
+
+        module = sys.modules.get(module_name)
+        if module is None and module_name == "builtins":
+            import builtins as module
+        if module is not None:
+            cls = module
+            for part in qualname.split("."):
+                cls = getattr(cls, part, None)
+                if cls is None:
+                    break
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        # Rebuilt only when the new exception says exactly what the recorded one said, so a
+        # type whose constructor means something else falls back to StepFailedError.
+        attempts: list[list[Any]] = [[message]]
+        if isinstance(err.get("args"), list):
+            attempts.insert(0, err["args"])
+        for args in attempts:
+            try:
+                exc = cls(*args)
+            except Exception:
+                continue
+            if str(exc) == message:
+                return exc
+    return StepFailedError(type_name, message)
+
+
+def error_line(error: dict[str, Any]) -> str:
+    msg = str(error.get("message") or "").splitlines()
+    return f"{error.get('type')}: {msg[0]}" if msg else str(error.get("type"))
+
+
+__all__ = ["error_dict", "error_line", "rebuild_error"]
