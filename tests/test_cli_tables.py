@@ -143,3 +143,13 @@ def test_schedule_show_says_when_its_history_is_cut(invoke: Any, clock: FakeCloc
     )
     whole = invoke("schedule", "show", "beat", "--history", "3")
     assert whole.stderr == "" and whole.stdout.count(" manual ") == 3
+
+
+def test_ls_at_80_columns_cuts_names_never_the_created_time(
+    invoke: Any, monkeypatch: pytest.MonkeyPatch, paris: None
+) -> None:
+    invoke("run", f"flows.py:{LONG}", "--detach")
+    monkeypatch.setattr(table, "terminal_width", lambda: 80)
+    header, row = invoke("ls").stdout.splitlines()[:2]
+    assert header.split()[-1] == "NOTE" and len(row) <= 80
+    assert "2026-03-27 13:00:00 CET" in row and "…" in row  # the workflow gave way

@@ -155,4 +155,6 @@ def _run_table(runs: list[Run], now: datetime, asked: dict[str, OperatorEvent]) 
                 _note(r, asked),
             ]
         )
-    _table(["RUN", "WORKFLOW", "STATUS", "ATTEMPT", "CREATED", "NEXT/ENDED", "ERROR"], rows)
+    # NOTE: the error a run ended with, or a cancel pending on it; times are never cut
+    headers = ["RUN", "WORKFLOW", "STATUS", "ATTEMPT", "CREATED", "NEXT/ENDED", "NOTE"]
+    _table(headers, rows, keep=(0, 4))

@@ -228,7 +228,7 @@ def schedule_ls(
                 _short_target(i.row.target),
             ]
         )
-    _table(["NAME", "STATE", "RULE", "NEXT", "LAST", "TARGET"], rows)
+    _table(["NAME", "STATE", "RULE", "NEXT", "LAST", "TARGET"], rows, keep=(0, 3))
 
 
 @schedule_app.command("show")
@@ -434,7 +434,7 @@ def schedule_explain(
                 note,
             ]
         )
-    _table(["#", f"LOCAL ({result['tz']})", "DAY", "UTC", "DST"], rows)
+    _table(["#", f"LOCAL ({result['tz']})", "DAY", "UTC", "DST"], rows, keep=(0, 1, 3))
 
 
 @schedule_app.command("sync")
