@@ -127,4 +127,4 @@ def check_time(value: datetime, what: str) -> datetime:
 
 
 def _short(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -644,7 +644,7 @@ def _open(
     except (FileNotFoundError, NotADirectoryError):
         st = None  # missing (a component that is a file is said when creating the folder)
     except OSError as e:  # a name too long, a loop of links, no permission to look
-        shown = path if len(path) <= 80 else path[:77] + "..."
+        shown = path if len(path) <= 80 else path[:79] + "…"
         raise DatabaseError(f"cannot open database {shown}: {e.strerror}") from None
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise DatabaseError(f"{path} is a folder; --db takes a database file")
