@@ -129,6 +129,13 @@ class Context:
         self._live = live or LiveRun(claim.lease, clock, run.exec_spent, run.timeout)
         self._children = children
         self._on_checkpoint = on_checkpoint
+        # Whether the run's row may still carry suspicion (reclaims, suspect) for progress
+        # to clear: the claim says; the first checkpoint clears it.
+        self._suspicion = bool(run.reclaims or run.suspect)
+        # The last step's checkpoint, not yet written: committed before any later durable
+        # call (the gate) or with the run's ending (the engine), so it is durable before
+        # anything after it runs, and a run that returns right after it commits once.
+        self.pending: JournalEntry | None = None
 
     # -- the gate ------------------------------------------------------------
 
@@ -149,6 +156,8 @@ class Context:
             )
         if threading.current_thread() is not self._thread:
             raise DurableCallError(f"ctx.{what}() called from another thread than the handler's")
+        if self.pending is not None:
+            self.flush()  # the last step's checkpoint is durable before this call does anything
         self.check()
         if self._live.pause_requested:
             # An operator paused the run: park it here, before this call; nothing in flight
@@ -182,12 +191,28 @@ class Context:
         return index, entry
 
     def _record(self, entry: JournalEntry, event: tuple[str, dict[str, Any]] | None = None) -> None:
-        if not self._store.record_entry(self._lease, entry, self._clock.now(), event=event):
+        if self.pending is not None:
+            self.flush()
+        ok = self._store.record_entry(
+            self._lease, entry, self._clock.now(), event=event, suspicion=self._suspicion
+        )
+        if not ok:
             raise self._lease_lost()
+        self._suspicion = False  # cleared by that write, under the lease
+        self.recorded(entry)
+
+    def recorded(self, entry: JournalEntry) -> None:
+        """`entry` is committed (here, or by the engine with the run's ending)."""
         self._journal[entry.call_index] = entry
         self._max_index = max(self._max_index, entry.call_index)
         if self._on_checkpoint is not None:
             self._on_checkpoint(entry)
+
+    def flush(self) -> None:
+        """Commit the pending checkpoint, if any (raises LeaseLost, halting, if refused)."""
+        entry, self.pending = self.pending, None
+        if entry is not None:
+            self._record(entry)
 
     def _entry(
         self, index: int, kind: CallKind, name: str, state: EntryState, value: Any, **kw: Any
@@ -296,7 +321,9 @@ class Context:
         done = self._entry(
             index, CallKind.STEP, name, EntryState.DONE, result, tries=tries + 1, duration=duration
         )
-        self._record(done)
+        # Written at the next durable call or with the run's ending, whichever is first:
+        # either way before anything after this step runs that could depend on it durably.
+        self.pending = done
         return result
 
     def _suspend_retry(self, entry: JournalEntry) -> Suspend:

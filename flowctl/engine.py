@@ -116,16 +116,35 @@ class Engine:
         finally:
             ctx._exit()
         if stop is not None:
+            # Even when stopping (a drain): what the step returned is kept, not run again.
+            if not _flushed(ctx):
+                return Outcome(run.run_id, None)
             return self._stopped(claim, live, stop)
+        last = ctx.pending
         try:
-            ok = self.store.complete_run(claim.lease, result, self.clock.now(), live.spent())
-        except SerializationError as e:  # a result that is not JSON: the same code returns it again
-            err = _non_retryable(e, claim, with_traceback=False)
-            return self._end(claim, live, RunStatus.DEAD, err)
-        except FlowctlError as e:
+            # The last step's checkpoint and the completion: one transaction (no step ran
+            # between them); the claim says whether there is a parent or schedule to tell.
+            ok = self.store.complete_run(
+                claim.lease,
+                result,
+                self.clock.now(),
+                live.spent(),
+                entry=last,
+                links=(run.parent_run_id, run.schedule),
+            )
+        except (SerializationError, FlowctlError) as e:
+            if not _flushed(ctx):
+                return Outcome(run.run_id, None)
+            if isinstance(e, SerializationError):  # a result that is not JSON: the same again
+                return self._end(
+                    claim, live, RunStatus.DEAD, _non_retryable(e, claim, with_traceback=False)
+                )
             return self._fail(
                 claim, live, {**error_dict(e, with_traceback=False), "kind": ErrorKind.RAISED}
             )
+        if ok and last is not None:
+            ctx.pending = None
+            ctx.recorded(last)
         return Outcome(run.run_id, RunStatus.COMPLETED if ok else None, result=result)
 
     def _stopped(self, claim: Claim, live: LiveRun, stop: BaseException) -> Outcome:
@@ -190,6 +209,16 @@ class Engine:
     ) -> Outcome:
         ok = self.store.end_run(claim.lease, status, error, self.clock.now(), live.spent())
         return Outcome(claim.run.run_id, status if ok else None, error=error)
+
+
+def _flushed(ctx: Context) -> bool:
+    """Commit the last step's checkpoint before the run's ending is written (the ending
+    may be a retry: the step must not run again). False: the lease is lost."""
+    try:
+        ctx.flush()
+    except LeaseLost:
+        return False
+    return True
 
 
 def _non_retryable(

@@ -367,9 +367,14 @@ class Store(Protocol):
         now: datetime,
         *,
         event: tuple[str, dict[str, Any]] | None = None,
+        suspicion: bool = True,
     ) -> bool:
         """Journal one call's outcome at its index (replacing what was there), and the
-        timeline `event`; progress clears the run's suspicion. False: the lease is lost."""
+        timeline `event`; progress clears the run's suspicion. False: the lease is lost.
+
+        `suspicion=False` says the run has none to clear (its claim showed reclaims and
+        suspect at zero, or an earlier write of this attempt cleared them): the store may
+        skip that update."""
         ...
 
     def consume_signal(
@@ -402,9 +407,23 @@ class Store(Protocol):
         when an awaited signal is already buffered. Returns what it applied; None: lost."""
         ...
 
-    def complete_run(self, lease: Lease, result: Any, now: datetime, exec_spent: float) -> bool:
+    def complete_run(
+        self,
+        lease: Lease,
+        result: Any,
+        now: datetime,
+        exec_spent: float,
+        *,
+        entry: JournalEntry | None = None,
+        links: tuple[str | None, str | None] | None = None,
+    ) -> bool:
         """Mark a held run completed with `result`, waking a waiting parent and releasing a
-        held run of its schedule. False: the lease is lost."""
+        held run of its schedule. False: the lease is lost (and nothing is written).
+
+        `entry`: the last call's checkpoint, journaled in the same transaction (the handler
+        returned after it, so no step ran between the two). `links`: the run's
+        (parent_run_id, schedule) as its claim read them (neither changes while the run is
+        held); None: the store reads them under the lease."""
         ...
 
     def fail_attempt(

@@ -53,8 +53,10 @@ class Leases(Transitions):
         now: datetime,
         *,
         event: tuple[str, dict[str, Any]] | None = None,
+        suspicion: bool = True,
     ) -> bool:
-        """Journal one call's outcome (insert or replace its row). False: the lease is lost."""
+        """Journal one call's outcome (insert or replace its row). False: the lease is lost.
+        `suspicion=False`: the run has none to clear (see Store.record_entry)."""
         now_us = to_us(now)
         run_id = lease.run_id
         with self._write() as c:
@@ -78,10 +80,12 @@ class Leases(Transitions):
                     None if entry.duration is None else round(entry.duration * 1e6),
                 ],
             )
-            c.execute(
-                f"UPDATE runs SET {_CLEARED} WHERE run_id = %s AND (reclaims != 0 OR suspect != 0)",
-                [run_id],
-            )
+            if suspicion:
+                c.execute(
+                    f"UPDATE runs SET {_CLEARED} WHERE run_id = %s"
+                    " AND (reclaims != 0 OR suspect != 0)",
+                    [run_id],
+                )
             if event is not None:
                 _add_event(c, run_id, now_us, event[0], event[1])
             return True
@@ -265,13 +269,44 @@ class Leases(Transitions):
             return Applied(status, _dt(at))
 
     @retried
-    def complete_run(self, lease: Lease, result: Any, now: datetime, exec_spent: float) -> bool:
+    def complete_run(
+        self,
+        lease: Lease,
+        result: Any,
+        now: datetime,
+        exec_spent: float,
+        *,
+        entry: JournalEntry | None = None,
+        links: tuple[str | None, str | None] | None = None,
+    ) -> bool:
+        """Complete a held run; `entry`, the last checkpoint, journaled in the same
+        transaction; `links`, (parent_run_id, schedule) as the claim read them (see
+        Store.complete_run)."""
         now_us = to_us(now)
         run_id = lease.run_id
         result_text = dumps(result, "the workflow's result")
         with self._write() as c:
             if _held(c, lease) is None:
                 return False
+            if entry is not None:
+                c.execute(
+                    _UPSERT_ENTRY,
+                    [
+                        run_id,
+                        entry.call_index,
+                        str(entry.kind),
+                        entry.name,
+                        str(entry.state),
+                        None
+                        if entry.value is None
+                        else dumps(entry.value, f"result of {entry.name!r}"),
+                        _us(entry.wake_at),
+                        now_us,
+                        _us(entry.resolved_at),
+                        entry.tries,
+                        None if entry.duration is None else round(entry.duration * 1e6),
+                    ],
+                )
             c.execute(
                 "UPDATE runs SET status = 'completed', result = %s::jsonb, error = NULL,"
                 " finished_at = %s, run_at = NULL, lease_owner = NULL, lease_until = NULL,"
@@ -281,8 +316,11 @@ class Leases(Transitions):
             )
             _add_event(c, run_id, now_us, "completed", {})
             _record_ending(c, run_id, RunStatus.COMPLETED, None, now_us)
-            _wake_parent(c, run_id, now_us)
-            _release_held(c, run_id, now_us)
+            # Each skipped only when the claim showed the run has no parent / no schedule.
+            if links is None or links[0] is not None:
+                _wake_parent(c, run_id, now_us)
+            if links is None or links[1] is not None:
+                _release_held(c, run_id, now_us)
             return True
 
     @retried

@@ -50,36 +50,25 @@ class FencedWrites(SqliteConnection):
         now: datetime,
         *,
         event: tuple[str, dict[str, Any]] | None = None,
+        suspicion: bool = True,
     ) -> bool:
-        """Journal one call's outcome (insert or replace its row). False: the lease is lost."""
+        """Journal one call's outcome (insert or replace its row). False: the lease is lost.
+
+        The fence check is the INSERT's own condition (one statement, no SELECT first).
+        `suspicion=False`: the caller knows the run has no suspicion to clear (its claim
+        showed none, or an earlier write of this attempt cleared it), so no UPDATE of the
+        run's row is tried either."""
         now_us = to_us(now)
         run_id = lease.run_id
         with self._write() as c:
-            # The fence check also says whether progress has suspicion to clear, so a run
-            # with none (nearly all) costs no UPDATE of its row.
-            held = _held(c, lease, "reclaims != 0 OR suspect != 0")
-            if held is None:
+            if not _journal_held(c, lease, entry, now_us):
                 return False
-            c.execute(
-                f"INSERT OR REPLACE INTO journal ({_ENTRY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                [
-                    run_id,
-                    entry.call_index,
-                    str(entry.kind),
-                    entry.name,
-                    str(entry.state),
-                    None
-                    if entry.value is None
-                    else dumps(entry.value, f"result of {entry.name!r}"),
-                    _us(entry.wake_at),
-                    now_us,
-                    _us(entry.resolved_at),
-                    entry.tries,
-                    None if entry.duration is None else round(entry.duration * 1e6),
-                ],
-            )
-            if held[0]:  # progress: a suspect is cleared, and the crashes charged to it forgiven
-                c.execute(f"UPDATE runs SET {_CLEARED} WHERE run_id = ?", [run_id])
+            if suspicion:  # progress: a suspect is cleared, and the crashes charged to it forgiven
+                c.execute(
+                    f"UPDATE runs SET {_CLEARED} WHERE run_id = ?"
+                    " AND (reclaims != 0 OR suspect != 0)",
+                    [run_id],
+                )
             if event is not None:
                 _add_event(c, run_id, now_us, event[0], event[1])
             return True
@@ -211,24 +200,39 @@ class FencedWrites(SqliteConnection):
                 return _park_paused(c, _load_run(c, run_id), status, at, now_us)
             return Applied(status, _dt(at))
 
-    def complete_run(self, lease: Lease, result: Any, now: datetime, exec_spent: float) -> bool:
+    def complete_run(
+        self,
+        lease: Lease,
+        result: Any,
+        now: datetime,
+        exec_spent: float,
+        *,
+        entry: JournalEntry | None = None,
+        links: tuple[str | None, str | None] | None = None,
+    ) -> bool:
         now_us = to_us(now)
         run_id = lease.run_id
         result_text = dumps(result, "the workflow's result")
         with self._write() as c:
-            held = _held(c, lease, "parent_run_id, schedule")
-            if held is None:
-                return False
-            parent, schedule = held
-            c.execute(
+            if entry is not None and not _journal_held(c, lease, entry, now_us):
+                return False  # the fence check, folded into the last checkpoint's INSERT
+            if links is None:
+                held = _held(c, lease, "parent_run_id, schedule")
+                if held is None:
+                    return False
+                links = held[0], held[1]
+            parent, schedule = links
+            cur = c.execute(
                 "UPDATE runs SET status = 'completed', result = ?, error = NULL, finished_at = ?,"
                 " run_at = NULL, lease_owner = NULL, lease_until = NULL, exec_spent_us = ?,"
-                f" pause_requested = 0, solo = 0, {_CLEARED} WHERE run_id = ?",
-                [result_text, now_us, round(exec_spent * 1e6), run_id],
+                f" pause_requested = 0, solo = 0, {_CLEARED} WHERE {_FENCED}",
+                [result_text, now_us, round(exec_spent * 1e6), run_id, lease.fence, lease.owner],
             )
+            if cur.rowcount != 1:  # links given and no entry: this UPDATE was the fence check
+                return False
             _add_event(c, run_id, now_us, "completed", {})
             _record_ending(c, run_id, RunStatus.COMPLETED, None, now_us)
-            if parent is not None:  # read under the lease: no statement for a run without
+            if parent is not None:  # known from the claim or read under the lease
                 _wake_parent(c, run_id, now_us)
             if schedule is not None:
                 _release_held(c, run_id, now_us)
@@ -293,3 +297,36 @@ def _held(c: sqlite3.Connection, lease: Lease, columns: str = "1") -> Sequence[A
         [lease.run_id, lease.fence, lease.owner],
     ).fetchone()
     return row
+
+
+# A held run's row, as a WHERE clause (run_id, fence, owner): the fence check of a write
+# that is itself the check (its rowcount says whether the lease is still ours).
+_FENCED = "run_id = ? AND fence = ? AND lease_owner = ? AND status = 'running'"
+
+
+def _journal_held(c: sqlite3.Connection, lease: Lease, entry: JournalEntry, now_us: int) -> bool:
+    """Insert or replace `entry`'s journal row if the run is still held under `lease`, in
+    one statement: the INSERT selects its values from the run's row only when that row
+    still carries this lease's fence and owner, so its rowcount is the fence check (the
+    write lock is held from BEGIN IMMEDIATE: no claim moves the fence in between)."""
+    cur = c.execute(
+        f"INSERT OR REPLACE INTO journal ({_ENTRY_COLUMNS})"
+        f" SELECT ?,?,?,?,?,?,?,?,?,?,? FROM runs WHERE {_FENCED}",
+        [
+            lease.run_id,
+            entry.call_index,
+            str(entry.kind),
+            entry.name,
+            str(entry.state),
+            None if entry.value is None else dumps(entry.value, f"result of {entry.name!r}"),
+            _us(entry.wake_at),
+            now_us,
+            _us(entry.resolved_at),
+            entry.tries,
+            None if entry.duration is None else round(entry.duration * 1e6),
+            lease.run_id,
+            lease.fence,
+            lease.owner,
+        ],
+    )
+    return cur.rowcount == 1
