@@ -41,14 +41,14 @@ def main() -> None:
             # clone_sleepers copies the runs and journal rows; copy the timeline rows too.
             (template,) = conn.execute("SELECT run_id FROM timeline LIMIT 1").fetchone()
             events = conn.execute(
-                "SELECT at, type, data FROM timeline WHERE run_id = ?", [template]
+                "SELECT seq, at, type, data FROM timeline WHERE run_id = ?", [template]
             ).fetchall()
             ids = [
                 r[0] for r in conn.execute("SELECT run_id FROM runs WHERE run_id != ?", [template])
             ]
             conn.execute("BEGIN IMMEDIATE")
             conn.executemany(
-                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+                "INSERT INTO timeline (run_id, seq, at, type, data) VALUES (?,?,?,?,?)",
                 [(rid, *event) for rid in ids for event in events],
             )
             conn.execute("COMMIT")

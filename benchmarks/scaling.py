@@ -104,7 +104,7 @@ def seed_finished(db: Path, n: int) -> None:
         "runs": {"run_id": "printf('r%015d', i)", "created_at": "created_at - i * 1000",
                  "finished_at": "finished_at - i * 1000", "input": "json_object('n', i)"},
         "journal": {"run_id": "printf('r%015d', i)"},
-        "timeline": {"run_id": "printf('r%015d', i)", "seq": "NULL", "at": "at - i * 1000"},
+        "timeline": {"run_id": "printf('r%015d', i)", "at": "at - i * 1000"},
     }  # fmt: skip
     c.execute("BEGIN IMMEDIATE")
     for table, varied in tables.items():

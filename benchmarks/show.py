@@ -58,12 +58,15 @@ def seed(db: Path, flows: Path, steps: int) -> str:
         " WHERE run_id = ? AND call_index = 0",
         [steps - 2, run.run_id],
     )
-    tcols = [r[1] for r in c.execute("PRAGMA table_info(timeline)") if r[1] != "seq"]
+    tcols = [r[1] for r in c.execute("PRAGMA table_info(timeline)")]
+    # Copies of the run's first event, numbered after its newest (seq is per run).
+    tselect = ", ".join("k.i + last.n" if col == "seq" else col for col in tcols)
     c.execute(
         f"INSERT INTO timeline ({', '.join(tcols)}) WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL"
-        f" SELECT i + 1 FROM k WHERE i < ?) SELECT {', '.join(tcols)} FROM k,"
-        " (SELECT * FROM timeline WHERE run_id = ? ORDER BY seq LIMIT 1)",
-        [steps, run.run_id],
+        f" SELECT i + 1 FROM k WHERE i < ?) SELECT {tselect} FROM k,"
+        " (SELECT * FROM timeline WHERE run_id = ? ORDER BY seq LIMIT 1),"
+        " (SELECT MAX(seq) AS n FROM timeline WHERE run_id = ?) AS last",
+        [steps, run.run_id, run.run_id],
     )
     c.execute("COMMIT")
     c.close()

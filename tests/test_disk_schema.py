@@ -92,7 +92,9 @@ def test_the_indexes_hold_only_what_their_queries_read(migrated: Path) -> None:
     assert "WHERE type = 'woke'" in sql["timeline_woke"]
     assert "timeline_claims" not in sql  # claims are counted by triggers (migration 18)
     assert "event_counts_insert" in sql and "event_counts_delete" in sql
-    assert re.search(r"ON timeline\(run_id\)$", sql["timeline_run"])
+    # The timeline is keyed by (run_id, seq) (migration 19): no index of run_id beside it.
+    assert "timeline_run" not in sql and "runs_created" not in sql
+    assert "PRIMARY KEY (run_id, seq)" in sql["timeline"] and "WITHOUT ROWID" in sql["timeline"]
     assert "WHERE finished_at IS NOT NULL" in sql["runs_status_finished"]
     conn = sqlite3.connect(migrated)
     claimed = conn.execute("SELECT COUNT(*) FROM timeline WHERE type = 'claimed'").fetchone()

@@ -256,7 +256,7 @@ def add_finished(db: Path, n: int) -> None:
                 {"run_id": "printf('f%015d', i)", "key": "NULL", "created_at": "created_at - i"},
             ),
             ("journal", {"run_id": "printf('f%015d', i)"}),
-            ("timeline", {"run_id": "printf('f%015d', i)", "seq": "NULL"}),
+            ("timeline", {"run_id": "printf('f%015d', i)"}),
         ):
             cols = [r[1] for r in c.execute(f"PRAGMA table_info({table})")]
             select = ", ".join(varied.get(col, col) for col in cols)

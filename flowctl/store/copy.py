@@ -58,13 +58,16 @@ SERIAL_COLUMNS = {
 # runs.source is NULL then); a PostgreSQL run keeps it in its row. The copy reads it whole.
 BATCH = 500
 # A SQLite run's plain `created` event is implied, not stored (migration 18): the copy
-# writes it as a row, before the run's first event (a seq below every stored one: minus
-# the run's rowid, unique), so DEST holds every event the source's timeline reads show.
+# writes it as a row, before the run's first event (seq 0: a run's stored events are
+# numbered from 1), so DEST holds every event the source's timeline reads show. A SQLite
+# seq numbers one run's events (migration 19); the copy numbers them across all runs, in
+# each run's order, as a PostgreSQL timeline's key is.
 _SQLITE_TIMELINE = (
-    "(SELECT -runs.rowid AS seq, run_id, created_at AS at, 'created' AS type,"
+    "(SELECT ROW_NUMBER() OVER (ORDER BY run_id, seq) AS seq, run_id, at, type, data FROM"
+    " (SELECT 0 AS seq, run_id, created_at AS at, 'created' AS type,"
     f" '{PLAIN_CREATED}' AS data FROM runs WHERE (SELECT t.type FROM timeline t"
     " WHERE t.run_id = runs.run_id ORDER BY t.seq LIMIT 1) IS NOT 'created'"
-    " UNION ALL SELECT seq, run_id, at, type, data FROM timeline)"
+    " UNION ALL SELECT seq, run_id, at, type, data FROM timeline))"
 )
 
 

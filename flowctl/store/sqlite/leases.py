@@ -23,6 +23,7 @@ from flowctl.store.sqlite.rows import (
     _RUN_COLUMNS,
     _RUNS,
     _RUNS_BY_STATUS,
+    TIMELINE_INSERT,
     _add_event,
     _dt,
     _event,
@@ -311,7 +312,7 @@ class Leases(SqliteConnection):
                     rid, now_us, "claimed", {"by": owner, "fence": fence, "attempt": run.attempt}
                 )
             )
-        c.executemany("INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)", events)
+        c.executemany(TIMELINE_INSERT, events)
         # Sleeps whose deadline has passed resolve now; their resolved_at records the actual
         # wake. A queued run is parked on no sleep (a suspended sleep leaves it sleeping, and
         # pause/resume keep that status), so its claim skips the statement; a pending sleep
@@ -406,7 +407,7 @@ class Leases(SqliteConnection):
         now_us = to_us(now)
         with self._write() as c:
             c.executemany(
-                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+                TIMELINE_INSERT,
                 [_event(rid, now_us, type_, data) for rid in run_ids],
             )
 

@@ -11,7 +11,7 @@ from typing import Any
 from flowctl.model import from_us, to_us
 from flowctl.store.records import Notification
 from flowctl.store.sqlite.connection import SqliteConnection
-from flowctl.store.sqlite.rows import _event, _loads
+from flowctl.store.sqlite.rows import TIMELINE_INSERT, _event, _loads
 from flowctl.transitions import notification_state
 
 
@@ -100,7 +100,7 @@ class Notifications(SqliteConnection):
                 ],
             )
             c.executemany(
-                "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
+                TIMELINE_INSERT,
                 [_event(run_id, now_us, type_, data) for type_, data in events],
             )
 

@@ -63,14 +63,20 @@ _RUNS_BY_KEY = "runs INDEXED BY sqlite_autoindex_runs_2"  # SQLite's index of `k
 _RUNS_BY_KEY_JOINED = f"{_RUNS_BY_KEY} LEFT JOIN definitions USING (def_id)"
 
 
+# Append one event, parameters as _event() makes them: (run_id, at, type, data). The
+# timeline is keyed by (run_id, seq) (migration 19): seq numbers a run's events in the
+# order written, the next after the run's newest (one seek into the key it appends to).
+TIMELINE_INSERT = (
+    "INSERT INTO timeline (run_id, seq, at, type, data) VALUES (?1, (SELECT IFNULL(MAX(seq), 0)"
+    " + 1 FROM timeline WHERE run_id = ?1), ?2, ?3, ?4)"
+)
+
+
 def _add_event(
     c: sqlite3.Connection, run_id: str, at_us: int, type_: str, data: dict[str, Any] | None = None
 ) -> None:
     """Append one timeline event inside the caller's transaction."""
-    c.execute(
-        "INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)",
-        _event(run_id, at_us, type_, data),
-    )
+    c.execute(TIMELINE_INSERT, _event(run_id, at_us, type_, data))
 
 
 def _event(
@@ -84,21 +90,33 @@ def _event(
 SEARCH_WINDOW = 5_000
 
 
+def _newest(cols: str) -> str:
+    """The newest SEARCH_WINDOW runs (`cols` of them, which name created_at and the rowid
+    as `rid`), newest first: each status's own range of runs_status_created, read
+    backwards, merged (no index holds created_at alone since migration 19). Bounded: the
+    merge stops at the window, no sort."""
+    parts = [
+        f"SELECT * FROM (SELECT {cols} FROM {_RUNS} WHERE status = '{status}'"
+        f" ORDER BY created_at DESC, runs.rowid DESC LIMIT {SEARCH_WINDOW})"
+        for status in RunStatus
+    ]
+    return " UNION ALL ".join(parts) + f" ORDER BY created_at DESC, rid DESC LIMIT {SEARCH_WINDOW}"
+
+
 def _search_source(search: str) -> tuple[str, list[Any]]:
     """The rows a search looks at, as a derived table `searched` with the runs table's
     columns and its rowid as `rid`: the newest SEARCH_WINDOW runs, and the run whose id or
     key is `search` exactly, however old (once: not again when it is in the window).
     Bounded, so a search never scans every run; UNION ALL, so nothing sorts the window."""
     cols = f"{_RUN_COLUMNS}, runs.rowid AS rid"
-    newest = "SELECT rowid FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?"
+    newest = f"SELECT rid FROM ({_newest('runs.rowid AS rid, created_at')})"
     sql = (
-        f"(SELECT * FROM (SELECT {cols} FROM {_RUNS} ORDER BY created_at DESC, runs.rowid DESC"
-        f" LIMIT ?) UNION ALL SELECT {cols} FROM {_RUNS} WHERE run_id = ?"
+        f"(SELECT * FROM ({_newest(cols)}) UNION ALL SELECT {cols} FROM {_RUNS} WHERE run_id = ?"
         f" AND runs.rowid NOT IN ({newest})"
         f" UNION ALL SELECT {cols} FROM {_RUNS_BY_KEY_JOINED} WHERE key = ? AND run_id != ?"
         f" AND runs.rowid NOT IN ({newest})) AS searched"
     )
-    return sql, [SEARCH_WINDOW, search, SEARCH_WINDOW, search, search, SEARCH_WINDOW]
+    return sql, [search, search, search]
 
 
 def _search_clause(search: str) -> tuple[str, list[Any]]:

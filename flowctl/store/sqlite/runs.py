@@ -114,8 +114,10 @@ class RunReads(SqliteConnection):
             params.extend(clause_args)
         rid = "rid" if search else "runs.rowid AS rid"
         wanted = [str(s) for s in statuses] if statuses else []
-        if not wanted and workflow and not search:
-            wanted = [str(s) for s in RunStatus]  # runs_workflow is (workflow, status, ...)
+        if not wanted and not search:
+            # Every index on runs leads with the status (or workflow, status) since
+            # migration 19: each status's range, merged.
+            wanted = [str(s) for s in RunStatus]
         hints = (
             self._workflow_indexes(workflow, wanted, order, limit + offset)
             if workflow and not search and order != "created_desc"

@@ -461,6 +461,13 @@ def _migration_18(db: sqlite_utils.Database) -> None:
         "INSERT INTO event_counts (type, n) SELECT type, COUNT(*) FROM timeline"
         f" WHERE type IN ({counted}) GROUP BY type"
     )
+    _event_count_triggers(db)
+    db.execute("DROP INDEX timeline_claims")
+
+
+def _event_count_triggers(db: sqlite_utils.Database) -> None:
+    """The triggers that keep event_counts in the transaction of each timeline write."""
+    counted = ", ".join(f"'{t}'" for t in COUNTED_EVENTS)
     db.execute(
         f"CREATE TRIGGER event_counts_insert AFTER INSERT ON timeline WHEN NEW.type IN ({counted})"
         " BEGIN INSERT INTO event_counts (type, n) VALUES (NEW.type, 1)"
@@ -470,7 +477,44 @@ def _migration_18(db: sqlite_utils.Database) -> None:
         f"CREATE TRIGGER event_counts_delete AFTER DELETE ON timeline WHEN OLD.type IN ({counted})"
         " BEGIN UPDATE event_counts SET n = n - 1 WHERE type = OLD.type; END"
     )
-    db.execute("DROP INDEX timeline_claims")
+
+
+def _migration_19(db: sqlite_utils.Database) -> None:
+    """Disk per sleeping run (issue 14, item 6): 652 B per sleeping run before.
+
+    - `timeline` is keyed by (run_id, seq), WITHOUT ROWID: a run's events are one range
+      of the table itself, so `timeline_run` (57 B per sleeping run: the run_id again and
+      the rowid, for every event) is gone, and a run's events are read from one place.
+      `seq` numbers a run's events 1, 2 ... in the order written (rows.TIMELINE_INSERT);
+      nothing reads an order across runs.
+    - `runs_created` (created_at, 19 B per run) is dropped: the newest-first listing of
+      every status, and `--search`'s window, merge each status's own range of
+      runs_status_created (status, created_at) as the several-status listings already do.
+    """
+    db.execute(
+        """
+        CREATE TABLE timeline_keyed (
+            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            at INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            data TEXT,
+            PRIMARY KEY (run_id, seq)
+        ) STRICT, WITHOUT ROWID
+        """
+    )
+    db.execute(
+        "INSERT INTO timeline_keyed (run_id, seq, at, type, data) SELECT run_id,"
+        " ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY seq), at, type, data FROM timeline"
+        " ORDER BY run_id, seq"
+    )
+    # Dropping it drops its index and triggers (no trigger fires on the drop, and nothing
+    # references the timeline), so the counts in event_counts stand.
+    db.execute("DROP TABLE timeline")
+    db.execute("ALTER TABLE timeline_keyed RENAME TO timeline")
+    db.execute("CREATE INDEX timeline_woke ON timeline(at) WHERE type = 'woke'")
+    _event_count_triggers(db)
+    db.execute("DROP INDEX runs_created")
 
 
 MIGRATIONS = [
@@ -492,6 +536,7 @@ MIGRATIONS = [
     _migration_16,
     _migration_17,
     _migration_18,
+    _migration_19,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -16,6 +16,7 @@ from flowctl.store.sqlite.rows import (
     _CLEARED,
     _RUN_COLUMNS,
     _RUNS_BY_KEY_JOINED,
+    TIMELINE_INSERT,
     _add_event,
     _dt,
     _event,
@@ -173,11 +174,11 @@ def _fail(
                 },
             )
         )
-        c.executemany("INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)", events)
+        c.executemany(TIMELINE_INSERT, events)
         if run.pause_requested:  # it stopped: the requested pause takes effect now
             return _park_paused(c, _load_run(c, run.run_id), RunStatus.QUEUED, at, now_us)
         return Applied(RunStatus.QUEUED, from_us(at))
-    c.executemany("INSERT INTO timeline (run_id, at, type, data) VALUES (?,?,?,?)", events)
+    c.executemany(TIMELINE_INSERT, events)
     _end(c, run, RunStatus.DEAD, error, now_us)
     return Applied(RunStatus.DEAD, None)
 
