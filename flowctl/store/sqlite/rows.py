@@ -59,7 +59,7 @@ _RUNS = "runs LEFT JOIN definitions USING (def_id)"
 # status or key, with a condition its index does not cover, names that index, so its plan
 # does not depend on statistics (tests/test_analyzed_plans.py).
 _RUNS_BY_STATUS = "runs INDEXED BY runs_due"
-_RUNS_BY_KEY = "runs INDEXED BY sqlite_autoindex_runs_2"  # SQLite's index of `key TEXT UNIQUE`
+_RUNS_BY_KEY = "runs INDEXED BY runs_key"  # the runs that have a key (migration 19)
 _RUNS_BY_KEY_JOINED = f"{_RUNS_BY_KEY} LEFT JOIN definitions USING (def_id)"
 
 

@@ -490,7 +490,13 @@ def _migration_19(db: sqlite_utils.Database) -> None:
     - `runs_created` (created_at, 19 B per run) is dropped: the newest-first listing of
       every status, and `--search`'s window, merge each status's own range of
       runs_status_created (status, created_at) as the several-status listings already do.
+    - `key TEXT UNIQUE` indexed every run, keyless ones too (10 B per run): the runs table
+      is rebuilt (rowids kept, so every listing's tie-break stands) with a plain `key`, and
+      the unique index `runs_key` holds only the runs that have one. SQLite cannot drop a
+      column's UNIQUE in place; migrate() holds foreign keys off for the rebuild, so that
+      dropping the old table cascades to nothing, and checks them before it commits.
     """
+    _rebuild_runs(db)
     db.execute(
         """
         CREATE TABLE timeline_keyed (
@@ -515,6 +521,69 @@ def _migration_19(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX timeline_woke ON timeline(at) WHERE type = 'woke'")
     _event_count_triggers(db)
     db.execute("DROP INDEX runs_created")
+
+
+# The runs table as migration 19 leaves it: its columns in the order the migrations before
+# it left them, `key` without its UNIQUE (runs_key holds the keys).
+_RUNS_19 = """
+    CREATE TABLE runs_rebuilt (
+        run_id TEXT PRIMARY KEY,
+        workflow TEXT NOT NULL,
+        source TEXT,
+        input TEXT NOT NULL,
+        status TEXT NOT NULL,
+        run_at INTEGER,
+        created_at INTEGER NOT NULL,
+        started_at INTEGER,
+        finished_at INTEGER,
+        attempt INTEGER NOT NULL DEFAULT 1,
+        max_attempts INTEGER NOT NULL DEFAULT 3,
+        backoff TEXT,
+        deadline INTEGER,
+        timeout_us INTEGER,
+        exec_spent_us INTEGER NOT NULL DEFAULT 0,
+        result TEXT,
+        error TEXT,
+        lease_owner TEXT,
+        lease_until INTEGER,
+        fence INTEGER NOT NULL DEFAULT 0,
+        reclaims INTEGER NOT NULL DEFAULT 0,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        cancel_reason TEXT,
+        key TEXT,
+        parent_run_id TEXT,
+        schedule TEXT,
+        scheduled_at INTEGER,
+        pause_requested INTEGER NOT NULL DEFAULT 0,
+        paused_status TEXT,
+        paused_run_at INTEGER,
+        current_step TEXT,
+        secret_keys TEXT,
+        suspect INTEGER NOT NULL DEFAULT 0,
+        solo INTEGER NOT NULL DEFAULT 0,
+        crashes INTEGER NOT NULL DEFAULT 0,
+        notify TEXT,
+        def_id INTEGER,
+        step_started_at INTEGER
+    ) STRICT
+"""
+
+
+def _rebuild_runs(db: sqlite_utils.Database) -> None:
+    """Copy runs into _RUNS_19 with their rowids, then put back the indexes and triggers
+    the old table had (as their own SQL recorded them), and runs_key."""
+    db.execute(_RUNS_19)
+    cols = ", ".join(r[1] for r in db.execute("PRAGMA table_info(runs_rebuilt)").fetchall())
+    db.execute(f"INSERT INTO runs_rebuilt (rowid, {cols}) SELECT rowid, {cols} FROM runs")
+    kept = db.execute(
+        "SELECT sql FROM sqlite_master WHERE tbl_name = 'runs' AND type IN ('index', 'trigger')"
+        " AND sql IS NOT NULL ORDER BY type, name"
+    ).fetchall()
+    db.execute("DROP TABLE runs")
+    db.execute("ALTER TABLE runs_rebuilt RENAME TO runs")
+    for (sql,) in kept:
+        db.execute(sql)
+    db.execute("CREATE UNIQUE INDEX runs_key ON runs(key) WHERE key IS NOT NULL")
 
 
 MIGRATIONS = [
@@ -550,6 +619,18 @@ def migrate(conn: sqlite3.Connection) -> None:
     import sqlite_utils
 
     db = sqlite_utils.Database(conn)
+    # Off for the migrations (a table rebuilt by copy, as migration 19's runs, must not
+    # cascade when its old copy is dropped), checked before the commit; it can change only
+    # outside a transaction.
+    enforced = int(conn.execute("PRAGMA foreign_keys").fetchone()[0])
+    conn.execute("PRAGMA foreign_keys = OFF")
+    try:
+        _migrate_in_transaction(conn, db)
+    finally:
+        conn.execute(f"PRAGMA foreign_keys = {enforced}")
+
+
+def _migrate_in_transaction(conn: sqlite3.Connection, db: sqlite_utils.Database) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         current = int(conn.execute("PRAGMA user_version").fetchone()[0])
@@ -560,6 +641,12 @@ def migrate(conn: sqlite3.Connection) -> None:
             )
         for i in range(current, SCHEMA_VERSION):
             MIGRATIONS[i](db)
+        broken = conn.execute("PRAGMA foreign_key_check").fetchone()
+        if broken is not None:
+            raise DatabaseError(
+                f"migrating to schema {SCHEMA_VERSION} would leave a {broken[0]} row whose"
+                f" {broken[2]} is missing; nothing was changed"
+            )
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     except BaseException:
