@@ -67,9 +67,7 @@ def enqueue(db: Path, n: int) -> None:
 def point(db: Path, n: int, concurrency: int, workers: int, idle_cpu: float) -> dict[str, float]:
     """Queue n runs in db (which may hold others, finished), execute them, measure."""
     Client(db).close()  # creates the file's tables if it is new
-    conn = sqlite3.connect(str(db))
-    since = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM timeline").fetchone()[0]
-    conn.close()
+    since = time.time_ns() // 1000  # the runs queued now: created at or after this (µs)
     enqueue(db, n)
     cpu, _ = daemon(db, concurrency, workers)
     conn = sqlite3.connect(str(db))
@@ -77,7 +75,8 @@ def point(db: Path, n: int, concurrency: int, workers: int, idle_cpu: float) -> 
         first, last, done = conn.execute(
             "SELECT MIN(CASE WHEN type = 'claimed' THEN at END),"
             " MAX(CASE WHEN type = 'completed' THEN at END),"
-            " SUM(type = 'completed') FROM timeline WHERE seq > ?",
+            " SUM(type = 'completed') FROM timeline WHERE run_id IN (SELECT run_id FROM runs"
+            " WHERE status = 'completed' AND created_at >= ?)",  # a seq numbers one run's events
             [since],
         ).fetchone()
     finally:

@@ -206,8 +206,17 @@ def serve() -> Iterator[Any]:
 
 
 def woke_order(db: Path) -> list[str]:
-    """Run ids in the order their "woke" events were written (timeline seq)."""
-    return [r[0] for r in query(db, "SELECT run_id FROM timeline WHERE type = 'woke' ORDER BY seq")]
+    """Run ids in the order they woke: by the time of their "woke" events, and within one
+    instant (one claim's transaction) by deadline, the order that claim reads them in (a
+    timeline's seq numbers one run's events only, since migration 19)."""
+    return [
+        r[0]
+        for r in query(
+            db,
+            "SELECT run_id FROM timeline WHERE type = 'woke'"
+            " ORDER BY at, json_extract(data, '$.scheduled')",
+        )
+    ]
 
 
 def advance_until(clock: FakeClock, predicate: Any, step: float = POLL_INTERVAL) -> None:
@@ -615,7 +624,8 @@ def test_overdue_wakes_after_a_suspend_are_released_in_deadline_order_with_bound
         assert events(store, run_id, "host resumed")  # the suspend is in its timeline
     assert hooks.max_active <= 3  # never a stampede past the worker pool
     assert hooks.max_active >= 2  # ...but it did run them concurrently
-    # Claimed, and so woken, in deadline order (fake time stood still: order by seq).
+    # Claimed, and so woken, in deadline order: no claim took a run due after one a later
+    # claim took.
     assert [ids[r] for r in woke_order(db_path)] == sorted(seconds)
 
 

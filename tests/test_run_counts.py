@@ -129,6 +129,17 @@ def test_migration_11_moves_an_older_database(tmp_path: Path, flows: Path) -> No
     conn = sqlite3.connect(str(db), isolation_level=None)
     conn.executescript(  # the same rows as schema 10 held them: the text in every run row
         """
+        CREATE TABLE timeline_rowid (  -- migration 19's: the timeline by rowid, runs_created
+            seq INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+            at INTEGER NOT NULL, type TEXT NOT NULL, data TEXT) STRICT;
+        INSERT INTO timeline_rowid (run_id, at, type, data)
+            SELECT run_id, at, type, data FROM timeline ORDER BY run_id, seq;
+        DROP TABLE timeline; ALTER TABLE timeline_rowid RENAME TO timeline;
+        CREATE INDEX timeline_run ON timeline(run_id);
+        CREATE INDEX timeline_woke ON timeline(at) WHERE type = 'woke';
+        CREATE INDEX runs_created ON runs(created_at);
+        DROP INDEX runs_key;  -- (key keeps no UNIQUE of its own: the rebuild needs none)
         ALTER TABLE runs ADD COLUMN target TEXT NOT NULL DEFAULT '';  -- migration 16's
         ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT '';
         ALTER TABLE runs ADD COLUMN source_hash TEXT;
@@ -137,8 +148,7 @@ def test_migration_11_moves_an_older_database(tmp_path: Path, flows: Path) -> No
         UPDATE runs SET (target, kind, source_hash, source_path, cwd) = (SELECT target, kind,
             source_hash, source_path, cwd FROM definitions d WHERE d.def_id = runs.def_id);
         ALTER TABLE runs DROP COLUMN def_id; DROP TABLE definitions;
-        DROP TRIGGER event_counts_insert; DROP TRIGGER event_counts_delete;  -- migration 18's
-        DROP TABLE event_counts;
+        DROP TABLE event_counts;  -- migration 18's (its triggers went with the timeline)
         DROP INDEX timeline_run; CREATE INDEX timeline_run ON timeline(run_id, seq);
         DROP INDEX timeline_woke;  -- migration 15's
         CREATE INDEX timeline_type_at ON timeline(type, at);
