@@ -90,17 +90,18 @@ def _event(
 SEARCH_WINDOW = 5_000
 
 
-def _newest(cols: str) -> str:
-    """The newest SEARCH_WINDOW runs (`cols` of them, which name created_at and the rowid
-    as `rid`), newest first: each status's own range of runs_status_created, read
-    backwards, merged (no index holds created_at alone since migration 19). Bounded: the
-    merge stops at the window, no sort."""
+def _newest() -> str:
+    """The rowids (as `rid`) of the newest SEARCH_WINDOW runs: each status's own range of
+    runs_status_created (status, created_at, rowid), read backwards and merged (no index
+    holds created_at alone since migration 19). Only the index is read, and the merge stops
+    at the window: no sort, no row."""
     parts = [
-        f"SELECT * FROM (SELECT {cols} FROM {_RUNS} WHERE status = '{status}'"
-        f" ORDER BY created_at DESC, runs.rowid DESC LIMIT {SEARCH_WINDOW})"
+        f"SELECT * FROM (SELECT rowid AS rid, created_at FROM runs WHERE status = '{status}'"
+        f" ORDER BY created_at DESC, rowid DESC LIMIT {SEARCH_WINDOW})"
         for status in RunStatus
     ]
-    return " UNION ALL ".join(parts) + f" ORDER BY created_at DESC, rid DESC LIMIT {SEARCH_WINDOW}"
+    merged = " UNION ALL ".join(parts)
+    return f"SELECT rid FROM ({merged} ORDER BY created_at DESC, rid DESC LIMIT {SEARCH_WINDOW})"
 
 
 def _search_source(search: str) -> tuple[str, list[Any]]:
@@ -109,9 +110,13 @@ def _search_source(search: str) -> tuple[str, list[Any]]:
     key is `search` exactly, however old (once: not again when it is in the window).
     Bounded, so a search never scans every run; UNION ALL, so nothing sorts the window."""
     cols = f"{_RUN_COLUMNS}, runs.rowid AS rid"
-    newest = f"SELECT rid FROM ({_newest('runs.rowid AS rid, created_at')})"
+    newest = _newest()
     sql = (
-        f"(SELECT * FROM ({_newest(cols)}) UNION ALL SELECT {cols} FROM {_RUNS} WHERE run_id = ?"
+        # NOT INDEXED: by rowid only, so a status the outer query asks for is not pushed
+        # down here to walk that status's whole range testing each row against the window.
+        f"(SELECT {cols} FROM runs NOT INDEXED LEFT JOIN definitions USING (def_id)"
+        f" WHERE runs.rowid IN ({newest})"
+        f" UNION ALL SELECT {cols} FROM {_RUNS} WHERE run_id = ?"
         f" AND runs.rowid NOT IN ({newest})"
         f" UNION ALL SELECT {cols} FROM {_RUNS_BY_KEY_JOINED} WHERE key = ? AND run_id != ?"
         f" AND runs.rowid NOT IN ({newest})) AS searched"
