@@ -1,4 +1,9 @@
-"""Real `flowctl daemon` processes for the crash tests, and independent reads of the file."""
+"""Real `flowctl daemon` processes for the crash tests, and independent reads of the database.
+
+A crash test takes the `db` fixture (tests/conftest.py): a SQLite file path or the URL of a
+fresh PostgreSQL database, once each. Daemons get it as `--db`, runs are started through
+flowctl's public `open_store`, and the results are read with tests/dbs.py (sqlite3 for a
+file, psycopg for a URL), never through flowctl's own code."""
 
 from __future__ import annotations
 
@@ -16,8 +21,9 @@ import pytest
 
 from flowctl import ops
 from flowctl.clock import SystemClock
-from flowctl.store.sqlite import SqliteStore as Store
-from tests.dbs import rows
+from flowctl.ids import HOST
+from flowctl.store import open_store
+from tests.dbs import is_url, rows
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOWS = "tests/crash/flows.py"
@@ -31,7 +37,7 @@ class Daemons:
         self.tmp_path = tmp_path
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, db: Path, *args: str) -> subprocess.Popen[bytes]:
+    def start(self, db: Path | str, *args: str) -> subprocess.Popen[bytes]:
         log = open(self.tmp_path / f"daemon-{len(self.procs)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
             [
@@ -75,10 +81,15 @@ def daemons(tmp_path: Path) -> Iterator[Daemons]:
     d.cleanup()
 
 
-def start_runs(db: Path, name: str, inputs: list[dict[str, Any]]) -> list[str]:
-    with Store(db) as store:
+def start_runs(
+    db: Path | str, name: str, inputs: list[dict[str, Any]], *, target: str | None = None
+) -> list[str]:
+    """Queue one run of `name` in tests/crash/flows.py (or of `target`) per input."""
+    with open_store(str(db)) as store:
         return [
-            ops.start(store, f"{FLOWS}:{name}", i, clock=SystemClock(), cwd=str(ROOT)).run.run_id
+            ops.start(
+                store, target or f"{FLOWS}:{name}", i, clock=SystemClock(), cwd=str(ROOT)
+            ).run.run_id
             for i in inputs
         ]
 
@@ -102,8 +113,29 @@ def timeline(db: Path | str, run_id: str, type_: str | None = None) -> list[dict
     ]
 
 
+def mid_write(db: Path | str, pid: int) -> bool:
+    """Whether the daemon `pid` may be inside a write right now, so that freezing it would
+    hold up everyone else: on SQLite, someone holds the file's write lock; on PostgreSQL,
+    that process has a statement or a transaction open on the server (its row locks)."""
+    if not is_url(db):
+        return holds_write_lock(Path(db))
+    name = f"flowctl {HOST} {pid}"[:63]  # the application_name flowctl's connections carry
+    busy = rows(
+        db,
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = ? AND state <> 'idle'",
+        (name,),
+    )
+    return bool(busy[0][0])
+
+
+def intact(db: Path | str) -> bool:
+    """The SQLite file passes integrity_check. A PostgreSQL database has no file of ours
+    to check (the server owns its pages), so there it is true."""
+    return is_url(db) or rows(db, "PRAGMA integrity_check") == [("ok",)]
+
+
 def holds_write_lock(db: Path) -> bool:
-    """True when some process holds the database's write lock right now."""
+    """True when some process holds the SQLite file's write lock right now."""
     conn = sqlite3.connect(str(db), timeout=0.05, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")

@@ -1,6 +1,6 @@
 """A run cancelled inside a Python step, in a real daemon: it stays `running` (held, under a
 kept lease) while the step runs, and becomes `cancelled` when its daemon dies, at the
-reclaim, without its step running again."""
+reclaim, without its step running again. On both stores (the `db` fixture)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from .conftest import ROOT, Daemons, read, start_runs, statuses, timeline
 pytestmark = pytest.mark.crash
 
 
-def flowctl(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def flowctl(db: Path | str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "flowctl", "--db", str(db), *args],
         capture_output=True,
@@ -29,14 +29,14 @@ def flowctl(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def lease_until(db: Path, run_id: str) -> int:
+def lease_until(db: Path | str, run_id: str) -> int:
     return int(read(db, "SELECT lease_until FROM runs WHERE run_id = ?", (run_id,))[0][0])
 
 
 def test_a_cancelled_run_is_held_while_its_step_runs_and_cancelled_when_its_daemon_dies(
-    tmp_path: Path, daemons: Daemons
+    db: str, tmp_path: Path, daemons: Daemons
 ) -> None:
-    db, effects = tmp_path / "flowctl.db", tmp_path / "effects.log"
+    effects = tmp_path / "effects.log"
     (run_id,) = start_runs(db, "hold", [{"effects": str(effects), "seconds": 60}])
     proc = daemons.start(db, "--lease", "1s", "--heartbeat", "0.1s")
     wait_until(lambda: effects.exists() and effects.read_text().strip())

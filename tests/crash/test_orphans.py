@@ -1,5 +1,5 @@
 """A command a step started does not outlive a daemon killed with SIGKILL, so the
-reclaiming daemon's copy of the step never runs beside an orphan."""
+reclaiming daemon's copy of the step never runs beside an orphan. On both stores."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from flowctl import ops
 from flowctl.clock import SystemClock
-from flowctl.store.sqlite import SqliteStore as Store
+from flowctl.store import open_store
 from tests.crash.conftest import Daemons
 from tests.helpers import wait_until
 
@@ -33,11 +33,10 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.crash
 def test_sigkill_of_the_daemon_takes_its_running_command_with_it(
-    tmp_path: Path, daemons: Daemons
+    db: str, tmp_path: Path, daemons: Daemons
 ) -> None:
     (tmp_path / "long.yaml").write_text(LONG)
-    db = tmp_path / "f.db"
-    with Store(db) as store:
+    with open_store(db) as store:
         run_id = ops.start(
             store, "long.yaml", {}, clock=SystemClock(), cwd=str(tmp_path)
         ).run.run_id
@@ -54,7 +53,7 @@ def test_sigkill_of_the_daemon_takes_its_running_command_with_it(
     wait_until(lambda: len(pids.read_text().split()) == 2, timeout=15)
     again = int(pids.read_text().split()[1])
     assert again != command and _alive(again)
-    with Store(db) as store:
+    with open_store(db) as store:
         assert ops.cancel(store, run_id, clock=SystemClock()).cancel_requested
     wait_until(lambda: not _alive(again), timeout=10)
     second.terminate()

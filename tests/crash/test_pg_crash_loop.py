@@ -56,7 +56,7 @@ def test_three_hosts_under_sigkills_complete_every_run_exactly_once(
 
     def start(host: str) -> subprocess.Popen[bytes]:
         monkeypatch.setenv("FLOWCTL_HOST", host)  # inherited by the daemon process
-        return daemons.start(pg_url, "--concurrency", "4", "--lease", "2s")  # type: ignore[arg-type]
+        return daemons.start(pg_url, "--concurrency", "4", "--lease", "2s")
 
     fleet = [start(h) for h in HOSTS]
     kills = 0

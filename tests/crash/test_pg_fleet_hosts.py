@@ -48,7 +48,7 @@ def fleet(
     procs = []
     for host in hosts:
         monkeypatch.setenv("FLOWCTL_HOST", host)  # inherited by that daemon only
-        procs.append(daemons.start(url, *args))  # type: ignore[arg-type]
+        procs.append(daemons.start(url, *args))
     monkeypatch.delenv("FLOWCTL_HOST")
     wait_until(lambda: daemons_registered(url) == len(hosts), timeout=60)
     return procs

@@ -1,5 +1,5 @@
 """A real daemon: signals drain it, commands survive a signal to its group, wakes are on time,
-and `flowctl status` reports it."""
+and `flowctl status` reports it. On a SQLite file and on a PostgreSQL database (`db`)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ pytestmark = pytest.mark.crash
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_the_daemons_group_drains_and_spares_the_running_command(
-    tmp_path: Path, daemons: Daemons, signum: int
+    db: str, tmp_path: Path, daemons: Daemons, signum: int
 ) -> None:
-    db, marker = tmp_path / "flowctl.db", tmp_path / "marker"
+    marker = tmp_path / "marker"
     proc = daemons.start(db)
     (run_id,) = start_runs(db, "command", [{"marker": str(marker), "seconds": 0.5}])
     wait_until(lambda: marker.exists() and "started" in marker.read_text())
@@ -36,9 +36,9 @@ def test_a_signal_to_the_daemons_group_drains_and_spares_the_running_command(
 
 
 def test_a_second_signal_exits_at_once_and_a_new_daemon_takes_over(
-    tmp_path: Path, daemons: Daemons
+    db: str, tmp_path: Path, daemons: Daemons
 ) -> None:
-    db, effects = tmp_path / "flowctl.db", tmp_path / "effects.log"
+    effects = tmp_path / "effects.log"
     proc = daemons.start(db, "--lease", "60s", "--grace", "60s")
     (run_id,) = start_runs(db, "hold", [{"effects": str(effects), "seconds": 1.5}])
     wait_until(lambda: effects.exists() and effects.read_text())
@@ -54,9 +54,9 @@ def test_a_second_signal_exits_at_once_and_a_new_daemon_takes_over(
 
 
 def test_a_real_daemon_wakes_sleepers_on_time_and_status_reports_it(
-    tmp_path: Path, daemons: Daemons
+    db: str, tmp_path: Path, daemons: Daemons
 ) -> None:
-    db, effects = tmp_path / "flowctl.db", tmp_path / "effects.log"
+    effects = tmp_path / "effects.log"
     proc = daemons.start(db)
     sleepers = start_runs(db, "nap", [{"seconds": 0.3 + 0.1 * i} for i in range(5)])
     wait_until(lambda: all(statuses(db)[r] == "completed" for r in sleepers), timeout=20)
@@ -97,9 +97,9 @@ def test_a_real_daemon_wakes_sleepers_on_time_and_status_reports_it(
 
 
 def test_past_the_grace_period_the_daemon_stops_the_command_and_hands_the_run_back(
-    tmp_path: Path, daemons: Daemons
+    db: str, tmp_path: Path, daemons: Daemons
 ) -> None:
-    db, pidfile = tmp_path / "flowctl.db", tmp_path / "command.pid"
+    pidfile = tmp_path / "command.pid"
     proc = daemons.start(db, "--grace", "1s")
     (run_id,) = start_runs(db, "stoppable", [{"pidfile": str(pidfile), "seconds": 60}])
     wait_until(lambda: pidfile.exists() and pidfile.read_text().strip())
