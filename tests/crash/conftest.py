@@ -104,6 +104,13 @@ def statuses(db: Path | str) -> dict[str, str]:
     return dict(read(db, "SELECT run_id, status FROM runs"))  # type: ignore[arg-type]
 
 
+def registered(db: Path | str) -> set[int]:
+    """The pids of the daemons registered in the database. A daemon registers after it has
+    installed its signal handlers: from then on SIGTERM drains it (before, a daemon started
+    just now could be stopped mid-import and exit -15)."""
+    return {int(pid) for (pid,) in read(db, "SELECT pid FROM daemons")}
+
+
 def timeline(db: Path | str, run_id: str, type_: str | None = None) -> list[dict[str, Any]]:
     rows = read(db, "SELECT at, type, data FROM timeline WHERE run_id = ? ORDER BY seq", (run_id,))
     return [

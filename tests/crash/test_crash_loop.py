@@ -27,7 +27,7 @@ from helpers import wait_until
 
 from tests.dbs import is_url
 
-from .conftest import Daemons, intact, read, start_runs, statuses
+from .conftest import Daemons, intact, read, registered, start_runs, statuses
 
 pytestmark = pytest.mark.crash
 
@@ -85,6 +85,7 @@ def test_two_daemons_under_thirty_sigkills_complete_three_hundred_runs_exactly_o
     assert kills == kills_wanted, f"the work ran out after {kills} kills; make it longer"
 
     wait_until(lambda: all_completed(db), timeout=120)
+    wait_until(lambda: {p.pid for p in pair} <= registered(db), timeout=60)
     for proc in pair:
         proc.send_signal(signal.SIGTERM)
     assert [proc.wait(timeout=30) for proc in pair] == [0, 0]
