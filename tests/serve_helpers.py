@@ -61,7 +61,7 @@ class Api:
 
 def start_serve(
     project: Path,
-    db: Path,
+    db: Path | str,
     *args: str,
     env: dict[str, str] | None = None,
     token: str | None = TOKEN,

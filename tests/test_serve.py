@@ -1,7 +1,9 @@
-"""`flowctl serve` driven over a real socket: a real server process on an ephemeral port."""
+"""`flowctl serve` driven over a real socket: a real server process on an ephemeral port,
+serving a SQLite file and a PostgreSQL database (`served_db`, `db`) in turn."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -34,9 +36,22 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def served_db(request: pytest.FixtureRequest, project: Path) -> Iterator[str]:
+    """The database the module's server serves, once per store: a SQLite file in the
+    project, or a fresh PostgreSQL database (skipped without a server: tests/pg.py)."""
+    if request.param == "sqlite":
+        yield str(project / "f.db")
+        return
+    from tests.pg import fresh_database
+
+    with fresh_database() as url:
+        yield url
+
+
 @pytest.fixture(scope="module")
-def api(project: Path) -> Iterator[Api]:
-    proc, log = start_serve(project, project / "f.db")
+def api(project: Path, served_db: str) -> Iterator[Api]:
+    proc, log = start_serve(project, served_db)
     try:
         yield Api(port_of(proc, log))
     finally:
@@ -45,9 +60,8 @@ def api(project: Path) -> Iterator[Api]:
     assert "Traceback" not in log.read_text()
 
 
-def rows(project: Path) -> tuple[int, int, int]:
+def rows(db: str) -> tuple[int, int, int]:
     """What a request could have written: runs, signals, timeline events."""
-    db = project / "f.db"
     (runs,) = query(db, "SELECT COUNT(*) FROM runs")[0]
     (signals,) = query(db, "SELECT COUNT(*) FROM signals")[0]
     (events,) = query(db, "SELECT COUNT(*) FROM timeline")[0]
@@ -67,7 +81,7 @@ def start(api: Api, key: str, **extra: object) -> str:
     return str(created["id"])
 
 
-def test_start_read_signal_by_key_and_cancel(api: Api, project: Path) -> None:
+def test_start_read_signal_by_key_and_cancel(api: Api, served_db: str) -> None:
     assert api.call("GET", "/healthz", token=None).json() == {"ok": True}
     run_id = start(api, "user-42", deadline="30d", max_attempts=2)
     again = api.call("POST", "/runs", {"target": "flows.py:followup", "key": "user-42"})
@@ -85,11 +99,12 @@ def test_start_read_signal_by_key_and_cancel(api: Api, project: Path) -> None:
     assert (sent.status, sent.json()["id"]) == (202, run_id)
     by_id = api.call("POST", f"/runs/{run_id}/signals/replied", raw=b"")
     assert by_id.status == 202
-    assert query(
-        project / "f.db", "SELECT name, payload FROM signals WHERE run_id = ?", (run_id,)
-    ) == [
-        ("replied", '{"text":"thanks"}'),
-        ("replied", "null"),
+    signals = query(
+        served_db, "SELECT name, payload FROM signals WHERE run_id = ? ORDER BY seq", (run_id,)
+    )
+    assert [(name, json.loads(payload)) for name, payload in signals] == [
+        ("replied", {"text": "thanks"}),
+        ("replied", None),
     ]
 
     paused = api.call("POST", f"/runs/{run_id}/pause")
@@ -102,7 +117,7 @@ def test_start_read_signal_by_key_and_cancel(api: Api, project: Path) -> None:
     assert api.call("POST", f"/runs/{run_id}/cancel").status == 200
 
 
-def test_every_refusal_is_json_and_writes_nothing(api: Api, project: Path) -> None:
+def test_every_refusal_is_json_and_writes_nothing(api: Api, served_db: str) -> None:
     done = start(api, "done-1")
     assert api.call("POST", f"/runs/{done}/cancel").status == 200
     live = start(api, "live-1")
@@ -172,7 +187,7 @@ def test_every_refusal_is_json_and_writes_nothing(api: Api, project: Path) -> No
         (413, "POST", "/runs", None, {"raw": big}),
         (413, "POST", "/signals/replied?key=live-1", None, {"raw": big}),
     ]
-    before = rows(project)
+    before = rows(served_db)
     for status, method, path, body, options in cases:
         reply = api.call(method, path, body, **options)  # type: ignore[arg-type]
         assert reply.status == status, (method, path, reply.status, reply.body[:300])
@@ -182,7 +197,7 @@ def test_every_refusal_is_json_and_writes_nothing(api: Api, project: Path) -> No
         assert "Traceback" not in error
         if status == 401:
             assert reply.headers["www-authenticate"] == "Bearer"
-    assert rows(project) == before
+    assert rows(served_db) == before
 
 
 def test_openapi_describes_every_route() -> None:
@@ -265,6 +280,7 @@ def serve_refusal(
 
 
 def test_serve_refuses_to_start_without_a_safe_token(tmp_path: Path) -> None:
+    """One store only: these refusals come before the database is opened."""
     out = serve_refusal(tmp_path)
     assert out.returncode == 2 and "needs a bearer token" in out.stderr
     out = serve_refusal(tmp_path, "--no-auth", "--host", "0.0.0.0")
@@ -280,12 +296,12 @@ def test_serve_refuses_to_start_without_a_safe_token(tmp_path: Path) -> None:
         assert "Traceback" not in o.stderr and len(o.stderr.strip().splitlines()) == 1
 
 
-def test_token_from_a_private_flowctl_toml_and_no_auth_on_loopback(tmp_path: Path) -> None:
+def test_token_from_a_private_flowctl_toml_and_no_auth_on_loopback(db: str, tmp_path: Path) -> None:
     (tmp_path / "flows.py").write_text(FLOWS)
     toml = tmp_path / "flowctl.toml"
     toml.write_text(f'[serve]\ntoken = "{TOKEN}"\n')
     toml.chmod(0o600)
-    proc, log = start_serve(tmp_path, tmp_path / "f.db", token=None)
+    proc, log = start_serve(tmp_path, db, token=None)
     try:
         api = Api(port_of(proc, log))
         assert api.call("GET", "/runs").status == 200
@@ -293,7 +309,7 @@ def test_token_from_a_private_flowctl_toml_and_no_auth_on_loopback(tmp_path: Pat
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    proc, log = start_serve(tmp_path, tmp_path / "f.db", "--no-auth", token=None)
+    proc, log = start_serve(tmp_path, db, "--no-auth", token=None)
     try:
         open_api = Api(port_of(proc, log), token=None)
         assert "NO AUTH" in log.read_text()
