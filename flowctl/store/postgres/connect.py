@@ -11,7 +11,7 @@ import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from flowctl.errors import DatabaseError
+from flowctl.errors import DatabaseError, SerializationError
 
 if TYPE_CHECKING:
     import psycopg
@@ -84,6 +84,24 @@ def driver() -> Any:
     except ImportError:
         raise PostgresDriverMissingError() from None
     return psycopg
+
+
+# untranslatable_character: the server's jsonb refusing a \u0000 escape.
+_UNTRANSLATABLE = "22P05"
+
+
+def unstorable(e: BaseException) -> SerializationError | None:
+    """The driver's refusal of a NUL character (U+0000), as the caller's error: PostgreSQL's
+    text and jsonb cannot hold one (SQLite's can). psycopg refuses it in a text parameter
+    before sending, the server in a JSON value; either way nothing was written."""
+    pg = driver()
+    nul_text = isinstance(e, pg.DataError) and "NUL" in str(e)
+    if not nul_text and getattr(e, "sqlstate", None) != _UNTRANSLATABLE:
+        return None
+    return SerializationError(
+        "PostgreSQL cannot store the NUL character (\\u0000) in text or JSON: remove it"
+        " from the value (a SQLite database keeps it)"
+    )
 
 
 def cause(e: BaseException) -> str:

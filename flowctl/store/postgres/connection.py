@@ -20,7 +20,15 @@ from flowctl.errors import (
     FlowctlError,
 )
 from flowctl.store.postgres import schema
-from flowctl.store.postgres.connect import cause, connect, describe, driver, redact, session_options
+from flowctl.store.postgres.connect import (
+    cause,
+    connect,
+    describe,
+    driver,
+    redact,
+    session_options,
+    unstorable,
+)
 from flowctl.store.postgres.rows import (
     _OWN_PIDS,
     BACKSTOP_S,
@@ -220,6 +228,9 @@ class PostgresConnection:
                 raise ConflictError(f"PostgreSQL at {self.where}: {cause(e)}") from None
             if isinstance(e, pg.OperationalError | pg.InterfaceError):
                 raise self._fault(e) from None
+            refused = unstorable(e)
+            if refused is not None:
+                raise refused from None
             raise
 
     @contextlib.contextmanager
@@ -282,7 +293,7 @@ class PostgresConnection:
                             raise
                         if isinstance(e, pg.OperationalError | pg.InterfaceError):
                             e = self._fault(e)
-                        results.append((False, e))
+                        results.append((False, unstorable(e) or e))
                     else:
                         results.append((True, value))
         except ConflictError:

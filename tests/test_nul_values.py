@@ -1,0 +1,91 @@
+"""The NUL character (U+0000) in a value flowctl stores, on both stores.
+
+SQLite keeps it. PostgreSQL cannot (its text and jsonb types refuse it): there the value is
+refused with one SerializationError line saying so and nothing is written, as for a value
+that is not JSON; never a driver traceback. A step whose result holds one ends its run dead
+(the same code returns the same value again), as a result that is not JSON does.
+
+Found running the HTTP API against PostgreSQL (tests/test_serve_fuzz.py draws such text):
+before, a NUL in a run's input was a traceback (a 500) with psycopg's UntranslatableCharacter,
+in a signal name psycopg's DataError.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flowctl import ops
+from flowctl.clock import FakeClock
+from flowctl.daemon import Daemon
+from flowctl.errors import SerializationError
+from flowctl.model import RunStatus
+from flowctl.store.sqlite import SqliteStore as Store
+
+FLOWS = """\
+from flowctl import workflow
+
+
+def nul():
+    return "a\\x00b"
+
+
+@workflow
+def waits(ctx, text: str = "", nested: object = None):
+    return ctx.wait_signal("go", timeout="1h")
+
+
+@workflow
+def makes(ctx):
+    return ctx.step("nul", nul)
+"""
+
+NUL = "a\x00b"
+
+
+def on_postgres(store: Store) -> bool:
+    return type(store).__name__ == "PostgresStore"
+
+
+@pytest.fixture
+def flows(flows_dir: Path) -> str:
+    (flows_dir / "nul_flows.py").write_text(FLOWS)
+    return str(flows_dir)
+
+
+def test_an_input_or_a_signal_with_a_nul_is_kept_on_sqlite_and_refused_whole_on_postgres(
+    store: Store, fake_clock: FakeClock, flows: str
+) -> None:
+    run = ops.start(store, "nul_flows.py:waits", {}, clock=fake_clock, cwd=flows).run
+    nul_run = {"text": NUL, "nested": [{"k": NUL}]}
+    if not on_postgres(store):
+        kept = ops.start(store, "nul_flows.py:waits", nul_run, clock=fake_clock, cwd=flows).run
+        assert store.get_run(kept.run_id).input == nul_run
+        ops.send_signal(store, run.run_id, "go", {"why": NUL}, clock=fake_clock)
+        assert [p for _, p, _ in store.pending_signals(run.run_id)] == [{"why": NUL}]
+        return
+    before = len(store.list_runs()), store.timeline(run.run_id)
+    with pytest.raises(SerializationError, match=r"NUL character \(\\u0000\)") as refused:
+        ops.start(store, "nul_flows.py:waits", nul_run, clock=fake_clock, cwd=flows)
+    assert "\n" not in str(refused.value)
+    with pytest.raises(SerializationError, match="NUL"):
+        ops.send_signal(store, run.run_id, "go", {"why": NUL}, clock=fake_clock)
+    with pytest.raises(SerializationError, match="NUL"):
+        ops.send_signal(store, run.run_id, f"g{NUL}o", 1, clock=fake_clock)  # a text column
+    assert (len(store.list_runs()), store.timeline(run.run_id)) == before
+    assert store.pending_signals(run.run_id) == []
+
+
+def test_a_step_returning_a_nul_completes_on_sqlite_and_ends_dead_on_postgres(
+    store: Store, fake_clock: FakeClock, daemon: Daemon, flows: str
+) -> None:
+    run = ops.start(store, "nul_flows.py:makes", {}, clock=fake_clock, cwd=flows).run
+    daemon.tick()
+    done = store.get_run(run.run_id)
+    if not on_postgres(store):
+        assert (done.status, done.result) == (RunStatus.COMPLETED, NUL)
+        return
+    assert done.status is RunStatus.DEAD
+    assert done.error is not None and "NUL character" in str(done.error["message"])
+    assert [e.kind for e in store.journal(run.run_id).values()] == ["step"]
