@@ -1,6 +1,6 @@
 """Fuzz the HTTP API from its own /openapi.json: every documented operation, with path and
 query values and bodies drawn by hypothesis (well-formed per the schema, or not), against a
-real `flowctl serve` process. No answer may be a 500, carry a traceback, or fall outside the
+real `flowctl serve` process, serving a SQLite file and then a PostgreSQL database. No answer may be a 500, carry a traceback, or fall outside the
 statuses the document lists for the operation; every refusal is a one-line JSON `{error}`.
 
 FLOWCTL_API_FUZZ_EXAMPLES sets the number of requests (default 300); FLOWCTL_API_FUZZ_TALLY
@@ -47,11 +47,27 @@ class Target:
         )
 
 
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def served_db(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The database served, once per store: a SQLite file, or a fresh PostgreSQL database
+    (skipped without a server: tests/pg.py). PostgreSQL refuses what SQLite keeps (a NUL
+    in text or JSON, tests/test_nul_values.py): that must be a 400, not a 500."""
+    if request.param == "sqlite":
+        yield str(tmp_path_factory.mktemp("fuzzdb") / "f.db")
+        return
+    from tests.pg import fresh_database
+
+    with fresh_database() as url:
+        yield url
+
+
 @pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+def target(tmp_path_factory: pytest.TempPathFactory, served_db: str) -> Iterator[Target]:
     project = tmp_path_factory.mktemp("fuzz")
     (project / "flows.py").write_text(FLOWS)
-    proc, log = start_serve(project, project / "f.db")
+    proc, log = start_serve(project, served_db)
     try:
         api = Api(port_of(proc, log))
         doc = api.call("GET", "/openapi.json").json()
