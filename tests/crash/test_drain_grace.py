@@ -1,5 +1,6 @@
 """Drain keeps to --grace with a command that ignores SIGTERM: the daemon exits 0 when the
-grace is over, the command and its child are killed, the run is handed back."""
+grace is over, the command and its child are killed, the run is handed back. On both
+stores (the `db` fixture)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import wait_until
 
-from flowctl import ops
-from flowctl.clock import SystemClock
-from flowctl.store.sqlite import SqliteStore as Store
-
-from .conftest import ROOT, Daemons, read, statuses, timeline
+from .conftest import Daemons, read, start_runs, statuses, timeline
 
 pytestmark = pytest.mark.crash
 
@@ -27,17 +24,12 @@ def alive(pid: int) -> bool:
 
 
 def test_past_the_grace_a_command_ignoring_sigterm_is_killed_and_the_run_handed_back(
-    tmp_path: Path, daemons: Daemons
+    db: str, tmp_path: Path, daemons: Daemons
 ) -> None:
-    db, pidfile = tmp_path / "flowctl.db", tmp_path / "child.pid"
-    with Store(db) as store:
-        run_id = ops.start(
-            store,
-            "tests/crash/core_flows.py:deaf_command",
-            {"pidfile": str(pidfile)},
-            clock=SystemClock(),
-            cwd=str(ROOT),
-        ).run.run_id
+    pidfile = tmp_path / "child.pid"
+    (run_id,) = start_runs(
+        db, "", [{"pidfile": str(pidfile)}], target="tests/crash/core_flows.py:deaf_command"
+    )
     proc = daemons.start(db, "--grace", "0.5s")
     wait_until(lambda: pidfile.exists() and pidfile.read_text().strip())
     child = int(pidfile.read_text())

@@ -7,6 +7,8 @@ PoisonRunError after six starts. Now the first crash (four runs in flight) is ch
 nobody: all four become suspects and run alone, one at a time. The three healthy runs
 complete; the guilty one is charged each crash it causes alone, and its fifth charged
 crash dead-letters it, at the seventh start (a crash is known only to the next process).
+On both stores (the `db` fixture): on PostgreSQL the dead daemon is on this host, where
+the pid check applies, so its runs are reclaimed at once there too.
 """
 
 from __future__ import annotations
@@ -18,11 +20,7 @@ from pathlib import Path
 import pytest
 from helpers import wait_until
 
-from flowctl import ops
-from flowctl.clock import SystemClock
-from flowctl.store.sqlite import SqliteStore as Store
-
-from .conftest import ROOT, Daemons, read, statuses, timeline
+from .conftest import Daemons, read, start_runs, statuses, timeline
 
 pytestmark = pytest.mark.crash
 
@@ -30,22 +28,18 @@ FLOWS = "tests/crash/core_flows.py"
 MAX_STARTS = 10
 
 
-def start(db: Path, name: str, inputs: list[dict[str, object]]) -> list[str]:
-    with Store(db) as store:
-        return [
-            ops.start(store, f"{FLOWS}:{name}", i, clock=SystemClock(), cwd=str(ROOT)).run.run_id
-            for i in inputs
-        ]
+def start(db: str, name: str, inputs: list[dict[str, object]]) -> list[str]:
+    return start_runs(db, "", inputs, target=f"{FLOWS}:{name}")
 
 
-def settled(db: Path) -> bool:
+def settled(db: str) -> bool:
     return all(s in ("completed", "dead", "cancelled") for s in statuses(db).values())
 
 
 def test_only_the_run_that_kills_its_daemon_is_poisoned_the_others_complete(
-    tmp_path: Path, daemons: Daemons
+    db: str, tmp_path: Path, daemons: Daemons
 ) -> None:
-    db, effects = tmp_path / "flowctl.db", tmp_path / "effects.log"
+    effects = tmp_path / "effects.log"
     (guilty,) = start(db, "killer", [{"effects": str(effects)}])
     healthy = start(db, "healthy", [{"effects": str(effects), "busy_ms": 300}] * 3)
 
