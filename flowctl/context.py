@@ -37,6 +37,10 @@ from flowctl.store import dumps
 if TYPE_CHECKING:
     from flowctl.store import Claim, Store
 
+# Values a JSON round trip returns unchanged, so a step's result of one of these types is
+# not round-tripped (a float is not among them: NaN and infinities are refused).
+_SAME_AFTER_JSON = frozenset({str, int, bool, type(None)})
+
 T = TypeVar("T")
 E = TypeVar("E", bound=BaseException)
 
@@ -275,7 +279,7 @@ class Context:
         try:
             with capturing(self._store, self.run_id, index, name, self._clock):
                 result = fn(*args, **kwargs)
-            if self.halted is None:
+            if self.halted is None and type(result) not in _SAME_AFTER_JSON:
                 # Return what replay will return: a tuple comes back as a list, int dict
                 # keys as strings, on the first run too. A value that is not JSON fails here.
                 result = json.loads(dumps(result, f"the result of step {name!r}"))

@@ -72,10 +72,22 @@ class StepOutput:
         self._decoders: dict[str, Any] = {}
         self._last_flush = float("-inf")  # a step's first line is stored at once
         self._broken = False
+        # Set at the first write: only then is the flusher started and this output made
+        # one of those it looks at, and only then has close() anything to do. A step that
+        # prints nothing (most) costs no lock round and no flush.
+        self.touched = False
+
+    def _touch(self) -> None:
+        self.touched = True
+        _start_flusher()
+        with _active_lock:
+            _active.add(self)  # no wake-up: the flusher looks every FLUSH_EVERY seconds
 
     def write(self, stream: str, text: str) -> None:
         if not text:
             return
+        if not self.touched:
+            self._touch()
         with self._lock:
             data = text.encode("utf-8", errors="replace")
             room = self.cap - self._kept[stream]
@@ -101,6 +113,8 @@ class StepOutput:
         this process's command listeners as it arrives."""
         decoder = self._decoders.get(stream)
         if decoder is None:
+            if not self.touched:
+                self._touch()
             decoder = self._decoders[stream] = codecs.getincrementaldecoder("utf-8")("replace")
         self._command_text(stream, decoder.decode(data))
 
@@ -166,16 +180,14 @@ def capturing(
     route()
     sink = StepOutput(store, run_id, call_index, step, clock, cap)
     token = _current.set(sink)
-    _start_flusher()
-    with _active_lock:
-        _active.add(sink)  # no wake-up: the flusher looks every FLUSH_EVERY seconds
     try:
         yield sink
     finally:
         _current.reset(token)
-        with _active_lock:
-            _active.discard(sink)
-        sink.close()
+        if sink.touched:  # else nothing was written: nothing to store, nothing registered
+            with _active_lock:
+                _active.discard(sink)
+            sink.close()
 
 
 CommandListener = Callable[[StepOutput, str, str], None]  # (step output, stream, text)

@@ -141,6 +141,9 @@ class WorkflowDef:
     _signature: inspect.Signature | bool | None = field(
         default=False, init=False, repr=False, compare=False
     )
+    # The input key sets already found to bind (a Python handler's check depends on the
+    # keys only, and nearly every run of a workflow passes the same ones): checked once.
+    _binds: set[frozenset[str]] = field(default_factory=set, init=False, repr=False, compare=False)
 
     def check_input(self, raw: dict[str, Any]) -> dict[str, Any]:
         return self.validate(raw) if self.validate is not None else raw
@@ -156,6 +159,9 @@ class WorkflowDef:
     def check_binds(self, input: dict[str, Any]) -> None:
         """Raise InputError unless a stored run's input binds to the handler as it is now
         (checked before it runs: the handler may have changed since the run was started)."""
+        keys = frozenset(input) if self.kind == "python" else None
+        if keys is not None and keys in self._binds:
+            return
         self.check_input(dict(input))
         sig = self.signature()
         if sig is None:
@@ -166,6 +172,8 @@ class WorkflowDef:
             raise InputError(
                 f"the input of run of workflow {self.name} does not fit: {e}"
             ) from None
+        if keys is not None:
+            self._binds.add(keys)
 
     def new_run(
         self,

@@ -20,11 +20,15 @@ from flowctl.model import (
     mask_secrets,
 )
 
+# One encoder for every dumps: json.dumps with arguments of its own builds a new
+# JSONEncoder per call, and a three-step run makes about eight.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
 
 def dumps(value: Any, what: str = "value") -> str:
     """JSON text for the store; a value that is not JSON is a clear error, never a pickle."""
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+        return _ENCODER.encode(value)
     except (TypeError, ValueError) as e:
         raise SerializationError(
             f"{what} is not JSON-serialisable ({e}); return str, int, float, bool, None, "

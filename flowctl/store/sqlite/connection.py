@@ -164,7 +164,11 @@ class SqliteConnection:
 
         SQLite errors about the file (full, read-only, corrupt) come out as one-line
         DatabaseErrors; a failed transaction is rolled back whole, so nothing half-written
-        is ever committed.
+        is ever committed. Returns only once the COMMIT that holds the block's changes is
+        done (with group commit, that COMMIT may hold other writers' changes too).
+
+        One generator for the whole write (it runs several times per step): the
+        transaction's body is inlined here rather than a context manager of its own.
         """
         if getattr(self._tl, "depth", 0):  # nested in this thread's write: part of it
             yield self._conn
@@ -174,62 +178,67 @@ class SqliteConnection:
                 f"read-only database: {self.path} (opened read-only: this process cannot write it)"
             )
         try:
-            with self._write_txn() as conn:
-                yield conn
+            with self._gc:
+                self._gc_pending += 1
+            group = 0
+            with self._lock:
+                self._tl.depth = 1
+                try:
+                    if not self._txn_open:
+                        self._begin()
+                    shared = self._group_writes > 0 or self._group_commit
+                    if shared:
+                        self._conn.execute("SAVEPOINT flowctl_write")
+                    try:
+                        yield self._conn
+                    except BaseException as e:
+                        self._undo(shared, e)
+                        raise
+                    if shared:
+                        self._conn.execute("RELEASE flowctl_write")
+                    self._group_writes += 1
+                    group = self._group_id
+                    if not getattr(self._tl, "own", 0):
+                        self._foreign_writes += 1
+                finally:
+                    self._tl.depth = 0
+                    with self._gc:
+                        self._gc_pending -= 1
+                        last = self._gc_pending == 0
+                    if self._txn_open and (
+                        last
+                        or not self._group_commit
+                        or self._group_writes >= GROUP_MAX_WRITES
+                        or _monotonic() - self._group_started >= GROUP_MAX_AGE
+                    ):
+                        self._commit_group()
+            # Return only once the COMMIT that holds our changes is done.
+            with self._gc:
+                while self._committed_id < group:
+                    self._gc.wait()
+                failed = self._group_failure(group) if self._group_errors else None
+            if failed is not None:
+                if isinstance(failed, sqlite3.Error):
+                    raise self._fault(failed) from failed
+                raise FlowctlError(f"could not commit to {self.path}: {failed}") from failed
         except sqlite3.DatabaseError as e:
             if isinstance(e, sqlite3.IntegrityError | sqlite3.ProgrammingError):
                 raise
             raise self._fault(e) from None
 
-    @contextlib.contextmanager
-    def _write_txn(self) -> Iterator[sqlite3.Connection]:
-        with self._gc:
-            self._gc_pending += 1
-        group = 0
-        with self._lock:
-            self._tl.depth = 1
-            try:
-                if not self._txn_open:
-                    _retry_locked(lambda: self._conn.execute("BEGIN IMMEDIATE"))
-                    self._txn_open = True
-                    self._group_id += 1
-                    self._group_writes = 0
-                    self._group_started = _monotonic()
-                shared = self._group_writes > 0 or self._group_commit
-                if shared:
-                    self._conn.execute("SAVEPOINT flowctl_write")
-                try:
-                    yield self._conn
-                except BaseException as e:
-                    self._undo(shared, e)
-                    raise
-                if shared:
-                    self._conn.execute("RELEASE flowctl_write")
-                self._group_writes += 1
-                group = self._group_id
-                if not getattr(self._tl, "own", 0):
-                    self._foreign_writes += 1
-            finally:
-                self._tl.depth = 0
-                with self._gc:
-                    self._gc_pending -= 1
-                    last = self._gc_pending == 0
-                if self._txn_open and (
-                    last
-                    or not self._group_commit
-                    or self._group_writes >= GROUP_MAX_WRITES
-                    or _monotonic() - self._group_started >= GROUP_MAX_AGE
-                ):
-                    self._commit_group()
-        # Return only once the COMMIT that holds our changes is done.
-        with self._gc:
-            while self._committed_id < group:
-                self._gc.wait()
-            failed = self._group_failure(group) if self._group_errors else None
-        if failed is not None:
-            if isinstance(failed, sqlite3.Error):
-                raise self._fault(failed) from failed
-            raise FlowctlError(f"could not commit to {self.path}: {failed}") from failed
+    def _begin(self) -> None:
+        """Open the group's transaction (holding self._lock); retried while locked."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            msg = str(e).lower()
+            if "locked" not in msg and "busy" not in msg:
+                raise
+            _retry_locked(lambda: self._conn.execute("BEGIN IMMEDIATE"))
+        self._txn_open = True
+        self._group_id += 1
+        self._group_writes = 0
+        self._group_started = _monotonic()
 
     def run_batch(self, calls: Sequence[Callable[[], Any]]) -> list[tuple[bool, Any]]:
         """Make several store calls in one transaction and one COMMIT (the single writer

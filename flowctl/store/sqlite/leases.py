@@ -3,7 +3,6 @@ holding a run are in fenced.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -324,7 +323,7 @@ class Leases(SqliteConnection):
                 [now_us, rid, now_us],
             )
         # The row as just written, without reading it back (one statement fewer per claim).
-        claimed = dataclasses.replace(
+        claimed = _replaced(
             run,
             status=RunStatus.RUNNING,
             lease_owner=owner,
@@ -496,3 +495,11 @@ def _load_runs(
         list(run_ids),
     )
     return {r[0]: (_run_from_row(r[:-2]), (bool(r[-2]), bool(r[-1]))) for r in rows}
+
+
+def _replaced(run: Run, **changes: Any) -> Run:
+    """`dataclasses.replace(run, **changes)` without its per-field checks (a claim makes
+    one per run; Run is a plain frozen dataclass: no __post_init__, no InitVar)."""
+    new = object.__new__(Run)
+    new.__dict__.update(run.__dict__, **changes)
+    return new
