@@ -60,6 +60,10 @@ class LiveRun:
             return self._interrupt
 
     def interruption(self) -> Interrupt | None:
+        if self.timeout is None:
+            # No budget to check: the interrupt, if one was delivered, is the whole answer
+            # (one attribute read; interrupt() sets it once, under the lock).
+            return self._interrupt
         from flowctl.errors import ExecutionTimeoutError
 
         with self._lock:

@@ -297,6 +297,12 @@ _log_capture = LogCapture()
 def route() -> None:
     """Put RoutedStream in front of sys.stdout and sys.stderr (again, if something such
     as a test harness replaced them), and LogCapture on the root logger. Idempotent."""
+    if (
+        type(sys.stdout) is RoutedStream
+        and type(sys.stderr) is RoutedStream
+        and _log_capture in logging.root.handlers
+    ):
+        return  # routed already (every step after the first): no lock taken
     with _route_lock:
         if not isinstance(sys.stdout, RoutedStream) and sys.stdout is not None:
             sys.stdout = RoutedStream(sys.stdout, "stdout")
