@@ -31,7 +31,7 @@ from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import CallKind, EntryState, JournalEntry
 from flowctl.store.sqlite import SqliteStore as Store
-from flowctl.store.sqlite.runs import SORT_BOUNDED
+from flowctl.store.sqlite.listing import SORT_BOUNDED
 from tests.inproc import run_main
 
 # Tables whose size grows with the number of runs.
@@ -164,7 +164,7 @@ LIMITED_SUBQUERY = re.compile(r"\(SELECT (?:[^()]|\(def_id\))* LIMIT (\?|\d+)\)"
 def _sorts_a_bounded_set(sql: str, plan: list[str]) -> bool:
     """A sort is fine over LIMITed subqueries (a merge of per-status pages, the search
     window), over one run's rows (run_id=?), over the runs of one workflow that run_counts
-    showed are few (SORT_BOUNDED, see RunReads._workflow_indexes), or over tables that do
+    showed are few (SORT_BOUNDED, see RunList._workflow_indexes), or over tables that do
     not grow."""
     if SORT_BOUNDED in sql or LIMITED_SUBQUERY.search(re.sub(r"'[^']*'", "?", sql)):
         return True

@@ -1,8 +1,8 @@
-"""Reads of runs, journals, timelines and published values (no writes)."""
+"""Reads of runs, journals, timelines and published values (no writes); the run list and
+its counts are RunList's (listing.py), which RunReads extends."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -11,16 +11,14 @@ from flowctl.errors import (
     RunNotFoundError,
 )
 from flowctl.model import (
-    CallKind,
     EntryState,
     JournalEntry,
     Run,
-    RunStatus,
     TimelineEvent,
     from_us,
     to_us,
 )
-from flowctl.store.sqlite.connection import SqliteConnection
+from flowctl.store.sqlite.listing import RunList
 from flowctl.store.sqlite.rows import (
     _ENTRY_COLUMNS,
     _RUN_COLUMNS,
@@ -29,17 +27,11 @@ from flowctl.store.sqlite.rows import (
     _entry_from_row,
     _loads,
     _run_from_row,
-    _search_clause,
-    _search_source,
 )
-from flowctl.store.sqlite.schema import PLAIN_CREATED
 from flowctl.transitions import agenda_kind
 
-# Marks a statement whose sort run_counts bounds (see _workflow_indexes), for the plan test.
-SORT_BOUNDED = "/* sort bounded by run_counts */"
 
-
-class RunReads(SqliteConnection):
+class RunReads(RunList):
     """Reads of runs and what they recorded."""
 
     def get_run(self, run_id: str) -> Run:
@@ -71,107 +63,6 @@ class RunReads(SqliteConnection):
         rows = self._read(f"SELECT {_RUN_COLUMNS} FROM {_RUNS_BY_KEY_JOINED} WHERE key = ?", [key])
         return _run_from_row(rows[0]) if rows else None
 
-    def list_runs(
-        self,
-        *,
-        statuses: Sequence[RunStatus] | None = None,
-        workflow: str | None = None,
-        search: str | None = None,
-        since: datetime | None = None,
-        limit: int = 50,
-        offset: int = 0,
-        order: str = "created_desc",
-    ) -> list[Run]:
-        """One page of runs, newest first (or by run_at, or by finished_at).
-
-        Each status is listed from its own index range in order, and several are merged
-        from at most limit + offset rows each, so no listing sorts a growing set. Ties
-        are broken by rowid (insertion order; by run_id in run_at order, which its index
-        holds). A search reads a bounded window of runs
-        (see _search_source).
-        """
-        orders = {
-            "created_desc": "created_at DESC, rid DESC",
-            "run_at": "run_at, run_id",  # runs_due is (status, run_at, run_id)
-            "finished_desc": "finished_at DESC, rid DESC",
-        }
-        by = orders[order]
-        where: list[str] = []
-        params: list[Any] = []
-        if workflow:
-            where.append("workflow = ?")
-            params.append(workflow)
-        if since is not None:
-            where.append("created_at >= ?")
-            params.append(to_us(since))
-        if order == "finished_desc":
-            where.append("finished_at IS NOT NULL")  # runs_status_finished holds only these
-        source, source_params = _RUNS, list[Any]()
-        if search:
-            source, source_params = _search_source(search)
-            clause, clause_args = _search_clause(search)
-            where.append(clause)
-            params.extend(clause_args)
-        rid = "rid" if search else "runs.rowid AS rid"
-        wanted = [str(s) for s in statuses] if statuses else []
-        if not wanted and not search:
-            # Every index on runs leads with the status (or workflow, status) since
-            # migration 19: each status's range, merged.
-            wanted = [str(s) for s in RunStatus]
-        hints = (
-            self._workflow_indexes(workflow, wanted, order, limit + offset)
-            if workflow and not search and order != "created_desc"
-            else {}
-        )
-        if (len(wanted) <= 1 and not hints) or search:  # one index range, or a bounded window
-            marks = ",".join("?" * len(wanted))
-            conds = ([f"status IN ({marks})"] if wanted else []) + where
-            sql = f"SELECT {_RUN_COLUMNS}, {rid} FROM {source}"
-            if conds:
-                sql += " WHERE " + " AND ".join(conds)
-            sql += f" ORDER BY {by} LIMIT ? OFFSET ?"
-            rows = self._read(sql, [*source_params, *wanted, *params, limit, offset])
-            return [_run_from_row(r) for r in rows]
-        parts: list[str] = []
-        args: list[Any] = []
-        for status in wanted:
-            part = " AND ".join(["status = ?", *where])
-            parts.append(
-                f"SELECT * FROM (SELECT {_RUN_COLUMNS}, {rid} FROM runs {hints.get(status, '')}"
-                " LEFT JOIN definitions USING (def_id)"
-                f" WHERE {part} ORDER BY {by} LIMIT ?)"
-            )
-            args += [status, *params, limit + offset]
-        sql = " UNION ALL ".join(parts) + f" ORDER BY {by} LIMIT ? OFFSET ?"
-        return [_run_from_row(r) for r in self._read(sql, [*args, limit, offset])]
-
-    def _workflow_indexes(
-        self, workflow: str, statuses: Sequence[str], order: str, rows: int
-    ) -> dict[str, str]:
-        """The index each status of one workflow is listed from, in run_at or finished_at
-        order (runs_workflow holds created_at order only). From run_counts, O(1): with w
-        runs of the workflow among s of the status, seeking the w and sorting them costs w;
-        walking the order's index until `rows` of the workflow turn up costs rows * s / w.
-        The cheaper is taken, so neither a rare workflow nor a common one costs more than
-        sqrt(rows * s) rows (14,000 for a 200-row page of 1,000,000 runs)."""
-        walk = {"run_at": "runs_due", "finished_desc": "runs_status_finished"}[order]
-        counts = {
-            status: (int(w), int(s))
-            for status, w, s in self._read(
-                "SELECT status, SUM(CASE WHEN workflow = ? THEN n ELSE 0 END), SUM(n)"
-                " FROM run_counts GROUP BY status",
-                [workflow],
-            )
-        }
-        hints = {}
-        for status in statuses:
-            w, s = counts.get(status, (0, 0))
-            seek = w * w <= rows * s
-            hints[status] = (
-                f"INDEXED BY runs_workflow {SORT_BOUNDED}" if seek else f"INDEXED BY {walk}"
-            )
-        return hints
-
     def runs_by_ids(self, run_ids: Sequence[str]) -> list[Run]:
         if not run_ids:
             return []
@@ -180,29 +71,6 @@ class RunReads(SqliteConnection):
             list(run_ids),
         )
         return [_run_from_row(r) for r in rows]
-
-    def count_by_status(self, workflow: str | None = None) -> dict[RunStatus, int]:
-        """Runs per status (of one workflow): read from run_counts, which triggers keep in
-        the same transaction as every status change, so this never scans runs."""
-        counts = {s: 0 for s in RunStatus}
-        if workflow:
-            rows = self._read(
-                "SELECT status, n FROM run_counts WHERE workflow = ? AND n > 0", [workflow]
-            )
-        else:
-            rows = self._read("SELECT status, SUM(n) FROM run_counts GROUP BY status")
-        for status, n in rows:
-            if n:
-                counts[RunStatus(status)] = n
-        return counts
-
-    def workflows_seen(self) -> list[str]:
-        return [
-            r[0]
-            for r in self._read(
-                "SELECT DISTINCT workflow FROM run_counts WHERE n > 0 ORDER BY workflow"
-            )
-        ]
 
     def run_source(self, run_id: str) -> tuple[str | None, str | None]:
         rows = self._read(
@@ -279,19 +147,6 @@ class RunReads(SqliteConnection):
             total += 1
         return events[::-1], int(total)
 
-    def _implied_created(self, run_id: str) -> TimelineEvent | None:
-        """The run's plain `created` event, when it is not stored (migration 18): its first
-        event, {"attempt": 1} at created_at, unless its first stored event is a `created`
-        one (which then says more). None for a run that does not exist."""
-        rows = self._read(
-            "SELECT created_at, (SELECT type FROM timeline t WHERE t.run_id = runs.run_id"
-            " ORDER BY seq LIMIT 1) FROM runs WHERE run_id = ?",
-            [run_id],
-        )
-        if not rows or rows[0][1] == "created":
-            return None
-        return TimelineEvent(run_id, from_us(rows[0][0]), "created", json.loads(PLAIN_CREATED))
-
     def last_entry(self, run_id: str, states: Sequence[EntryState]) -> JournalEntry | None:
         rows = self._read(
             f"SELECT {_ENTRY_COLUMNS} FROM journal WHERE run_id = ? AND state IN"
@@ -351,58 +206,6 @@ class RunReads(SqliteConnection):
                 )[0][0]
             )
         return total
-
-    def last_event(self, run_id: str, types: Sequence[str]) -> TimelineEvent | None:
-        """The run's newest timeline event of one of these types."""
-        rows = self._read(
-            f"SELECT run_id, at, type, data FROM timeline WHERE run_id = ? AND type IN"
-            f" ({','.join('?' * len(types))}) ORDER BY seq DESC LIMIT 1",
-            [run_id, *types],
-        )
-        if not rows:
-            return self._implied_created(run_id) if "created" in types else None
-        r = rows[0]
-        return TimelineEvent(r[0], from_us(r[1]), r[2], _loads(r[3]) or {})
-
-    # -- TUI support ---------------------------------------------------------
-
-    def count_by_status_matching(
-        self, workflow: str | None, search: str | None
-    ) -> dict[RunStatus, int]:
-        """Counts per status under the same workflow/search narrowing as list_runs.
-
-        The TUI's tab counts must agree with the rows it lists when a search is active;
-        without a search they come from run_counts. A search counts in its bounded window.
-        """
-        if not search:
-            return self.count_by_status(workflow)
-        source, params = _search_source(search)
-        where: list[str] = []
-        if workflow:
-            where.append("workflow = ?")
-            params.append(workflow)
-        clause, args = _search_clause(search)
-        where.append(clause)
-        params.extend(args)
-        sql = f"SELECT status, COUNT(*) FROM {source} WHERE " + " AND ".join(where)
-        counts = {s: 0 for s in RunStatus}
-        for status, n in self._read(sql + " GROUP BY status", params):
-            counts[RunStatus(status)] = n
-        return counts
-
-    def pending_calls(self, run_ids: Sequence[str]) -> dict[str, tuple[CallKind, str]]:
-        """The unresolved call (kind, name) each run is parked on: what a waiting run waits for.
-
-        One query for a page of runs, so a list can show it without reading whole journals.
-        """
-        if not run_ids:
-            return {}
-        rows = self._read(
-            "SELECT run_id, kind, name FROM journal WHERE state = 'pending' AND run_id IN"
-            f" ({','.join('?' * len(run_ids))}) ORDER BY call_index",
-            list(run_ids),
-        )
-        return {r[0]: (CallKind(r[1]), r[2]) for r in rows}
 
     def agenda_runs(self, until: datetime, limit: int) -> list[tuple[datetime, str, Run]]:
         """(when, kind, run) for every active run's next due time and deadline up to `until`,
