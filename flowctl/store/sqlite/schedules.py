@@ -22,17 +22,14 @@ from flowctl.store.records import (
     dumps,
 )
 from flowctl.store.sqlite.connection import SqliteConnection
-from flowctl.store.sqlite.rows import (
+from flowctl.store.sqlite.rows import _RUNS_BY_KEY, _add_event, _dt, _us
+from flowctl.store.sqlite.schedule_rows import (
     _HISTORY_COLUMNS,
-    _RUNS_BY_KEY,
     _SCHEDULE_COLUMNS,
-    _add_event,
-    _dt,
     _history_from_row,
     _schedule_from_row,
     _schedule_row,
     _secret_keys_json,
-    _us,
 )
 from flowctl.store.sqlite.writes import _RUNNING_OF_SCHEDULE, _insert_run, _release_next
 
