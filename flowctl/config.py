@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowctl.errors import ConfigError
-from flowctl.notify import NotifyConfig, parse_notify
+
+if TYPE_CHECKING:  # flowctl.notify loads only for a file with a [notify] table
+    from flowctl.notify import NotifyConfig
 
 CONFIG_NAME = "flowctl.toml"
 
@@ -63,6 +64,8 @@ class Config:
 
     def notify(self) -> NotifyConfig | None:
         """The [notify] table, checked when the file was loaded; None when there is none."""
+        from flowctl.notify import parse_notify
+
         return parse_notify(self.values.get("notify"), str(self.path))
 
 
@@ -79,6 +82,8 @@ def load_config(path: Path | None = None, start: Path | None = None) -> Config:
     path = path or find_config(start)
     if path is None:
         return Config()
+    import tomllib  # only with a file to read: a command run outside a project skips it
+
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:
@@ -105,7 +110,10 @@ def load_config(path: Path | None = None, start: Path | None = None) -> Config:
     for name, table in values.get("schedules", {}).items():
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: schedules.{name} must be a table [schedules.{name}]")
-    parse_notify(values.get("notify"), str(path))
+    if values.get("notify") is not None:  # parse_notify(None) is None: nothing to check
+        from flowctl.notify import parse_notify
+
+        parse_notify(values["notify"], str(path))
     unknown_serve = sorted(set(values.get("serve", {})) - {"token"})
     if unknown_serve:
         raise ConfigError(f"{path}: unknown [serve] key {unknown_serve[0]!r}; accepted: token")

@@ -194,7 +194,9 @@ SKELETON = {
     "flowctl.limits",
 }
 # ... and what `flowctl ls` adds: its command, the run-list read, the config that finds the
-# database, the SQLite store, the table renderer
+# database, the SQLite run-list reads alone (flowctl.store.open_run_list), the table renderer.
+# Not the store's records (dataclasses), the claim policy, the write, lease, schedule or
+# maintenance mixins, nor the [notify] parser (only a flowctl.toml with [notify] loads it).
 LS_PATH = {
     "flowctl.cli.listing",
     "flowctl.cli.table",
@@ -202,12 +204,15 @@ LS_PATH = {
     "flowctl.ops.listing",
     "flowctl.ops.parse",
     "flowctl.config",
-    "flowctl.notify",
     "flowctl.durations",
     "flowctl.model",
     "flowctl.store",
-    "flowctl.transitions",
-    "flowctl.retry",
+    "flowctl.store.mapping",
+    "flowctl.store.sqlite",
+    "flowctl.store.sqlite.connection",
+    "flowctl.store.sqlite.listing",
+    "flowctl.store.sqlite.rows",
+    "flowctl.store.sqlite.schema",
 }
 
 
@@ -237,6 +242,60 @@ def test_ls_loads_the_store_read_path_and_the_table_renderer_only(tmp_path: Path
         client.start(str(ROOT / "workflows" / "ping.yaml"))
     loaded = _flowctl_modules_after(["ls"], str(db))
     assert "flowctl.cli.table" in loaded  # the probe really printed the list
-    extra = {m for m in loaded - SKELETON - LS_PATH if not m.startswith("flowctl.store.")}
-    assert extra == set()
-    assert not {m for m in loaded if m.startswith("flowctl.store.postgres")}
+    assert loaded - SKELETON == LS_PATH
+
+
+def test_ls_leaves_the_writes_and_every_heavy_module_unloaded(tmp_path: Path) -> None:
+    """By name, what `flowctl ls` must never pay for: the engine and daemon, the write
+    side of the store, Textual, cron, YAML, the HTTP stack, pydantic, Rich's console."""
+    db = tmp_path / "f.db"
+    with Client(db) as client:
+        client.start(str(ROOT / "workflows" / "ping.yaml"))
+    code = (
+        "import os, flowctl.cli\n"
+        f"os.environ['FLOWCTL_DB'] = {str(db)!r}\n"
+        "try:\n"
+        "    flowctl.cli.app(['ls'], prog_name='flowctl', standalone_mode=False)\n"
+        "except BaseException:\n"
+        "    pass\n"
+        "import sys, json\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    loaded = set(json.loads(out.strip().splitlines()[-1]))
+    assert "flowctl.store.sqlite.listing" in loaded  # the probe really read the database
+    never = (
+        "flowctl.engine",
+        "flowctl.daemon",
+        "flowctl.context",
+        "flowctl.workflow",
+        "flowctl.transitions",
+        "flowctl.retry",
+        "flowctl.notify",
+        "flowctl.store.records",
+        "flowctl.store.sqlite.store",
+        "flowctl.store.sqlite.runs",
+        "flowctl.store.sqlite.writes",
+        "flowctl.store.sqlite.leases",
+        "flowctl.store.sqlite.operator",
+        "flowctl.store.sqlite.schedules",
+        "flowctl.store.sqlite.maintenance",
+        "flowctl.store.sqlite.notifications",
+        "flowctl.store.sqlite.output",
+        "flowctl.store.sqlite.metrics",
+        "flowctl.store.postgres",
+        "textual",
+        "cronsim",
+        "yaml",
+        "httpx",
+        "starlette",
+        "uvicorn",
+        "psycopg",
+        "pydantic",
+        "rich.console",
+        "logging",
+    )
+    for name in never:
+        assert not any(m == name or m.startswith(name + ".") for m in loaded), name

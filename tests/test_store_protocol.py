@@ -18,7 +18,16 @@ import pytest
 
 from flowctl.errors import DatabaseError, FlowctlError
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
-from flowctl.store import Claim, HeartbeatReply, Lease, NewRun, Store, open_store
+from flowctl.store import (
+    Claim,
+    HeartbeatReply,
+    Lease,
+    NewRun,
+    RunListing,
+    Store,
+    open_run_list,
+    open_store,
+)
 from flowctl.store.sqlite import SqliteStore
 
 T0 = datetime(2026, 3, 29, 0, 59, tzinfo=UTC)
@@ -27,10 +36,13 @@ FLOWCTL = Path(__file__).resolve().parent.parent / "flowctl"
 
 
 def _operations(cls: type) -> dict[str, Any]:
-    """The public operations a class declares (methods and properties), by name."""
+    """The public operations a protocol declares (methods and properties), by name, its
+    base protocols' included (Store extends RunListing)."""
     return {
         name: value
-        for name, value in vars(cls).items()
+        for base in reversed(cls.__mro__)
+        if base.__module__ == cls.__module__
+        for name, value in vars(base).items()
         if not name.startswith("_") and (callable(value) or isinstance(value, property))
     }
 
@@ -42,6 +54,7 @@ def test_the_sqlite_store_offers_every_operation_of_the_protocol_with_its_parame
     structural type check alone does not hold a backend to."""
     operations = _operations(Store)
     assert len(operations) > 60  # the whole interface, not an empty protocol
+    assert set(_operations(RunListing)) < set(operations)  # with the run list's reads
     for name, declared in operations.items():
         if isinstance(declared, property):
             assert hasattr(store, name), name  # an attribute or property of an open store

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the store (sqlite_utils, the backend) loads when a command 
     from flowctl.clock import Clock
     from flowctl.config import Config
     from flowctl.model import Run
-    from flowctl.store import Store
+    from flowctl.store import RunListing, Store
 
 
 class _Group(TyperGroup):
@@ -92,6 +92,7 @@ class State:
         self._db = db
         self._config: Config | None = None
         self._store: Store | None = None
+        self._run_list: RunListing | None = None
         self.clock = clock
 
     @property
@@ -124,16 +125,35 @@ class State:
             )
         return self._store
 
+    @property
+    def run_list(self) -> RunListing:
+        """The database of a command that only lists runs (`flowctl ls`), opened as `store`
+        opens it but with the run-list reads alone (flowctl.store.open_run_list), so the
+        command starts without loading the rest of the store. The store itself once a
+        command has opened it."""
+        if self._store is not None:
+            return self._store
+        if self._run_list is None:
+            from flowctl.store import open_run_list
+
+            self._run_list = open_run_list(
+                self.db_path, durability=str(self.config.get("durability"))
+            )
+        return self._run_list
+
     def close(self) -> None:
         """Close the store when the command ends (click's call_on_close): a PostgreSQL
         store's pooled and LISTEN connections end cleanly instead of at garbage collection."""
         store, self._store = self._store, None
-        if store is not None:
-            store.close()
+        run_list, self._run_list = self._run_list, None
+        for handle in (store, run_list):
+            if handle is not None:
+                handle.close()
 
     def read_only_note(self) -> str | None:
         """What a successful command says when it could only read its database."""
-        if self._store is None or not self._store.read_only:
+        opened = [h for h in (self._store, self._run_list) if h is not None]
+        if not any(h.read_only for h in opened):
             return None
         return f"flowctl: note: {self.db_path} is read-only here: opened for reading only"
 

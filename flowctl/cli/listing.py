@@ -109,16 +109,18 @@ def _list_once(
     limit: int,
     as_json: bool,
 ) -> None:
-    runs = ops.list_runs(st.store, statuses=status, workflow=workflow, search=search, limit=limit)
+    runs = ops.list_runs(
+        st.run_list, statuses=status, workflow=workflow, search=search, limit=limit
+    )
     total = None
     if len(runs) == limit:
-        total = ops.count_listed(st.store, statuses=status, workflow=workflow, search=search)
+        total = ops.count_listed(st.run_list, statuses=status, workflow=workflow, search=search)
     if as_json:
         _emit_json([_run_json(r) for r in runs])
     elif not runs:
         typer.echo("no runs")
     else:
-        _run_table(runs, st.clock.now(), ops.cancel_requests(st.store, runs))
+        _run_table(runs, st.clock.now(), ops.cancel_requests(st.run_list, runs))
     if total is not None and total > limit:
         _cut(limit, total, "runs")  # on stderr: stdout stays the table or one JSON document
 

@@ -15,11 +15,11 @@ from flowctl.ops.parse import parse_statuses
 
 if TYPE_CHECKING:  # the caller opened the store; this module needs only its interface
     from flowctl.explain import OperatorEvent
-    from flowctl.store import Store
+    from flowctl.store import RunListing
 
 
 def count_listed(
-    store: Store,
+    store: RunListing,
     *,
     statuses: list[str] | None = None,
     workflow: str | None = None,
@@ -32,7 +32,7 @@ def count_listed(
 
 
 def list_runs(
-    store: Store,
+    store: RunListing,
     *,
     statuses: list[str] | None = None,
     workflow: str | None = None,
@@ -54,7 +54,7 @@ def list_runs(
 
 
 def count_runs(
-    store: Store, *, workflow: str | None = None, search: str | None = None
+    store: RunListing, *, workflow: str | None = None, search: str | None = None
 ) -> dict[RunStatus, int]:
     """Runs per status, narrowed exactly as `list_runs` narrows, so counts match the lists."""
     if not search:
@@ -62,7 +62,7 @@ def count_runs(
     return store.count_by_status_matching(workflow, search)
 
 
-def waiting_for(store: Store, run_ids: list[str]) -> dict[str, str]:
+def waiting_for(store: RunListing, run_ids: list[str]) -> dict[str, str]:
     """What each run in a page is parked on ("signal 'approved'", "child run"), in one query.
 
     A list of waiting runs shows this without reading each run's journal.
@@ -73,12 +73,12 @@ def waiting_for(store: Store, run_ids: list[str]) -> dict[str, str]:
     return out
 
 
-def workflow_names(store: Store) -> list[str]:
+def workflow_names(store: RunListing) -> list[str]:
     """Every workflow name that has runs, sorted: the choices for a workflow filter."""
     return store.workflows_seen()
 
 
-def cancel_requests(store: Store, runs: Sequence[Run]) -> dict[str, OperatorEvent]:
+def cancel_requests(store: RunListing, runs: Sequence[Run]) -> dict[str, OperatorEvent]:
     """Who asked to cancel each running run whose cancel is pending (its handler has not
     stopped yet), and when: the newest "cancel requested" timeline event. One read per
     such run; a page holds few (a cancel is honoured at the next heartbeat, or as soon as

@@ -27,38 +27,40 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus, TimelineEvent
-from flowctl.store.records import (
-    Claim,
-    DaemonInfo,
-    FireOutcome,
-    FirePlan,
-    HeartbeatReply,
-    Lease,
-    MetricsSnapshot,
-    NewRun,
-    NewSchedule,
-    Notification,
-    OutputChunk,
-    PrunedRun,
-    ScheduleEvent,
-    ScheduleRow,
-    dumps,
-)
+if TYPE_CHECKING:  # each is loaded on first use (__getattr__): `flowctl ls` needs none of them
+    from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus, TimelineEvent
+    from flowctl.store.records import (
+        Claim,
+        DaemonInfo,
+        FireOutcome,
+        FirePlan,
+        HeartbeatReply,
+        Lease,
+        MetricsSnapshot,
+        NewRun,
+        NewSchedule,
+        Notification,
+        OutputChunk,
+        PrunedRun,
+        ScheduleEvent,
+        ScheduleRow,
+        dumps,
+    )
 
-# The SQLite backend's schema facts, for tests and the v1 fixture (tests/fixtures/make_v1_db.py).
-from flowctl.store.sqlite.connection import WAL_BOUND_BYTES, WAL_BOUND_PAGES
-from flowctl.store.sqlite.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
-from flowctl.store.sqlite.store import SqliteStore
-from flowctl.transitions import Applied
+    # The SQLite backend's schema facts, for tests and the v1 fixture (tests/fixtures/make_v1_db.py).
+    from flowctl.store.sqlite.connection import WAL_BOUND_BYTES, WAL_BOUND_PAGES
+    from flowctl.store.sqlite.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+    from flowctl.transitions import Applied
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
-class Store(Protocol):
-    """A flowctl database. Thread-safe: any thread may call any operation."""
+class RunListing(Protocol):
+    """What reading the run list needs (`flowctl ls`, the TUI's lists, flowctl.ops.listing):
+    a Store has all of it; `open_run_list` may open just this (SQLite: without the rest of
+    the store, so `flowctl ls` starts without compiling it)."""
 
     # -- the handle ------------------------------------------------------------
 
@@ -75,6 +77,61 @@ class Store(Protocol):
     def close(self) -> None:
         """Release the connection(s); no call may follow."""
         ...
+
+    # -- the run list ----------------------------------------------------------
+
+    def list_runs(
+        self,
+        *,
+        statuses: Sequence[RunStatus] | None = None,
+        workflow: str | None = None,
+        search: str | None = None,
+        since: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        order: str = "created_desc",
+    ) -> list[Run]:
+        """A page of runs narrowed by status, workflow, creation time and `search` (run id or
+        input with secrets masked: a secret value never matches), in `order`
+        (created_desc | run_at | finished_desc, which lists finished runs only); ties in the
+        order go by insertion.
+
+        Bounded at any size: each status is read from an index in order (several are
+        merged), and `search` looks only at the newest 5,000 runs plus the run whose id
+        or key is exactly `search` (a substring of the input cannot be indexed)."""
+        ...
+
+    def count_by_status(self, workflow: str | None = None) -> dict[RunStatus, int]:
+        """How many runs have each status (every status present, 0 when none). O(1) in the
+        number of runs: a backend keeps per-(workflow, status) counts in the same
+        transaction as every insert, delete and status change (SQLite: run_counts)."""
+        ...
+
+    def count_by_status_matching(
+        self, workflow: str | None, search: str | None
+    ) -> dict[RunStatus, int]:
+        """count_by_status under the same workflow/search narrowing as list_runs (a search
+        counts within the same bounded window list_runs searches)."""
+        ...
+
+    def workflows_seen(self) -> list[str]:
+        """Every workflow name any run has, sorted (from the counts, not a scan)."""
+        ...
+
+    def pending_calls(self, run_ids: Sequence[str]) -> dict[str, tuple[CallKind, str]]:
+        """For each of these runs parked on an unresolved call, that call's (kind, name)."""
+        ...
+
+    def last_event(self, run_id: str, types: Sequence[str]) -> TimelineEvent | None:
+        """The run's newest timeline event of one of these types."""
+        ...
+
+
+class Store(RunListing, Protocol):
+    """A flowctl database. Thread-safe: any thread may call any operation. Its handle
+    (path, read_only, close) and run-list reads are RunListing's."""
+
+    # -- the handle ------------------------------------------------------------
 
     def data_version(self) -> int:
         """A number that changes whenever a write not made inside own_writes() commits
@@ -138,44 +195,6 @@ class Store(Protocol):
         """The run created with this idempotency key, if any."""
         ...
 
-    def list_runs(
-        self,
-        *,
-        statuses: Sequence[RunStatus] | None = None,
-        workflow: str | None = None,
-        search: str | None = None,
-        since: datetime | None = None,
-        limit: int = 50,
-        offset: int = 0,
-        order: str = "created_desc",
-    ) -> list[Run]:
-        """A page of runs narrowed by status, workflow, creation time and `search` (run id or
-        input with secrets masked: a secret value never matches), in `order`
-        (created_desc | run_at | finished_desc, which lists finished runs only); ties in the
-        order go by insertion.
-
-        Bounded at any size: each status is read from an index in order (several are
-        merged), and `search` looks only at the newest 5,000 runs plus the run whose id
-        or key is exactly `search` (a substring of the input cannot be indexed)."""
-        ...
-
-    def count_by_status(self, workflow: str | None = None) -> dict[RunStatus, int]:
-        """How many runs have each status (every status present, 0 when none). O(1) in the
-        number of runs: a backend keeps per-(workflow, status) counts in the same
-        transaction as every insert, delete and status change (SQLite: run_counts)."""
-        ...
-
-    def count_by_status_matching(
-        self, workflow: str | None, search: str | None
-    ) -> dict[RunStatus, int]:
-        """count_by_status under the same workflow/search narrowing as list_runs (a search
-        counts within the same bounded window list_runs searches)."""
-        ...
-
-    def workflows_seen(self) -> list[str]:
-        """Every workflow name any run has, sorted (from the counts, not a scan)."""
-        ...
-
     def run_source(self, run_id: str) -> tuple[str | None, str | None]:
         """The workflow source text and its hash recorded when the run started (YAML runs).
         The text is stored once per hash (SQLite: the sources table), not per run."""
@@ -216,16 +235,8 @@ class Store(Protocol):
         """The run's checkpoint with the highest call index in one of these states."""
         ...
 
-    def last_event(self, run_id: str, types: Sequence[str]) -> TimelineEvent | None:
-        """The run's newest timeline event of one of these types."""
-        ...
-
     def pending_signals(self, run_id: str) -> list[tuple[str, Any, datetime]]:
         """Signals sent to the run and not yet consumed: (name, payload, sent at), oldest first."""
-        ...
-
-    def pending_calls(self, run_ids: Sequence[str]) -> dict[str, tuple[CallKind, str]]:
-        """For each of these runs parked on an unresolved call, that call's (kind, name)."""
         ...
 
     def published(self, run_id: str) -> dict[str, tuple[Any, datetime]]:
@@ -669,9 +680,25 @@ def open_store(
         from flowctl.store.postgres.store import PostgresStore
 
         return PostgresStore(target, durability=durability, create=create)
+    from flowctl.store.sqlite.store import SqliteStore
+
     return SqliteStore(
         target, durability=durability, create=create, allow_read_only=allow_read_only
     )
+
+
+def open_run_list(url_or_path: str | os.PathLike[str], *, durability: str = "full") -> RunListing:
+    """Open an existing database to read its run list, as `open_store(create=False,
+    allow_read_only=True)` opens it (same checks, same read-only fallback, same upgrade):
+    for SQLite, the run-list reads alone (flowctl/store/sqlite/listing.py), so `flowctl ls`
+    compiles and loads none of the writes, leases or schedules; any other backend, its
+    whole store."""
+    target = os.fspath(url_or_path)
+    if target.strip().lower().startswith(POSTGRES_SCHEMES):
+        return open_store(target, durability=durability, create=False, allow_read_only=True)
+    from flowctl.store.sqlite.listing import RunList
+
+    return RunList(target, durability=durability, create=False, allow_read_only=True)
 
 
 __all__ = [
@@ -692,9 +719,53 @@ __all__ = [
     "Notification",
     "OutputChunk",
     "PrunedRun",
+    "RunListing",
     "ScheduleEvent",
     "ScheduleRow",
     "Store",
     "dumps",
+    "open_run_list",
     "open_store",
 ]
+
+# name -> the module that defines it, imported when the name is first used
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "Claim",
+            "DaemonInfo",
+            "FireOutcome",
+            "FirePlan",
+            "HeartbeatReply",
+            "Lease",
+            "MetricsSnapshot",
+            "NewRun",
+            "NewSchedule",
+            "Notification",
+            "OutputChunk",
+            "PrunedRun",
+            "ScheduleEvent",
+            "ScheduleRow",
+            "dumps",
+        ),
+        "flowctl.store.records",
+    ),
+    "WAL_BOUND_BYTES": "flowctl.store.sqlite.connection",
+    "WAL_BOUND_PAGES": "flowctl.store.sqlite.connection",
+    "APPLICATION_ID": "flowctl.store.sqlite.schema",
+    "MIGRATIONS": "flowctl.store.sqlite.schema",
+    "SCHEMA_VERSION": "flowctl.store.sqlite.schema",
+}
+
+
+def __getattr__(name: str) -> object:
+    """A re-exported name, imported on first use: the records' dataclasses and the SQLite
+    backend cost `flowctl ls` nothing (tests/test_startup_imports.py)."""
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'flowctl.store' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
