@@ -279,6 +279,7 @@ def test_ls_leaves_the_writes_and_every_heavy_module_unloaded(tmp_path: Path) ->
         "flowctl.store.sqlite.runs",
         "flowctl.store.sqlite.writes",
         "flowctl.store.sqlite.leases",
+        "flowctl.store.sqlite.fenced",
         "flowctl.store.sqlite.operator",
         "flowctl.store.sqlite.schedules",
         "flowctl.store.sqlite.maintenance",

@@ -25,7 +25,6 @@ from flowctl.store import (
     NewRun,
     RunListing,
     Store,
-    open_run_list,
     open_store,
 )
 from flowctl.store.sqlite import SqliteStore
