@@ -1,6 +1,10 @@
-"""`flowctl ls`: the run list, newest first: parse -> flowctl.ops -> render."""
+"""`flowctl ls`: the run list, newest first: parse -> flowctl.ops -> render.
 
-from __future__ import annotations
+Annotations are evaluated when the module loads (no `from __future__ import annotations`):
+Typer reads `ls`'s signature to build the command, and string annotations would each be
+compiled again then, which `flowctl ls --help` pays for. The model (run rows), the
+durations and the ops it calls load when a list is drawn, not for the help
+(tests/test_startup_imports.py)."""
 
 import sys
 import threading
@@ -23,20 +27,20 @@ from flowctl.cli.common import (
     _state,
     _table,
 )
-from flowctl.durations import parse_duration
 from flowctl.errors import UsageError
 from flowctl.limits import MAX_COUNT
-from flowctl.model import Run, RunStatus
+from flowctl.status import STATUS_NAMES, RunStatus
 
 if TYPE_CHECKING:
     from flowctl.explain import OperatorEvent
+    from flowctl.model import Run
 
 
 def ls(
     ctx: typer.Context,
     status: Annotated[
         list[str] | None,
-        typer.Option("--status", "-s", help=f"Filter by status ({ops.STATUS_NAMES}); repeatable."),
+        typer.Option("--status", "-s", help=f"Filter by status ({STATUS_NAMES}); repeatable."),
     ] = None,
     workflow: Annotated[
         str | None, typer.Option("--workflow", "-w", help="Filter by workflow name.")
@@ -63,6 +67,8 @@ def ls(
     """List runs, newest first. With --watch, redraw the list until Ctrl-C (in a terminal
     the screen is redrawn; piped, the list is printed again each time under a time line).
     Example: flowctl ls --status sleeping --json  Example: flowctl ls --watch --every 5s"""
+    from flowctl.durations import parse_duration
+
     st = _state(ctx)
     ops.parse_statuses(status)  # bad input is exit 2 before the database is looked for
     pause = parse_duration(every).total_seconds()
@@ -125,7 +131,7 @@ def _list_once(
         _cut(limit, total, "runs")  # on stderr: stdout stays the table or one JSON document
 
 
-def _note(run: Run, asked: dict[str, OperatorEvent]) -> str:
+def _note(run: "Run", asked: "dict[str, OperatorEvent]") -> str:
     """The last column: the error a run ended with (a cancel says who cancelled it), or a
     cancel that is pending on a running run, and who asked for it."""
     if run.run_id in asked:
@@ -137,7 +143,7 @@ def _note(run: Run, asked: dict[str, OperatorEvent]) -> str:
     return line
 
 
-def _run_table(runs: list[Run], now: datetime, asked: dict[str, OperatorEvent]) -> None:
+def _run_table(runs: "list[Run]", now: datetime, asked: "dict[str, OperatorEvent]") -> None:
     rows = []
     for r in runs:
         if r.status in (RunStatus.SLEEPING, RunStatus.WAITING, RunStatus.QUEUED):

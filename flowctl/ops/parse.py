@@ -12,9 +12,8 @@ from flowctl.clock import Clock
 from flowctl.durations import parse_duration
 from flowctl.errors import DurationError, InputError, UsageError
 from flowctl.limits import MAX_YEAR, MIN_YEAR, check_time, loads_json
-from flowctl.model import RunStatus
-
-STATUS_NAMES = ", ".join(s.value for s in RunStatus)
+from flowctl.status import STATUS_NAMES as STATUS_NAMES
+from flowctl.status import RunStatus
 
 
 def parse_input_lines(text: str, source: str) -> list[dict[str, Any]]:
