@@ -2,9 +2,11 @@
 (flowctl/cli/start.py, listing.py, show.py, actions.py, admin.py, schedule.py, ...) by name
 in the order `flowctl --help` lists them (COMMANDS: a module is imported only when its
 command is used, cli/lazy.py), and holds `main`. With `_Group` (flowctl/cli/common.py) this
-is the one place errors become exit codes."""
+is the one place errors become exit codes.
 
-from __future__ import annotations
+Annotations are evaluated when the module loads (no `from __future__ import annotations`):
+Typer reads the root callback's signature on every start, and a string annotation would be
+compiled then, each time."""
 
 import sys
 from typing import Annotated, Any

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 _PLAIN = (str, int, bool)
@@ -43,8 +42,8 @@ def install() -> None:
         return
     typer_build = core.build_runtime_param
 
-    @dataclass(frozen=True)
-    class PlainParam(RuntimeParam):
+    class PlainParam(RuntimeParam):  # RuntimeParam's dataclass fields and methods, as they are:
+        # no @dataclass here, which would generate them again (an exec each) on every start
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             if isinstance(value, list | tuple):
                 return [self._one(v, param, ctx) for v in value]

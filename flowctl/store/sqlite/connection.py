@@ -407,7 +407,6 @@ def _retry_locked(fn: Any, timeout_s: float = BUSY_TIMEOUT_MS / 1000) -> Any:
     The busy handler does not cover every case (the WAL switch, a deferred transaction
     upgrading), so creation and BEGIN IMMEDIATE are retried here as well.
     """
-    import random
     import time
 
     deadline = time.monotonic() + timeout_s
@@ -419,6 +418,8 @@ def _retry_locked(fn: Any, timeout_s: float = BUSY_TIMEOUT_MS / 1000) -> Any:
             msg = str(e).lower()
             if ("locked" not in msg and "busy" not in msg) or time.monotonic() >= deadline:
                 raise
+            import random  # only to retry: every open calls this, and most never wait
+
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 0.05)
 
