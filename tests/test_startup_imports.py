@@ -206,6 +206,7 @@ LS_PATH = {
     "flowctl.config",
     "flowctl.durations",
     "flowctl.model",
+    "flowctl.status",
     "flowctl.store",
     "flowctl.store.mapping",
     "flowctl.store.sqlite",
@@ -234,6 +235,13 @@ def _flowctl_modules_after(argv: list[str], db: str) -> set[str]:
 
 def test_help_loads_the_cli_skeleton_only(tmp_path: Path) -> None:
     assert _flowctl_modules_after(["--help"], str(tmp_path / "f.db")) == SKELETON
+
+
+def test_ls_help_loads_the_ls_command_and_the_status_names_only(tmp_path: Path) -> None:
+    """`flowctl ls --help` builds `ls` (its module and the statuses its help names), and
+    loads nothing a list needs: no model (row dataclasses), no durations, no store."""
+    loaded = _flowctl_modules_after(["ls", "--help"], str(tmp_path / "f.db"))
+    assert loaded - SKELETON == {"flowctl.cli.listing", "flowctl.ops", "flowctl.status"}
 
 
 def test_ls_loads_the_store_read_path_and_the_table_renderer_only(tmp_path: Path) -> None:

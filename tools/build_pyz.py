@@ -98,7 +98,7 @@ def build(out: Path) -> Path:
                 "--site-packages",
                 str(stage),
                 "--entry-point",
-                "flowctl.cli:main",
+                "flowctl.__main__:main",
                 "--python",
                 "/usr/bin/env python3",
                 "--compressed",
