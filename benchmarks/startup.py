@@ -12,12 +12,20 @@ Python process pays, and `python -c "import typer"`, what any Typer CLI pays bef
 first line runs; the rest of a `flowctl` line is flowctl's own. Targets (issue 17, item 4):
 `--help` under 120 ms (the root's, `ls --help`, `schedule add --help`), `ls` under 200 ms,
 with `ls` listing 20 runs. engine.py prints the same figures.
+
+    .venv/bin/python benchmarks/startup.py --instructions
+
+adds, per line, the instructions the process executed (millions, one run under valgrind's
+callgrind, PYTHONHASHSEED=0): a count that another process's load does not change, so two
+trees can be compared on a busy machine where CPU times move by 30% from run to run.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,7 +70,21 @@ def measure(argv: list[str], env: dict[str, str], repeats: int) -> str:
     return f"wall {wall:6.0f} ms   cpu {statistics.median(cpu):6.0f} ms (least {cpu[0]:4.0f})"
 
 
-def startup(tmp: Path, repeats: int) -> None:
+def instructions(argv: list[str], env: dict[str, str]) -> str:
+    """Millions of instructions one run of `argv` executes, counted by callgrind."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return "   (no valgrind)"
+    proc = subprocess.run(
+        [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+        env={**env, "PYTHONHASHSEED": "0"}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, check=False,
+    )  # fmt: skip
+    found = re.search(r"Collected : (\d+)", proc.stderr)
+    return f"   {int(found.group(1)) / 1e6:6.0f} M instr" if found else "   (callgrind failed)"
+
+
+def startup(tmp: Path, repeats: int, count: bool = False) -> None:
     exe = ROOT / ".venv" / "bin" / "flowctl"
     if not exe.exists():
         print(f"startup: {exe} not found (make the venv: python -m venv .venv && pip install -e .)")
@@ -94,20 +116,26 @@ def startup(tmp: Path, repeats: int) -> None:
         env = {**variant, "FLOWCTL_DB": str(db)}
         print(f"  {label}:")
         for floor in ("pass", "import typer"):
-            figures = measure([str(python), "-c", floor], env, repeats)
+            argv = [str(python), "-c", floor]
+            figures = measure(argv, env, repeats) + (instructions(argv, env) if count else "")
             print(f"    {'python -c ' + repr(floor):<28} {figures}   (floor)")
         for args, target in TARGETS.items():
-            figures = measure([str(exe), *args], env, repeats)
+            argv = [str(exe), *args]
+            figures = measure(argv, env, repeats) + (instructions(argv, env) if count else "")
             print(f"    {'flowctl ' + ' '.join(args):<28} {figures}   (target < {target} ms)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument(
+        "--instructions", action="store_true", help="also count instructions (valgrind)"
+    )
     args = parser.parse_args()
-    print(f"reproduce: .venv/bin/python benchmarks/startup.py --repeats {args.repeats}")
+    flag = " --instructions" if args.instructions else ""
+    print(f"reproduce: .venv/bin/python benchmarks/startup.py --repeats {args.repeats}{flag}")
     with tempfile.TemporaryDirectory(prefix="flowctl-startup-") as d:
-        startup(Path(d), args.repeats)
+        startup(Path(d), args.repeats, args.instructions)
 
 
 if __name__ == "__main__":
