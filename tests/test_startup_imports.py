@@ -308,3 +308,16 @@ def test_ls_leaves_the_writes_and_every_heavy_module_unloaded(tmp_path: Path) ->
     )
     for name in never:
         assert not any(m == name or m.startswith(name + ".") for m in loaded), name
+
+
+def test_every_store_name_still_resolves() -> None:
+    """flowctl.store loads its re-exports on first use: each name in __all__ is there, the
+    same object as where it is defined."""
+    import flowctl.store as store
+    from flowctl.store.records import Lease
+    from flowctl.store.sqlite.schema import SCHEMA_VERSION
+
+    assert [n for n in store.__all__ if not hasattr(store, n)] == []
+    assert (store.Lease, store.SCHEMA_VERSION) == (Lease, SCHEMA_VERSION)
+    with pytest.raises(AttributeError):
+        _ = store.no_such_name  # type: ignore[attr-defined]
