@@ -18,6 +18,7 @@ from flowctl.model import (
     Run,
     RunStatus,
     mask_secrets,
+    to_us,
 )
 
 # One encoder for every dumps: json.dumps with arguments of its own builds a new
@@ -34,6 +35,25 @@ def dumps(value: Any, what: str = "value") -> str:
             f"{what} is not JSON-serialisable ({e}); return str, int, float, bool, None, "
             "lists and dicts of those"
         ) from None
+
+
+def checkpoint_params(run_id: str, entry: JournalEntry, now_us: int) -> list[Any]:
+    """A checkpoint's journal row, in the column order both backends' journal INSERTs
+    name (run_id, call_index, kind, name, state, value, wake_at, recorded_at,
+    resolved_at, tries, duration_us): one spelling of it for every fenced write."""
+    return [
+        run_id,
+        entry.call_index,
+        str(entry.kind),
+        entry.name,
+        str(entry.state),
+        None if entry.value is None else dumps(entry.value, f"result of {entry.name!r}"),
+        None if entry.wake_at is None else to_us(entry.wake_at),
+        now_us,
+        None if entry.resolved_at is None else to_us(entry.resolved_at),
+        entry.tries,
+        None if entry.duration is None else round(entry.duration * 1e6),
+    ]
 
 
 @dataclass(frozen=True)

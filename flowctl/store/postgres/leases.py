@@ -34,6 +34,7 @@ from flowctl.store.postgres.transitions import Transitions, _release_held
 from flowctl.store.records import (
     HeartbeatReply,
     Lease,
+    checkpoint_params,
     dumps,
 )
 from flowctl.transitions import (
@@ -64,21 +65,7 @@ class Leases(Transitions):
                 return False
             c.execute(
                 _UPSERT_ENTRY,
-                [
-                    run_id,
-                    entry.call_index,
-                    str(entry.kind),
-                    entry.name,
-                    str(entry.state),
-                    None
-                    if entry.value is None
-                    else dumps(entry.value, f"result of {entry.name!r}"),
-                    _us(entry.wake_at),
-                    now_us,
-                    _us(entry.resolved_at),
-                    entry.tries,
-                    None if entry.duration is None else round(entry.duration * 1e6),
-                ],
+                checkpoint_params(run_id, entry, now_us),
             )
             if suspicion:
                 c.execute(
@@ -291,21 +278,7 @@ class Leases(Transitions):
             if entry is not None:
                 c.execute(
                     _UPSERT_ENTRY,
-                    [
-                        run_id,
-                        entry.call_index,
-                        str(entry.kind),
-                        entry.name,
-                        str(entry.state),
-                        None
-                        if entry.value is None
-                        else dumps(entry.value, f"result of {entry.name!r}"),
-                        _us(entry.wake_at),
-                        now_us,
-                        _us(entry.resolved_at),
-                        entry.tries,
-                        None if entry.duration is None else round(entry.duration * 1e6),
-                    ],
+                    checkpoint_params(run_id, entry, now_us),
                 )
             c.execute(
                 "UPDATE runs SET status = 'completed', result = %s::jsonb, error = NULL,"

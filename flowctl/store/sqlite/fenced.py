@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from flowctl.model import JournalEntry, RunStatus, to_us
-from flowctl.store.records import Lease, dumps
+from flowctl.store.records import Lease, checkpoint_params, dumps
 from flowctl.store.sqlite.connection import SqliteConnection
 from flowctl.store.sqlite.rows import (
     _CLEARED,
@@ -312,21 +312,6 @@ def _journal_held(c: sqlite3.Connection, lease: Lease, entry: JournalEntry, now_
     cur = c.execute(
         f"INSERT OR REPLACE INTO journal ({_ENTRY_COLUMNS})"
         f" SELECT ?,?,?,?,?,?,?,?,?,?,? FROM runs WHERE {_FENCED}",
-        [
-            lease.run_id,
-            entry.call_index,
-            str(entry.kind),
-            entry.name,
-            str(entry.state),
-            None if entry.value is None else dumps(entry.value, f"result of {entry.name!r}"),
-            _us(entry.wake_at),
-            now_us,
-            _us(entry.resolved_at),
-            entry.tries,
-            None if entry.duration is None else round(entry.duration * 1e6),
-            lease.run_id,
-            lease.fence,
-            lease.owner,
-        ],
+        [*checkpoint_params(lease.run_id, entry, now_us), lease.run_id, lease.fence, lease.owner],
     )
     return cur.rowcount == 1
