@@ -6,6 +6,7 @@ of a real `flowctl daemon` process.
     .venv/bin/python benchmarks/profile_daemon.py --runs 1000 --top 25
     .venv/bin/python benchmarks/profile_daemon.py --no-py-spy
     .venv/bin/python benchmarks/profile_daemon.py --no-py-spy --cpu-clock   # CPU, not wall
+    .venv/bin/python benchmarks/profile_daemon.py --instructions --runs 300  # callgrind only
 
 Three parts, each on its own temporary database:
 
@@ -16,6 +17,12 @@ Three parts, each on its own temporary database:
 - cProfile: the same in-process daemon executing `--runs` workflows in the profiled
   thread (concurrency 1, so cProfile sees all the work); the top functions by own time
   and by cumulative time, as µs per workflow.
+- instructions (`--instructions`, alone): a real `flowctl daemon --until-idle` under
+  valgrind's callgrind, once on an empty database and once with `--runs` runs queued;
+  the difference per run is the user-space instructions one three-step workflow costs.
+  Unlike CPU time it does not move with the machine's load or stolen time, so two
+  versions of the hot path can be compared on a shared box. Kernel work (fsync, futex,
+  context switches) is not counted: COMMITs and switches per run are printed beside it.
 - py-spy: `py-spy record --idle --threads` on `flowctl daemon --until-idle -c 8`
   executing `--runs` workflows: the share of samples per thread and per leaf frame, so
   lock and COMMIT waits show up beside CPU work.
@@ -203,6 +210,44 @@ def pyspy(tmp: Path, n: int, concurrency: int, top: int) -> None:
         print(f"    {100 * c / total:5.1f}%  {what}")
 
 
+def instructions(tmp: Path, n: int, concurrency: int) -> None:
+    """User-space instructions per three-step workflow in a real daemon (callgrind)."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        print("instructions: valgrind not installed; skipped")
+        return
+    counts = []
+    for runs in (0, n):
+        db = tmp / f"instr{runs}.db"
+        enqueue(db, runs)
+        cmd = [
+            valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null",
+            sys.executable, "-m", "flowctl", "--db", str(db), "daemon", "--log-level",
+            "warning", "--until-idle", "--concurrency", str(concurrency),
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+        found = re.search(r"Collected : (\d+)", proc.stderr)
+        if proc.returncode != 0 or found is None:
+            print(f"instructions: callgrind failed ({proc.returncode}): {proc.stderr[-300:]}")
+            return
+        counts.append(int(found.group(1)))
+        if runs:
+            with sqlite3.connect(db) as conn:
+                left = conn.execute(
+                    "SELECT COUNT(*) FROM runs WHERE status != 'completed'"
+                ).fetchone()[0]
+            if left:
+                print(f"instructions: {left} of {runs} runs did not complete; no figure")
+                return
+    per = (counts[1] - counts[0]) / n
+    print(
+        f"instructions: `flowctl daemon --until-idle -c {concurrency}` under callgrind,"
+        f" {n:,} three-step runs: {per / 1e6:.3f} M instructions per workflow"
+        f" (idle daemon {counts[0] / 1e6:.0f} M, with the runs {counts[1] / 1e6:.0f} M)"
+    )
+
+
 def _frame(frame: str) -> str:
     m = re.match(r"\s*(.*?) \((.*?)(?::(\d+))?\)", frame)
     if not m:
@@ -227,6 +272,11 @@ def main() -> None:
     parser.add_argument(
         "--cpu-clock", action="store_true", help="cProfile on thread CPU time, not wall time"
     )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="only count instructions per workflow under callgrind (load-independent)",
+    )
     args = parser.parse_args()
     print("reproduce: .venv/bin/python benchmarks/profile_daemon.py " + " ".join(sys.argv[1:]))
     print(
@@ -235,6 +285,9 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="flowctl-prof-") as d:
         tmp = Path(d)
+        if args.instructions:
+            instructions(tmp, args.runs, args.concurrency)
+            return
         statements(tmp, 200)
         print()
         cprofile(tmp, args.runs, args.top, args.cpu_clock)
