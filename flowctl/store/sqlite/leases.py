@@ -160,6 +160,7 @@ class Leases(SqliteConnection):
         claim_suspect). Returns the claims and the ids of runs ended.
         """
         now_us, lease_us = to_us(now), to_us(lease_until)
+        times = _ClaimTimes(now_us, lease_us)
         claims: list[Claim] = []
         ended: list[str] = []
         with self._write() as c:
@@ -184,7 +185,7 @@ class Leases(SqliteConnection):
                     # A run ended here may have woken a parent or released a held run: the
                     # rows read before that are read again.
                     run, empty = loaded[rid] if len(ended) == settled else (rid, None)
-                    claim = self._claim_one(c, run, owner, now_us, lease_us, ended, alone, empty)
+                    claim = self._claim_one(c, run, owner, times, ended, alone, empty)
                     if claim is not None:
                         claims.append(claim)
         return claims, ended
@@ -195,7 +196,8 @@ class Leases(SqliteConnection):
         """Claim one due suspect (a run whose worker died under it) for a claimer that runs
         it alone, the one with the fewest crashes charged first. Returns the claim (or None)
         and the ids of runs ended on the way (poison, deadline, cancelled)."""
-        now_us, lease_us = to_us(now), to_us(lease_until)
+        now_us = to_us(now)
+        times = _ClaimTimes(now_us, to_us(lease_until))
         ended: list[str] = []
         with self._write() as c:
             rows = c.execute(
@@ -204,7 +206,7 @@ class Leases(SqliteConnection):
                 [now_us],
             ).fetchall()
             for (rid,) in rows:
-                claim = self._claim_one(c, rid, owner, now_us, lease_us, ended, True)
+                claim = self._claim_one(c, rid, owner, times, ended, True)
                 if claim is not None:
                     return claim, ended
         return None, ended
@@ -221,8 +223,7 @@ class Leases(SqliteConnection):
         c: sqlite3.Connection,
         run: Run | str,
         owner: str,
-        now_us: int,
-        lease_us: int,
+        times: _ClaimTimes,
         ended: list[str],
         alone: bool,
         empty: tuple[bool, bool] | None = None,
@@ -234,11 +235,12 @@ class Leases(SqliteConnection):
         fewer)."""
         if isinstance(run, str):
             run = _load_run(c, run)
+        now_us, lease_us, now = times.now_us, times.lease_us, times.now
         rid = run.run_id
         prev = run.status
-        if prev not in DUE or run.run_at is None or to_us(run.run_at) > now_us:
+        if prev not in DUE or run.run_at is None or run.run_at > now:
             return None
-        verdict = claim_verdict(run, from_us(now_us), alone=alone)
+        verdict = claim_verdict(run, now, alone=alone)
         if verdict.action is ClaimAction.SKIP:
             return None
         if verdict.action is ClaimAction.SUSPECT:
@@ -327,11 +329,11 @@ class Leases(SqliteConnection):
             run,
             status=RunStatus.RUNNING,
             lease_owner=owner,
-            lease_until=from_us(lease_us),
-            run_at=from_us(lease_us),
+            lease_until=times.lease_until,
+            run_at=times.lease_until,
             fence=fence,
             reclaims=reclaims,
-            started_at=run.started_at or from_us(now_us),
+            started_at=run.started_at or now,
             suspect=verdict.suspect,
             solo=alone,
             crashes=verdict.crashes,
@@ -495,6 +497,17 @@ def _load_runs(
         list(run_ids),
     )
     return {r[0]: (_run_from_row(r[:-2]), (bool(r[-2]), bool(r[-1]))) for r in rows}
+
+
+class _ClaimTimes:
+    """A claim transaction's `now` and lease end, in µs and as the datetimes its rows get
+    (from_us of each, made once per transaction rather than per run claimed)."""
+
+    __slots__ = ("lease_until", "lease_us", "now", "now_us")
+
+    def __init__(self, now_us: int, lease_us: int) -> None:
+        self.now_us, self.lease_us = now_us, lease_us
+        self.now, self.lease_until = from_us(now_us), from_us(lease_us)
 
 
 def _replaced(run: Run, **changes: Any) -> Run:
