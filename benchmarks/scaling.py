@@ -5,6 +5,7 @@ processes, and the same on a database that already holds a million finished runs
     .venv/bin/python benchmarks/scaling.py --runs 5000 --rounds 3
     .venv/bin/python benchmarks/scaling.py --concurrency 8 --workers 1,2 --big 0   # no 1M part
     .venv/bin/python benchmarks/scaling.py --workflow heavy --concurrency 8 --big 0 --runs 1000
+    .venv/bin/python benchmarks/scaling.py --instructions 300 --rounds 2   # load-independent 1M
 
 Each point: `--runs` runs of `benchmarks/flows.py:three` queued in one transaction
 (`Client.start_many`), then `flowctl daemon --until-idle -c C -w W` executes them; the
@@ -20,12 +21,32 @@ journal, timeline — copied in SQL) and ANALYZEs the file, as an operator might
 run is finished: the statistics that once made the daemon's liveness pass scan every run
 (tests/test_analyzed_plans.py). Then it measures `-c 8` at workers 1 and 2 on it and on an
 empty database, alternating. Target: the rate drops by at most 10%.
+
+The seeded runs' ids sort before every id the daemon makes later, as run ids do (eight
+characters of creation time first, ids.new_run_id): a new run's journal, timeline and
+primary-key entries are appended at the right edge of their B-trees, as on a file that
+really finished a million runs. `--ids-after` seeds ids that sort after every new one (the
+seed before session 7): each new entry then lands in the middle of a million-entry B-tree
+(SQLite splits such pages in the middle, so more pages are written per COMMIT); no real
+file is laid out like that, but it shows the cost.
+
+`--instructions N` replaces the wall-clock comparison (and the concurrency curve) with a
+load-independent one: a real `flowctl daemon --until-idle -c 8` under valgrind's
+callgrind, idle and then with N runs queued, on an empty database and on the big one, in
+`--rounds` alternating rounds; the difference per run is the user-space instructions one
+three-step run costs there. CPU stolen by the VM or by other processes does not move it;
+kernel work (fsync, pwrite) is not in it, so the pages each run writes to the WAL, the
+COMMITs, cache misses and checkpoints per run are printed beside it (an in-process daemon
+on a copy of each file, SQLite's own counters: sqlite3_db_status).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
+import re
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -92,18 +113,25 @@ def idle(tmp: Path, concurrency: int, workers: int) -> float:
     return daemon(db, concurrency, workers)[0]
 
 
-def seed_finished(db: Path, n: int) -> None:
-    """n completed three-step runs: one real run, its rows copied n times in SQL."""
+def seed_finished(db: Path, n: int, ids_after: bool = False) -> None:
+    """n completed three-step runs: one real run, its rows copied n times in SQL.
+
+    Copy i is i ms older than the real run; its id is '0' and 15 digits, growing with its
+    creation time and sorting before every id new_run_id makes (those begin with the time
+    in base 32: 'm...' in 2026), as older runs' ids do. ids_after: 'r' and 15 digits,
+    sorting after them instead (see the module docstring)."""
     enqueue(db, 1)
     daemon(db, 1, 1)
     c = sqlite3.connect(str(db), isolation_level=None)
     c.execute("PRAGMA synchronous = OFF")
     (rid,) = c.execute("SELECT run_id FROM runs").fetchone()
+    run_id = "printf('r%015d', i)" if ids_after else f"printf('0%015d', {n} - i)"
+    assert ids_after or f"0{0:015d}" < rid, "a seeded id would sort after a new run's"
     tables = {
-        "runs": {"run_id": "printf('r%015d', i)", "created_at": "created_at - i * 1000",
+        "runs": {"run_id": run_id, "created_at": "created_at - i * 1000",
                  "finished_at": "finished_at - i * 1000", "input": "json_object('n', i)"},
-        "journal": {"run_id": "printf('r%015d', i)"},
-        "timeline": {"run_id": "printf('r%015d', i)", "at": "at - i * 1000"},
+        "journal": {"run_id": run_id},
+        "timeline": {"run_id": run_id, "at": "at - i * 1000"},
     }  # fmt: skip
     c.execute("BEGIN IMMEDIATE")
     for table, varied in tables.items():
@@ -118,6 +146,101 @@ def seed_finished(db: Path, n: int) -> None:
     c.execute("COMMIT")
     c.execute("ANALYZE")
     c.close()
+
+
+def callgrind(db: Path, concurrency: int) -> int:
+    """User-space instructions of `flowctl daemon --until-idle -c C` on db (callgrind)."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+    cmd = [
+        valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-m",
+        "flowctl", "--db", str(db), "daemon", "--log-level", "warning", "--until-idle",
+        "--concurrency", str(concurrency),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    found = re.search(r"Collected : (\d+)", proc.stderr)
+    if proc.returncode != 0 or found is None:
+        raise SystemExit(f"callgrind failed ({proc.returncode}): {proc.stderr[-300:]}")
+    return int(found.group(1))
+
+
+def instructions_per_run(db: Path, n: int, concurrency: int) -> float:
+    """Instructions one three-step run costs a real daemon on db: an idle daemon's count
+    subtracted from that of one executing n queued runs (db may hold finished runs)."""
+    Client(db).close()
+    idle_count = callgrind(db, concurrency)
+    enqueue(db, n)
+    busy = callgrind(db, concurrency)
+    with sqlite3.connect(db) as conn:
+        (left,) = conn.execute("SELECT COUNT(*) FROM runs WHERE status != 'completed'").fetchone()
+    if left:
+        raise SystemExit(f"{left} of {n} runs did not complete under callgrind")
+    return (busy - idle_count) / n
+
+
+# sqlite3_db_status counters (sqlite3.h): page cache hits, misses (a page read from the
+# file or the WAL), pages written (to the WAL), dirty pages spilled before a COMMIT.
+DBSTATUS = {"cache hits": 7, "cache misses": 8, "pages written": 9, "spills": 12}
+
+
+def db_status(conn: sqlite3.Connection, path: Path) -> dict[str, int] | None:
+    """SQLite's own counters of conn (sqlite3_db_status via ctypes; benchmark only). The
+    handle is read from the connection object, checked by the file name it reports; None
+    where that does not hold (another Python build)."""
+    import _sqlite3
+
+    lib = ctypes.CDLL(_sqlite3.__file__)
+    lib.sqlite3_db_filename.restype = ctypes.c_char_p
+    lib.sqlite3_db_filename.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    handle = ctypes.c_void_p.from_address(id(conn) + object.__basicsize__).value
+    if not handle or lib.sqlite3_db_filename(handle, b"main") != str(path.resolve()).encode():
+        return None
+    out = {}
+    for name, op in DBSTATUS.items():
+        cur, high = ctypes.c_int(), ctypes.c_int()
+        lib.sqlite3_db_status(ctypes.c_void_p(handle), op, ctypes.byref(cur), ctypes.byref(high), 0)
+        out[name] = cur.value
+    return out
+
+
+def proc_io() -> dict[str, int]:
+    """This process's syscall I/O counters (Linux /proc/self/io; empty elsewhere)."""
+    try:
+        text = Path("/proc/self/io").read_text()
+    except OSError:
+        return {}
+    return {k: int(v) for k, v in (line.split(": ") for line in text.splitlines())}
+
+
+def sqlite_figures(db: Path, n: int) -> dict[str, float]:
+    """Per run, n three-step runs executed by an in-process daemon (one thread, so every
+    page and syscall is this one's): COMMITs, SQLite page-cache hits, misses and pages
+    written, write and read syscalls and the bytes they moved (WAL frames, checkpoint
+    copies into the file, fsyncs not counted)."""
+    from flowctl.clock import SystemClock
+    from flowctl.daemon import Daemon, DaemonConfig
+
+    with Client(db) as client:
+        for i in range(0, n, 1000):
+            client.start_many(
+                f"{FLOWS}:{WORKFLOW[0]}", [{"n": j} for j in range(i, min(n, i + 1000))]
+            )
+        store = client.store
+        conn = next(v for v in vars(store).values() if isinstance(v, sqlite3.Connection))
+        commits0, status0, io0 = store.commit_stats().commits, db_status(conn, db), proc_io()
+        done = Daemon(store, SystemClock(), DaemonConfig(concurrency=1)).tick()
+        commits, status, io = store.commit_stats().commits, db_status(conn, db), proc_io()
+    if done != n:
+        raise SystemExit(f"{done} of {n} runs executed in process")
+    out = {"COMMITs": (commits - commits0) / n}
+    if status is not None and status0 is not None:
+        out.update({k: (status[k] - status0[k]) / n for k in DBSTATUS})
+    for key, name in (("syscw", "write calls"), ("wchar", "KiB written"), ("syscr", "read calls")):
+        if key in io:
+            out[name] = (io[key] - io0[key]) / n / (1024 if key == "wchar" else 1)
+    return out
 
 
 def med(values: list[float]) -> str:
@@ -139,6 +262,16 @@ def main() -> None:
     parser.add_argument("--workers", type=ints, default=[1, 2])
     parser.add_argument("--big", type=int, default=1_000_000, help="finished runs; 0: skip")
     parser.add_argument("--workflow", default="three", help="in benchmarks/flows.py: three, heavy")
+    parser.add_argument(
+        "--instructions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="compare the big database by instructions per run (callgrind, N runs) instead",
+    )
+    parser.add_argument(
+        "--ids-after", action="store_true", help="seed ids that sort after new ones (see above)"
+    )
     args = parser.parse_args()
     WORKFLOW[0] = args.workflow
     print("reproduce: .venv/bin/python benchmarks/scaling.py " + " ".join(sys.argv[1:]))
@@ -150,6 +283,9 @@ def main() -> None:
     got: dict[tuple[int, int], list[dict[str, float]]] = {p: [] for p in points}
     with tempfile.TemporaryDirectory(prefix="flowctl-scale-") as d:
         tmp = Path(d)
+        if args.instructions:
+            big_instructions(tmp, args)
+            return
         idles = {p: idle(tmp, *p) for p in points}
         for r in range(args.rounds):
             for c, w in points:
@@ -170,11 +306,47 @@ def main() -> None:
             big(tmp, args, idles)
 
 
-def big(tmp: Path, args: argparse.Namespace, idles: dict[tuple[int, int], float]) -> None:
+def seed_big(tmp: Path, args: argparse.Namespace) -> Path:
     base = tmp / "big-seed.db"
     t = time.perf_counter()
-    seed_finished(base, args.big)
-    print(f"\nseeded {args.big:,} finished runs in {time.perf_counter() - t:.0f} s")
+    seed_finished(base, args.big, args.ids_after)
+    after = " (ids sorting after new ones)" if args.ids_after else ""
+    print(f"\nseeded {args.big:,} finished runs{after} in {time.perf_counter() - t:.0f} s")
+    return base
+
+
+def big_instructions(tmp: Path, args: argparse.Namespace) -> None:
+    """The --big comparison in instructions per run and SQLite's counters (load-free)."""
+    if not args.big:
+        raise SystemExit("--instructions compares against --big finished runs: give --big N")
+    base = seed_big(tmp, args)
+    per: dict[str, list[float]] = {"empty": [], "big": []}
+    for r in range(args.rounds):
+        for label in per:
+            db = base if label == "big" else tmp / f"instr-empty-{r}.db"
+            per[label].append(instructions_per_run(db, args.instructions, 8))
+            if db != base:
+                db.unlink()
+        print(f"  round {r + 1} done, load {os.getloadavg()[0]:.1f}", flush=True)
+    empty, full = statistics.median(per["empty"]), statistics.median(per["big"])
+    print(
+        f"instructions per three-step run, `flowctl daemon --until-idle -c 8` under callgrind,"
+        f" {args.instructions:,} runs, {args.rounds} round(s), millions:\n"
+        f"  empty {med([x / 1e6 for x in per['empty']])}, {args.big:,} finished"
+        f" {med([x / 1e6 for x in per['big']])}, change {100 * (full / empty - 1):+.1f}%"
+        "   (target: at most 10% more)"
+    )
+    n = max(args.instructions, 500)
+    empty_db = tmp / "figures-empty.db"
+    figures = {"empty": sqlite_figures(empty_db, n), "big": sqlite_figures(base, n)}
+    print(f"SQLite per run, {n:,} runs through an in-process daemon (concurrency 1):")
+    print(f"  {'':16}{'empty':>10}{'big':>10}")
+    for key in figures["empty"]:
+        print(f"  {key:16}{figures['empty'][key]:10.2f}{figures['big'][key]:10.2f}")
+
+
+def big(tmp: Path, args: argparse.Namespace, idles: dict[tuple[int, int], float]) -> None:
+    base = seed_big(tmp, args)
     rates: dict[tuple[str, int], list[float]] = {}
     for r in range(args.rounds):
         for w in args.workers:
