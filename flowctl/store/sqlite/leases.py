@@ -165,18 +165,30 @@ class Leases(SqliteConnection):
         ended: list[str] = []
         with self._write() as c:
             if run_id is not None:
-                candidates = c.execute(
-                    "SELECT run_at, run_id FROM runs WHERE run_id = ? AND status IN"
-                    " ('queued','sleeping','waiting','running','paused') AND run_at <= ?",
-                    [run_id, now_us],
-                ).fetchall()
+                first = c.execute(_ONE_DUE, [run_id, now_us]).fetchall()
             else:
-                # One statement: each claimable status's soonest runs from its own range of
-                # the (status, run_at) index, merged; no scan, no sort of a growing set.
-                candidates = c.execute(
-                    _CANDIDATES, [now_us, limit + 16] * 5 + [limit + 16]
-                ).fetchall()
-            ids = [rid for _, rid in candidates]
+                # One statement: the rows of the `limit` soonest due runs (_DUE_ROWS).
+                first = c.execute(_DUE_ROWS, [now_us, limit] * 5 + [limit]).fetchall()
+                first.sort(key=_due_order)
+            for r in first:
+                # A run ended here may have woken a parent or released a held run: the
+                # rows read before that are read again.
+                if ended:
+                    claim = self._claim_one(c, r[0], owner, times, ended, alone)
+                else:
+                    fresh = (bool(r[-2]), bool(r[-1]))
+                    claim = self._claim_one(c, _run_from_row(r), owner, times, ended, alone, fresh)
+                if claim is not None:
+                    claims.append(claim)
+            if run_id is not None or len(claims) == limit or len(first) < limit:
+                return claims, ended  # claimed all it could, or nothing more is due
+            # Some were passed over (held as suspects, paused, ended): the next candidates
+            # (limit + 16 in all, as one statement of their ids), then their rows. The few
+            # rows (at most 5 x (limit + 16)) are merged here: SQLite's ORDER BY over the
+            # compound built a temporary b-tree per arm, ten times the whole read.
+            want, seen = limit + 16, {r[0] for r in first}
+            candidates = sorted(c.execute(_CANDIDATES, [now_us, want] * 5))[:want]
+            ids = [rid for _, rid in candidates if rid not in seen]
             while ids and len(claims) < limit:
                 # The rows of as many candidates as claims still wanted, in one statement.
                 chunk, ids = ids[: limit - len(claims)], ids[limit - len(claims) :]
@@ -473,14 +485,40 @@ class Leases(SqliteConnection):
         )
 
 
-_CANDIDATES = (
-    " UNION ALL ".join(
-        f"SELECT * FROM (SELECT run_at, run_id FROM runs WHERE status = '{status}'"
-        " AND run_at <= ? ORDER BY run_at LIMIT ?)"
-        for status in ("queued", "sleeping", "waiting", "running", "paused")
-    )
-    + " ORDER BY run_at, run_id LIMIT ?"
+# Each claimable status's soonest (run_at, run_id) pairs due by ?, at most ? of each, from
+# its own range of the (status, run_at, run_id) index, in index order: no scan, no sort.
+# The caller sorts the union (a few rows; the order of the whole is not SQLite's to give).
+_CANDIDATES = " UNION ALL ".join(
+    f"SELECT * FROM (SELECT run_at, run_id FROM runs WHERE status = '{status}'"
+    " AND run_at <= ? ORDER BY run_at, run_id LIMIT ?)"
+    for status in ("queued", "sleeping", "waiting", "running", "paused")
 )
+
+# A run's row as a claim reads it, and whether it has no journal rows and no version
+# markers (two index probes): a fresh run's replay then reads neither.
+_CLAIM_COLUMNS = (
+    f"{_RUN_COLUMNS}, NOT EXISTS (SELECT 1 FROM journal j WHERE j.run_id = runs.run_id),"
+    " NOT EXISTS (SELECT 1 FROM versions v WHERE v.run_id = runs.run_id)"
+)
+
+# The rows of the ? soonest due runs (each status's first ? by _CANDIDATES, merged by one
+# sort of those few), in one statement: a claim that finds nothing passed over (the usual
+# case) reads the candidates and their rows at once. Not in order: see _due_order.
+_DUE_ROWS = (
+    f"SELECT {_CLAIM_COLUMNS} FROM {_RUNS} WHERE run_id IN"
+    f" (SELECT run_id FROM ({_CANDIDATES}) ORDER BY run_at, run_id LIMIT ?)"
+)
+
+# One run's row, if it is due (`flowctl run --wait`'s claim).
+_ONE_DUE = (
+    f"SELECT {_CLAIM_COLUMNS} FROM {_RUNS} WHERE run_id = ?"
+    " AND runs.status IN ('queued','sleeping','waiting','running','paused') AND runs.run_at <= ?"
+)
+
+
+def _due_order(row: Sequence[Any]) -> tuple[Any, Any]:
+    """A _CLAIM_COLUMNS row's place in claim order: (run_at, run_id)."""
+    return row[7], row[0]
 
 
 def _load_runs(
@@ -491,10 +529,7 @@ def _load_runs(
     the same statement)."""
     marks = ",".join("?" * len(run_ids))
     rows = c.execute(
-        f"SELECT {_RUN_COLUMNS}, NOT EXISTS (SELECT 1 FROM journal j WHERE j.run_id ="
-        " runs.run_id), NOT EXISTS (SELECT 1 FROM versions v WHERE v.run_id = runs.run_id)"
-        f" FROM {_RUNS} WHERE run_id IN ({marks})",
-        list(run_ids),
+        f"SELECT {_CLAIM_COLUMNS} FROM {_RUNS} WHERE run_id IN ({marks})", list(run_ids)
     )
     return {r[0]: (_run_from_row(r[:-2]), (bool(r[-2]), bool(r[-1]))) for r in rows}
 

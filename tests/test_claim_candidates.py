@@ -1,0 +1,78 @@
+"""A claim reads its candidates' rows in one statement and falls back to the next
+candidates only when some were passed over (claim_due, SQLite): what it claims is still
+the soonest due runs in (run_at, run_id) order, across statuses, suspects held."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from flowctl import ops
+from flowctl.clock import FakeClock
+from flowctl.model import RunStatus
+from flowctl.store.sqlite import SqliteStore
+
+FLOWS = """\
+from flowctl import workflow
+
+@workflow
+def one(ctx):
+    return ctx.step("a", lambda: 1)
+"""
+
+LEASE = timedelta(seconds=15)
+
+
+def _start(store: SqliteStore, flows: Path, clock: FakeClock, n: int) -> list[str]:
+    return [ops.start(store, f"{flows}:one", {}, clock=clock).run.run_id for _ in range(n)]
+
+
+def test_the_soonest_due_runs_are_claimed_in_order(tmp_path: Path) -> None:
+    flows = tmp_path / "flows.py"
+    flows.write_text(FLOWS)
+    clock = FakeClock()
+    with SqliteStore(tmp_path / "c.db") as store:
+        ids = []
+        for _ in range(5):
+            ids += _start(store, flows, clock, 2)
+            clock.advance(timedelta(seconds=1))
+        now = clock.now()
+        order = sorted(ids, key=lambda rid: (store.get_run(rid).run_at, rid))
+        got: list[str] = []
+        for limit in (3, 1, 4, 8):
+            claims, ended = store.claim_due("t/1/1/0", now, now + LEASE, limit)
+            assert ended == []
+            assert len(claims) == min(limit, len(ids) - len(got))
+            got += [c.run.run_id for c in claims]
+        assert got == order
+        assert {store.get_run(rid).status for rid in ids} == {RunStatus.RUNNING}
+
+
+def test_runs_passed_over_as_suspects_leave_the_claim_to_the_next_candidates(
+    tmp_path: Path,
+) -> None:
+    flows = tmp_path / "flows.py"
+    flows.write_text(FLOWS)
+    clock = FakeClock()
+    with SqliteStore(tmp_path / "c.db") as store:
+        lapsed = _start(store, flows, clock, 3)
+        now = clock.now()
+        claims, _ = store.claim_due("t/1/1/0", now, now + LEASE, 8)
+        assert store.lapse_runs([c.lease for c in claims], now, "test") == 3  # due now
+        clock.advance(timedelta(seconds=1))
+        queued = _start(store, flows, clock, 3)  # due after the lapsed ones
+        now = clock.now()
+        claims, ended = store.claim_due("t/2/1/0", now, now + LEASE, 2)
+        assert ended == []
+        queued.sort()  # due at the same time: in run_id order
+        assert [c.run.run_id for c in claims] == queued[:2]
+        for rid in lapsed:  # held for a claimer that runs it alone, each marked once
+            run = store.get_run(rid)
+            assert (run.status, run.suspect, run.lease_owner) == (
+                RunStatus.RUNNING,
+                True,
+                "t/1/1/0",
+            )
+        assert store.get_run(queued[2]).status is RunStatus.QUEUED
+        claim, _ = store.claim_suspect("t/3/1/0", now, now + LEASE)
+        assert claim is not None and claim.run.run_id in lapsed and claim.run.solo
