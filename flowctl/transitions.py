@@ -321,6 +321,8 @@ def claim_verdict(run: Run, now: datetime, *, alone: bool = False) -> ClaimVerdi
         return ClaimVerdict(
             ClaimAction.SUSPECT, crashes=crashes, charged=charged, suspect=True, reclaims=reclaims
         )
+    if not (reclaims or crashes or suspect):
+        return _PLAIN_CLAIM  # the usual claim, of a run no worker died under: one shared value
     return ClaimVerdict(
         ClaimAction.CLAIM,
         reclaims=reclaims,
@@ -329,6 +331,9 @@ def claim_verdict(run: Run, now: datetime, *, alone: bool = False) -> ClaimVerdi
         charged=charged,
         suspect=suspect,
     )
+
+
+_PLAIN_CLAIM = ClaimVerdict(ClaimAction.CLAIM)
 
 
 def claim_wakes(prev: RunStatus, run_at: datetime, created_at: datetime) -> bool:

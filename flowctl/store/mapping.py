@@ -36,6 +36,11 @@ def _dt(us: int | None) -> datetime | None:
     return None if us is None else _EPOCH + _delta(0, 0, us)
 
 
+def _at(us: int) -> datetime:
+    """from_us(us), as _dt spells it."""
+    return _EPOCH + _delta(0, 0, us)
+
+
 def _us(when: datetime | None) -> int | None:
     return None if when is None else to_us(when)
 

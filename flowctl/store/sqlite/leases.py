@@ -3,6 +3,8 @@ holding a run are in fenced.py)."""
 
 from __future__ import annotations
 
+import functools
+import json
 import sqlite3
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -15,6 +17,7 @@ from flowctl.model import (
     from_us,
     to_us,
 )
+from flowctl.store.mapping import _at
 from flowctl.store.records import Claim, DaemonInfo, HeartbeatReply, Lease, dumps
 from flowctl.store.sqlite.connection import SqliteConnection
 from flowctl.store.sqlite.fenced import _held
@@ -39,6 +42,7 @@ from flowctl.store.sqlite.writes import (
 )
 from flowctl.transitions import (
     ClaimAction,
+    ClaimVerdict,
     claim_verdict,
     claim_wakes,
     held_notice,
@@ -160,7 +164,7 @@ class Leases(SqliteConnection):
         claim_suspect). Returns the claims and the ids of runs ended.
         """
         now_us, lease_us = to_us(now), to_us(lease_until)
-        times = _ClaimTimes(now_us, lease_us)
+        times = _ClaimTimes(now_us, lease_us, owner)
         claims: list[Claim] = []
         ended: list[str] = []
         with self._write() as c:
@@ -209,7 +213,7 @@ class Leases(SqliteConnection):
         it alone, the one with the fewest crashes charged first. Returns the claim (or None)
         and the ids of runs ended on the way (poison, deadline, cancelled)."""
         now_us = to_us(now)
-        times = _ClaimTimes(now_us, to_us(lease_until))
+        times = _ClaimTimes(now_us, to_us(lease_until), owner)
         ended: list[str] = []
         with self._write() as c:
             rows = c.execute(
@@ -253,31 +257,8 @@ class Leases(SqliteConnection):
         if prev not in DUE or run.run_at is None or run.run_at > now:
             return None
         verdict = claim_verdict(run, now, alone=alone)
-        if verdict.action is ClaimAction.SKIP:
-            return None
-        if verdict.action is ClaimAction.SUSPECT:
-            # Held for a claimer that runs it alone. Record the charge once (solo cleared).
-            if not run.suspect or verdict.charged:
-                c.execute(
-                    "UPDATE runs SET suspect = 1, solo = 0, crashes = ? WHERE run_id = ?",
-                    [verdict.crashes, rid],
-                )
-                _add_event(c, rid, now_us, "suspect", _suspect_data(run, verdict))
-            return None
-        if verdict.action is ClaimAction.PAUSE:
-            # Its worker died with a pause requested: the pause takes effect here.
-            _park_paused(c, run, RunStatus.QUEUED, now_us, now_us)
-            ended.append(rid)
-            return None
-        if verdict.action is ClaimAction.END:
-            assert verdict.status is not None
-            _end(c, run, verdict.status, verdict.error, now_us)
-            ended.append(rid)
-            return None
-        if verdict.action is ClaimAction.FAIL:
-            assert verdict.error is not None
-            _fail(c, run, verdict.error, now_us, timeline_extra={"lease": "lapsed"})
-            ended.append(rid)
+        if verdict.action is not _CLAIM:
+            self._pass_over(c, run, verdict, times, ended)
             return None
         reclaims = verdict.reclaims
         fence = run.fence + 1
@@ -300,7 +281,7 @@ class Leases(SqliteConnection):
             ],
         )
         events = []
-        if prev is RunStatus.RUNNING:
+        if prev is _RUNNING:
             data: dict[str, Any] = {"from": run.lease_owner, "by": owner, "fence": fence}
             if verdict.suspect:
                 data.update(alone=alone, crashes=verdict.crashes)
@@ -320,44 +301,81 @@ class Leases(SqliteConnection):
                         },
                     )
                 )
-            events.append(
-                _event(
-                    rid, now_us, "claimed", {"by": owner, "fence": fence, "attempt": run.attempt}
-                )
-            )
+            # {"by": owner, "fence": fence, "attempt": attempt} as _event spells it (compact
+            # JSON), the owner's JSON made once per transaction: json.dumps of a dict per run.
+            data_text = f'{{"by":{times.owner_json},"fence":{fence},"attempt":{run.attempt:d}}}'
+            events.append((rid, now_us, "claimed", data_text))
         c.executemany(TIMELINE_INSERT, events)
         # Sleeps whose deadline has passed resolve now; their resolved_at records the actual
         # wake. A queued run is parked on no sleep (a suspended sleep leaves it sleeping, and
         # pause/resume keep that status), so its claim skips the statement; a pending sleep
         # a fork copied into it is resolved by the replay itself (Context._sleep).
-        if prev is not RunStatus.QUEUED:
+        if prev is not _QUEUED:
             c.execute(
                 "UPDATE journal SET state = 'done', resolved_at = ? WHERE run_id = ?"
                 " AND kind = 'sleep' AND state = 'pending' AND wake_at <= ?",
                 [now_us, rid, now_us],
             )
-        # The row as just written, without reading it back (one statement fewer per claim).
-        claimed = _replaced(
-            run,
-            status=RunStatus.RUNNING,
-            lease_owner=owner,
-            lease_until=times.lease_until,
-            run_at=times.lease_until,
-            fence=fence,
-            reclaims=reclaims,
-            started_at=run.started_at or now,
-            suspect=verdict.suspect,
-            solo=alone,
-            crashes=verdict.crashes,
-        )
+        # The row as just written, without reading it back (one statement fewer per claim):
+        # `run` was decoded for this claim alone and nothing else holds it, so its fields
+        # are set to what the UPDATE wrote rather than copied into a new Run.
+        fields = run.__dict__
+        fields["status"] = _RUNNING
+        fields["lease_owner"] = owner
+        fields["lease_until"] = fields["run_at"] = times.lease_until
+        fields["fence"] = fence
+        fields["reclaims"] = reclaims
+        fields["started_at"] = run.started_at or now
+        fields["suspect"] = verdict.suspect
+        fields["solo"] = alone
+        fields["crashes"] = verdict.crashes
         no_journal, no_versions = empty or (False, False)
         return Claim(
-            run=claimed,
+            run=run,
             lease=Lease(rid, fence, owner),
             woke_from=prev,
             journal={} if no_journal else None,
             versions={} if no_versions else None,
         )
+
+    def _pass_over(
+        self,
+        c: sqlite3.Connection,
+        run: Run,
+        verdict: ClaimVerdict,
+        times: _ClaimTimes,
+        ended: list[str],
+    ) -> None:
+        """What a due run that is not claimed gets (claim_verdict): held as a suspect,
+        parked paused, ended, or left alone (SKIP). Runs ended are added to `ended`."""
+        rid, now_us, action = run.run_id, times.now_us, verdict.action
+        if action is ClaimAction.SKIP:
+            return
+        if action is ClaimAction.SUSPECT:
+            # Held for a claimer that runs it alone. Record the charge once (solo cleared).
+            if not run.suspect or verdict.charged:
+                c.execute(
+                    "UPDATE runs SET suspect = 1, solo = 0, crashes = ? WHERE run_id = ?",
+                    [verdict.crashes, rid],
+                )
+                _add_event(c, rid, now_us, "suspect", _suspect_data(run, verdict))
+            return
+        if action is ClaimAction.PAUSE:
+            # Its worker died with a pause requested: the pause takes effect here.
+            _park_paused(c, run, RunStatus.QUEUED, now_us, now_us)
+            ended.append(rid)
+            return
+        if action is ClaimAction.END:
+            assert verdict.status is not None
+            _end(c, run, verdict.status, verdict.error, now_us)
+            ended.append(rid)
+            return
+        if action is ClaimAction.FAIL:
+            assert verdict.error is not None
+            _fail(c, run, verdict.error, now_us, timeline_extra={"lease": "lapsed"})
+            ended.append(rid)
+            return
+        raise AssertionError(f"claim verdict {action!r} not handled")
 
     def heartbeat(
         self,
@@ -535,19 +553,24 @@ def _load_runs(
 
 
 class _ClaimTimes:
-    """A claim transaction's `now` and lease end, in µs and as the datetimes its rows get
-    (from_us of each, made once per transaction rather than per run claimed)."""
+    """A claim transaction's `now` and lease end, in µs and as the datetimes its rows get,
+    and its owner as JSON text: each made once per transaction rather than per run claimed."""
 
-    __slots__ = ("lease_until", "lease_us", "now", "now_us")
+    __slots__ = ("lease_until", "lease_us", "now", "now_us", "owner_json")
 
-    def __init__(self, now_us: int, lease_us: int) -> None:
+    def __init__(self, now_us: int, lease_us: int, owner: str) -> None:
         self.now_us, self.lease_us = now_us, lease_us
-        self.now, self.lease_until = from_us(now_us), from_us(lease_us)
+        self.now, self.lease_until = _at(now_us), _at(lease_us)
+        self.owner_json = _owner_json(owner)
 
 
-def _replaced(run: Run, **changes: Any) -> Run:
-    """`dataclasses.replace(run, **changes)` without its per-field checks (a claim makes
-    one per run; Run is a plain frozen dataclass: no __post_init__, no InitVar)."""
-    new = object.__new__(Run)
-    new.__dict__.update(run.__dict__, **changes)
-    return new
+@functools.lru_cache(maxsize=64)
+def _owner_json(owner: str) -> str:
+    """An owner as a JSON string (a daemon claims under one owner all its life)."""
+    return json.dumps(owner)
+
+
+# Enum members looked up once: `ClaimAction.CLAIM` is an attribute lookup through the
+# enum's metaclass each time (Python 3.11), and a claim makes several per run.
+_CLAIM = ClaimAction.CLAIM
+_RUNNING, _QUEUED = RunStatus.RUNNING, RunStatus.QUEUED
