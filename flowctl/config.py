@@ -17,7 +17,7 @@ CONFIG_NAME = "flowctl.toml"
 DEFAULTS: dict[str, Any] = {
     "db": ".flowctl/flowctl.db",
     "workflows": "workflows",
-    "concurrency": 8,
+    "concurrency": 32,
     "durability": "full",
     "timezone": "",
     "lease": "15s",
