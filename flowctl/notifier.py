@@ -38,7 +38,8 @@ from flowctl.store.records import Notification
 log = logging.getLogger(__name__)
 
 CLAIM_MARGIN = 5.0  # seconds past a try's own time budget before another daemon retries it
-PASS_EVERY = 0.25  # seconds between passes over the outbox
+PASS_EVERY = 0.25  # seconds between passes over the outbox ...
+PASS_ROWS = 64  # ... of at most this many due rows; a full pass is followed by another at once
 
 
 class DeliveryError(Exception):
@@ -56,6 +57,12 @@ class Notifier:
         self.clock = clock
         self.config = config
         self.owner = owner
+        # The last pass met a full batch of due rows: more may be due. The next pass starts
+        # at once, so the outbox drains as fast as runs end (one pass of PASS_ROWS every
+        # PASS_EVERY would drain 256 a second: a daemon ending more runs than that grew
+        # the outbox without bound). Every pass moves each row it sees out of the due set
+        # (dropped, delivered, or claimed with a later due time), so the loop ends.
+        self.backlog = False
 
     def start(self, stop: threading.Event) -> threading.Thread:
         """Deliver on a thread of its own until `stop` is set: a slow receiver never holds
@@ -75,7 +82,8 @@ class Notifier:
                     log.warning("notification pass failed: %s", e)
                 except Exception:
                     log.exception("notification pass failed")
-                self.clock.wait(stop, PASS_EVERY)
+                if not self.backlog:
+                    self.clock.wait(stop, PASS_EVERY)
 
     def reclaim_orphans(self) -> int:
         """Rows held by a deliverer that is provably gone (killed mid-try) become due now,
@@ -93,7 +101,8 @@ class Notifier:
         """One pass over the due outbox rows; returns how many tries were made."""
         self.reclaim_orphans()
         now = self.clock.now()
-        rows = self.store.due_notifications(now)
+        rows = self.store.due_notifications(now, limit=PASS_ROWS)
+        self.backlog = len(rows) >= PASS_ROWS
         unwanted: list[int] = []
         tried = 0
         for row in rows:

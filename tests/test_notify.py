@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,12 @@ from flowctl.config import load_config
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.errors import ConfigError, ValidationError
 from flowctl.model import RunStatus
-from flowctl.notifier import Notifier
+from flowctl.notifier import PASS_ROWS, Notifier
 from flowctl.notify import NotifyConfig, events_of, parse_notify, retry_delay, wanted
 from flowctl.ops.metrics import render
 from flowctl.store import Store
 from flowctl.workflow import load_target
-from tests.helpers import query
+from tests.helpers import query, wait_until
 from tests.notify_helpers import webhook_server
 
 FLOWS = """\
@@ -200,6 +201,31 @@ def test_unsubscribed_endings_are_dropped_and_timed_out_is_its_own_event(
         assert daemon.notifier.deliver_due() == 1
     assert [h["x-flowctl-event"] for h, _ in hook.received] == ["timed_out"]
     assert [r[0] for r in outbox(db_path)] == [late]  # the completed run's row was dropped
+
+
+def test_the_notifier_drains_an_outbox_that_grew_past_one_pass_without_waiting(
+    store: Store, db_path: Path, flows: Path, fake_clock: FakeClock
+) -> None:
+    """More endings than one pass takes (PASS_ROWS): the serving loop passes again at once
+    instead of waiting PASS_EVERY per batch, which capped the drain at 256 rows a second,
+    below what a daemon ends. Fake time never moves here, so only passes that do not wait
+    can empty it."""
+    daemon = daemon_with(store, fake_clock, None)  # no [notify]: every row is dropped
+    n = 3 * PASS_ROWS + 5
+    for _ in range(n):
+        start(store, flows, "fine", fake_clock)
+    while daemon.tick():
+        pass
+    assert len(outbox(db_path)) == n
+    stop = threading.Event()
+    thread = daemon.notifier.start(stop)
+    try:
+        wait_until(lambda: outbox(db_path) == [], timeout=10)
+        assert daemon.notifier.backlog is False  # the last pass found less than a batch
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
 
 
 def test_workflow_overrides_pin_with_the_run(
