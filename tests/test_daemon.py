@@ -681,6 +681,70 @@ def test_group_commit_shares_one_commit_and_each_write_is_durable_when_it_return
     assert len(rows) == 8 and all("bad" not in r[0] for r in rows)
 
 
+def test_checkpoints_in_a_shared_group_fail_alone_without_a_savepoint(
+    db_path: Path, store: Store, fake_clock: FakeClock, flows: str
+) -> None:
+    """A checkpoint is one INSERT, so under group commit it takes no SAVEPOINT: a value
+    that is not JSON (fails before the statement), a NULL name (SQLite undoes the failed
+    statement) and a lost lease (inserts nothing) change nothing of their own, and every
+    other writer sharing that transaction is committed and durable when it returns."""
+    from dataclasses import replace
+
+    from flowctl.errors import SerializationError
+
+    ids = [start(store, fake_clock, flows, "quick") for _ in range(8)]
+    now = fake_clock.now()
+    claims, _ = store.claim_due("me", now, now + timedelta(seconds=60), 8)
+    assert len(claims) == 8
+    lease = {c.run.run_id: c.lease for c in claims}
+    before = store.commit_stats()
+    store.set_group_commit(True)
+    outcomes: dict[int, object] = {}
+
+    def entry(i: int, value: object = 1, name: str | None = "s") -> JournalEntry:
+        return JournalEntry(ids[i], 0, CallKind.STEP, name, EntryState.DONE, value)  # type: ignore[arg-type]
+
+    def write(i: int) -> None:
+        try:
+            if i == 1:
+                store.record_entry(lease[ids[i]], entry(i, value=object()), now, suspicion=False)
+            elif i == 2:
+                store.record_entry(lease[ids[i]], entry(i, name=None), now, suspicion=False)
+            elif i == 3:
+                stale = replace(lease[ids[i]], fence=lease[ids[i]].fence - 1)
+                outcomes[i] = store.record_entry(stale, entry(i), now, suspicion=False)
+                return
+            else:
+                outcomes[i] = store.record_entry(lease[ids[i]], entry(i), now, suspicion=False)
+            rows = query(db_path, "SELECT COUNT(*) FROM journal WHERE run_id = ?", (ids[i],))
+            outcomes[i] = (outcomes.get(i), rows[0][0])  # durable: another reader sees it
+        except BaseException as e:
+            outcomes[i] = type(e)
+
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # all eight writers queue up behind it: one group
+    try:
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        wait_until(lambda: store.pending_writes() == 8)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    for t in threads:
+        t.join(5)
+    store.set_group_commit(False)
+    after = store.commit_stats()
+    assert outcomes[1] is SerializationError
+    assert outcomes[2] is sqlite3.IntegrityError
+    assert outcomes[3] is False
+    assert all(outcomes[i] == (True, 1) for i in (0, 4, 5, 6, 7)), outcomes
+    written = {r[0] for r in query(db_path, "SELECT run_id FROM journal")}
+    assert written == {ids[i] for i in (0, 3, 4, 5, 6, 7)} - {ids[3]}
+    assert after.writes - before.writes == 6  # the five good ones and the refused one
+    assert after.commits - before.commits < 6
+
+
 def test_a_cancel_from_another_process_reaches_a_running_handler_within_one_poll(
     db_path: Path, store: Store, fake_clock: FakeClock, flows: str, hooks: Hooks, serve: Any
 ) -> None:

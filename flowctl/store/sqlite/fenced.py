@@ -60,7 +60,8 @@ class FencedWrites(SqliteConnection):
         run's row is tried either."""
         now_us = to_us(now)
         run_id = lease.run_id
-        with self._write() as c:
+        # Most checkpoints are the INSERT alone: one statement, no savepoint needed.
+        with self._write(single=not suspicion and event is None) as c:
             if not _journal_held(c, lease, entry, now_us):
                 return False
             if suspicion:  # progress: a suspect is cleared, and the crashes charged to it forgiven
