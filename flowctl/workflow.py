@@ -9,6 +9,7 @@ import importlib
 import importlib.util
 import inspect
 import logging
+import os
 import stat
 import sys
 import threading
@@ -479,7 +480,7 @@ class TargetCache:
         key = (
             target,
             None if workflows_dir is None else str(workflows_dir),
-            cwd or str(Path.cwd()),
+            cwd or os.getcwd(),  # a str, as str(Path.cwd()) is, without two Path objects
         )
         with self._lock:
             hit = self._entries.get(key)
@@ -497,7 +498,7 @@ class TargetCache:
 
 def _file_stamp(path: str) -> tuple[int, ...] | None:
     try:
-        st = Path(path).stat()
+        st = os.stat(path)  # once per Client.start: no Path object for it
     except OSError:
         return None
     return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
