@@ -17,7 +17,6 @@ from flowctl.model import (
     from_us,
     to_us,
 )
-from flowctl.store.mapping import _at
 from flowctl.store.records import Claim, DaemonInfo, HeartbeatReply, Lease, dumps
 from flowctl.store.sqlite.connection import SqliteConnection
 from flowctl.store.sqlite.fenced import _held
@@ -560,7 +559,7 @@ class _ClaimTimes:
 
     def __init__(self, now_us: int, lease_us: int, owner: str) -> None:
         self.now_us, self.lease_us = now_us, lease_us
-        self.now, self.lease_until = _at(now_us), _at(lease_us)
+        self.now, self.lease_until = from_us(now_us), from_us(lease_us)
         self.owner_json = _owner_json(owner)
 
 
