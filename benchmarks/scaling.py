@@ -66,16 +66,23 @@ from flowctl.client import Client  # noqa: E402
 FLOWS = str(ROOT / "benchmarks" / "flows.py")
 
 
-def daemon(db: Path, concurrency: int, workers: int) -> tuple[float, float]:
-    """`flowctl daemon --until-idle` on db: (CPU seconds with its workers, wall seconds)."""
-    args = [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", "--log-level", "warning"]
+def daemon(db: Path, concurrency: int, workers: int) -> tuple[float, float, tuple[float, float]]:
+    """`flowctl daemon --until-idle` on db: (CPU seconds with its workers, wall seconds,
+    (CPU seconds in the daemon process, in its worker processes) as its exit line says
+    with --workers 2 or more; (0, 0) with one)."""
+    args = [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", "--log-level", "info"]
     args += ["--until-idle", "-c", str(concurrency), "--workers", str(workers)]
     t = time.perf_counter()
-    proc = subprocess.Popen(args, cwd=str(ROOT), stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(args, cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=log)
+        _, status, usage = os.wait4(proc.pid, 0)
+        log.seek(0)
+        text = log.read().decode(errors="replace")
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"the daemon exited {os.waitstatus_to_exitcode(status)}: {args}")
-    return usage.ru_utime + usage.ru_stime, time.perf_counter() - t
+        raise SystemExit(f"the daemon exited {os.waitstatus_to_exitcode(status)}: {text[-500:]}")
+    found = re.search(r"CPU ([\d.]+) s in this process, ([\d.]+) s in \d+ worker", text)
+    split = (float(found[1]), float(found[2])) if found else (0.0, 0.0)
+    return usage.ru_utime + usage.ru_stime, time.perf_counter() - t, split
 
 
 WORKFLOW = ["three"]  # --workflow: `heavy` burns 2 ms of CPU in each step body
@@ -88,12 +95,15 @@ def enqueue(db: Path, n: int) -> None:
             client.start_many(f"{FLOWS}:{WORKFLOW[0]}", inputs)
 
 
-def point(db: Path, n: int, concurrency: int, workers: int, idle_cpu: float) -> dict[str, float]:
+Idle = tuple[float, float, tuple[float, float]]  # daemon() on an empty database
+
+
+def point(db: Path, n: int, concurrency: int, workers: int, idle_cpu: Idle) -> dict[str, float]:
     """Queue n runs in db (which may hold others, finished), execute them, measure."""
     Client(db).close()  # creates the file's tables if it is new
     since = time.time_ns() // 1000  # the runs queued now: created at or after this (µs)
     enqueue(db, n)
-    cpu, _ = daemon(db, concurrency, workers)
+    cpu, _, (own, theirs) = daemon(db, concurrency, workers)
     conn = sqlite3.connect(str(db))
     try:
         first, last, done = conn.execute(
@@ -107,13 +117,20 @@ def point(db: Path, n: int, concurrency: int, workers: int, idle_cpu: float) -> 
         conn.close()
     if done != n:
         raise SystemExit(f"only {done} of {n} runs completed (c={concurrency}, w={workers})")
-    return {"per_s": n / ((last - first) / 1e6), "cpu_ms": 1000 * max(0.0, cpu - idle_cpu) / n}
+    idle_own, idle_theirs = idle_cpu[2]
+    return {
+        "per_s": n / ((last - first) / 1e6),
+        "cpu_ms": 1000 * max(0.0, cpu - idle_cpu[0]) / n,
+        # With worker processes: the daemon process's share and theirs (from its exit line).
+        "own_ms": 1000 * max(0.0, own - idle_own) / n,
+        "their_ms": 1000 * max(0.0, theirs - idle_theirs) / n,
+    }
 
 
-def idle(tmp: Path, concurrency: int, workers: int) -> float:
+def idle(tmp: Path, concurrency: int, workers: int) -> Idle:
     db = tmp / f"idle-{concurrency}-{workers}.db"
     Client(db).close()
-    return daemon(db, concurrency, workers)[0]
+    return daemon(db, concurrency, workers)
 
 
 def seed_finished(db: Path, n: int, ids_after: bool = False) -> None:
@@ -338,6 +355,16 @@ def main() -> None:
                 for w in args.workers
             ]
             print(f"  {c:>11} " + "".join(f"{cell:>34}" for cell in cells))
+        several = [w for w in args.workers if w > 1]
+        if several:
+            print("CPU ms per run in the daemon process / in its worker processes:")
+            for c in args.concurrency:
+                cells = [
+                    f"workers {w}: {med([x['own_ms'] for x in got[(c, w)]])} /"
+                    f" {med([x['their_ms'] for x in got[(c, w)]])}"
+                    for w in several
+                ]
+                print(f"  {c:>11}   " + "   ".join(cells))
         if args.big:
             big(tmp, args, idles)
 
@@ -384,7 +411,7 @@ def big_instructions(tmp: Path, args: argparse.Namespace) -> None:
         print(f"  {key:16}{figures['empty'][key]:10.2f}{figures['big'][key]:10.2f}")
 
 
-def big(tmp: Path, args: argparse.Namespace, idles: dict[tuple[int, int], float]) -> None:
+def big(tmp: Path, args: argparse.Namespace, idles: dict[tuple[int, int], Idle]) -> None:
     base = seed_big(tmp, args)
     rates: dict[tuple[str, int], list[float]] = {}
     for r in range(args.rounds):
@@ -392,7 +419,7 @@ def big(tmp: Path, args: argparse.Namespace, idles: dict[tuple[int, int], float]
             for label in ("empty", "big"):
                 # The big file is reused: each point adds --runs finished runs to its million.
                 db = base if label == "big" else tmp / f"{label}-{r}-{w}.db"
-                got = point(db, args.runs, 8, w, idles.get((8, w), 0.0))
+                got = point(db, args.runs, 8, w, idles.get((8, w), (0.0, 0.0, (0.0, 0.0))))
                 rates.setdefault((label, w), []).append(got["per_s"])
                 if db != base:
                     db.unlink()

@@ -4,6 +4,7 @@ test_workers_kill9.py)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -143,3 +144,7 @@ def test_a_daemon_with_two_worker_processes_runs_every_durable_call(
     assert "not JSON-serialisable" in dead_result.error["message"]
     text = (tmp_path / "daemon.log").read_text()
     assert "workers 2" in text and "Traceback" not in text
+    # At exit, where the CPU went: the steps ran in the workers, so they spent some.
+    split = re.search(r"CPU ([\d.]+) s in this process, ([\d.]+) s in 2 worker process", text)
+    assert split is not None, text[-500:]
+    assert float(split[1]) > 0 and float(split[2]) > 0

@@ -24,22 +24,26 @@ Nothing here is pickled: see flowctl.workers.wire. On PostgreSQL the shape is th
 (the daemon process writes, one transaction per batch through the store's run_batch, and
 a dead worker's leases lapse through its lapse_runs), so poison is charged alike.
 
-What it buys, measured on 2 shared cores (load 9-16; `benchmarks/scaling.py --runs 2000
---rounds 2`): the owner's share of a run — its SQL statements and COMMITs, the claim,
-the wheel — is most of what a trivial three-step run costs, and it stays on one core;
-the protocol adds encoding, a socket round trip per store call and smaller groups per
-COMMIT. Trivial three-step runs/s at -c 1/2/8/32: workers 1: 32/97/365/489, workers 2:
-42/89/163/241 (CPU per run 1.0 ms against 3.1 ms at -c 8). For step bodies that burn
-CPU under the GIL (`benchmarks/flows.py:heavy`, 3 x 2 ms of CPU) the figures disagree: 41 -> 72-75 runs/s at -c 8 with the daemon in a harness
-process, 53 -> 27 with `scaling.py --workflow heavy --runs 600 --rounds 1`. So the
-default stays 1 (threads of the daemon process); `--workers N` is there, crash-tested,
-for handlers whose own CPU is the limit — measure yours before turning it on.
+What it buys, measured on 2 shared cores (`benchmarks/scaling.py --concurrency 8,32
+--workers 1,2 --big 0 --runs 2000`, which prints the split below from the daemon's exit
+line): for trivial three-step runs the daemon process alone spends about as much CPU per
+run with two workers (1.3 ms at -c 32, 2.1 ms at -c 8) as the whole single-process daemon
+does (1.2-1.3 ms): what leaves it (the handlers, the engine's decisions) is replaced by the
+protocol (encoding, a socket round trip per store call, smaller groups per COMMIT), and
+the workers spend 1.3-1.5 ms more. So trivial runs go at 500-300 runs/s with two workers
+against 760-600 with one. Step bodies that burn CPU under the GIL gain instead
+(`--workflow heavy`, 3 x 2 ms of CPU per run, -c 8: 111 -> 141 runs/s; the daemon process
+spends 2.6 ms per run and the workers 8.1 ms, against 8.4 ms in one process). The default
+stays 1 (threads of the daemon process); `--workers N` is there, crash-tested, for
+handlers whose own CPU is the limit. The daemon's exit line says where its CPU went
+("CPU x s in this process, y s in N worker process(es)"): measure yours before turning it on.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -61,6 +65,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EXIT_WAIT = 5.0  # seconds a worker gets to exit when told, before SIGKILL
+
+
+def _cpu_now() -> tuple[float, float]:
+    """User + system CPU seconds of this process (every thread) and of its reaped children."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
 class RemoteLive(LiveRun):
@@ -116,12 +127,23 @@ class WorkerPool:
         self._closing = False
         self.deaths = 0
         self.batches = self.calls = 0  # for the log line at close: calls per COMMIT
+        self._cpu_at_start = (0.0, 0.0)  # (this process, reaped children): see cpu_split
 
     # -- the daemon's side -------------------------------------------------------
 
     def start(self) -> None:
+        self._cpu_at_start = _cpu_now()
         with self._lock:
             self._procs = [self._spawn(i) for i in range(self.workers)]
+
+    def cpu_split(self) -> tuple[float, float]:
+        """CPU seconds since start(): (this process, the worker processes reaped so far).
+
+        Whether `--workers N` pays is this split: the owner's share is the claim, every
+        SQL statement and COMMIT, and the protocol; the workers' is the handlers and the
+        engine. Printed at close, so an operator can measure their own workflows."""
+        own, children = _cpu_now()
+        return own - self._cpu_at_start[0], children - self._cpu_at_start[1]
 
     def live(self, claim: Claim) -> RemoteLive:
         """Assign the claim to the least busy live worker and hold it there (not sent yet)."""
@@ -166,14 +188,18 @@ class WorkerPool:
                 proc.popen.wait()
         for proc in procs:
             proc.sock.close()
-        if self.batches:
-            log.info(
-                "workers: %d store calls in %d transactions (%.1f per COMMIT); %d worker(s) died",
-                self.calls,
-                self.batches,
-                self.calls / self.batches,
-                self.deaths,
-            )
+        own, theirs = self.cpu_split()
+        log.info(
+            "workers: %d store calls in %d transactions (%.1f per COMMIT); CPU %.2f s in this"
+            " process, %.2f s in %d worker process(es); %d worker(s) died",
+            self.calls,
+            self.batches,
+            self.calls / max(1, self.batches),
+            own,
+            theirs,
+            self.workers + self.deaths,
+            self.deaths,
+        )
 
     def pids(self) -> list[int]:
         with self._lock:
