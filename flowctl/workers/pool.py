@@ -107,7 +107,11 @@ class _Proc:
     def send(self, message: dict[str, Any]) -> None:
         """Best effort: a dead worker's socket refuses, and its death is handled by the
         worker's reader (which releases every run it held)."""
-        data = dumps_line(message)
+        self.send_all([message])
+
+    def send_all(self, messages: list[dict[str, Any]]) -> None:
+        """Several messages in one write (each its own line), best effort as send()."""
+        data = b"".join(dumps_line(m) for m in messages)
         try:
             with self.send_lock:
                 self.sock.sendall(data)
@@ -290,6 +294,7 @@ class WorkerPool:
         self.batches += 1
         self.calls += len(calls)
         results = self.store.run_batch(calls)
+        replies = []
         for message, (ok, value) in zip(messages, results, strict=True):
             reply: dict[str, Any] = {"op": "reply", "id": message["id"]}
             if ok:
@@ -299,7 +304,8 @@ class WorkerPool:
                     reply["err"] = error_message(e)
             else:
                 reply["err"] = error_message(value)
-            proc.send(reply)
+            replies.append(reply)
+        proc.send_all(replies)  # one write for the batch: the worker splits it into lines
 
     def _bind(self, message: dict[str, Any]) -> Any:
         method = message["m"]
