@@ -269,7 +269,9 @@ def many_lateness(tmp: Path, n: int, spread: float) -> None:
     proc = spawn(db)
     try:
         wait_for(lambda: read(db, "SELECT COUNT(*) FROM daemons")[0][0] == 1, 30, "the daemon")
-        lead = 3.0 + n / 20_000  # the copy is one transaction: time to build and commit it
+        # The copy is one transaction: time to build and commit it (100,000 rows took 8-9 s
+        # on a loaded 2-core VM, so 8 s was too little: two set-ups in a row were invalid).
+        lead = 3.0 + n / 10_000
         base = time.time() + lead
         clone_sleepers(db, n - 1, base, spread)
         inserted = time.time()
