@@ -28,6 +28,12 @@ MAX_COUNT = 1_000_000
 # Checkpoints and timeline events one page of `flowctl show` (and the HTTP run detail) holds
 # by default, the newest of each: a 100,000-step run is read a page at a time.
 SHOW_STEPS = 50
+# An idempotency key is the caller's own name for a run, looked up exactly: longer than this
+# it is not a name but a mistake (a file's contents pasted in).
+MAX_KEY = 1_000
+# Search text is matched against run ids, keys and workflow names, none longer than this;
+# SQLite itself refuses a LIKE pattern over 50,000 bytes.
+MAX_SEARCH = 1_000
 # Free bytes a daemon keeps on a SQLite database's filesystem: below this it starts no new
 # run, so runs in flight can finish and the WAL can still be moved into the database.
 ROOM_RESERVE = 2 * 1024 * 1024
@@ -128,3 +134,26 @@ def check_time(value: datetime, what: str) -> datetime:
 
 def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def check_key(key: str | None, what: str = "--key") -> None:
+    """An idempotency key is non-blank text of at most MAX_KEY characters (None: no key)."""
+    if key is None:
+        return
+    if not key.strip():
+        raise UsageError(
+            f"{what} must not be empty: give the name this run is known by, e.g. user-42"
+        )
+    if len(key) > MAX_KEY:
+        raise UsageError(
+            f"{what} is {len(key):,} characters long: at most {MAX_KEY:,} are accepted"
+        )
+
+
+def check_search(search: str | None) -> None:
+    """Search text is at most MAX_SEARCH characters (it matches ids, keys and names)."""
+    if search is not None and len(search) > MAX_SEARCH:
+        raise UsageError(
+            f"search text is {len(search):,} characters long: at most {MAX_SEARCH:,} are"
+            " accepted (it matches run ids, keys and workflow names)"
+        )

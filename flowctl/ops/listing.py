@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from flowctl.errors import UsageError
+from flowctl.limits import check_search
 from flowctl.model import CallKind, Run, RunStatus
 from flowctl.ops.parse import parse_statuses
 
@@ -26,6 +27,7 @@ def count_listed(
     search: str | None = None,
 ) -> int:
     """How many runs `list_runs` would give with no limit, so a cut list can say so."""
+    check_search(search)
     counts = count_runs(store, workflow=workflow, search=search)
     wanted = parse_statuses(statuses)
     return sum(n for s, n in counts.items() if wanted is None or s in wanted)
@@ -43,6 +45,7 @@ def list_runs(
 ) -> list[Run]:
     if limit < 1:
         raise UsageError(f"--limit must be at least 1, got {limit}")
+    check_search(search)
     return store.list_runs(
         statuses=parse_statuses(statuses),
         workflow=workflow,
@@ -57,6 +60,7 @@ def count_runs(
     store: RunListing, *, workflow: str | None = None, search: str | None = None
 ) -> dict[RunStatus, int]:
     """Runs per status, narrowed exactly as `list_runs` narrows, so counts match the lists."""
+    check_search(search)
     if not search:
         return store.count_by_status(workflow)
     return store.count_by_status_matching(workflow, search)

@@ -180,7 +180,7 @@ def _string_field(body: dict[str, Any], name: str) -> str | None:
 def start_run(s: Served, body: Any) -> JSONResponse:
     if not isinstance(body, dict):
         raise UsageError(
-            'the body must be a JSON object like {"target": "followup", "input": {"user": 42}}'
+            'the body must be a JSON object like {"target": "trial-followup", "input": {"user": 42}}'
         )
     unknown = sorted(set(body) - set(START_FIELDS))
     if unknown:

@@ -46,6 +46,7 @@ from textual.widgets import DataTable, Input, Static
 
 from flowctl import ops
 from flowctl.clock import Clock
+from flowctl.limits import MAX_SEARCH
 from flowctl.model import CallKind, EntryState, Run, RunStatus
 from flowctl.store import Store
 from flowctl.tui.fit import fit, natural_widths
@@ -190,7 +191,7 @@ class FlowctlApp(ScheduleActions):
                 yield Static("loading…", id="empty")
             with DetailPane(id="detail"):
                 yield DetailText(id="detail-text", on_tick=self._render_detail)
-        yield Input(placeholder="search run ids and input text", id="search")
+        yield Input(placeholder="search run ids and input text", id="search", max_length=MAX_SEARCH)
         yield KeyHints(id="hints")
 
     def on_mount(self) -> None:
