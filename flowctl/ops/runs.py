@@ -65,11 +65,6 @@ def start(
     `targets` lets a caller that starts many runs load each target once (see TargetCache).
     """
     check_key(key)
-    if run_at is not None and deadline is not None and deadline <= run_at:
-        raise UsageError(
-            f"--deadline {local_text(deadline)} is not after the start time"
-            f" {local_text(run_at)}: the run could never start; give a later deadline"
-        )
     if key is not None:
         existing = store.get_run_by_key(key)
         if existing is not None:
@@ -125,11 +120,6 @@ def start_many(
         raise UsageError(f"{len(keys)} keys for {len(inputs)} inputs: give one key per input")
     for i, key in enumerate(keys or []):
         check_key(key, f"key #{i + 1}")
-    if run_at is not None and deadline is not None and deadline <= run_at:
-        raise UsageError(
-            f"--deadline {local_text(deadline)} is not after the start time"
-            f" {local_text(run_at)}: the run could never start; give a later deadline"
-        )
     load = targets.load if targets is not None else load_target
     wf = load(target, workflows_dir=workflows_dir, cwd=cwd)
     if max_attempts is not None and max_attempts < 1:
