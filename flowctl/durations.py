@@ -62,9 +62,11 @@ def _as_timedelta(amount: str | float, given: object) -> timedelta:
     try:
         seconds = float(amount)
     except OverflowError:
-        raise DurationError(given) from None
-    if not math.isfinite(seconds) or abs(seconds) > MAX_SECONDS:
+        raise DurationError(given, too_long=True) from None
+    if math.isnan(seconds):
         raise DurationError(given)
+    if abs(seconds) > MAX_SECONDS:
+        raise DurationError(given, too_long=True)
     return timedelta(seconds=seconds)
 
 

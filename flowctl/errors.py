@@ -25,12 +25,22 @@ class UsageError(FlowctlError):
 
 
 class DurationError(UsageError, ValueError):
-    def __init__(self, text: object) -> None:
-        super().__init__(
-            f"invalid duration {text!r}: use seconds (90), a unit (500ms, 30s, 5m, 2h, 7d), "
-            "words (30 sec, 5 minutes, 2 hours, 7 days), or a compound (1h30m)"
-        )
+    """A duration that does not parse, or one beyond the ten-year limit (`too_long`)."""
+
+    def __init__(self, text: object, *, too_long: bool = False) -> None:
+        if too_long:
+            message = (
+                f"duration {text!r} is longer than the limit of 10 years (3650d): "
+                "use a shorter duration, or an absolute time (--at)"
+            )
+        else:
+            message = (
+                f"invalid duration {text!r}: use seconds (90), a unit (500ms, 30s, 5m, 2h, 7d), "
+                "words (30 sec, 5 minutes, 2 hours, 7 days), or a compound (1h30m)"
+            )
+        super().__init__(message)
         self.text = text
+        self.too_long = too_long
 
 
 class InputError(UsageError):
