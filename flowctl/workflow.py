@@ -284,9 +284,35 @@ def fresh_imports(modules: Iterable[str] = ()) -> Iterator[None]:
             sys.modules.update(saved)
 
 
-def _python_def(fn: Any, target: str, source_path: Path | None, cwd: str | None) -> WorkflowDef:
+def _check_handler(fn: Any, target: str) -> None:
+    """A handler is called as `handler(ctx, **input)`: refuse, before any run exists, what
+    cannot be called so (a class, a C built-in such as os:system, a value, a function with
+    no positional parameter for ctx)."""
+    shown = target.rpartition(":")[2] or target
+    usage = f"a workflow is a Python function `def {shown}(ctx, **input)`"
+    if inspect.isclass(fn):
+        raise TargetError(f"{target} is a class, not a function: {usage}")
     if not callable(fn):
-        raise TargetError(f"{target} is not a function")
+        raise TargetError(
+            f"{target} is a value of type {type(fn).__name__}, not a function: {usage}"
+        )
+    if inspect.isbuiltin(fn):
+        raise TargetError(f"{target} is a built-in, not a workflow: {usage}")
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        raise TargetError(f"{target} has no signature flowctl can read: {usage}") from None
+    positional = (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.VAR_POSITIONAL,
+    )
+    if not params or params[0].kind not in positional:
+        raise TargetError(f"{target} takes no positional parameter for ctx: {usage}")
+
+
+def _python_def(fn: Any, target: str, source_path: Path | None, cwd: str | None) -> WorkflowDef:
+    _check_handler(fn, target)
     opts: WorkflowOptions | None = getattr(fn, "__flowctl_workflow__", None)
     name = opts.name if opts else getattr(fn, "__name__", target)
     source = source_hash = None
@@ -450,6 +476,21 @@ def load_target(
         form = f"{target}:{names[0]}" if len(names) == 1 else f"{target}:FUNCTION"
         found = f" ({target} has @workflow functions: {', '.join(names)})" if len(names) > 1 else ""
         raise TargetError(f"{target!r} names a file, not a function: use {form}{found}")
+    as_path = Path(target) if Path(target).is_absolute() else base / target
+    if as_path.is_dir():
+        raise TargetError(
+            f"{target!r} is a folder, not a workflow: give file.py:function, a .yaml file"
+            " inside it, or a name listed by `flowctl workflows`"
+        )
+    if as_path.is_file():
+        raise TargetError(
+            f"{target!r} is not a workflow file: give file.py:function or a .yaml/.yml file"
+        )
+    if "/" in target or target.startswith("."):
+        raise TargetError(
+            f"{target!r} does not exist: give file.py:function, a .yaml file,"
+            " or a name listed by `flowctl workflows`"
+        )
     folder = f" in {workflows_dir}" if workflows_dir else ""
     raise TargetError(
         f"unknown workflow {target!r}{folder}: give file.py:function, module:function, a .yaml file,"

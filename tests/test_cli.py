@@ -182,6 +182,11 @@ def test_failing_run_exits_one_with_error(db: str, flow_file: Path, flowctl: Flo
     [
         (["run", "nope.py:fn"], "does not exist"),
         (["run", "nosuchworkflow"], "unknown workflow 'nosuchworkflow'"),
+        (["run", "os:system"], "os:system is a built-in, not a workflow"),
+        (["run", "json:JSONDecoder"], "json:JSONDecoder is a class, not a function"),
+        (["run", "{root}/README.md"], "is not a workflow file: give file.py:function"),
+        (["run", "{root}/tests"], "is a folder, not a workflow"),
+        (["run", "./no/such/thing"], "'./no/such/thing' does not exist"),
         (["run", "{flow}:add", "-i", "a:={bad"], "must be JSON"),
         (["run", "{flow}:add", "--input", "[1,2]"], "--input must be a JSON object"),
         (["run", "{flow}:add", "--input", "{nope"], "--input is not valid JSON"),
@@ -207,7 +212,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
 ) -> None:
     open_store(db).close()  # create the schema so row counts are comparable (`ls` creates nothing)
     before = counts(db)
-    out = flowctl(db, *[a.replace("{flow}", str(flow_file)) for a in args])
+    given = [a.replace("{flow}", str(flow_file)).replace("{root}", str(ROOT)) for a in args]
+    out = flowctl(db, *given)
     assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
     err = out.stderr.strip()
     assert len(err.splitlines()) == 1, err
@@ -357,3 +363,33 @@ def test_every_command_has_help(flowctl: Flowctl) -> None:
         out = flowctl(None, name, "--help")
         assert out.returncode == 0, (name, out.stderr)
         assert "Usage:" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [
+        ("VALUE", "is a value of type int, not a function"),
+        ("Klass", "is a class, not a function"),
+        ("no_params", "takes no positional parameter for ctx"),
+        ("keyword_only", "takes no positional parameter for ctx"),
+    ],
+)
+def test_a_target_that_cannot_take_ctx_is_refused_before_a_run_exists(
+    tmp_path: Path, name: str, needle: str
+) -> None:
+    from flowctl.errors import TargetError
+    from flowctl.workflow import load_target
+
+    path = tmp_path / "handlers.py"
+    path.write_text(
+        "VALUE = 3\n"
+        "class Klass:\n    pass\n"
+        "def no_params():\n    pass\n"
+        "def keyword_only(*, a=1):\n    pass\n"
+        "def good(ctx, a=1):\n    return a\n"
+    )
+    with pytest.raises(TargetError) as exc:
+        load_target(f"{path}:{name}")
+    assert needle in str(exc.value)
+    assert f"def {name}(ctx, **input)" in str(exc.value)
+    assert load_target(f"{path}:good").name == "good"
