@@ -200,6 +200,7 @@ def test_failing_run_exits_one_with_error(db: str, flow_file: Path, flowctl: Flo
             "--at 'tomorrowish' is not a time",
         ),
         (["run", "{flow}:add", "-i", "novalue"], "use key=value"),
+        (["run", "{flow}:add", "-i", "a:=1", "-i", "a=2"], "input 'a' is given twice with -i"),
         (["ls", "--status", "sleepy"], "unknown status 'sleepy'"),
         (["ls", "--limit", "0"], "--limit must be at least 1"),
         (["daemon", "--lease", "1s", "--heartbeat", "2s"], "heartbeat (2s) must be shorter"),

@@ -37,8 +37,12 @@ def parse_input_lines(text: str, source: str) -> list[dict[str, Any]]:
 
 
 def parse_inputs(pairs: list[str] | None = None, input_json: str | None = None) -> dict[str, Any]:
-    """`--input JSON` first, then `-i key=value` (string) and `-i key:=JSON` (typed) on top."""
+    """`--input JSON` first, then `-i key=value` (string) and `-i key:=JSON` (typed) on top.
+
+    One name given twice with -i is refused rather than the last silently winning.
+    """
     data: dict[str, Any] = {}
+    given: set[str] = set()
     if input_json is not None:
         loaded = loads_json(input_json, "--input")
         if not isinstance(loaded, dict):
@@ -65,6 +69,9 @@ def parse_inputs(pairs: list[str] | None = None, input_json: str | None = None) 
         key = key.strip()
         if not key:
             raise InputError(f"-i {pair!r}: the input name before '=' is empty")
+        if key in given:
+            raise InputError(f"input {key!r} is given twice with -i: give each input once")
+        given.add(key)
         data[key] = value
     return data
 
