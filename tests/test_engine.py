@@ -353,6 +353,21 @@ def test_redrive_clears_the_deadline_and_keeps_the_recorded_sleep(
     assert CALLS == {"before": 1, "after": 1}
 
 
+def test_redrive_of_a_cancelled_run_drops_the_cancel_as_its_error(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    rid = start(store, fake_clock, "sleeper")
+    daemon.tick()
+    ops.cancel(store, rid, clock=fake_clock, reason="not now", by="ana")
+    daemon.tick()
+    cancelled = store.get_run(rid)
+    assert cancelled.status is RunStatus.CANCELLED and cancelled.error is not None
+    run = ops.redrive(store, rid, clock=fake_clock, by="ana")
+    assert (run.status, run.error) == (RunStatus.QUEUED, None)
+    daemon.tick()
+    assert store.get_run(rid).status is RunStatus.SLEEPING
+
+
 @pytest.mark.parametrize("status", ["completed", "sleeping"])
 def test_only_dead_or_cancelled_runs_can_be_redriven(
     store: Store, fake_clock: FakeClock, daemon: Daemon, status: str

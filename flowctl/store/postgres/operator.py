@@ -159,7 +159,9 @@ class OperatorWrites(Transitions):
                 [run_id, run_id],
             )
             c.execute(
-                "UPDATE runs SET status = 'queued', run_at = %s, attempt = 1, deadline = NULL,"
+                # A cancelled run's error is the cancel itself (see the SQLite store).
+                "UPDATE runs SET error = CASE WHEN status = 'cancelled' THEN NULL ELSE error END,"
+                " status = 'queued', run_at = %s, attempt = 1, deadline = NULL,"
                 " exec_spent_us = 0, finished_at = NULL, cancel_requested = 0,"
                 f" cancel_reason = NULL, {_CLEARED}, solo = 0, lease_owner = NULL,"
                 " lease_until = NULL WHERE run_id = %s",

@@ -197,7 +197,10 @@ class OperatorWrites(SqliteConnection):
                 [run_id, run_id],
             )
             c.execute(
-                "UPDATE runs SET status = 'queued', run_at = ?, attempt = 1, deadline = NULL,"
+                # A cancelled run's error is the cancel itself: it no longer applies once the
+                # run is queued again. A dead run keeps its last error until it runs again.
+                "UPDATE runs SET error = CASE WHEN status = 'cancelled' THEN NULL ELSE error END,"
+                " status = 'queued', run_at = ?, attempt = 1, deadline = NULL,"
                 " exec_spent_us = 0, finished_at = NULL, cancel_requested = 0, cancel_reason = NULL,"
                 f" {_CLEARED}, solo = 0, lease_owner = NULL, lease_until = NULL WHERE run_id = ?",
                 [now_us, run_id],
