@@ -394,3 +394,24 @@ def test_a_target_that_cannot_take_ctx_is_refused_before_a_run_exists(
     assert needle in str(exc.value)
     assert f"def {name}(ctx, **input)" in str(exc.value)
     assert load_target(f"{path}:good").name == "good"
+
+
+def test_run_of_a_yaml_file_with_a_bad_schedule_block_is_refused(
+    db: str, tmp_path: Path, flowctl: Flowctl
+) -> None:
+    path = tmp_path / "nightly.yaml"
+    path.write_text(
+        'name: nightly\nschedule:\n  cron: "61 * * * *"\nsteps:\n  - id: a\n    run: echo hi\n'
+    )
+    open_store(db).close()
+    before = counts(db)
+    out = flowctl(db, "run", str(path), "--detach")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    err = out.stderr.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(
+        f"flowctl: {path}:3:9: schedule.cron: invalid cron expression '61 * * * *'"
+    )
+    assert counts(db) == before
+    path.write_text(path.read_text().replace("61 *", "5 *"))
+    assert flowctl(db, "run", str(path), "--detach").returncode == 0

@@ -31,7 +31,7 @@ from flowctl.model import (
     local_text,
 )
 from flowctl.store import DaemonInfo, Store
-from flowctl.workflow import TargetCache, WorkflowEntry, discover, load_target
+from flowctl.workflow import TargetCache, WorkflowDef, WorkflowEntry, discover, load_target
 
 # ---------------------------------------------------------------------------
 # Starting runs
@@ -71,6 +71,8 @@ def start(
             return Started(existing, False)
     load = targets.load if targets is not None else load_target
     wf = load(target, workflows_dir=workflows_dir, cwd=cwd)
+    if schedule is None:
+        _check_schedule_block(wf)
     checked = wf.check_input(dict(input or {}))
     if max_attempts is not None and max_attempts < 1:
         raise UsageError(f"--max-attempts must be at least 1, got {max_attempts}")
@@ -92,6 +94,15 @@ def start(
     )
     run, created = store.create_run(new, now)
     return Started(run, created)
+
+
+def _check_schedule_block(wf: WorkflowDef) -> None:
+    """A YAML file's own `schedule:` block is checked when a run of it is started by hand
+    (a fire of the schedule itself was checked when the schedule was synced)."""
+    if wf.schedule is not None:
+        from flowctl.ops.schedules import check_declared_schedule  # lazy: most runs have none
+
+        check_declared_schedule(wf)
 
 
 def start_many(
@@ -122,6 +133,7 @@ def start_many(
         check_key(key, f"key #{i + 1}")
     load = targets.load if targets is not None else load_target
     wf = load(target, workflows_dir=workflows_dir, cwd=cwd)
+    _check_schedule_block(wf)
     if max_attempts is not None and max_attempts < 1:
         raise UsageError(f"--max-attempts must be at least 1, got {max_attempts}")
     budget = parse_duration(timeout) if timeout is not None else wf.timeout

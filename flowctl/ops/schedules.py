@@ -467,6 +467,18 @@ def yaml_schedules(
     return found, problems
 
 
+def check_declared_schedule(wf: WorkflowDef) -> None:
+    """Refuse a YAML workflow whose `schedule:` block is wrong, as `schedule sync` would:
+    a run started by hand from such a file must not queue while its schedule silently
+    never fires. Raises ScheduleError with the first problem at its file:line:column."""
+    if wf.kind != "yaml" or wf.schedule is None or wf.source_path is None:
+        return
+    problems = yaml_schedules(wf, Path(wf.source_path))[1]
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ScheduleError(f"{problems[0]}{more}; fix the schedule: block, then run again")
+
+
 def _toml_where(entry: str, field: str | None) -> str:
     """`flowctl.toml: schedules.NAME.cron` (TOML values carry no positions)."""
     return f"{entry}.{field.removeprefix('key:')}" if field else entry
