@@ -113,6 +113,8 @@ class CommandFailedError(FlowctlError):
     """A command step exited non-zero."""
 
     error_type = "CommandFailed"
+    # Its traceback is flowctl's own code running the command: the stderr tail is the story.
+    keeps_traceback = False
 
     def __init__(self, exit_code: int, stderr_tail: str = "", argv: object = None) -> None:
         tail = stderr_tail.strip().splitlines()[-1:] if stderr_tail else []
@@ -157,6 +159,7 @@ class CommandTimeoutError(FlowctlError):
     """A command step ran past its per-step `timeout` and was stopped."""
 
     error_type = "CommandTimeout"
+    keeps_traceback = False
 
     def __init__(self, timeout: float, stderr_tail: str = "") -> None:
         super().__init__(

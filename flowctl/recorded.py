@@ -11,7 +11,11 @@ from flowctl.errors import StepFailedError, is_non_retryable, mark_non_retryable
 
 
 def error_dict(exc: BaseException, *, with_traceback: bool = True) -> dict[str, Any]:
-    """How a raised exception is recorded: type, message, traceback, plus its own fields."""
+    """How a raised exception is recorded: type, message, traceback, plus its own fields.
+
+    An error type with `keeps_traceback = False` (a YAML command that failed) is recorded
+    without one: the frames would be flowctl's, not the user's.
+    """
     cls = type(exc)
     err: dict[str, Any] = {
         "type": getattr(exc, "error_type", cls.__name__),
@@ -29,7 +33,7 @@ def error_dict(exc: BaseException, *, with_traceback: bool = True) -> dict[str, 
         err.update(fields())
     if is_non_retryable(exc):
         err["non_retryable"] = True
-    if with_traceback and exc.__traceback__ is not None:
+    if with_traceback and getattr(exc, "keeps_traceback", True) and exc.__traceback__ is not None:
         err["traceback"] = "".join(traceback.format_exception(cls, exc, exc.__traceback__))[-8000:]
     return err
 

@@ -70,6 +70,13 @@ def test_command_step_checkpoint_shape_and_failure_record(db: str, tmp_path: Pat
     assert bad["state"] == "error"
     assert bad["error"]["type"] == "CommandFailed"
     assert bad["error"]["exit_code"] == 3
+    # The frames would be flowctl's own, not the user's: the stderr tail tells the story.
+    assert "traceback" not in run["error"] and "traceback" not in bad["error"]
+    text = _cli(db, "show", run["id"], cwd=tmp_path).stdout
+    assert "Traceback" not in text
+    lines = text.splitlines()
+    at = lines.index("          stderr (last lines):")
+    assert lines[at + 1].strip() == "oops"
 
 
 def test_run_is_pinned_to_the_yaml_it_started_with(tmp_path: Path, db: str) -> None:

@@ -104,7 +104,11 @@ def show(
             if k in r.error:
                 typer.echo(f"          {k}: {r.error[k]}")
         if r.status is RunStatus.DEAD:
-            tb = r.error.get("traceback") or r.error.get("stderr_tail")
+            tb = r.error.get("traceback")
+            tail = r.error.get("stderr_tail")
+            if not tb and tail and str(tail).strip():
+                typer.echo("          stderr (last lines):")
+                tb = tail
             if tb:
                 typer.echo("          " + "\n          ".join(str(tb).rstrip().splitlines()[-12:]))
     for key, (value, _at) in detail.published.items():
