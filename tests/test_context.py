@@ -413,18 +413,23 @@ def test_a_signal_never_completes_a_sleep(
     assert CALLS == {"after sleep": 1}
 
 
-@pytest.mark.parametrize("name", ["_flowctl", "_", ""])
-def test_reserved_signal_names_are_refused_and_nothing_is_written(
-    store: Store, fake_clock: FakeClock, name: str
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("_flowctl", "is reserved: names beginning with '_' are for flowctl itself"),
+        ("_", "is reserved: names beginning with '_' are for flowctl itself"),
+        ("", "is empty: give the name the run waits for (e.g. approved)"),
+        ("  ", "is empty: give the name the run waits for (e.g. approved)"),
+    ],
+)
+def test_reserved_or_empty_signal_names_are_refused_and_nothing_is_written(
+    store: Store, fake_clock: FakeClock, name: str, why: str
 ) -> None:
     rid = start(store, fake_clock, "waiter")
     before = store.timeline(rid)
     with pytest.raises(UsageError) as exc:
         ops.send_signal(store, rid, name, {"x": 1}, clock=fake_clock)
-    assert str(exc.value) == (
-        f"signal name {name!r} is reserved or empty: names beginning with '_' are for flowctl"
-        " itself"
-    )
+    assert str(exc.value) == f"signal name {name!r} {why}"
     assert store.pending_signals(rid) == []
     assert store.timeline(rid) == before
 

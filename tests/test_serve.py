@@ -167,6 +167,8 @@ def test_every_refusal_is_json_and_writes_nothing(api: Api, served_db: str) -> N
         (400, "GET", "/runs?limit=0", None, {}),
         (400, "GET", "/runs?limit=abc", None, {}),
         (400, "GET", "/runs?color=red", None, {}),
+        (400, "GET", "/runs?workflow=", None, {}),
+        (400, "GET", "/runs?status=", None, {}),
         (400, "POST", f"/runs/{live}/signals/_reserved", 1, {}),
         (400, "POST", f"/runs/{live}/signals/replied", None, {"raw": b"{nope"}),
         (400, "POST", "/signals/replied", 1, {}),

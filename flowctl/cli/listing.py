@@ -71,6 +71,8 @@ def ls(
 
     st = _state(ctx)
     ops.parse_statuses(status)  # bad input is exit 2 before the database is looked for
+    if search is not None and not search.strip():
+        raise UsageError("--search is empty: give text to look for, or leave it out")
     pause = parse_duration(every).total_seconds()
     if not watch:
         _list_once(st, status, workflow, search, limit, as_json)

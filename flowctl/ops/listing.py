@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from flowctl.errors import UsageError
 from flowctl.limits import check_search
 from flowctl.model import CallKind, Run, RunStatus
-from flowctl.ops.parse import parse_statuses
+from flowctl.ops.parse import check_workflow_filter, parse_statuses
 
 if TYPE_CHECKING:  # the caller opened the store; this module needs only its interface
     from flowctl.explain import OperatorEvent
@@ -44,6 +44,7 @@ def list_runs(
 ) -> list[Run]:
     if limit < 1:
         raise UsageError(f"--limit must be at least 1, got {limit}")
+    check_workflow_filter(workflow)
     check_search(search)
     return store.list_runs(
         statuses=parse_statuses(statuses),
@@ -59,6 +60,7 @@ def count_runs(
     store: RunListing, *, workflow: str | None = None, search: str | None = None
 ) -> dict[RunStatus, int]:
     """Runs per status, narrowed exactly as `list_runs` narrows, so counts match the lists."""
+    check_workflow_filter(workflow)
     check_search(search)
     if not search:
         return store.count_by_status(workflow)

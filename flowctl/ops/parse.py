@@ -154,10 +154,13 @@ def parse_since(text: str, clock: Clock, *, flag: str = "--since") -> datetime:
 
 
 def parse_statuses(values: list[str] | None) -> list[RunStatus] | None:
+    """`--status a --status b,c`; an empty one is refused (it would silently mean "all")."""
     if not values:
         return None
     out = []
     for value in values:
+        if not value.strip(" ,"):
+            raise UsageError(f"--status is empty: use one of {STATUS_NAMES}, or leave it out")
         for part in value.split(","):
             part = part.strip().lower()
             if not part:
@@ -167,3 +170,11 @@ def parse_statuses(values: list[str] | None) -> list[RunStatus] | None:
             except ValueError:
                 raise UsageError(f"unknown status {part!r}: use one of {STATUS_NAMES}") from None
     return out or None
+
+
+def check_workflow_filter(workflow: str | None) -> None:
+    """An empty workflow filter is refused: it would silently list every workflow."""
+    if workflow is not None and not workflow.strip():
+        raise UsageError(
+            "--workflow is empty: give a workflow name (see `flowctl workflows`), or leave it out"
+        )

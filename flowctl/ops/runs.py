@@ -30,6 +30,7 @@ from flowctl.model import (
     iso,
     local_text,
 )
+from flowctl.ops.parse import check_workflow_filter
 from flowctl.store import DaemonInfo, Store
 from flowctl.workflow import TargetCache, WorkflowDef, WorkflowEntry, discover, load_target
 
@@ -217,9 +218,14 @@ def _actor() -> str:
 
 
 def _check_signal_name(name: str) -> None:
-    if not name or name.startswith("_"):
+    """A signal needs a name a run can wait for; names beginning with '_' are flowctl's."""
+    if not name.strip():
         raise UsageError(
-            f"signal name {name!r} is reserved or empty: names beginning with '_' are for flowctl itself"
+            f"signal name {name!r} is empty: give the name the run waits for (e.g. approved)"
+        )
+    if name.startswith("_"):
+        raise UsageError(
+            f"signal name {name!r} is reserved: names beginning with '_' are for flowctl itself"
         )
 
 
@@ -282,6 +288,7 @@ def redrive_many(
     since: datetime | None = None,
     by: str | None = None,
 ) -> list[Run]:
+    check_workflow_filter(workflow)  # "" would redrive every dead run
     out = []
     offset = 0
     while True:
@@ -324,6 +331,7 @@ def _each_of_workflow(
 ) -> list[Run]:
     """Apply `act(run)` to every run of `workflow` in `statuses`; a run whose status moved
     on meanwhile (the action refuses it) is skipped."""
+    check_workflow_filter(workflow)  # "" would act on every workflow
     out: list[Run] = []
     seen: set[str] = set()
     while True:

@@ -289,7 +289,7 @@ async def list_runs(request: Request) -> Response:
         runs = ops.list_runs(
             s.store,
             statuses=statuses or None,
-            workflow=q.get("workflow") or None,
+            workflow=q.get("workflow"),
             limit=_query_int(request, "limit", 50, 1, MAX_LIST),
             offset=_query_int(request, "offset", 0, 0, MAX_COUNT),
         )
