@@ -201,6 +201,10 @@ def test_failing_run_exits_one_with_error(db: str, flow_file: Path, flowctl: Flo
         ),
         (["run", "{flow}:add", "-i", "novalue"], "use key=value"),
         (["run", "{flow}:add", "-i", "a:=1", "-i", "a=2"], "input 'a' is given twice with -i"),
+        (
+            ["run", "{flow}:add", "--input", '{"a": 1}', "-i", "a:=2"],
+            "input 'a' is given in --input and with -i",
+        ),
         (["ls", "--status", "sleepy"], "unknown status 'sleepy'"),
         (["ls", "--limit", "0"], "--limit must be at least 1"),
         (["ls", "--workflow", ""], "--workflow is empty: give a workflow name"),

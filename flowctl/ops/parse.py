@@ -39,7 +39,8 @@ def parse_input_lines(text: str, source: str) -> list[dict[str, Any]]:
 def parse_inputs(pairs: list[str] | None = None, input_json: str | None = None) -> dict[str, Any]:
     """`--input JSON` first, then `-i key=value` (string) and `-i key:=JSON` (typed) on top.
 
-    One name given twice with -i is refused rather than the last silently winning.
+    One name given twice (twice with -i, or in --input and with -i) is refused rather
+    than one value silently winning.
     """
     data: dict[str, Any] = {}
     given: set[str] = set()
@@ -71,6 +72,8 @@ def parse_inputs(pairs: list[str] | None = None, input_json: str | None = None) 
             raise InputError(f"-i {pair!r}: the input name before '=' is empty")
         if key in given:
             raise InputError(f"input {key!r} is given twice with -i: give each input once")
+        if key in data:
+            raise InputError(f"input {key!r} is given in --input and with -i: give each input once")
         given.add(key)
         data[key] = value
     return data
