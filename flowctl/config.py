@@ -152,6 +152,19 @@ def is_database_url(name: str) -> bool:
     return name.strip().lower().startswith(DATABASE_URL_SCHEMES)
 
 
+def _refuse_other_url(value: str, where: str) -> None:
+    """`mysql://x` or a mistyped `postgresq://` would otherwise become a SQLite file in a
+    folder named after the scheme: refuse any URL that is not PostgreSQL's."""
+    import re
+
+    match = re.match(r"\s*([A-Za-z][A-Za-z0-9+.-]*)://", value)
+    if match and not is_database_url(value):
+        raise ConfigError(
+            f"{where} {value.strip()!r}: {match.group(1)}:// URLs are not accepted: give a"
+            " SQLite file path (e.g. ./flowctl.db) or a postgresql:// URL"
+        )
+
+
 def resolve_db(explicit: str | None, config: Config) -> Path | str:
     """--db, then FLOWCTL_DB, then flowctl.toml's db (next to the file), then the XDG state dir.
 
@@ -165,12 +178,15 @@ def resolve_db(explicit: str | None, config: Config) -> Path | str:
                 "--db is empty: give a database file (e.g. --db ./flowctl.db) or a"
                 " postgresql:// URL, or leave --db out for the default"
             )
+        _refuse_other_url(explicit, "--db")
         return explicit.strip() if is_database_url(explicit) else Path(explicit).expanduser()
     env = os.environ.get("FLOWCTL_DB")
     if env:
+        _refuse_other_url(env, "FLOWCTL_DB")
         return env.strip() if is_database_url(env) else Path(env).expanduser()
     if config.path is not None:
         value = str(config.values["db"])
+        _refuse_other_url(value, f"db in {config.path}")
         if is_database_url(value):
             return value.strip()
         db = Path(value).expanduser()
@@ -182,7 +198,12 @@ def write_default_config(folder: Path, *, force: bool = False) -> Path:
     import tomli_w
 
     path = folder / CONFIG_NAME
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder, not a file: move it away, then run init again")
     if path.exists() and not force:
         raise ConfigError(f"{path} already exists; use --force to overwrite it")
-    path.write_text(_COMMENT + tomli_w.dumps(DEFAULTS))
+    try:
+        path.write_text(_COMMENT + tomli_w.dumps(DEFAULTS))
+    except OSError as e:
+        raise ConfigError(f"cannot write {path}: {e.strerror}") from None
     return path

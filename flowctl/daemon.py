@@ -95,6 +95,12 @@ class Daemon(Watches):
         self.store = store
         self.clock = clock
         self.config = config or DaemonConfig()
+        for name in ("lease", "heartbeat"):
+            if getattr(self.config, name) <= 0:
+                raise UsageError(
+                    f"{name} must be a positive duration, got {getattr(self.config, name):g}s"
+                    f" (--{name} or {name} in flowctl.toml)"
+                )
         if self.config.heartbeat >= self.config.lease:
             raise UsageError(
                 f"heartbeat ({self.config.heartbeat:g}s) must be shorter than the lease"

@@ -30,8 +30,8 @@ class DurationError(UsageError, ValueError):
     def __init__(self, text: object, *, too_long: bool = False) -> None:
         if too_long:
             message = (
-                f"duration {text!r} is longer than the limit of 10 years (3650d): "
-                "use a shorter duration, or an absolute time (--at)"
+                f"duration {text!r} is longer than the limit of 10 years (3650d):"
+                " give at most 3650d"
             )
         else:
             message = (
@@ -69,6 +69,15 @@ class RunNotFoundError(FlowctlError):
     def __init__(self, ref: str, detail: str = "") -> None:
         super().__init__(detail or f"no run matches {ref!r}: give a run id or a unique prefix")
         self.ref = ref
+
+
+class RunRefMissingError(UsageError, RunNotFoundError):
+    """No run reference at all (an empty id): bad input (exit 2), not a missing run."""
+
+    def __init__(self) -> None:
+        RunNotFoundError.__init__(
+            self, "", "a run id is required: give a run id or a unique prefix (see `flowctl ls`)"
+        )
 
 
 class ScheduleNotFoundError(FlowctlError):

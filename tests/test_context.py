@@ -420,6 +420,8 @@ def test_a_signal_never_completes_a_sleep(
         ("_", "is reserved: names beginning with '_' are for flowctl itself"),
         ("", "is empty: give the name the run waits for (e.g. approved)"),
         ("  ", "is empty: give the name the run waits for (e.g. approved)"),
+        ("a\nb", "holds a control character: give printable text, e.g. approved"),
+        ("a\x01b", "holds a control character: give printable text, e.g. approved"),
     ],
 )
 def test_reserved_or_empty_signal_names_are_refused_and_nothing_is_written(
@@ -799,3 +801,11 @@ def test_golden_journal_replays_as_recorded(
         assert store.versions(rid) == expect["versions"]
     for index, tries in expect.get("tries", {}).items():
         assert store.journal(rid)[int(index)].tries == tries
+
+
+def test_a_signal_name_over_the_key_limit_is_refused(store: Store, fake_clock: FakeClock) -> None:
+    rid = start(store, fake_clock, "waiter")
+    with pytest.raises(UsageError) as exc:
+        ops.send_signal(store, rid, "x" * 1001, {"x": 1}, clock=fake_clock)
+    assert str(exc.value) == "signal name is 1,001 characters long: at most 1,000 are accepted"
+    assert store.pending_signals(rid) == []

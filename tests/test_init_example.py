@@ -118,3 +118,21 @@ def test_init_example_refuses_an_existing_config_before_writing_samples(project:
     assert out.exit_code == 2
     assert "flowctl.toml already exists; use --force" in out.output
     assert _names(project) == {"flowctl.toml"}
+
+
+@pytest.mark.parametrize("folder", ["flowctl.toml", ".flowctl/flowctl.db"])
+def test_init_where_its_file_is_a_folder_is_one_line_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folder: str
+) -> None:
+    from tests.inproc import run_main
+
+    (tmp_path / folder).mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FLOWCTL_DB", raising=False)
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    for args in (["init"], ["init", "--force"]):
+        ran = run_main(monkeypatch, *args)
+        assert ran.returncode == 2, (ran.stdout, ran.stderr)
+        assert ran.stderr.startswith(f"flowctl: {tmp_path / folder} is a folder")
+        assert len(ran.stderr.strip().splitlines()) == 1 and "Traceback" not in ran.stderr
+        assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before

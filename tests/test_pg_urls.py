@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from flowctl.config import Config, is_database_url, resolve_db
+from flowctl.errors import ConfigError
 from tests.conftest import ROOT
 from tests.pg import server_url, with_database
 
@@ -65,11 +66,29 @@ def test_a_url_is_kept_as_given_from_db_env_and_toml(
 def test_anything_else_is_a_sqlite_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FLOWCTL_DB", raising=False)
     none = Config(path=None, values={})
-    for name in ("flowctl.db", "postgresql.db", "./postgres:/x.db", "mysql://h/db"):
+    for name in ("flowctl.db", "postgresql.db", "./postgres:/x.db"):
         assert not is_database_url(name)
         assert resolve_db(name, none) == Path(name)
     toml = Config(path=tmp_path / "flowctl.toml", values={"db": "state/flowctl.db"})
     assert resolve_db(None, toml) == tmp_path / "state" / "flowctl.db"
+
+
+@pytest.mark.parametrize("url", ["mysql://h/db", "postgresq://u@h/db", "sqlite:///x.db"])
+def test_a_url_of_another_kind_is_refused_not_made_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    """A mistyped or foreign URL would become a SQLite file in a folder named after it."""
+    monkeypatch.delenv("FLOWCTL_DB", raising=False)
+    none = Config(path=None, values={})
+    scheme = url.split(":", 1)[0]
+    with pytest.raises(ConfigError, match=f"--db '{url}': {scheme}:// URLs are not accepted"):
+        resolve_db(url, none)
+    monkeypatch.setenv("FLOWCTL_DB", url)
+    with pytest.raises(ConfigError, match="FLOWCTL_DB"):
+        resolve_db(None, none)
+    monkeypatch.delenv("FLOWCTL_DB")
+    with pytest.raises(ConfigError, match="db in "):
+        resolve_db(None, Config(path=tmp_path / "flowctl.toml", values={"db": url}))
 
 
 def test_the_cli_runs_a_workflow_on_postgresql_and_never_makes_a_folder(
@@ -127,6 +146,6 @@ def test_without_psycopg_a_url_names_the_extra_to_install(tmp_path: Path) -> Non
     line = one_line_error(flowctl("--db", URL, "ls", code=code, cwd=tmp_path))
     assert line == (
         "flowctl: a postgresql:// database needs the PostgreSQL driver: install the extra"
-        " with pip install 'flowctl[postgres]'"
+        " with pip install 'flowctl-runner[postgres]'"
     )
     assert list(tmp_path.iterdir()) == []

@@ -350,7 +350,7 @@ def test_an_exact_id_wins_over_longer_ids_it_prefixes(store: Store) -> None:
         ("abd", "run id prefix 'abd' is ambiguous: give more characters"),
         ("zzz", "no run matches 'zzz': give a run id or a unique prefix"),
         ("%", "no run matches '%': give a run id or a unique prefix"),
-        ("  ", "a run id is required"),
+        ("  ", "a run id is required: give a run id or a unique prefix (see `flowctl ls`)"),
     ],
 )
 def test_a_run_reference_that_matches_no_single_run_is_an_error(

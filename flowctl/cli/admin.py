@@ -55,6 +55,12 @@ def init(
     samples = here / str(DEFAULTS["workflows"])  # the folder the new flowctl.toml names
     if example:
         starter.check_free(samples, force=force)  # before anything is written
+    default_db = here / str(DEFAULTS["db"])
+    if default_db.is_dir() and not _state(ctx).db_chosen:
+        raise UsageError(
+            f"{default_db} is a folder: flowctl.toml's database would be there;"
+            " move the folder away, then run init again"
+        )
     path = write_default_config(here, force=force)
 
     def say(text: str) -> None:

@@ -10,6 +10,7 @@ schedule aside), so there is no import cycle.
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,6 +103,11 @@ class State:
 
             self._config = load_config()
         return self._config
+
+    @property
+    def db_chosen(self) -> bool:
+        """True when --db or FLOWCTL_DB names the database (not flowctl.toml or a default)."""
+        return self._db is not None or bool(os.environ.get("FLOWCTL_DB"))
 
     @property
     def db_path(self) -> Path | str:

@@ -28,6 +28,16 @@ def serve(
     ] = "warning",
 ) -> None:
     """Serve the JSON HTTP API; needs FLOWCTL_TOKEN or [serve] token.  Example: FLOWCTL_TOKEN=... flowctl serve --port 8765"""
+    levels = ("critical", "error", "warning", "info", "debug", "trace")
+    if log_level.strip().lower() not in levels:
+        raise UsageError(
+            f"--log-level {log_level!r} is not a level: use one of {', '.join(levels)}"
+        )
+    log_level = log_level.strip().lower()
+    if not host.strip():
+        raise UsageError(
+            "--host is empty: give an address to listen on (default 127.0.0.1, loopback)"
+        )
     try:
         from flowctl.serve.routes import Served
         from flowctl.serve.server import run

@@ -22,7 +22,7 @@ from flowctl.errors import (
     RunNotFoundError,
     UsageError,
 )
-from flowctl.limits import ROOM_RESERVE, check_key
+from flowctl.limits import MAX_KEY, ROOM_RESERVE, check_key
 from flowctl.model import (
     ACTIVE,
     Run,
@@ -226,6 +226,14 @@ def _check_signal_name(name: str) -> None:
     if name.startswith("_"):
         raise UsageError(
             f"signal name {name!r} is reserved: names beginning with '_' are for flowctl itself"
+        )
+    if len(name) > MAX_KEY:
+        raise UsageError(
+            f"signal name is {len(name):,} characters long: at most {MAX_KEY:,} are accepted"
+        )
+    if any(ch < " " or ch == "\x7f" for ch in name):
+        raise UsageError(
+            f"signal name {name!r} holds a control character: give printable text, e.g. approved"
         )
 
 

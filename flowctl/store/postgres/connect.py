@@ -1,7 +1,7 @@
 """Reaching a PostgreSQL server: which database names are URLs, the optional driver, and
 connection failures as one line naming the server and the cause.
 
-psycopg is an optional extra (`flowctl[postgres]`): it is imported only here and in the
+psycopg is an optional extra (`flowctl-runner[postgres]`): it is imported only here and in the
 PostgreSQL store, and only when a URL is used, so a SQLite install never needs it.
 """
 
@@ -43,7 +43,7 @@ class PostgresDriverMissingError(DatabaseError):
     def __init__(self) -> None:
         super().__init__(
             "a postgresql:// database needs the PostgreSQL driver: install the extra with"
-            " pip install 'flowctl[postgres]'"
+            " pip install 'flowctl-runner[postgres]'"
         )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from flowctl.errors import (
     RunNotFoundError,
+    RunRefMissingError,
 )
 from flowctl.model import (
     DUE,
@@ -128,7 +129,7 @@ class RunReads(Transitions):
         """A run by full id or unique prefix."""
         ref = ref.strip()
         if not ref:
-            raise RunNotFoundError(ref, "a run id is required")
+            raise RunRefMissingError()
         rows = self._read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = %s", [ref])
         if rows:
             return _run_from_row(rows[0])

@@ -9,6 +9,7 @@ from typing import Any
 
 from flowctl.errors import (
     RunNotFoundError,
+    RunRefMissingError,
 )
 from flowctl.model import (
     EntryState,
@@ -44,7 +45,7 @@ class RunReads(RunList):
         """A run by full id or unique prefix."""
         ref = ref.strip()
         if not ref:
-            raise RunNotFoundError(ref, "a run id is required")
+            raise RunRefMissingError()
         rows = self._read(f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE run_id = ?", [ref])
         if rows:
             return _run_from_row(rows[0])
