@@ -64,12 +64,25 @@ def test_stdin_and_keys_per_line(db: str, target: str, monkeypatch: pytest.Monke
         assert store.get_run_by_key("batch7:3") is not None
 
 
+def test_a_key_is_numbered_by_the_line_an_editor_shows(
+    db: str, target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = '{"who": "ana"}\n\n{"who": "bo"}\n'
+    args = ["--db", str(db), "run", target, "--detach", "--input-file", "-", "--key", "k"]
+    assert run_main(monkeypatch, *args, stdin=text).returncode == 0
+    with open_store(db) as store:
+        assert store.get_run_by_key("k:1").input == {"who": "ana"}  # type: ignore[union-attr]
+        assert store.get_run_by_key("k:3").input == {"who": "bo"}  # type: ignore[union-attr]
+        assert store.get_run_by_key("k:2") is None
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ('{"who": "ana"}\n[1, 2]\n', "stdin line 2: each line must be a JSON object"),
         ('{"who": "ana"}\n{"who": \n', "stdin line 2 is not valid JSON"),
-        ('{"who": "ana"}\n{"whom": "bo"}\n', "input #2: workflow greet has no input 'whom'"),
+        ('{"who": "ana"}\n{"whom": "bo"}\n', "stdin line 2: workflow greet has no input 'whom'"),
+        ('{"who": "ana"}\n\n{"whom": "bo"}\n', "stdin line 3: workflow greet has no input"),
         ("\n\n", "stdin holds no input"),
     ],
 )

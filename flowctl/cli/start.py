@@ -206,14 +206,16 @@ def _run_many(
         except (OSError, UnicodeDecodeError) as e:
             raise UsageError(f"--input-file {input_file}: cannot read it ({e})") from None
         source = input_file
-    inputs = ops.parse_input_lines(text, source)
-    keys = None if key is None else [f"{key}:{i}" for i in range(1, len(inputs) + 1)]
+    lines = ops.parse_input_lines(text, source)
+    # Line N's run has the key K:N, N as an editor numbers lines (blank lines counted).
+    keys = None if key is None else [f"{key}:{number}" for number, _ in lines]
     started = ops.start_many(
         st.open_store(create=True),
         target,
-        inputs,
+        [value for _, value in lines],
         clock=st.clock,
         keys=keys,
+        labels=[f"{source} line {number}" for number, _ in lines],
         workflows_dir=st.config.workflows_dir(),
         run_at=run_at,
         deadline=deadline_at,

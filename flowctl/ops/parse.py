@@ -16,11 +16,12 @@ from flowctl.status import STATUS_NAMES as STATUS_NAMES
 from flowctl.status import RunStatus
 
 
-def parse_input_lines(text: str, source: str) -> list[dict[str, Any]]:
-    """`run --input-file`: one JSON object per line (blank lines skipped), one run each.
+def parse_input_lines(text: str, source: str) -> list[tuple[int, dict[str, Any]]]:
+    """`run --input-file`: one JSON object per line (blank lines skipped), one run each,
+    with its line number (1-based, blank lines counted: the number an editor shows).
 
     InputError naming the line for anything else, so a bad file queues nothing."""
-    out: list[dict[str, Any]] = []
+    out: list[tuple[int, dict[str, Any]]] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -30,7 +31,7 @@ def parse_input_lines(text: str, source: str) -> list[dict[str, Any]]:
                 f"{source} line {number}: each line must be a JSON object like"
                 f' {{"user": 42}}, got {type(value).__name__}'
             )
-        out.append(value)
+        out.append((number, value))
     if not out:
         raise InputError(f"{source} holds no input: give one JSON object per line")
     return out

@@ -120,16 +120,23 @@ def start_many(
     timeout: timedelta | float | str | None = None,
     max_attempts: int | None = None,
     targets: TargetCache | None = None,
+    labels: Sequence[str] | None = None,
 ) -> list[Started]:
     """Validate and queue many runs of one target in one transaction (one fsync).
 
     Every input is checked before anything is written: one bad input writes nothing and
-    its error names its position (#1 is the first). `keys[i]`, when given, is run i's
-    idempotency key: a key already used, or used earlier in the same batch, returns that
-    run (created False) instead of a new one.
+    its error names it by `labels[i]` (default its position, "input #1" the first).
+    `keys[i]`, when given, is run i's idempotency key: a key already used, or used
+    earlier in the same batch, returns that run (created False) instead of a new one.
     """
     if keys is not None and len(keys) != len(inputs):
         raise UsageError(f"{len(keys)} keys for {len(inputs)} inputs: give one key per input")
+    if labels is not None and len(labels) != len(inputs):
+        raise UsageError(f"{len(labels)} labels for {len(inputs)} inputs: give one per input")
+
+    def label(i: int) -> str:
+        return labels[i] if labels is not None else f"input #{i + 1}"
+
     for i, key in enumerate(keys or []):
         check_key(key, f"key #{i + 1}")
     load = targets.load if targets is not None else load_target
@@ -146,11 +153,11 @@ def start_many(
     news = []
     for i, raw in enumerate(inputs):
         if not isinstance(raw, dict):
-            raise InputError(f"input #{i + 1} is {type(raw).__name__}: each input is a JSON object")
+            raise InputError(f"{label(i)} is {type(raw).__name__}: each input is a JSON object")
         try:
             checked = wf.check_input(dict(raw))
         except InputError as e:
-            raise InputError(f"input #{i + 1}: {e}") from None
+            raise InputError(f"{label(i)}: {e}") from None
         news.append(
             wf.new_run(
                 checked,
