@@ -184,6 +184,21 @@ def test_usage_errors_exit_2(tmp_path: Path, sleeping: tuple[str, list[str]]) ->
     assert out.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [("nosuch", "unknown workflow 'nosuch'"), (".", "is a folder"), ("", "a target is empty")],
+)
+def test_a_target_that_names_nothing_fails_the_gate(
+    tmp_path: Path, sleeping: tuple[str, list[str]], name: str, needle: str
+) -> None:
+    """A typo must not pass a pre-deploy check as "0 runs replay"."""
+    db, _ = sleeping
+    out = flowctl(db, "check", name, cwd=tmp_path)
+    assert out.returncode == 2, out.stdout
+    assert out.stderr.startswith("flowctl: flowctl check") and needle in out.stderr
+    assert out.stderr.count("\n") == 1
+
+
 def test_in_process_check_imports_the_file_afresh(
     tmp_path: Path, sleeping: tuple[str, list[str]]
 ) -> None:

@@ -31,7 +31,7 @@ def check(
     st = _state(ctx)
     from flowctl.ops import maintenance as ops
 
-    report = ops.check(st.store, targets, clock=st.clock)
+    report = ops.check(st.store, targets, clock=st.clock, workflows_dir=st.config.workflows_dir())
     if as_json:
         _emit_json([f.to_json() for f in report.findings])
     else:

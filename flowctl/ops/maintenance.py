@@ -76,9 +76,16 @@ class CheckReport:
     findings: list[Finding]
 
 
-def check(store: Store, targets: list[str] | None, *, clock: Clock) -> CheckReport:
+def check(
+    store: Store,
+    targets: list[str] | None,
+    *,
+    clock: Clock,
+    workflows_dir: str | Path | None = None,
+) -> CheckReport:
     """Replay every unfinished run (of `targets`: workflow names or targets) against the
-    code on disk, imported afresh; nothing is run or written."""
+    code on disk, imported afresh; nothing is run or written. A target that names no run
+    and no workflow is refused (a typo must not pass a pre-deploy gate)."""
     from flowctl.replay_check import check_runs
     from flowctl.workflow import WorkflowDef, fresh_imports, load_target
 
@@ -86,6 +93,17 @@ def check(store: Store, targets: list[str] | None, *, clock: Clock) -> CheckRepo
     if targets:
         wanted = set(targets)
         runs = [r for r in runs if r.workflow in wanted or r.target in wanted]
+        for name in targets:
+            if not name.strip():
+                raise UsageError("flowctl check: a target is empty: give a workflow name")
+            if any(name in (r.workflow, r.target) for r in runs):
+                continue
+            if store.list_runs(workflow=name, limit=1):
+                continue  # a known workflow with no unfinished run: nothing to check
+            try:
+                load_target(name, workflows_dir=workflows_dir)
+            except UsageError as e:
+                raise UsageError(f"flowctl check {name}: {e}") from None
     loaded: dict[tuple[str, str | None], WorkflowDef | Exception] = {}
 
     def load(run: Run) -> WorkflowDef:
