@@ -117,6 +117,14 @@ def test_start_read_signal_by_key_and_cancel(api: Api, served_db: str) -> None:
     assert api.call("POST", f"/runs/{run_id}/cancel").status == 200
 
 
+def test_cancel_records_the_reason_its_body_gives(api: Api, served_db: str) -> None:
+    run_id = start(api, "reasoned-1")
+    reply = api.call("POST", f"/runs/{run_id}/cancel", {"reason": "customer replied"})
+    assert (reply.status, reply.json()["run"]["status"]) == (200, "cancelled")
+    shown = api.call("GET", f"/runs/{run_id}").json()
+    assert "customer replied" in json.dumps(shown["timeline"])
+
+
 def test_every_refusal_is_json_and_writes_nothing(api: Api, served_db: str) -> None:
     done = start(api, "done-1")
     assert api.call("POST", f"/runs/{done}/cancel").status == 200
@@ -168,6 +176,12 @@ def test_every_refusal_is_json_and_writes_nothing(api: Api, served_db: str) -> N
         (400, "GET", "/runs?limit=abc", None, {}),
         (400, "GET", "/runs?color=red", None, {}),
         (400, "GET", "/runs?workflow=", None, {}),
+        (400, "GET", f"/runs/{live}?bogus=1", None, {}),
+        (400, "POST", f"/runs/{live}/cancel", None, {"raw": b"{bad"}),
+        (400, "POST", f"/runs/{live}/cancel", {"reason": ""}, {}),
+        (400, "POST", f"/runs/{live}/cancel", {"why": "x"}, {}),
+        (400, "POST", f"/runs/{live}/pause", {"reason": "x"}, {}),
+        (400, "POST", f"/runs/{live}/wake", [1], {}),
         (400, "GET", "/runs?status=", None, {}),
         (400, "POST", f"/runs/{live}/signals/_reserved", 1, {}),
         (400, "POST", f"/runs/{live}/signals/replied", None, {"raw": b"{nope"}),

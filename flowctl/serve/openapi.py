@@ -50,11 +50,30 @@ _PAYLOAD = {
 
 
 def _action(verb: str, summary: str) -> dict[str, Any]:
+    """An action on one run; its body is optional: empty, or a JSON object (cancel's may
+    give a `reason`, recorded in the timeline; the other actions take no fields)."""
+    fields: dict[str, Any] = (
+        {"reason": {"type": "string", "minLength": 1, "maxLength": 1000}}
+        if verb == "cancel"
+        else {}
+    )
     return {
         "post": {
             "operationId": f"{verb}Run",
             "summary": summary,
             "parameters": [_ID],
+            "requestBody": {
+                "required": False,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "properties": fields,
+                            "additionalProperties": False,
+                        }
+                    }
+                },
+            },
             "responses": {
                 "200": _json(
                     {"type": "object", "properties": {"run": _RUN}, "required": ["run"]},

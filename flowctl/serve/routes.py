@@ -22,7 +22,7 @@ from flowctl import ops
 from flowctl.clock import Clock
 from flowctl.durations import parse_duration
 from flowctl.errors import FlowctlError, UsageError
-from flowctl.limits import MAX_COUNT, SHOW_STEPS, check_utf8, loads_json, one_line
+from flowctl.limits import MAX_COUNT, MAX_KEY, SHOW_STEPS, check_utf8, loads_json, one_line
 from flowctl.serve.auth import token_matches
 from flowctl.serve.errors import MAX_BODY, HttpError, status_for
 from flowctl.store import Store
@@ -303,6 +303,9 @@ async def get_run(request: Request) -> Response:
     ref = request.path_params["id"]
 
     def op() -> dict[str, Any]:
+        unknown = sorted(set(request.query_params) - {"steps", "skip"})
+        if unknown:
+            raise UsageError(f"unknown query parameter {unknown[0]!r}; accepted: steps, skip")
         # A page of checkpoints and timeline events (the newest `steps` after `skip`), as
         # `flowctl show --json`: a 100,000-step run is never read whole.
         steps = _query_int(request, "steps", SHOW_STEPS, 1, MAX_COUNT)
@@ -360,13 +363,43 @@ def action(name: str) -> Callable[[Request], Any]:
 
     async def handler(request: Request) -> Response:
         s = served(request)
+        if not authorised(request):
+            return unauthorised()  # before the body is read
         ref = request.path_params["id"]
-        return await call(
-            request, lambda: {"run": act(s.store, ref, clock=s.clock, by=ACTOR).to_json()}
-        )
+        try:
+            raw = await read_body(request)
+        except HttpError as e:
+            return error_response(e.status, e.message)
+
+        def op() -> dict[str, Any]:
+            extra = _action_options(name, raw)
+            return {"run": act(s.store, ref, clock=s.clock, by=ACTOR, **extra).to_json()}
+
+        return await call(request, op)
 
     handler.__name__ = f"{name}_run"
     return handler
 
 
 ACTIONS = ("cancel", "redrive", "pause", "resume", "wake")
+
+
+def _action_options(name: str, raw: bytes) -> dict[str, Any]:
+    """An action's optional body: nothing, or a JSON object; cancel takes {"reason": text}
+    (recorded as `flowctl cancel --reason` records it), the others take no fields."""
+    if not raw.strip():
+        return {}
+    body = parse_json_body(raw, "the body")
+    if not isinstance(body, dict):
+        raise UsageError(f"the body of POST /runs/{{id}}/{name} must be a JSON object or empty")
+    accepted = ("reason",) if name == "cancel" else ()
+    unknown = sorted(set(body) - set(accepted))
+    if unknown:
+        takes = "accepted: reason" if accepted else "it takes no fields"
+        raise UsageError(f"unknown field {unknown[0]!r} for {name}; {takes}")
+    reason = body.get("reason")
+    if reason is None:
+        return {}
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_KEY:
+        raise UsageError(f"reason must be non-empty text of at most {MAX_KEY:,} characters")
+    return {"reason": reason}
