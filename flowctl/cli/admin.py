@@ -219,6 +219,8 @@ def daemon(
             " writes its log; --print writes the unit)"
         )
     if action == "stop":
+        if until_idle:
+            raise UsageError("--until-idle goes with a serving daemon, not `daemon stop`")
         _stop_daemons(st, as_json)
         return
     if install or print_unit or uninstall:

@@ -61,14 +61,18 @@ def ls(
         bool, typer.Option("--watch", help="Redraw the list every --every until Ctrl-C.")
     ] = False,
     every: Annotated[
-        str, typer.Option("--every", metavar="DURATION", help="With --watch: how often.")
-    ] = "2s",
+        str | None,
+        typer.Option("--every", metavar="DURATION", help="With --watch: how often (default 2s)."),
+    ] = None,
 ) -> None:
     """List runs, newest first. With --watch, redraw the list until Ctrl-C (in a terminal
     the screen is redrawn; piped, the list is printed again each time under a time line).
     Example: flowctl ls --status sleeping --json  Example: flowctl ls --watch --every 5s"""
     from flowctl.durations import parse_duration
 
+    if every is not None and not watch:
+        raise UsageError("--every goes with --watch: give both, or leave --every out")
+    every = every or "2s"
     st = _state(ctx)
     ops.parse_statuses(status)  # bad input is exit 2 before the database is looked for
     if search is not None and not search.strip():

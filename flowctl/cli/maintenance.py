@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from flowctl.cli.common import _emit_json, _local, _state, _table
+from flowctl.errors import UsageError
 from flowctl.model import iso
 
 if TYPE_CHECKING:
@@ -87,6 +88,10 @@ def logs(
     Example: flowctl logs m8rtkeefq3x7bz2w -f"""
     from flowctl.ops import maintenance as ops
 
+    if step is not None and not step.strip():
+        raise UsageError(
+            "--step is empty: give a step name (see `flowctl show RUN`), or leave it out"
+        )
     st = _state(ctx)
     run = st.store.find_run(run_ref)
     if not follow:

@@ -28,7 +28,7 @@ from flowctl.cli.common import (
     _table,
 )
 from flowctl.durations import format_duration
-from flowctl.errors import FlowctlError
+from flowctl.errors import FlowctlError, UsageError
 from flowctl.limits import MAX_COUNT, one_line
 
 if TYPE_CHECKING:
@@ -49,6 +49,15 @@ _POLICY_HELP = {
     "gap": "A local time that DST skips: shift (default, fire at the first valid instant) or skip.",
     "fold": "A local time that DST repeats: first (default), last, or both.",
 }
+
+
+def _given_tz(tz: str | None) -> str | None:
+    """--tz as given; an empty one is refused rather than silently meaning local time."""
+    if tz is not None and not tz.strip():
+        raise UsageError(
+            "--tz is empty: give an IANA zone like Europe/Paris, or leave it out for local time"
+        )
+    return tz
 
 
 def _default_tz(st: State) -> str | None:
@@ -174,7 +183,7 @@ def schedule_add(
         clock=st.clock,
         cron=cron,
         every=every,
-        tz=tz or _default_tz(st),
+        tz=_given_tz(tz) or _default_tz(st),
         missed=missed,
         max_missed=max_missed,
         overlap=overlap,
@@ -236,7 +245,8 @@ def schedule_show(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Schedule name.")],
     count: Annotated[
-        int, typer.Option("--limit", "--count", "-n", max=1000, help="Upcoming fires to list.")
+        int,
+        typer.Option("--limit", "--count", "-n", min=1, max=1000, help="Upcoming fires to list."),
     ] = 5,
     history: Annotated[
         int,
@@ -406,7 +416,7 @@ def schedule_explain(
     from flowctl.ops import schedules as schedule_ops
 
     st = _state(ctx)
-    zone = tz or _default_tz(st)
+    zone = _given_tz(tz) or _default_tz(st)
     after = ops.parse_time(from_, st.clock, flag="--from", tz=zone) if from_ else None
     result = schedule_ops.explain_schedule(
         expression, clock=st.clock, tz=zone, count=count, gap=gap, fold=fold, after=after

@@ -10,6 +10,7 @@ import typer
 from flowctl import ops
 from flowctl.cli.common import _emit_json, _first_error_line, _local, _relative, _state
 from flowctl.durations import format_duration
+from flowctl.errors import UsageError
 from flowctl.limits import SHOW_STEPS
 from flowctl.model import EntryState, RunStatus, human_value
 
@@ -41,13 +42,13 @@ def show(
         bool, typer.Option("--json", help="Print run, checkpoints and timeline as JSON.")
     ] = False,
     steps: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--steps",
             metavar="N",
             help=f"Show the newest N checkpoints and timeline events (default {SHOW_STEPS}).",
         ),
-    ] = SHOW_STEPS,
+    ] = None,
     skip: Annotated[
         int,
         typer.Option("--skip", metavar="K", help="Leave out the K newest first: page back."),
@@ -60,10 +61,11 @@ def show(
 
     A long run shows its newest checkpoints and events and says how many it left out.
     """
+    if every and (steps is not None or skip):
+        raise UsageError("give --all, or --steps/--skip to page, not both")
     st = _state(ctx)
-    detail = ops.show_run(
-        st.store, run_ref, clock=st.clock, steps=None if every else steps, skip=skip
-    )
+    shown = None if every else (SHOW_STEPS if steps is None else steps)
+    detail = ops.show_run(st.store, run_ref, clock=st.clock, steps=shown, skip=skip)
     if as_json:
         _emit_json(detail.to_json())
         return
