@@ -217,6 +217,7 @@ def test_failing_run_exits_one_with_error(db: str, flow_file: Path, flowctl: Flo
         (["serve", "--log-level", "bogus"], "--log-level 'bogus' is not a level: use one of"),
         (["serve", "--host", " "], "--host is empty"),
         (["show", " "], "a run id is required"),
+        (["signal", "--key", "", "replied"], "--key must not be empty"),
         (["ls", "--every", "5s"], "--every goes with --watch"),
         (["show", "zzz", "--all", "--steps", "3"], "give --all, or --steps/--skip to page"),
         (["logs", "zzz", "--step", ""], "--step is empty"),

@@ -256,8 +256,9 @@ def run_by_key(store: Store, key: str) -> Run:
 
     Keys are unique across all runs, so at most one run has it; an ended one is not a
     target, and the error says which run ended so the sender can tell a typo from a late
-    reply.
+    reply. A blank or over-long key is bad input (exit 2), as `run --key` says.
     """
+    check_key(key)
     run = store.get_run_by_key(key)
     if run is None:
         raise RunNotFoundError(
