@@ -213,6 +213,8 @@ def test_every_refusal_is_json_and_writes_nothing(api: Api, served_db: str) -> N
         assert "Traceback" not in error
         if status == 401:
             assert reply.headers["www-authenticate"] == "Bearer"
+        if status == 405:
+            assert "GET" in reply.headers["allow"] and "POST" in reply.headers["allow"]
     assert rows(served_db) == before
 
 

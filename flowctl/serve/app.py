@@ -50,8 +50,28 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     if exc.status_code == 404:
         return error_response(404, f"no such endpoint: {request.method} {request.url.path}")
     if exc.status_code == 405:
-        return error_response(405, f"{request.method} is not allowed on {request.url.path}")
+        allow = _allowed(request)
+        reply = error_response(
+            405,
+            f"{request.method} is not allowed on {request.url.path}"
+            + (f": use {allow}" if allow else ""),
+        )
+        if allow:
+            reply.headers["Allow"] = allow  # RFC 9110: a 405 says which methods are allowed
+        return reply
     return error_response(exc.status_code, str(exc.detail))
+
+
+def _allowed(request: Request) -> str:
+    """Every method some route serves at this path: Starlette's own 405 names only the
+    first route that matched the path (POST for /runs, which GET serves too)."""
+    from starlette.routing import Match, Route
+
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, Route) and route.matches(request.scope)[0] is not Match.NONE:
+            methods |= set(route.methods or ())
+    return ", ".join(sorted(methods))
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
