@@ -353,6 +353,21 @@ def test_redrive_clears_the_deadline_and_keeps_the_recorded_sleep(
     assert CALLS == {"before": 1, "after": 1}
 
 
+def test_a_second_wake_of_a_due_sleeper_writes_nothing(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    rid = start(store, fake_clock, "sleeper")
+    daemon.tick()
+    woken = ops.wake_now(store, rid, clock=fake_clock, by="ana")
+    timeline = store.timeline(rid)
+    assert [e.type for e in timeline].count("woken by operator") == 1
+    fake_clock.advance(SECOND)
+    assert ops.wake_now(store, rid, clock=fake_clock, by="ana") == store.get_run(rid) == woken
+    assert store.timeline(rid) == timeline
+    daemon.tick()
+    assert store.get_run(rid).result == 2
+
+
 def test_redrive_of_a_cancelled_run_drops_the_cancel_as_its_error(
     store: Store, fake_clock: FakeClock, daemon: Daemon
 ) -> None:

@@ -557,10 +557,14 @@ def test_pause_and_resume_never_backfill(
     )
     paused = schedule_ops.pause_schedule(store, "hourly", clock=fake_clock)
     assert paused.row.paused and paused.row.next_fire_at is None
+    again = schedule_ops.pause_schedule(store, "hourly", clock=fake_clock)  # idempotent
+    assert again.row == store.get_schedule("hourly") == paused.row  # nothing written
     step_until(daemon, fake_clock, utc(2026, 3, 29, 3, 30), timedelta(minutes=30))
     assert runs_of(store, "hourly") == []
     resumed = schedule_ops.resume_schedule(store, "hourly", clock=fake_clock)
     assert resumed.row.next_fire_at == utc(2026, 3, 29, 4)
+    fake_clock.advance(timedelta(minutes=1))
+    assert schedule_ops.resume_schedule(store, "hourly", clock=fake_clock).row == resumed.row
     step_until(daemon, fake_clock, utc(2026, 3, 29, 4), timedelta(minutes=30))
     assert [r.scheduled_at for r in runs_of(store, "hourly")] == [utc(2026, 3, 29, 4)]
 

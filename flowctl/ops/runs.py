@@ -322,8 +322,13 @@ def redrive_many(
 
 
 def wake_now(store: Store, ref: str, *, clock: Clock, by: str | None = None) -> Run:
+    """End a sleep early. A sleeping run already due (woken, or its time has come, and not
+    yet claimed) is left as it is: a second wake writes nothing and records no event."""
     run = store.find_run(ref)
-    return store.wake_now(run.run_id, by or _actor(), clock.now())
+    now = clock.now()
+    if run.status is RunStatus.SLEEPING and run.run_at is not None and run.run_at <= now:
+        return run
+    return store.wake_now(run.run_id, by or _actor(), now)
 
 
 def pause(store: Store, ref: str, *, clock: Clock, by: str | None = None) -> Run:

@@ -257,12 +257,19 @@ def show_schedule(
 
 
 def pause_schedule(store: Store, name: str, *, clock: Clock) -> ScheduleInfo:
+    """Pause; a paused schedule stays as it is, with nothing written (pausing is idempotent)."""
+    row = store.get_schedule(name)
+    if row.paused:
+        return _schedule_info(row)
     return _schedule_info(store.set_schedule_paused(name, True, None, clock.now()))
 
 
 def resume_schedule(store: Store, name: str, *, clock: Clock) -> ScheduleInfo:
-    """Resume from now: fires that fell in the pause are not run, whatever `missed` says."""
+    """Resume from now: fires that fell in the pause are not run, whatever `missed` says.
+    A schedule that is not paused stays as it is, with nothing written."""
     row = store.get_schedule(name)
+    if not row.paused:
+        return _schedule_info(row)
     now = clock.now()
     spec = ScheduleSpec.from_json(row.spec)
     after = max(now, row.last_fire_at) if row.last_fire_at is not None else now
