@@ -165,7 +165,7 @@ def _refuse_other_url(value: str, where: str) -> None:
         )
 
 
-def resolve_db(explicit: str | None, config: Config) -> Path | str:
+def resolve_db(explicit: str | None, config: Config, *, flag: str = "--db") -> Path | str:
     """--db, then FLOWCTL_DB, then flowctl.toml's db (next to the file), then the XDG state dir.
 
     A `postgresql://` or `postgres://` URL comes back as it was given (a str, never a Path,
@@ -174,11 +174,12 @@ def resolve_db(explicit: str | None, config: Config) -> Path | str:
     """
     if explicit is not None:
         if not explicit.strip():
+            leave = ", or leave --db out for the default" if flag == "--db" else ""
             raise ConfigError(
-                "--db is empty: give a database file (e.g. --db ./flowctl.db) or a"
-                " postgresql:// URL, or leave --db out for the default"
+                f"{flag} is empty: give a database file (e.g. ./flowctl.db) or a"
+                f" postgresql:// URL{leave}"
             )
-        _refuse_other_url(explicit, "--db")
+        _refuse_other_url(explicit, flag)
         return explicit.strip() if is_database_url(explicit) else Path(explicit).expanduser()
     env = os.environ.get("FLOWCTL_DB")
     if env:

@@ -35,7 +35,9 @@ def _socket(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("make", [_fifo, _socket])
 def test_the_store_refuses_a_path_that_is_not_a_regular_file(tmp_path: Path, make: object) -> None:
     path = make(tmp_path)  # type: ignore[operator]
-    with pytest.raises(DatabaseError, match="is not a regular file; --db takes a database file"):
+    with pytest.raises(
+        DatabaseError, match="is not a regular file: a database is a file; give a file's path"
+    ):
         SqliteStore(path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644  # not made private
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no WAL, no SHM
@@ -50,5 +52,7 @@ def test_every_command_says_so_in_one_line_through_a_link_too(
     result = CliRunner().invoke(cli.app, ["--db", str(link), *args])
     assert result.exit_code != 0
     lines = result.output.strip().splitlines()
-    assert lines == [f"flowctl: {link} is not a regular file; --db takes a database file"]
+    assert lines == [
+        f"flowctl: {link} is not a regular file: a database is a file; give a file's path"
+    ]
     assert stat.S_IMODE(link.stat().st_mode) == 0o644

@@ -486,9 +486,9 @@ def copy(
 
     st = _state(ctx)
     durability = str(st.config.get("durability"))
-    source = open_store(resolve_db(src, st.config), durability=durability, create=False)
+    source = open_store(resolve_db(src, st.config, flag="SRC"), durability=durability, create=False)
     try:
-        target = open_store(resolve_db(dest, st.config), durability=durability)
+        target = open_store(resolve_db(dest, st.config, flag="DEST"), durability=durability)
         try:
             plan = ops.plan_copy(source, target, clock=st.clock)
             if sys.stderr.isatty() and plan.total and not as_json:

@@ -671,11 +671,13 @@ def _open(
         shown = path if len(path) <= 80 else path[:79] + "…"
         raise DatabaseError(f"cannot open database {shown}: {e.strerror}") from None
     if st is not None and stat.S_ISDIR(st.st_mode):
-        raise DatabaseError(f"{path} is a folder; --db takes a database file")
+        raise DatabaseError(f"{path} is a folder, not a database file: give a file's path")
     if st is not None and not stat.S_ISREG(st.st_mode):
         # A device, FIFO or socket: reading it could block, and making it private would
         # chmod a shared node such as /dev/null for every user of the machine.
-        raise DatabaseError(f"{path} is not a regular file; --db takes a database file")
+        raise DatabaseError(
+            f"{path} is not a regular file: a database is a file; give a file's path"
+        )
     if st is None:
         if not create:
             raise DatabaseNotFoundError(path)
