@@ -176,6 +176,8 @@ def test_every_refusal_is_json_and_writes_nothing(api: Api, served_db: str) -> N
         (400, "GET", "/runs?limit=abc", None, {}),
         (400, "GET", "/runs?color=red", None, {}),
         (400, "GET", "/runs?workflow=", None, {}),
+        (400, "POST", "/runs", {"target": "nosuch", "key": "k-1"}, {}),
+        (400, "POST", "/runs", {"target": "followup", "key": " "}, {}),
         (400, "GET", f"/runs/{live}?bogus=1", None, {}),
         (400, "POST", f"/runs/{live}/cancel", None, {"raw": b"{bad"}),
         (400, "POST", f"/runs/{live}/cancel", {"reason": ""}, {}),
@@ -211,6 +213,7 @@ def test_every_refusal_is_json_and_writes_nothing(api: Api, served_db: str) -> N
         error = reply.json()["error"]
         assert isinstance(error, str) and error and "\n" not in error, (path, error)
         assert "Traceback" not in error
+        assert "--" not in error and "module:function" not in error, (path, error)  # no CLI
         if status == 401:
             assert reply.headers["www-authenticate"] == "Bearer"
         if status == 405:
