@@ -55,6 +55,11 @@ class TargetError(UsageError):
     """A workflow target that cannot be found or loaded."""
 
 
+class UnknownWorkflowError(TargetError):
+    """A bare name that is no workflow in the workflows folder (nor a file or module):
+    its own type so a front end can word the hint for the forms it accepts."""
+
+
 class ValidationError(UsageError):
     """A YAML workflow with mistakes; `problems` holds one line per mistake."""
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from flowctl.durations import Duration, parse_duration
-from flowctl.errors import FlowctlError, InputError, TargetError, UsageError
+from flowctl.errors import FlowctlError, InputError, TargetError, UnknownWorkflowError, UsageError
 from flowctl.retry import RetryPolicy
 from flowctl.store import NewRun
 
@@ -492,7 +492,7 @@ def load_target(
             " or a name listed by `flowctl workflows`"
         )
     folder = f" in {workflows_dir}" if workflows_dir else ""
-    raise TargetError(
+    raise UnknownWorkflowError(
         f"unknown workflow {target!r}{folder}: give file.py:function, module:function, a .yaml file,"
         " or a name listed by `flowctl workflows`"
     )

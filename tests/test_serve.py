@@ -338,3 +338,18 @@ def test_token_from_a_private_flowctl_toml_and_no_auth_on_loopback(db: str, tmp_
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("cli", "http"),
+    [
+        ("--input must be a JSON object", "input must be a JSON object"),
+        ("--in 5m or --at, not both", "in 5m or at, not both"),
+        ("--max-attempts must be at least 1", "max_attempts must be at least 1"),
+        ("--interval stays", "--interval stays"),  # not a field of the API: left alone
+    ],
+)
+def test_shared_messages_name_http_fields_not_cli_flags(cli: str, http: str) -> None:
+    from flowctl.serve.routes import as_fields
+
+    assert as_fields(cli) == http

@@ -22,19 +22,10 @@ from starlette.responses import JSONResponse, Response
 from flowctl import ops
 from flowctl.clock import Clock
 from flowctl.durations import parse_duration
-from flowctl.errors import FlowctlError, TargetError, UsageError
-from flowctl.limits import (
-    MAX_COUNT,
-    MAX_KEY,
-    SHOW_STEPS,
-    check_key,
-    check_utf8,
-    loads_json,
-    one_line,
-)
+from flowctl.errors import FlowctlError, UnknownWorkflowError, UsageError
+from flowctl.limits import MAX_COUNT, MAX_KEY, SHOW_STEPS, check_utf8, loads_json, one_line
 from flowctl.serve.auth import token_matches
 from flowctl.serve.errors import MAX_BODY, HttpError, status_for
-from flowctl.status import STATUS_NAMES
 from flowctl.store import Store
 from flowctl.workflow import YAML_SUFFIXES
 
@@ -89,7 +80,7 @@ async def call(request: Request, op: Callable[[], Any], status: int = 200) -> Re
     except HttpError as e:
         return error_response(e.status, e.message)
     except FlowctlError as e:
-        return error_response(status_for(e), _as_fields(one_line(str(e))))
+        return error_response(status_for(e), as_fields(one_line(str(e))))
     except (OverflowError, RecursionError) as e:
         return error_response(400, f"a value is out of range: {type(e).__name__}")
     if isinstance(result, Response):
@@ -99,28 +90,14 @@ async def call(request: Request, op: Callable[[], Any], status: int = 200) -> Re
 
 # The checks shared with the CLI name its flags; over HTTP the same values are body fields
 # and query parameters, so a client is told the name it sent.
-_FIELD_OF_FLAG = {
-    f"--{flag}": field
-    for flag, field in {
-        "deadline": "deadline",
-        "timeout": "timeout",
-        "max-attempts": "max_attempts",
-        "key": "key",
-        "in": "in",
-        "at": "at",
-        "input": "input",
-        "status": "status",
-        "workflow": "workflow",
-        "limit": "limit",
-        "search": "search",
-    }.items()
-}
-_FLAG = re.compile(r"--[a-z][a-z-]*")
+_FLAG = re.compile(
+    r"--(deadline|timeout|max-attempts|key|in|at|input|status|workflow|limit|search)\b"
+)
 
 
-def _as_fields(message: str) -> str:
+def as_fields(message: str) -> str:
     """A shared check's message with CLI flags named as the HTTP fields they are."""
-    return _FLAG.sub(lambda m: _FIELD_OF_FLAG.get(m.group(0), m.group(0)), message)
+    return _FLAG.sub(lambda m: m.group(1).replace("-", "_"), message)
 
 
 async def read_body(request: Request) -> bytes:
@@ -228,7 +205,6 @@ def start_run(s: Served, body: Any) -> JSONResponse:
     if not isinstance(inputs, dict):
         raise UsageError('input must be a JSON object like {"user": 42}')
     key = _string_field(body, "key")
-    check_key(key, "key")  # named as the body names it, not as the CLI's --key
     at_text = _string_field(body, "at")
     delay = _duration_field(body, "in")
     if delay is not None and at_text is not None:
@@ -271,11 +247,9 @@ def start_run(s: Served, body: Any) -> JSONResponse:
             timeout=timeout,
             max_attempts=attempts,
         )
-    except TargetError as e:
-        if not str(e).startswith("unknown workflow"):
-            raise
+    except UnknownWorkflowError:
         # The CLI's hint lists module:function, which HTTP refuses (check_target).
-        raise TargetError(
+        raise UnknownWorkflowError(
             f"unknown workflow {target!r}: give a workflow name from {s.workflows_dir},"
             " or a file.py:function or .yaml file under the project root"
         ) from None
@@ -332,15 +306,10 @@ async def list_runs(request: Request) -> Response:
                 f"unknown query parameter {unknown[0]!r}; accepted: status, workflow, limit, offset"
             )
         statuses = q.getlist("status")
-        if any(not v.strip(" ,") for v in statuses):
-            raise UsageError(f"status is empty: use one of {STATUS_NAMES}, or leave it out")
-        workflow = q.get("workflow")
-        if workflow is not None and not workflow.strip():
-            raise UsageError("workflow is empty: give a workflow name, or leave it out")
         runs = ops.list_runs(
             s.store,
             statuses=statuses or None,
-            workflow=workflow,
+            workflow=q.get("workflow"),
             limit=_query_int(request, "limit", 50, 1, MAX_LIST),
             offset=_query_int(request, "offset", 0, 0, MAX_COUNT),
         )
