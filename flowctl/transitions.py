@@ -11,6 +11,8 @@ stores (and the engine, the daemon and the operator front ends) cannot drift apa
 - `requested_only()`: whether cancel/pause apply at once or are asked of a running handler.
 - `held_notice()`: what a heartbeat tells the handler of a run its worker still holds.
 - `suspension()`: how a run whose handler stopped at a durable call is parked.
+- `awaited_signal()`, `awaited_child()`: what a run parking as waiting waits for, which
+  its parking transaction checks itself.
 - `claim_wakes()`, `agenda_kind()`: what a due time means (a wake, a start, a retry...).
 """
 
@@ -23,7 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 from flowctl.errors import InvalidStateError
-from flowctl.model import Run, RunStatus
+from flowctl.model import CallKind, JournalEntry, Run, RunStatus
 from flowctl.retry import DEFAULT_RUN_RETRY, RetryPolicy
 
 POISON_CRASHES = 5  # crashes charged to a run (it ran alone, no checkpoint since): poison
@@ -183,6 +185,32 @@ def suspension(
     if status is RunStatus.PAUSED:
         return RunStatus.QUEUED, now
     return status, run_at
+
+
+def awaited_signal(status: RunStatus, entry: JournalEntry | None) -> str | None:
+    """The signal a run parking as waiting waits for, else None.
+
+    A signal sent while the run was running found no waiting run to make due, so the
+    parking transaction looks for it itself and, if buffered, parks the run due now.
+    """
+    if status is RunStatus.WAITING and entry is not None and entry.kind is CallKind.SIGNAL:
+        return entry.name
+    return None
+
+
+def awaited_child(status: RunStatus, entry: JournalEntry | None) -> str | None:
+    """The child run a run parking as waiting waits for (its pending `ctx.child` call),
+    else None.
+
+    A child that ended while its parent was running (a second worker ran it, or the
+    parent was replaying after a signal) found no waiting parent to make due, so the
+    parking transaction reads the child itself and, if it has ended, parks the parent due
+    now. Without this the parent would wait for a wake that was already spent.
+    """
+    if status is not RunStatus.WAITING or entry is None or entry.kind is not CallKind.STEP:
+        return None
+    child = entry.value.get("child_run_id") if isinstance(entry.value, dict) else None
+    return child if isinstance(child, str) else None
 
 
 @dataclass(frozen=True)

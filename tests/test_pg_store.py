@@ -160,3 +160,56 @@ def test_the_daemon_rereads_every_refresh_interval_even_when_a_notice_is_lost(
         assert claim.data["by"] == daemon.owner and claim.at == fake_clock.now()
     finally:
         s.close()
+
+
+def test_a_parent_parking_while_its_childs_ending_is_in_flight_waits_for_it_and_wakes(
+    pg_url: str,
+) -> None:
+    # The child's ending (another worker's transaction) has written the child's row but not
+    # committed, and has yet to look for a waiting parent. The parent's park must wait it out
+    # and see the ending, and the two transactions must not deadlock.
+    from flowctl.model import CallKind, EntryState, JournalEntry
+    from flowctl.transitions import Applied
+
+    store = PostgresStore(pg_url)
+    try:
+        store.create_run(NewRun("parent", "wf", "wf.py:wf", "python", {}), T0)
+        (claim,), _ = store.claim_due("host-a/1/1/aaaa", T0, T0 + LEASE, 1, run_id="parent")
+        store.create_run(
+            NewRun("child", "wf", "wf.py:wf", "python", {}, parent_run_id="parent"), T0
+        )
+        pending = JournalEntry(
+            "parent",
+            0,
+            CallKind.STEP,
+            "workflow wf.py:wf",
+            EntryState.PENDING,
+            {"child_run_id": "child"},
+        )
+        applied: list[Any] = []
+        with psycopg.connect(pg_url) as ending:
+            ending.execute("UPDATE runs SET status = 'completed' WHERE run_id = 'child'")
+            parker = threading.Thread(
+                target=lambda: applied.append(
+                    store.suspend_run(
+                        claim.lease, RunStatus.WAITING, None, T0, 0.1, pending, ("wait", {})
+                    )
+                )
+            )
+            parker.start()
+            wait_until(
+                lambda: rows(
+                    pg_url,
+                    "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()",
+                )
+            )
+            ending.execute(
+                "UPDATE runs SET run_at = 1 WHERE status = 'waiting' AND run_id = 'parent'"
+            )
+            ending.commit()
+            parker.join(30)
+        assert applied == [Applied(RunStatus.WAITING, T0)]
+        assert store.get_run("parent").run_at == T0
+    finally:
+        store.close()

@@ -724,6 +724,52 @@ def test_signals_are_consumed_oldest_first_and_journaled(store: Store) -> None:
     assert [(n, p) for n, p, _ in store.pending_signals(rid)] == [("go", "second"), ("other", "x")]
 
 
+def _park_waiting_for(store: Store, claim: Claim, entry: JournalEntry, now: datetime) -> Any:
+    return store.suspend_run(claim.lease, RunStatus.WAITING, None, now, 0.1, entry, ("wait", {}))
+
+
+def test_a_child_that_ended_while_its_parent_ran_leaves_the_parent_due_not_stranded(
+    store: Store,
+) -> None:
+    # A second worker ran the child to its end while the parent was still running, so the
+    # child's ending found no waiting parent to wake. The parent's park must see it.
+    parent = new_run(store, "parent")
+    claim = claim_one(store, OWNER_A, T0, "parent")
+    new_run(store, "child", T0, parent_run_id=parent)
+    child_claim = claim_one(store, OWNER_B, T0, "child")
+    assert store.complete_run(child_claim.lease, 2, T0, 0.0)
+    now = T0 + SECOND
+    pending = JournalEntry(
+        parent, 0, CallKind.STEP, "workflow wf.py:wf", EntryState.PENDING, {"child_run_id": "child"}
+    )
+    assert _park_waiting_for(store, claim, pending, now) == Applied(RunStatus.WAITING, now)
+    run = store.get_run(parent)
+    assert (run.status, run.run_at) == (RunStatus.WAITING, now)
+
+
+def test_a_child_still_running_leaves_its_parent_parked_with_no_wake(store: Store) -> None:
+    parent = new_run(store, "parent")
+    claim = claim_one(store, OWNER_A, T0, "parent")
+    new_run(store, "child", T0, parent_run_id=parent)
+    claim_one(store, OWNER_B, T0, "child")
+    pending = JournalEntry(
+        parent, 0, CallKind.STEP, "workflow wf.py:wf", EntryState.PENDING, {"child_run_id": "child"}
+    )
+    assert _park_waiting_for(store, claim, pending, T0) == Applied(RunStatus.WAITING, None)
+    assert store.get_run(parent).run_at is None
+
+
+def test_a_signal_sent_while_its_run_ran_leaves_the_run_due_when_it_parks(store: Store) -> None:
+    now = T0 + SECOND
+    for rid, awaited, due in (("r1", "go", now), ("r2", "late", None)):
+        new_run(store, rid)
+        claim = claim_one(store, OWNER_A, T0, rid)
+        store.send_signal(rid, "go", 1, T0)  # it is running: nothing to make due yet
+        pending = JournalEntry(rid, 0, CallKind.SIGNAL, awaited, EntryState.PENDING)
+        assert _park_waiting_for(store, claim, pending, now) == Applied(RunStatus.WAITING, due)
+        assert store.get_run(rid).run_at == due
+
+
 def test_a_signal_to_a_finished_run_is_refused(store: Store) -> None:
     rid = new_run(store)
     store.request_cancel(rid, None, "ana", T0)

@@ -187,3 +187,19 @@ def test_next_attempt_dead_letters_when_exhausted_or_not_retryable() -> None:
     for kind in ("deadline", "nondeterminism", "poison", "non_retryable", "cancelled"):
         v = next_attempt(a_run(attempt=1), {**err, "kind": kind}, T0)
         assert v.retry_at is None and "dead_reason" not in v.error
+
+
+def test_a_parking_run_awaits_a_signal_or_a_child_only_when_it_parks_waiting_on_that_call() -> None:
+    from flowctl.model import CallKind, EntryState, JournalEntry
+    from flowctl.transitions import awaited_child, awaited_signal
+
+    child = JournalEntry(
+        "p", 3, CallKind.STEP, "workflow f.py:c", EntryState.PENDING, {"child_run_id": "c1"}
+    )
+    signal = JournalEntry("p", 4, CallKind.SIGNAL, "go", EntryState.PENDING)
+    waiting = RunStatus.WAITING
+    assert (awaited_child(waiting, child), awaited_signal(waiting, child)) == ("c1", None)
+    assert (awaited_child(waiting, signal), awaited_signal(waiting, signal)) == (None, "go")
+    step = JournalEntry("p", 5, CallKind.STEP, "s", EntryState.PENDING, {"tries": 1})
+    for status, entry in ((waiting, step), (waiting, None), (RunStatus.QUEUED, child)):
+        assert (awaited_child(status, entry), awaited_signal(status, entry)) == (None, None)

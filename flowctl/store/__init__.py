@@ -414,8 +414,10 @@ class Store(RunListing, Protocol):
         event: tuple[str, dict[str, Any]],
     ) -> Applied | None:
         """Park a held run (sleeping, waiting, queued for a step retry, or paused) with its
-        pending call journaled and its lease cleared; run_at is clamped to the deadline, now
-        when an awaited signal is already buffered. Returns what it applied; None: lost."""
+        pending call journaled and its lease cleared; run_at is clamped to the deadline, and
+        is now when what it waits for came while it ran (an awaited signal is buffered, an
+        awaited child has ended: see `awaited_signal`, `awaited_child`). Returns what it
+        applied; None: lost."""
         ...
 
     def complete_run(

@@ -22,6 +22,7 @@ from flowctl.store.postgres.rows import (
     _add_event,
     _add_events,
     _dt,
+    _ended,
     _event,
     _held,
     _load_run,
@@ -39,7 +40,10 @@ from flowctl.store.records import (
 )
 from flowctl.transitions import (
     Applied,
+    awaited_child,
+    awaited_signal,
     parked_run_at,
+    suspension,
 )
 
 
@@ -213,12 +217,15 @@ class Leases(Transitions):
         call. Clears the lease. Returns what it applied, or None when the lease is lost."""
         now_us = to_us(now)
         run_id = lease.run_id
+        child = awaited_child(status, entry)
         with self._write() as c:
+            # The child's row first, in the order the child's own ending takes the two rows:
+            # FOR SHARE waits out an ending in flight, then reads the status it committed.
+            child_ended = child is not None and _ended(c, child)
             row = _held(c, lease, "deadline, pause_requested")
             if row is None:
                 return None
-            if status is RunStatus.PAUSED:  # stopped at a durable call to honour a pause
-                status, run_at = RunStatus.QUEUED, now
+            status, run_at = suspension(status, run_at, now)
             at = _us(parked_run_at(run_at, deadline=_dt(row[0])))
             if entry is not None:
                 c.execute(
@@ -243,14 +250,18 @@ class Leases(Transitions):
                 [str(status), at, round(exec_spent * 1e6), run_id],
             )
             _add_event(c, run_id, now_us, event[0], event[1])
-            if status is RunStatus.WAITING and entry is not None:
-                has = c.execute(
+            # A signal or a child's end that came while we ran woke nobody: not missed. The
+            # row lock _held took makes a send_signal in flight wait for this commit.
+            signal = awaited_signal(status, entry)
+            if child_ended or (
+                signal is not None
+                and c.execute(
                     "SELECT 1 FROM signals WHERE run_id = %s AND name = %s AND consumed_at IS NULL",
-                    [run_id, entry.name],
+                    [run_id, signal],
                 ).fetchone()
-                if has:
-                    at = now_us
-                    c.execute("UPDATE runs SET run_at = %s WHERE run_id = %s", [at, run_id])
+            ):
+                at = now_us
+                c.execute("UPDATE runs SET run_at = %s WHERE run_id = %s", [at, run_id])
             if row[1]:
                 return self._park_paused(c, _load_run(c, run_id), status, at, now_us)
             return Applied(status, _dt(at))

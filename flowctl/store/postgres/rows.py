@@ -188,6 +188,13 @@ def _held(c: Conn, lease: Lease, columns: str = "1") -> Sequence[Any] | None:
     return row
 
 
+def _ended(c: Conn, run_id: str) -> bool:
+    """Whether run `run_id` has ended, read FOR SHARE: a transaction ending it that is in
+    flight is waited out, and the status it committed is what is read."""
+    row = c.execute("SELECT status FROM runs WHERE run_id = %s FOR SHARE", [run_id]).fetchone()
+    return row is not None and RunStatus(row[0]).is_terminal
+
+
 def _iso_us(when: datetime | None) -> str | None:
     return None if when is None else when.isoformat(timespec="microseconds")
 

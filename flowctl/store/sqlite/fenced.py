@@ -36,7 +36,13 @@ from flowctl.store.sqlite.writes import (
     _release_held,
     _wake_parent,
 )
-from flowctl.transitions import Applied, parked_run_at, suspension
+from flowctl.transitions import (
+    Applied,
+    awaited_child,
+    awaited_signal,
+    parked_run_at,
+    suspension,
+)
 
 
 class FencedWrites(SqliteConnection):
@@ -188,15 +194,10 @@ class FencedWrites(SqliteConnection):
                 [str(status), at, round(exec_spent * 1e6), run_id],
             )
             _add_event(c, run_id, now_us, event[0], event[1])
-            # A buffered signal that arrived while we ran must not be missed.
-            if status is RunStatus.WAITING and entry is not None:
-                has = c.execute(
-                    "SELECT 1 FROM signals WHERE run_id = ? AND name = ? AND consumed_at IS NULL",
-                    [run_id, entry.name],
-                ).fetchone()
-                if has:
-                    at = now_us
-                    c.execute("UPDATE runs SET run_at = ? WHERE run_id = ?", [at, run_id])
+            # A signal or a child's end that came while we ran woke nobody: not missed.
+            if _awaited_done(c, run_id, status, entry):
+                at = now_us
+                c.execute("UPDATE runs SET run_at = ? WHERE run_id = ?", [at, run_id])
             if row[1]:  # a pause was requested: it takes effect at this durable call
                 return _park_paused(c, _load_run(c, run_id), status, at, now_us)
             return Applied(status, _dt(at))
@@ -298,6 +299,27 @@ def _held(c: sqlite3.Connection, lease: Lease, columns: str = "1") -> Sequence[A
         [lease.run_id, lease.fence, lease.owner],
     ).fetchone()
     return row
+
+
+def _awaited_done(
+    c: sqlite3.Connection, run_id: str, status: RunStatus, entry: JournalEntry | None
+) -> bool:
+    """Whether what a run parking as waiting waits for has already happened: its signal is
+    buffered, or its child run has ended. Read in the parking transaction, under the write
+    lock, so nothing can happen between this read and the park."""
+    signal = awaited_signal(status, entry)
+    if signal is not None:
+        return bool(
+            c.execute(
+                "SELECT 1 FROM signals WHERE run_id = ? AND name = ? AND consumed_at IS NULL",
+                [run_id, signal],
+            ).fetchone()
+        )
+    child = awaited_child(status, entry)
+    if child is None:
+        return False
+    row = c.execute("SELECT status FROM runs WHERE run_id = ?", [child]).fetchone()
+    return row is not None and RunStatus(row[0]).is_terminal
 
 
 # A held run's row, as a WHERE clause (run_id, fence, owner): the fence check of a write
