@@ -191,3 +191,46 @@ def test_a_daemon_with_two_worker_processes_runs_every_durable_call(
     split = re.search(r"CPU ([\d.]+) s in this process, ([\d.]+) s in 2 worker process", text)
     assert split is not None, text[-500:]
     assert float(split[1]) > 0 and float(split[2]) > 0
+
+
+def test_parents_signalled_while_their_children_run_in_other_workers_all_finish(
+    db: str, tmp_path: Path
+) -> None:
+    # Each parent waits for a child that another worker process ends at a random moment,
+    # and is signalled as soon as it waits (a wake, so a replay that races the child's
+    # end). A child end that finds its parent running must still leave it due when it parks.
+    n = 40
+    clock = SystemClock()
+    log = open(tmp_path / "daemon.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flowctl", "--db", db, "daemon", "--workers", "2", "-c", "8"],
+        cwd=str(ROOT),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    log.close()
+    try:
+        with open_store(db) as store:
+            ids = [
+                ops.start(
+                    store, "tests/workers_flows.py:parent", {"x": i}, clock=clock, cwd=str(ROOT)
+                ).run.run_id
+                for i in range(n)
+            ]
+            unsignalled = dict(zip(ids, range(n), strict=True))
+
+            def signalled_once_waiting() -> bool:
+                for run_id in list(unsignalled):
+                    run = store.get_run(run_id)
+                    if run.status is RunStatus.WAITING or run.status.is_terminal:
+                        ops.send_signal(store, run_id, "go", unsignalled.pop(run_id), clock=clock)
+                return not unsignalled
+
+            wait_until(signalled_once_waiting, timeout=60, interval=0.001)
+            wait_until(lambda: all(store.get_run(r).status.is_terminal for r in ids), timeout=60)
+            runs = [store.get_run(r) for r in ids]
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+    assert [r.status for r in runs] == [RunStatus.COMPLETED] * n
+    assert [r.result for r in runs] == [{"a": 2 * i, "b": 4 * i, "got": i} for i in range(n)]

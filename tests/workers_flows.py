@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import random
+import time
 from typing import Any
 
 from flowctl import workflow
@@ -52,3 +54,23 @@ def not_json(ctx: Any) -> Any:
 @workflow
 def not_json_result(ctx: Any) -> Any:
     return {"when": ctx.now()}
+
+
+def nap_then_double(x: int) -> int:
+    time.sleep(random.uniform(0, 0.02))  # ends at any moment of its parent's park
+    return 2 * x
+
+
+@workflow
+def slow_child(ctx: Any, x: int = 0) -> int:
+    return ctx.step("double", nap_then_double, x)
+
+
+@workflow
+def parent(ctx: Any, x: int = 0) -> dict[str, Any]:
+    """Two children around a signal wait. Any signal sent while it waits for a child wakes
+    it for a replay, which may race that child's end in another worker."""
+    a = ctx.child("tests/workers_flows.py:slow_child", {"x": x})
+    got = ctx.wait_signal("go", timeout="60s")
+    b = ctx.child("tests/workers_flows.py:slow_child", {"x": a})
+    return {"a": a, "b": b, "got": got}
