@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -211,5 +212,59 @@ def test_a_parent_parking_while_its_childs_ending_is_in_flight_waits_for_it_and_
             parker.join(30)
         assert applied == [Applied(RunStatus.WAITING, T0)]
         assert store.get_run("parent").run_at == T0
+    finally:
+        store.close()
+
+
+def test_a_scheduled_runs_end_waits_for_a_fire_in_flight_and_releases_the_run_it_held(
+    pg_url: str, tmp_path: Path
+) -> None:
+    # overlap=queue: a fire that saw run A active holds its new run H behind A. If A's end
+    # committed while that fire was in flight, it found no held run to release, and H would
+    # wait for the next fire. A's end takes the schedule's lock, which the fire holds.
+    from flowctl.ops import schedules as schedule_ops
+
+    flows = tmp_path / "flows.py"
+    flows.write_text("from flowctl import workflow\n\n@workflow\ndef f(ctx):\n    return 1\n")
+    store = PostgresStore(pg_url)
+    try:
+        clock = FakeClock(T0)
+        schedule_ops.add_schedule(
+            store, "s", f"{flows}:f", clock=clock, every="1h", overlap="queue"
+        )
+        store.create_run(NewRun("a", "f", f"{flows}:f", "python", {}, schedule="s"), T0)
+        (claim,), _ = store.claim_due("host-a/1/1/aaaa", T0, T0 + LEASE, 1, run_id="a")
+        done: list[bool] = []
+        with psycopg.connect(pg_url) as fire:
+            # What a fire holds from its start; then it writes H, held (queued, no run_at).
+            fire.execute("SELECT 1 FROM schedules WHERE name = 's' FOR UPDATE")
+            ender = threading.Thread(
+                target=lambda: done.append(store.complete_run(claim.lease, 1, T0, 0.0))
+            )
+            ender.start()
+            wait_until(  # A's end waits for the fire (or, were it not to, has ended)
+                lambda: (
+                    not ender.is_alive()
+                    or rows(
+                        pg_url,
+                        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND datname = current_database()",
+                    )
+                )
+            )
+            fire.execute("CREATE TEMP TABLE h AS SELECT * FROM runs WHERE run_id = 'a'")
+            fire.execute(
+                "UPDATE h SET run_id = 'h', status = 'queued', run_at = NULL, fence = 0,"
+                " lease_owner = NULL, lease_until = NULL, started_at = NULL"
+            )
+            fire.execute("INSERT INTO runs SELECT * FROM h")
+            fire.commit()
+            ender.join(30)
+        assert done == [True]
+        held = store.get_run("h")
+        assert (held.status, held.run_at) == (RunStatus.QUEUED, T0)
+        assert [e.data for e in store.timeline("h") if e.type == "released"] == [
+            {"schedule": "s", "after": "a"}
+        ]
     finally:
         store.close()

@@ -265,4 +265,9 @@ def _release_held(c: Conn, run_id: str, now_us: int) -> None:
     in the same transaction as the terminal transition."""
     row = c.execute("SELECT schedule FROM runs WHERE run_id = %s", [run_id]).fetchone()
     if row is not None and row[0] is not None:
+        # The schedule's row lock, which a fire holds from its start: a fire in flight that
+        # saw this run active and holds its new run behind it commits first, so the held
+        # run is seen and released here (else both commit and the held run waits for the
+        # next fire). A fire after this reads this run as ended and holds nothing.
+        c.execute("SELECT 1 FROM schedules WHERE name = %s FOR UPDATE", [row[0]])
         _release_next(c, row[0], now_us, after=run_id)
