@@ -89,3 +89,16 @@ def test_a_step_returning_a_nul_completes_on_sqlite_and_ends_dead_on_postgres(
     assert done.status is RunStatus.DEAD
     assert done.error is not None and "NUL character" in str(done.error["message"])
     assert [e.kind for e in store.journal(run.run_id).values()] == ["step"]
+
+
+def test_a_lone_surrogate_is_refused_as_no_text_and_a_surrogate_pair_is_kept() -> None:
+    from flowctl.errors import SerializationError
+    from flowctl.store.records import dumps
+
+    with pytest.raises(SerializationError) as exc:
+        dumps({"name": ["ok", "\ud800"]}, "the input")
+    assert str(exc.value).startswith(
+        "the input holds a lone UTF-16 surrogate ('\\ud800'), which is not text"
+    )
+    assert dumps({"name": "\U0001f600"}) == '{"name":"\\ud83d\\ude00"}'
+    assert dumps({"path": "C:\\udir"}) == '{"path":"C:\\\\udir"}'  # a backslash, no surrogate

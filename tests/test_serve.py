@@ -155,6 +155,18 @@ def test_every_refusal_is_json_and_writes_nothing(api: Api, served_db: str) -> N
             {},
         ),
         (400, "POST", "/runs", {"target": "flows.py:followup", "max_attempts": 0}, {}),
+        (400, "POST", "/runs", {"target": "flows.py:followup", "in": -5}, {}),
+        # A lone surrogate is no text: refused, where it used to be stored and then made
+        # every listing that met it a 500.
+        (
+            400,
+            "POST",
+            "/runs",
+            None,
+            {"raw": b'{"target": "flows.py:followup", "input": {"user": "\\ud800"}}'},
+        ),
+        (400, "POST", "/runs", {"target": "flows.py:followup", "timeout": -1.5}, {}),
+        (400, "POST", "/runs", {"target": "flows.py:followup", "deadline": -60}, {}),
         (400, "POST", "/runs", {"target": "flows.py:followup", "max_attempts": True}, {}),
         (400, "POST", "/runs", {"target": "os:system"}, {}),
         (400, "POST", "/runs", {"target": "../flows.py:followup"}, {}),
@@ -353,3 +365,13 @@ def test_shared_messages_name_http_fields_not_cli_flags(cli: str, http: str) -> 
     from flowctl.serve.routes import as_fields
 
     assert as_fields(cli) == http
+
+
+def test_a_stored_lone_surrogate_is_sent_escaped_not_a_500() -> None:
+    # Rows written before such input was refused still hold one: every response that meets
+    # it must still encode (UTF-8 cannot), so the API escapes all that is not ASCII.
+    from flowctl.serve.routes import JSONResponse
+
+    assert JSONResponse({"name": "\ud800", "ok": "ünï"}).body == (
+        b'{"name":"\\ud800","ok":"\\u00fcn\\u00ef"}'
+    )

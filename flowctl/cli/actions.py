@@ -92,7 +92,8 @@ def redrive(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
 ) -> None:
-    """Give dead runs a fresh attempt budget, keeping their checkpoints.  Example: flowctl redrive m8rtkeefq3x7bz2w"""
+    """Give a dead or cancelled run a fresh attempt budget, keeping its checkpoints (--all:
+    every dead run).  Example: flowctl redrive m8rtkeefq3x7bz2w"""
     st = _state(ctx)
     if all_ == (run_ref is not None):
         raise UsageError("give a RUN, or --all with optional --workflow/--since filters")

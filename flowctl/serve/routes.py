@@ -7,6 +7,7 @@ request (401, 400, 404, 409, 413) has written nothing.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable
@@ -17,7 +18,8 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse as _StarletteJSON
+from starlette.responses import Response
 
 from flowctl import ops
 from flowctl.clock import Clock
@@ -54,6 +56,15 @@ def served(request: Request) -> Served:
     if not isinstance(value, Served):
         raise RuntimeError("the app was built without its Served state")
     return value
+
+
+class JSONResponse(_StarletteJSON):
+    """JSON with every non-ASCII character escaped: a stored string holding a lone
+    surrogate (written before such input was refused) is still sent, as `\\ud800`,
+    where UTF-8 encoding would fail and turn one bad run into a 500 for every listing."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
 def error_response(status: int, message: str) -> JSONResponse:
@@ -178,6 +189,8 @@ def _duration_field(body: dict[str, Any], name: str) -> Any:
         return None
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise UsageError(f'{name} must be a duration like "15m" or a number of seconds')
+    if not isinstance(value, str) and not value >= 0:  # as the CLI refuses `--in -5`
+        raise UsageError(f"{name} must not be negative, got {value}: give seconds from now")
     return value
 
 

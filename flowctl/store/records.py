@@ -29,11 +29,27 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 def dumps(value: Any, what: str = "value") -> str:
     """JSON text for the store; a value that is not JSON is a clear error, never a pickle."""
     try:
-        return _ENCODER.encode(value)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as e:
         raise SerializationError(
             f"{what} is not JSON-serialisable ({e}); return str, int, float, bool, None, "
             "lists and dicts of those"
+        ) from None
+    if "\\ud" in text:  # a UTF-16 surrogate, escaped: a pair is an emoji, a lone one no text
+        _check_text(value, what)
+    return text
+
+
+def _check_text(value: Any, what: str) -> None:
+    """Refuse a string holding a lone surrogate (as json.loads gives for "\\ud800"): it is
+    no Unicode text, so no UTF-8 reader (an HTTP response, a terminal) could take it back."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = e.object[e.start : e.end].encode("unicode_escape").decode("ascii")
+        raise SerializationError(
+            f"{what} holds a lone UTF-16 surrogate ('{bad}'), which is not text: give valid"
+            " Unicode (a surrogate pair escaped as \\ud83d\\ude00 is fine)"
         ) from None
 
 
