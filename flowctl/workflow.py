@@ -226,16 +226,23 @@ def _sha256(text: str) -> str:
 # Python workflows
 
 _import_lock = threading.RLock()
+# Each imported workflow file's stamp (see _file_stamp) when it was imported: a long-lived
+# process (the daemon, serve) imports a file again once it has been edited.
+_imported: dict[str, tuple[int, ...] | None] = {}
 
 
 def _import_file(path: Path) -> Any:
-    """Import a .py file as a module whose name is stable for that path."""
+    """Import a .py file as a module whose name is stable for that path; again, as a new
+    module object, when the file has changed since (code already running keeps the
+    functions it holds). Modules the file itself imports are not imported again."""
     resolved = path.resolve()
     digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:8]
     mod_name = f"flowctl_user.{resolved.stem}_{digest}"
+    stamp = _file_stamp(str(resolved))
     with _import_lock:
-        if mod_name in sys.modules:
+        if mod_name in sys.modules and _imported.get(mod_name) == stamp:
             return sys.modules[mod_name]
+        _imported[mod_name] = stamp
         if "flowctl_user" not in sys.modules:
             import types
 
@@ -274,6 +281,7 @@ def fresh_imports(modules: Iterable[str] = ()) -> Iterator[None]:
 
     with _import_lock:
         saved = {n: m for n, m in sys.modules.items() if hidden(n)}
+        stamps = dict(_imported)  # the stamps of the modules put back, not of the fresh ones
         for n in saved:
             del sys.modules[n]
         try:
@@ -282,6 +290,8 @@ def fresh_imports(modules: Iterable[str] = ()) -> Iterator[None]:
             for n in [n for n in sys.modules if hidden(n)]:
                 del sys.modules[n]
             sys.modules.update(saved)
+            _imported.clear()
+            _imported.update(stamps)
 
 
 def _check_handler(fn: Any, target: str) -> None:
@@ -742,11 +752,15 @@ class Loader:
 
     def __init__(self) -> None:
         self._cache: dict[tuple[str, str | None], WorkflowDef] = {}
+        # A Python file target's def, with its file's stamp when it was loaded.
+        self._files: dict[str, tuple[tuple[int, ...] | None, WorkflowDef]] = {}
         self._lock = threading.Lock()
 
     def for_run(
         self, target: str, kind: str, cwd: str | None, source: str | None, source_hash: str | None
     ) -> WorkflowDef:
+        if kind != "yaml" and _is_file_target(target):
+            return self._for_file(target, cwd)
         key = (target, source_hash if kind == "yaml" else None)
         with self._lock:
             cached = self._cache.get(key)
@@ -762,3 +776,23 @@ class Loader:
         with self._lock:
             self._cache[key] = wf
         return wf
+
+    def _for_file(self, target: str, cwd: str | None) -> WorkflowDef:
+        """A `file.py:fn` run's def: loaded again once the file is edited, so the run
+        replays the code on disk (as `show` says), not what this process imported first."""
+        path = target.rpartition(":")[0]
+        stamp = _file_stamp(path)
+        with self._lock:
+            hit = self._files.get(target)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        wf = load_target(target, cwd=cwd)
+        with self._lock:
+            self._files[target] = (stamp, wf)
+        return wf
+
+
+def _is_file_target(target: str) -> bool:
+    """Whether a stored Python target names a file (`/abs/file.py:fn`), not a module."""
+    left = target.rpartition(":")[0]
+    return left.endswith(".py") or "/" in left

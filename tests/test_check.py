@@ -202,8 +202,9 @@ def test_a_target_that_names_nothing_fails_the_gate(
 def test_in_process_check_imports_the_file_afresh(
     tmp_path: Path, sleeping: tuple[str, list[str]]
 ) -> None:
-    """ops.check in a process that already imported the old code still sees the new code,
-    and leaves the old module in place for whoever used it."""
+    """ops.check in a process that already imported the old code still sees the new code;
+    afterwards this process loads the edited file too (as a daemon runs what is on disk),
+    while the old handler it held keeps its own module."""
     from flowctl.clock import SystemClock
     from flowctl.ops import maintenance
     from flowctl.store import open_store
@@ -216,4 +217,7 @@ def test_in_process_check_imports_the_file_afresh(
         report = maintenance.check(store, None, clock=SystemClock())
     assert sorted(f.run_id for f in report.findings) == sorted(ids)
     again = load_target(str(tmp_path / "flow.py") + ":followup")
-    assert again.handler is old.handler
+    assert again.handler is not old.handler
+    assert "audit" in again.handler.__code__.co_consts  # the edited file's new step
+    assert "audit" not in old.handler.__code__.co_consts
+    assert again.handler.__globals__ is not old.handler.__globals__

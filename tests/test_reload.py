@@ -1,0 +1,69 @@
+"""A long-lived process runs the workflow file as it is on disk: a daemon (or serve)
+that imported `file.py` once imports it again after it is edited, so a redriven or new
+run executes the fixed code, as `show` promises ("the run replays the new code"). Found
+by a new user's pass: a fix to a dead run's step only took effect after a restart."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from flowctl import ops
+from flowctl.clock import FakeClock
+from flowctl.daemon import Daemon
+from flowctl.model import RunStatus
+from flowctl.store import Store
+from flowctl.workflow import load_target
+
+FLOW = """
+from flowctl import workflow
+
+
+def body():
+    return {body}
+
+
+@workflow(max_attempts=1)
+def fixme(ctx):
+    return ctx.step("work", body)
+"""
+
+
+def write(path: Path, body: str, tick: int) -> None:
+    path.write_text(FLOW.format(body=body))
+    os.utime(path, ns=(tick * 10**9, tick * 10**9))  # an edit the stamp must see
+
+
+def test_an_edited_workflow_file_is_run_as_edited_by_the_same_daemon(
+    store: Store, daemon: Daemon, fake_clock: FakeClock, flows_dir: Path
+) -> None:
+    path = flows_dir / "fixme.py"
+    write(path, "1 / 0", 1)
+    target = f"{path}:fixme"
+    broken = ops.start(store, target, {}, clock=fake_clock).run.run_id
+    daemon.tick()
+    assert store.get_run(broken).status is RunStatus.DEAD
+    write(path, '"fixed"', 2)
+    ops.redrive(store, broken, clock=fake_clock)
+    fresh = ops.start(store, target, {}, clock=fake_clock).run.run_id
+    daemon.tick()
+    assert [(store.get_run(r).status, store.get_run(r).result) for r in (broken, fresh)] == [
+        (RunStatus.COMPLETED, "fixed"),
+        (RunStatus.COMPLETED, "fixed"),
+    ]
+
+
+def test_an_unchanged_file_is_not_imported_again_and_an_edited_one_is() -> None:
+    # The same module object while the file is unchanged (a stat per load, no re-import);
+    # a new one, with the new code, once it changes.
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "flow.py"
+        write(path, "1", 1)
+        first = load_target(f"{path}:fixme").handler
+        assert load_target(f"{path}:fixme").handler is first
+        write(path, "2", 2)
+        second = load_target(f"{path}:fixme").handler
+        assert second is not first
+        assert second.__globals__["body"]() == 2
