@@ -79,6 +79,39 @@ def test_command_step_checkpoint_shape_and_failure_record(db: str, tmp_path: Pat
     assert lines[at + 1].strip() == "oops"
 
 
+BINARY = """\
+name: binary
+input: {text: str}
+steps:
+  - id: big
+    run: [sh, -c, "yes abcdefghij | head -c 200000"]
+  - id: nul
+    run: [printf, 'a\\0b']
+  - id: after
+    run: [sh, -c, 'printf "%s|%s|%s" "${#FLOWCTL_STEP_BIG_OUTPUT}" "$FLOWCTL_STEP_NUL_OUTPUT" "$FLOWCTL_INPUT_TEXT"']
+"""
+
+
+def test_an_earlier_steps_binary_or_huge_output_does_not_stop_later_commands(
+    db: str, tmp_path: Path
+) -> None:
+    # A NUL cannot be in any environment string and Linux passes none over 128 KiB: an
+    # automatic variable drops the NULs (as a shell's $(...) does) or is left out, where
+    # it used to make every later command fail to start ("embedded null byte", E2BIG).
+    # PostgreSQL stores no NUL at all (refused with its own message): there, only the
+    # huge output is tried.
+    nul = not db.startswith("postgresql")
+    yaml = BINARY if nul else BINARY.replace("'a\\0b'", "'ab'")
+    (tmp_path / "binary.yaml").write_text(yaml)
+    text = '{"text": "x\\u0000y"}' if nul else '{"text": "xy"}'
+    out = _cli(db, "run", "binary.yaml", "--input", text, "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-500:]
+    steps = json.loads(out.stdout)["result"]["steps"]
+    assert steps["after"] == "0|ab|xy"
+    assert len(steps["big"]) == 200_000  # kept whole
+    assert steps["nul"] == ("a\x00b" if nul else "ab")
+
+
 def test_run_is_pinned_to_the_yaml_it_started_with(tmp_path: Path, db: str) -> None:
     path = tmp_path / "pinned.yaml"
     path.write_text(

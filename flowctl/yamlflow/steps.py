@@ -324,21 +324,30 @@ class _Runner:
         return result
 
     def flowctl_env(self) -> dict[str, str]:
-        """The FLOWCTL_* variables every run step gets (see `flowctl.yamlflow.expressions`)."""
+        """The FLOWCTL_* variables every run step gets (see `flowctl.yamlflow.expressions`).
+
+        Each value is one the OS can pass (see `env_value`): an earlier step's binary or
+        huge output must not make every later command fail to start.
+        """
         env = {
             "FLOWCTL_RUN_ID": str(self.ctx.run_id),
             "FLOWCTL_WORKFLOW": str(self.wf.name),
         }
+        values: list[tuple[str, str]] = []
         for name, value in self.scope.inputs.items():
-            env[env_name("input", name)] = to_text(value)
+            values.append((env_name("input", name), to_text(value)))
         for step_id, record in self.scope.steps.items():
             if record["skipped"]:
                 continue
-            env[env_name("step", step_id, "output")] = to_text(record["output"])
+            values.append((env_name("step", step_id, "output"), to_text(record["output"])))
             if record.get("exit_code") is not None:
                 env[env_name("step", step_id, "exit_code")] = str(record["exit_code"])
         for name, payload in self.scope.signals.items():
-            env[env_name("signal", name)] = json.dumps(payload, ensure_ascii=False)
+            values.append((env_name("signal", name), json.dumps(payload, ensure_ascii=False)))
+        for key, text in values:
+            passed = env_value(key, text)
+            if passed is not None:
+                env[key] = passed
         return env
 
     # -- steps --------------------------------------------------------------------------
@@ -425,6 +434,22 @@ class _Runner:
         if is_file and not os.path.isabs(file_part) and self.ctx.cwd:
             return os.path.join(self.ctx.cwd, target)
         return target
+
+
+# Linux passes no environment string ("NAME=value") longer than this (MAX_ARG_STRLEN).
+ENV_STRING_MAX = 128 * 1024
+
+
+def env_value(key: str, text: str) -> str | None:
+    """`text` as an automatic FLOWCTL_* variable can carry it: NUL bytes dropped (no
+    environment string can hold one; a shell's `$(...)` drops them too), and None (the
+    variable left out) when it is longer than the OS passes in one variable. The whole
+    value stays in `${{ steps.ID.output }}` and in `flowctl show --json`."""
+    if "\0" in text:
+        text = text.replace("\0", "")
+    if len(key) + 1 + len(text.encode("utf-8", "surrogateescape")) >= ENV_STRING_MAX:
+        return None
+    return text
 
 
 def load_callable(target: str, folder: str | None) -> Callable[..., Any]:
