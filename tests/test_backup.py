@@ -102,6 +102,12 @@ def test_backup_while_a_daemon_writes_is_whole_and_works(
     assert query(copy, orphans) == [(0,)]
     assert query(copy, "SELECT COUNT(*) FROM runs") == [(40,)]
     assert completed(copy) == 0  # taken while the daemon was working
+    # No daemon serves the copy: it does not say one does, and it may be copied at once.
+    assert query(db, "SELECT COUNT(*) FROM daemons")[0][0] == 1
+    assert query(copy, "SELECT COUNT(*) FROM daemons") == [(0,)]
+    assert "daemon pid" not in flowctl(copy, "status", cwd=tmp_path).stdout
+    moved = flowctl(copy, "copy", str(copy), str(tmp_path / "moved.db"), cwd=tmp_path)
+    assert moved.returncode == 0, moved.stderr
     stop.touch()
     daemon.terminate()
     assert daemon.wait(timeout=60) == 0

@@ -164,6 +164,28 @@ def test_a_copy_from_a_database_a_daemon_serves_is_refused(tmp_path: Path) -> No
         dest.close()
 
 
+def test_a_refused_copy_from_a_served_database_creates_no_destination(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    src = open_store(tmp_path / "one.db")
+    try:
+        owner = f"{HOST}/{os.getpid()}/{proc_start(os.getpid())}/0001"  # this process: live
+        src.register_daemon(owner, HOST, os.getpid(), None, clock.now(), {})
+    finally:
+        src.close()
+    env = {k: v for k, v in os.environ.items() if k != "FLOWCTL_DB"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "flowctl", "copy", "one.db", "new.db"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=60,
+    )
+    assert proc.returncode != 0 and "a daemon is live on" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.glob("new.db*"))
+
+
 def test_the_command_prints_one_summary_line(tmp_path: Path, pg_url: str) -> None:
     clock = FakeClock(T0)
     src = open_store(tmp_path / "one.db")

@@ -488,6 +488,7 @@ def copy(
     durability = str(st.config.get("durability"))
     source = open_store(resolve_db(src, st.config, flag="SRC"), durability=durability, create=False)
     try:
+        ops.check_copy_source(source, clock=st.clock)  # before DEST is created
         target = open_store(resolve_db(dest, st.config, flag="DEST"), durability=durability)
         try:
             plan = ops.plan_copy(source, target, clock=st.clock)

@@ -486,17 +486,29 @@ def list_workflows(workflows_dir: str | Path) -> list[WorkflowEntry]:
 # flowctl copy
 
 
+def _live_on(src: Store, clock: Clock) -> list[str]:
+    from flowctl.ids import daemon_live
+
+    now = clock.now()
+    return [
+        f"pid {d.pid} on {d.host}" for d in src.daemons() if daemon_live(d.owner, d.seen_at, now)
+    ]
+
+
+def check_copy_source(src: Store, *, clock: Clock) -> None:
+    """Refuse a SRC a daemon still serves, before DEST is opened (and, for a new file,
+    created): a refused copy leaves nothing behind."""
+    from flowctl.store.copy import refuse_live_source
+
+    refuse_live_source(src, _live_on(src, clock))
+
+
 def plan_copy(src: Store, dest: Store, *, clock: Clock) -> Any:
     """Check that SRC may be copied into DEST (no daemon live on SRC, DEST holds no runs)
     and count what will move; writes nothing. Returns a flowctl.store.copy.CopyPlan."""
-    from flowctl.ids import daemon_live
     from flowctl.store.copy import plan_copy as plan
 
-    now = clock.now()
-    live = [
-        f"pid {d.pid} on {d.host}" for d in src.daemons() if daemon_live(d.owner, d.seen_at, now)
-    ]
-    return plan(src, dest, live)
+    return plan(src, dest, _live_on(src, clock))
 
 
 COPY_NOUNS = {

@@ -195,6 +195,15 @@ def _insert_sqlite_runs(c: Any, columns: Sequence[str], rows: Sequence[Any]) -> 
         c.execute(sql, [*values, _definition_id(c, definition, known)])
 
 
+def refuse_live_source(src: Store, live_on_src: Sequence[str]) -> None:
+    """A SRC that a daemon still serves is refused: its runs would change mid-copy."""
+    if live_on_src:
+        raise CopyRefusedError(
+            f"a daemon is live on {src.path} ({live_on_src[0]}): stop it first, so no run"
+            " changes while it is copied"
+        )
+
+
 def plan_copy(src: Store, dest: Store, live_on_src: Sequence[str]) -> CopyPlan:
     """Check that the copy may go ahead and count what it moves; writes nothing.
 
@@ -202,11 +211,7 @@ def plan_copy(src: Store, dest: Store, live_on_src: Sequence[str]) -> CopyPlan:
     """
     if src.path == dest.path:
         raise CopyRefusedError(f"SRC and DEST are the same database ({src.path})")
-    if live_on_src:
-        raise CopyRefusedError(
-            f"a daemon is live on {src.path} ({live_on_src[0]}): stop it first, so no run"
-            " changes while it is copied"
-        )
+    refuse_live_source(src, live_on_src)
     a, b = _Rows(src), _Rows(dest)
     held = b.count("runs")
     if held:

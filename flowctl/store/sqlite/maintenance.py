@@ -63,6 +63,7 @@ class Maintenance(SqliteConnection):
         try:
             with self._reading() as conn:
                 conn.execute("VACUUM INTO ?", [str(tmp)])
+            _forget_daemons(tmp)
             _check_copy(tmp)
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
@@ -129,6 +130,21 @@ class Maintenance(SqliteConnection):
 def _size(conn: sqlite3.Connection) -> int:
     pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
     return pages * int(conn.execute("PRAGMA page_size").fetchone()[0])
+
+
+def _forget_daemons(path: Path) -> None:
+    """The copy is served by no daemon: drop the registrations VACUUM INTO copied, else
+    `status` on it names a daemon that serves the original, and `copy` from it is refused
+    as live. Runs it held stay `running` under their leases, reclaimed once those lapse."""
+    try:
+        conn = sqlite3.connect(str(path))
+        try:
+            with conn:
+                conn.execute("DELETE FROM daemons")
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        raise DatabaseError(f"the backup failed its check: {e}") from None
 
 
 def _check_copy(path: Path) -> None:
