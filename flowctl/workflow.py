@@ -294,6 +294,9 @@ def fresh_imports(modules: Iterable[str] = ()) -> Iterator[None]:
             _imported.update(stamps)
 
 
+_CTX_NAMES = frozenset({"ctx", "context", "_ctx"})
+
+
 def _check_handler(fn: Any, target: str) -> None:
     """A handler is called as `handler(ctx, **input)`: refuse, before any run exists, what
     cannot be called so (a class, a C built-in such as os:system, a value, a function with
@@ -319,6 +322,14 @@ def _check_handler(fn: Any, target: str) -> None:
     )
     if not params or params[0].kind not in positional:
         raise TargetError(f"{target} takes no positional parameter for ctx: {usage}")
+    # An undecorated function is taken for a workflow only when its first parameter says it
+    # takes the context: a plain helper (`greet(name)`, `json:dumps`) would get the context
+    # as its first argument and "complete" with nonsense.
+    if getattr(fn, "__flowctl_workflow__", None) is None and params[0].name not in _CTX_NAMES:
+        raise TargetError(
+            f"{target} is not a workflow: decorate it with @workflow (from flowctl import"
+            f" workflow), or name its first parameter ctx; {usage}"
+        )
 
 
 def _python_def(fn: Any, target: str, source_path: Path | None, cwd: str | None) -> WorkflowDef:

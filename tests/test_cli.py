@@ -400,6 +400,8 @@ def test_every_command_has_help(flowctl: Flowctl) -> None:
         ("Klass", "is a class, not a function"),
         ("no_params", "takes no positional parameter for ctx"),
         ("keyword_only", "takes no positional parameter for ctx"),
+        # A plain helper would get the context as its first argument and "complete".
+        ("greet", "is not a workflow: decorate it with @workflow"),
     ],
 )
 def test_a_target_that_cannot_take_ctx_is_refused_before_a_run_exists(
@@ -415,12 +417,16 @@ def test_a_target_that_cannot_take_ctx_is_refused_before_a_run_exists(
         "def no_params():\n    pass\n"
         "def keyword_only(*, a=1):\n    pass\n"
         "def good(ctx, a=1):\n    return a\n"
+        "def greet(name):\n    return name\n"
+        "from flowctl import workflow\n"
+        "@workflow\ndef decorated(c, a=1):\n    return a\n"
     )
     with pytest.raises(TargetError) as exc:
         load_target(f"{path}:{name}")
     assert needle in str(exc.value)
     assert f"def {name}(ctx, **input)" in str(exc.value)
     assert load_target(f"{path}:good").name == "good"
+    assert load_target(f"{path}:decorated").name == "decorated"  # any name, once decorated
 
 
 def test_run_of_a_yaml_file_with_a_bad_schedule_block_is_refused(
