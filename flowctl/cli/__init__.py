@@ -130,7 +130,7 @@ COMMANDS: tuple[tuple[str, str, str, str], ...] = (
     (
         "redrive",
         "flowctl.cli.actions:redrive",
-        "Give dead runs a fresh attempt budget, keeping their checkpoints.",
+        "Give a dead or cancelled run a fresh attempt budget, keeping its checkpoints (--all: every dead run).",
         "Act on runs",
     ),
     (
