@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -69,6 +70,31 @@ def one_line(text: str) -> str:
     that were not UTF-8) written as its Python escape: what the CLI prints is one line,
     whatever a message quotes."""
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+# A colour or style sequence (SGR: ESC [ digits and ; m), the one escape kept in output.
+_SGR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def terminal_safe(line: str) -> str:
+    """One line of a step's recorded output as it may reach a terminal: colours (SGR) and
+    tabs kept, every other control character (ESC starting anything else, BEL, CR, C1,
+    bidi controls) written as its Python escape. A step's output is untrusted: an OSC or
+    cursor sequence in it would retitle the operator's terminal, hide lines, or worse."""
+    if line.isprintable():
+        return line
+    out: list[str] = []
+    pos = 0
+    for match in _SGR.finditer(line):
+        out.append(_escaped(line[pos : match.start()]))
+        out.append(match.group(0))
+        pos = match.end()
+    out.append(_escaped(line[pos:]))
+    return "".join(out)
+
+
+def _escaped(text: str) -> str:
+    return "".join(ch if ch.isprintable() or ch == "\t" else repr(ch)[1:-1] for ch in text)
 
 
 def _refuse_constant(name: str) -> Any:

@@ -244,3 +244,35 @@ def test_logs_of_an_unknown_run_is_one_line(folder: Path, db: str) -> None:
     out = flowctl(db, "logs", "nope", cwd=folder)
     assert out.returncode == 1
     assert out.stderr.count("\n") == 1
+
+
+def test_a_steps_terminal_escapes_reach_the_terminal_inert_but_colours_stay(
+    folder: Path, db: str
+) -> None:
+    # Step output is untrusted: an OSC (retitle the terminal), a screen clear or a carriage
+    # (backspace) in it is printed as its escape, not obeyed; SGR colours are kept.
+    (folder / "esc.yaml").write_text(
+        "name: esc\nsteps:\n"
+        "  - id: evil\n"
+        "    run: [printf, '\\033]0;PWNED\\007title \\033[2Jclear \\033[31mred\\033[0m x\\by\\n']\n"
+    )
+    ran = flowctl(db, "run", "esc.yaml", cwd=folder)
+    assert ran.returncode == 0, ran.stderr
+    run_id = last_run(db, folder)
+    line = flowctl(db, "logs", run_id, cwd=folder).stdout.splitlines()[0]
+    # (click drops the SGR colours itself when stdout is not a terminal, as here)
+    want = "evil  \\x1b]0;PWNED\\x07title \\x1b[2Jclear red x\\x08y"
+    assert line.endswith(want), repr(line)
+    # --json gives the text as recorded: a program reading it decides.
+    chunks = json.loads(flowctl(db, "logs", run_id, "--json", cwd=folder).stdout)
+    assert "\x1b]0;PWNED\x07" in chunks[0]["text"]
+
+
+def test_terminal_safe_keeps_colours_and_tabs_and_escapes_every_other_control() -> None:
+    from flowctl.limits import terminal_safe
+
+    assert terminal_safe("plain text") == "plain text"
+    assert terminal_safe("\x1b[1;31mred\x1b[0m\tok") == "\x1b[1;31mred\x1b[0m\tok"
+    assert terminal_safe("\x1b]8;;http://x\x1b\\link\x9b2J\u202e") == (
+        "\\x1b]8;;http://x\\x1b\\link\\x9b2J\\u202e"
+    )

@@ -11,6 +11,7 @@ import typer
 
 from flowctl.cli.common import _emit_json, _local, _state, _table
 from flowctl.errors import UsageError
+from flowctl.limits import terminal_safe
 from flowctl.model import iso
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ def _print_chunk(c: OutputChunk) -> None:
     at = _local(c.at, ms=True)
     mark = "" if c.stream == "stdout" else f" [{c.stream}]"
     for line in c.text.splitlines():
-        typer.echo(f"{at}  {c.step}{mark}  {line}")
+        typer.echo(f"{at}  {c.step}{mark}  {terminal_safe(line)}")
 
 
 def logs(

@@ -11,7 +11,7 @@ from flowctl import ops
 from flowctl.cli.common import _emit_json, _first_error_line, _local, _relative, _state
 from flowctl.durations import format_duration
 from flowctl.errors import UsageError
-from flowctl.limits import SHOW_STEPS
+from flowctl.limits import SHOW_STEPS, terminal_safe
 from flowctl.model import EntryState, RunStatus, human_value
 
 
@@ -119,7 +119,8 @@ def show(
         typer.echo(f"note      {note}")
     if detail.output_step is not None:  # the step running now: its last lines
         head = f"output    of step {detail.output_step} (`flowctl logs {r.run_id} -f`):"
-        typer.echo("\n".join([head, *(f"          {line}" for line in detail.output_tail)]))
+        tail = (f"          {terminal_safe(line)}" for line in detail.output_tail)
+        typer.echo("\n".join([head, *tail]))
     typer.echo("")
     typer.echo("checkpoints")
     if not detail.checkpoints and not detail.versions:
