@@ -91,6 +91,7 @@ class Daemon(Watches):
         only_run_id: str | None = None,
         on_checkpoint: Callable[[JournalEntry], None] | None = None,
         on_outcome: Callable[[Outcome], None] | None = None,
+        on_claim: Callable[[Claim], None] | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -115,6 +116,7 @@ class Daemon(Watches):
         self.only_run_id = only_run_id
         self.on_checkpoint = on_checkpoint
         self.on_outcome = on_outcome
+        self.on_claim = on_claim  # told of each claim before its handler runs (foreground)
         self.wheel = TimerWheel()
         self._wheel_lock = threading.Lock()
         self._dirty = False  # our own write may have made a run due: refill the wheel
@@ -485,6 +487,8 @@ class Daemon(Watches):
             with self._lock:
                 self._live[run_id] = live
         try:
+            if self.on_claim is not None:
+                self.on_claim(claim)
             outcome = self.engine.execute(claim, live, on_checkpoint=self.on_checkpoint)
         except DatabaseError as e:  # a full disk, say: one line; the lease lapses, then reclaim
             log.warning("run %s: %s", run_id, e)

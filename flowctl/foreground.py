@@ -16,7 +16,7 @@ from flowctl.clock import Clock
 from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
 from flowctl.engine import Engine, Outcome
 from flowctl.model import JournalEntry, RunStatus
-from flowctl.store import Store
+from flowctl.store import Claim, Store
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,7 @@ def drive_run(
     wait: bool,
     on_checkpoint: Callable[[JournalEntry], None] | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
+    on_claim: Callable[[Claim], None] | None = None,
     engine: Engine | None = None,
     timeout: float | None = None,
 ) -> Any:
@@ -47,6 +48,7 @@ def drive_run(
         only_run_id=run_id,
         on_checkpoint=on_checkpoint,
         on_outcome=on_outcome,
+        on_claim=on_claim,
     )
     stop = threading.Event()
     hb = threading.Thread(target=_heartbeat_until, args=(worker, stop), daemon=True)

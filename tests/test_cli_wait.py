@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -228,3 +229,54 @@ def test_ls_watch_refuses_what_it_cannot_do(invoke: Any) -> None:
     assert both.stderr.startswith("flowctl: give --watch or --json, not both")
     zero = invoke("ls", "--watch", "--every", "0s", code=2)
     assert "--every must be a positive duration" in zero.stderr
+
+
+TRIO = """
+name: trio
+steps:
+  - id: one
+    run: [echo, uno]
+  - id: nap
+    sleep: 300ms
+  - id: two
+    run: [echo, dos]
+"""
+
+
+def test_run_wait_prints_the_same_lines_in_order_when_a_daemon_runs_part_of_it(
+    tmp_path: Path, db: str
+) -> None:
+    # With a daemon live, it and the waiting process race for the run (at its start, at
+    # its wake): whoever runs a step, `run --wait` prints it in call order, after the
+    # output it recorded, and says the sleep, as it does with no daemon.
+    (tmp_path / "trio.yaml").write_text(TRIO)
+    argv = [sys.executable, "-m", "flowctl", "--db", db]
+    daemon = subprocess.Popen(
+        [*argv, "daemon"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path
+    )
+    try:
+        for _ in range(4):
+            out = subprocess.run(
+                [*argv, "run", "trio.yaml", "--wait"],
+                capture_output=True,
+                text=True,
+                cwd=tmp_path,
+                timeout=60,
+            )
+            assert out.returncode == 0, out.stderr
+            # Durations and times vary; the lines and their order do not.
+            shape = [
+                re.sub(r" \(.*| until .*| [0-9a-z]{16}:.*", "", line)
+                for line in out.stdout.splitlines()
+            ]
+            assert shape == [
+                "uno",
+                "  ✓ one",
+                "  … sleeping",
+                "dos",
+                "  ✓ two",
+                "completed",
+            ], out.stdout
+    finally:
+        daemon.terminate()
+        assert daemon.wait(timeout=30) == 0

@@ -262,7 +262,35 @@ def _drive(
 
     printed: set[int] = set(known or ())
 
+    def catch_up(before: int | None) -> None:
+        """Print, in call order, the steps before `before` (None: all) that a daemon ran
+        while the run was away from us, each after the output it recorded: the same lines,
+        in the same order, as if this process had run them."""
+        missed = sorted(
+            (e for e in st.store.journal(run_obj.run_id).values() if e.call_index not in printed),
+            key=lambda e: e.call_index,
+        )
+        missed = [e for e in missed if before is None or e.call_index < before]
+        if not missed:
+            return
+        from flowctl.ops.maintenance import run_output
+
+        chunks = run_output(st.store, run_obj.run_id)
+        for entry in missed:
+            printed.add(entry.call_index)
+            if entry.kind == "sleep" and wait and entry.wake_at is not None:
+                when = f"{_local(entry.wake_at)} ({_relative(entry.wake_at, st.clock.now())})"
+                typer.echo(f"  … sleeping until {when}")
+            if entry.kind != "step":
+                continue
+            for c in chunks:
+                if c.call_index == entry.call_index and c.stream in ("stdout", "stderr"):
+                    typer.echo(c.text, nl=False, err=c.stream == "stderr")
+            on_checkpoint(entry)
+
     def on_step(entry: JournalEntry) -> None:
+        if not quiet:
+            catch_up(entry.call_index)
         printed.add(entry.call_index)
         on_checkpoint(entry)
 
@@ -272,7 +300,7 @@ def _drive(
             return
         until = f"{_local(outcome.run_at)} ({_relative(outcome.run_at, st.clock.now())})"
         if outcome.status is RunStatus.SLEEPING:
-            typer.echo(f"  … sleeping until {until}")
+            catch_up(None)  # the sleep just journaled, after any step a daemon ran first
         elif outcome.status is RunStatus.WAITING:
             typer.echo(f"  … waiting for a signal, timeout {until}")
         elif outcome.status is RunStatus.QUEUED:
@@ -290,12 +318,11 @@ def _drive(
                 wait=wait,
                 on_checkpoint=on_step,
                 on_outcome=on_outcome,
+                # Before this process runs a step: whatever a daemon ran meanwhile.
+                on_claim=None if quiet else lambda _claim: catch_up(None),
             )
         if not quiet:
-            # Steps a daemon ran while we waited: shown once the run is back with us.
-            for entry in st.store.journal(run_obj.run_id).values():
-                if entry.kind == "step" and entry.call_index not in printed:
-                    on_checkpoint(entry)
+            catch_up(None)  # steps a daemon ran after the run left us
         return final
     except KeyboardInterrupt:
         typer.echo(
