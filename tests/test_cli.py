@@ -448,3 +448,21 @@ def test_run_of_a_yaml_file_with_a_bad_schedule_block_is_refused(
     assert counts(db) == before
     path.write_text(path.read_text().replace("61 *", "5 *"))
     assert flowctl(db, "run", str(path), "--detach").returncode == 0
+
+
+def test_show_and_run_print_text_as_itself_and_terminal_controls_as_escapes(
+    db: str, tmp_path: Path, flowctl: Flowctl
+) -> None:
+    path = tmp_path / "echo.py"
+    path.write_text(
+        "from flowctl import workflow\n\n@workflow\ndef echo(ctx, name=''):\n    return name\n"
+    )
+    name = "ünï 😀 \u202eevil \x9b2J"  # a bidi override and a C1 CSI: acted on, not shown
+    ran = flowctl(db, "run", f"{path}:echo", "--input", json.dumps({"name": name}))
+    assert ran.returncode == 0, ran.stderr
+    done = ran.stdout.splitlines()[-1]
+    assert done.endswith(': "ünï 😀 \\u202eevil \\x9b2J"'), done
+    run_id = done.split()[1].rstrip(":")
+    shown = flowctl(db, "show", run_id).stdout
+    assert 'input     {"name": "ünï 😀 \\u202eevil \\x9b2J"}' in shown
+    assert "\u202e" not in shown and "\x9b" not in shown

@@ -125,3 +125,20 @@ def test_a_postgresql_url_opens_the_whole_postgresql_store(tmp_path: Path) -> No
     assert isinstance(raised.value, FlowctlError)
     assert str(raised.value).startswith(f"cannot connect to PostgreSQL at 127.0.0.1:{port}/")
     assert "s3cret" not in str(raised.value)
+
+
+def test_a_search_for_text_that_is_not_ascii_finds_the_input_that_holds_it(db: str) -> None:
+    # SQLite keeps the input as ASCII JSON ("ü" as \u00fc): `--search ünï` must still find
+    # what `show` prints as ünï, on both backends; ASCII search is unchanged.
+    store = open_store(db)
+    try:
+        for rid, name in (("r1", "ünï 😀"), ("r2", "plain"), ("r3", "C:\\u00fc")):
+            store.create_run(NewRun(rid, "wf", "wf.py:wf", "python", {"name": name}), T0)
+        found = {
+            s: sorted(r.run_id for r in store.list_runs(search=s, limit=9))
+            for s in ("ünï", "😀", "plain", "u00fc")
+        }
+    finally:
+        store.close()
+    assert found["ünï"] == ["r1"] and found["😀"] == ["r1"] and found["plain"] == ["r2"]
+    assert "r3" in found["u00fc"]  # the literal text, as typed

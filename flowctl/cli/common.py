@@ -229,6 +229,13 @@ def _cut(
     cut_notice(shown, total, what, flag=flag, scope=scope)
 
 
+def _shown_json(value: Any) -> str:
+    """A value as JSON for a person: non-ASCII text as itself (ünï, not \\u00fc), and
+    anything a terminal would act on or cannot print (a bidi control, a lone surrogate)
+    written as its escape."""
+    return one_line(json.dumps(value, ensure_ascii=False))
+
+
 def _first_error_line(run: Run) -> str:
     if not run.error:
         return ""

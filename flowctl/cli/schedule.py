@@ -8,7 +8,6 @@ The commands import flowctl.ops.schedules when they run, so `flowctl --help` and
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -24,6 +23,7 @@ from flowctl.cli.common import (
     _local,
     _relative,
     _run_json,
+    _shown_json,
     _state,
     _table,
 )
@@ -285,7 +285,7 @@ def _print_schedule(detail: schedule_ops.ScheduleDetail, now: datetime) -> None:
             f" gap={s.gap} fold={s.fold} jitter={format_duration(s.jitter) if s.jitter else 'none'}"
         )
     typer.echo(f"target    {_short_target(r.target)}")
-    typer.echo(f"input     {json.dumps(r.shown_input)}")
+    typer.echo(f"input     {_shown_json(r.shown_input)}")
     typer.echo(f"created   {_zoned(r.created_at, tzname)}")
     typer.echo(f"last fire {_zoned(r.last_fire_at, tzname)}")
     typer.echo("")

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import typer
 
 from flowctl import ops
-from flowctl.cli.common import _emit_json, _first_error_line, _local, _relative, _state
+from flowctl.cli.common import (
+    _emit_json,
+    _first_error_line,
+    _local,
+    _relative,
+    _shown_json,
+    _state,
+)
 from flowctl.durations import format_duration
 from flowctl.errors import UsageError
 from flowctl.limits import SHOW_STEPS, terminal_safe
@@ -31,7 +37,7 @@ def _describe_value(value: Any) -> str:
         if err:
             text += f" · err: {_clip(err[-1], 40)}"
         return text
-    text = json.dumps(value)
+    text = _shown_json(value)
     return text if len(text) <= 60 else text[:59] + "…"
 
 
@@ -85,7 +91,7 @@ def show(
                 f"cancel    {text} (at {_local(asked.at)}); it ends cancelled when its"
                 " handler stops"
             )
-    typer.echo(f"input     {json.dumps(r.shown_input)}")
+    typer.echo(f"input     {_shown_json(r.shown_input)}")
     typer.echo(f"attempt   {r.attempt}/{r.max_attempts}")
     typer.echo(f"created   {_local(r.created_at)}")
     if r.deadline:
@@ -99,7 +105,7 @@ def show(
     if r.parent_run_id:
         typer.echo(f"parent    {r.parent_run_id}")
     if r.status is RunStatus.COMPLETED:
-        typer.echo(f"result    {json.dumps(r.result)}")
+        typer.echo(f"result    {_shown_json(r.result)}")
     if r.error:
         typer.echo(f"error     {_first_error_line(r)}")
         for k in ("exit_code", "dead_reason", "by"):  # by: who cancelled it
@@ -114,7 +120,7 @@ def show(
             if tb:
                 typer.echo("          " + "\n          ".join(str(tb).rstrip().splitlines()[-12:]))
     for key, (value, _at) in detail.published.items():
-        typer.echo(f"published {key} = {json.dumps(value)}")
+        typer.echo(f"published {key} = {_shown_json(value)}")
     for note in detail.notes:
         typer.echo(f"note      {note}")
     if detail.output_step is not None:  # the step running now: its last lines
@@ -147,7 +153,7 @@ def show(
         typer.echo("")
         typer.echo("buffered signals")
         for name, payload, at in detail.pending_signals:
-            typer.echo(f"  {name} {json.dumps(payload)} (sent {_local(at)})")
+            typer.echo(f"  {name} {_shown_json(payload)} (sent {_local(at)})")
     typer.echo("")
     typer.echo("timeline")
     older, newer = _cut(detail, detail.timeline_total, len(detail.timeline))

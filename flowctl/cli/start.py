@@ -6,7 +6,6 @@ flowctl/cli/__init__.py registers them on the app, in the order `flowctl --help`
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 from contextlib import nullcontext
@@ -25,6 +24,7 @@ from flowctl.cli.common import (
     _local,
     _relative,
     _run_json,
+    _shown_json,
     _state,
 )
 from flowctl.durations import format_duration, parse_duration
@@ -355,7 +355,7 @@ def _echo_commands(run_id: str) -> CommandListener:
 
 def _print_end(run: Run, now: datetime) -> None:
     if run.status is RunStatus.COMPLETED:
-        typer.echo(f"completed {run.run_id}: {json.dumps(run.result)}")
+        typer.echo(f"completed {run.run_id}: {_shown_json(run.result)}")
     elif run.status is RunStatus.SLEEPING:
         typer.echo(f"sleeping until {_local(run.run_at)} ({_relative(run.run_at, now)})")
         typer.echo(f"run {run.run_id} (`flowctl daemon` wakes it; `flowctl show {run.run_id}`)")

@@ -125,13 +125,21 @@ def _search_clause(search: str) -> tuple[str, list[Any]]:
     """`ls --search`: the run id, or the input as shown, with every secret value replaced
     by "***" before matching, so a secret never matches, or the key exactly (the window
     brings an old run with that key in; this clause keeps it); over _search_source's rows."""
-    pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    pattern = _like(search)
+    # The input is stored as ASCII JSON ("ü" as \u00fc): text that is not ASCII is matched
+    # in that spelling too, so `--search ü` finds what `show` prints as ü.
+    stored = _like(json.dumps(search)[1:-1]) if not search.isascii() else pattern
     clause = (
         "(run_id LIKE ? ESCAPE '\\' OR key = ? OR (CASE WHEN secret_keys IS NULL THEN input ELSE"
         " json_patch(input, (SELECT json_group_object(value, '***')"
         " FROM json_each(searched.secret_keys))) END) LIKE ? ESCAPE '\\')"
     )
-    return clause, [pattern, search, pattern]
+    return clause, [pattern, search, stored]
+
+
+def _like(text: str) -> str:
+    """A LIKE pattern matching `text` anywhere (ESCAPE '\\')."""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def _load_run(c: sqlite3.Connection, run_id: str) -> Run:
