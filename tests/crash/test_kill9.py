@@ -152,8 +152,14 @@ def test_a_sleep_keeps_its_deadline_across_a_kill_and_a_late_restart(
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     time.sleep(1.0)  # the daemon is down for a while
-    daemons.start(db)
-    wait_until(lambda: statuses(db)[run_id] == "completed", timeout=15)
+    second = daemons.start(db)
+    try:
+        wait_until(lambda: statuses(db)[run_id] == "completed", timeout=15)
+    except AssertionError:  # say what the daemons did (once seen in CI on a loaded box)
+        raise AssertionError(
+            f"run {run_id} is {statuses(db)[run_id]}; first daemon:\n{daemons.log(first)[-3000:]}"
+            f"\nsecond daemon:\n{daemons.log(second)[-3000:]}"
+        ) from None
 
     ((wake_at, resolved_at),) = read(
         db,

@@ -1,0 +1,94 @@
+"""A Python workflow's input check: the keys must fit the handler's keyword parameters
+(so a typo fails before the run exists), and string inputs are converted to the handler's
+int/float/bool annotations, as a YAML workflow's inputs are converted to their types."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from flowctl.errors import InputError
+
+# A parameter annotated with one of these (the type, or its name under postponed
+# annotations) takes a string input converted to it, as a YAML input of that type does:
+# `-i n=2` gives a handler annotated `n: int` the number 2, not the text "2".
+_CONVERTED = {
+    int: "int",
+    float: "float",
+    bool: "bool",
+    "int": "int",
+    "float": "float",
+    "bool": "bool",
+}
+
+
+def python_validator(
+    fn: Callable[..., Any], name: str, secret: Iterable[str] = ()
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The input check of a Python workflow, with the handler's signature read once."""
+    try:
+        sig: inspect.Signature | None = inspect.signature(fn)
+    except (TypeError, ValueError):
+        sig = None
+    kinds: dict[str, str] = {}
+    for p in list(sig.parameters.values())[1:] if sig is not None else ():
+        annotation = p.annotation
+        if isinstance(annotation, type | str) and annotation in _CONVERTED:
+            kinds[p.name] = _CONVERTED[annotation]
+    hidden = frozenset(secret)
+    return lambda raw: _converted(_check_python_input(sig, name, raw), kinds, hidden)
+
+
+def _converted(
+    raw: dict[str, Any], kinds: dict[str, str], secret: frozenset[str]
+) -> dict[str, Any]:
+    """String inputs converted to their parameter's int/float/bool annotation (InputError
+    naming the input when one does not read as that type); other values are left as given."""
+    todo = [k for k, v in raw.items() if isinstance(v, str) and k in kinds]
+    if not todo:
+        return raw
+    from flowctl.yamlflow.steps import convert_value
+
+    out = dict(raw)
+    for key in todo:
+        out[key] = convert_value(key, kinds[key], raw[key], secret=key in secret)
+    return out
+
+
+def _check_python_input(
+    sig: inspect.Signature | None, name: str, raw: dict[str, Any]
+) -> dict[str, Any]:
+    """Inputs must fit the handler's keyword parameters, so a typo fails before the run exists."""
+    if sig is None:
+        return raw
+    params = list(sig.parameters.values())[1:]  # skip ctx
+    accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    named = {
+        p.name: p
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    listing = (
+        ", ".join(
+            f"{p.name}{'' if p.default is not inspect.Parameter.empty else ' (required)'}"
+            for p in named.values()
+        )
+        or "no inputs"
+    )
+    if not accepts_any:
+        unknown = [k for k in raw if k not in named]
+        if unknown:
+            import difflib
+
+            hint = difflib.get_close_matches(unknown[0], list(named), n=1)
+            extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise InputError(
+                f"workflow {name} has no input {unknown[0]!r}{extra}; it takes: {listing}"
+            )
+    missing = [n for n, p in named.items() if p.default is inspect.Parameter.empty and n not in raw]
+    if missing:
+        raise InputError(
+            f"workflow {name} needs input {missing[0]!r} (pass -i {missing[0]}=VALUE); it takes: {listing}"
+        )
+    return raw
