@@ -116,13 +116,29 @@ def loads_json(text: str, what: str, *, hint: str = "") -> Any:
     if depth > MAX_JSON_DEPTH:
         raise InputError(f"{what} is nested {depth} levels deep; at most {MAX_JSON_DEPTH}")
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite)
+        return json.loads(
+            text,
+            parse_constant=_refuse_constant,
+            parse_float=_finite,
+            object_pairs_hook=_unique_keys,
+        )
     except json.JSONDecodeError as e:
         raise InputError(
             f"{what} is not valid JSON ({e.msg} at column {e.colno}): {_short(text)!r}{hint}"
         ) from None
     except (ValueError, RecursionError) as e:
         raise InputError(f"{what} is not usable JSON: {_short(str(e))}") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose key appears twice is refused, not settled by the last one (as `-i`
+    given twice is refused): one of the two values the user wrote would be lost."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {one_line(key)!r} appears twice in one object: give it once")
+        out[key] = value
+    return out
 
 
 def _nesting(text: str) -> int:

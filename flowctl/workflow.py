@@ -410,6 +410,11 @@ def load_target(
         left, _, fn_name = target.rpartition(":")
         if not fn_name.isidentifier():
             raise TargetError(f"{target!r}: after ':' must come a function name")
+        if not left.strip():
+            raise TargetError(
+                f"{target!r}: before ':' must come a file or a module, as in"
+                f" file.py:{fn_name} or module:{fn_name}"
+            )
         if left.endswith(".py") or "/" in left:
             path = Path(left) if Path(left).is_absolute() else base / left
             if not path.is_file():

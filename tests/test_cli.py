@@ -183,6 +183,7 @@ def test_failing_run_exits_one_with_error(db: str, flow_file: Path, flowctl: Flo
         (["run", "nope.py:fn"], "does not exist"),
         (["run", "nosuchworkflow"], "unknown workflow 'nosuchworkflow'"),
         (["run", "os:system"], "os:system is a built-in, not a workflow"),
+        (["run", ":hello"], "before ':' must come a file or a module"),
         (["run", "json:JSONDecoder"], "json:JSONDecoder is a class, not a function"),
         (["run", "{root}/README.md"], "is not a workflow file: give file.py:function"),
         (["run", "{root}/tests"], "is a folder, not a workflow"),

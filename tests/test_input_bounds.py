@@ -131,3 +131,16 @@ def test_times_are_kept_within_the_year_range() -> None:
 
 def test_one_line_escapes_what_would_break_a_line() -> None:
     assert one_line("a\nb\tc\x1b[0m\u202e\udcff é 😀") == "a\\nb\\tc\\x1b[0m\\u202e\\udcff é 😀"
+
+
+def test_a_json_object_that_gives_a_key_twice_is_refused_not_settled_by_the_last() -> None:
+    # As `-i name=a -i name=b` is refused: one of the two values would be silently lost.
+    from flowctl.errors import InputError
+    from flowctl.ops.parse import parse_inputs
+
+    with pytest.raises(InputError) as exc:
+        parse_inputs(None, '{"name": "a", "deep": {"x": 1, "x": 2}}')
+    assert str(exc.value) == (
+        "--input is not usable JSON: key 'x' appears twice in one object: give it once"
+    )
+    assert parse_inputs(None, '{"a": {"x": 1}, "b": {"x": 2}}') == {"a": {"x": 1}, "b": {"x": 2}}

@@ -146,6 +146,25 @@ def test_validate_reports_file_line_and_exit_2(tmp_path: Path) -> None:
     )
 
 
+def test_validate_says_a_child_workflow_file_that_does_not_exist(tmp_path: Path) -> None:
+    # It used to say ok; the run then spent its attempts on a TargetError.
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "kid.yaml").write_text("name: kid\nsteps:\n  - run: [echo, hi]\n")
+    parent = tmp_path / "sub" / "parent.yaml"
+    parent.write_text(
+        "name: parent\nsteps:\n  - id: ok\n    workflow: kid.yaml\n"
+        "  - id: gone\n    workflow: nonexist.yaml\n  - id: named\n    workflow: ping\n"
+    )
+    out = _cli(tmp_path / "f.db", "validate", str(parent), cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        f"{parent}:5: steps[1].workflow: workflow file nonexist.yaml does not exist"
+        f" (in {parent.parent})"
+    ]
+    (tmp_path / "sub" / "nonexist.yaml").write_text("name: n\nsteps:\n  - run: [echo]\n")
+    assert _cli(tmp_path / "f.db", "validate", str(parent), cwd=tmp_path).returncode == 0
+
+
 def test_shell_string_with_expression_is_refused_before_running(db: str, tmp_path: Path) -> None:
     (tmp_path / "x.yaml").write_text(
         "name: x\ninput: {user: str}\nsteps:\n  - run: 'echo ${{ input.user }}'\n"

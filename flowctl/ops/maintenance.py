@@ -149,3 +149,27 @@ def run_output(
         if len(page) < 1000:
             return out
         after = page[-1].seq
+
+
+def missing_children(path: Path) -> list[str]:
+    """`validate`: each `workflow:` step that names a file (relative to this file's folder,
+    as the run resolves it) must name one that exists, at its file:line. Checked here and
+    not when a run loads its pinned YAML: a child file removed later must not break a run
+    whose child already ran. A name (looked up in the workflows folder) is not checked."""
+    from flowctl import yamlflow
+
+    wf = yamlflow.load_yaml(yamlflow.read_yaml_text(path), str(path))
+    problems: list[str] = []
+    for step in wf.steps:
+        if step.kind != "workflow" or not isinstance(step.value, str):
+            continue
+        file_part = step.value.split(":", 1)[0] if ".py:" in step.value else step.value
+        if not file_part.endswith((".yaml", ".yml", ".py")):
+            continue
+        full = Path(file_part) if Path(file_part).is_absolute() else path.parent / file_part
+        if not full.is_file():
+            problems.append(
+                f"{path}:{step.line}: steps[{step.index}].workflow: workflow file {file_part}"
+                f" does not exist (in {path.parent})"
+            )
+    return problems
