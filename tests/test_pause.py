@@ -26,7 +26,7 @@ from flowctl.client import Client
 from flowctl.clock import FakeClock
 from flowctl.context import current
 from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
-from flowctl.errors import InvalidStateError
+from flowctl.errors import InvalidStateError, UsageError
 from flowctl.model import RunStatus
 from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.transitions import Action
@@ -364,6 +364,10 @@ def test_pause_and_resume_every_run_of_a_workflow(
     assert ops.pause_workflow(store, wf, clock=fake_clock) == []  # nothing active left
     resumed = ops.resume_workflow(store, wf, clock=fake_clock)
     assert {r.status for r in resumed} == {RunStatus.SLEEPING}
+    # A workflow with no run at all is a typo: said, not "0 run(s) paused".
+    with pytest.raises(UsageError) as exc:
+        ops.pause_workflow(store, wf[:-1], clock=fake_clock)
+    assert str(exc.value).startswith(f"no run of workflow {wf[:-1]!r} exists (did you mean")
 
 
 def test_client_pause_and_resume(tmp_path: Path, fake_clock: FakeClock) -> None:

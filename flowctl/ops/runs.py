@@ -22,7 +22,7 @@ from flowctl.errors import (
     RunNotFoundError,
     UsageError,
 )
-from flowctl.limits import MAX_KEY, ROOM_RESERVE, check_key
+from flowctl.limits import MAX_KEY, ROOM_RESERVE, check_key, one_line
 from flowctl.model import (
     ACTIVE,
     Run,
@@ -362,6 +362,8 @@ def _each_of_workflow(
             if r.run_id not in seen
         ]
         if not batch:
+            if not seen:
+                _check_workflow_known(store, workflow)
             return out
         for run in batch:
             seen.add(run.run_id)
@@ -369,6 +371,21 @@ def _each_of_workflow(
                 out.append(act(run))
             except InvalidStateError:
                 continue
+
+
+def _check_workflow_known(store: Store, workflow: str) -> None:
+    """`--workflow W` that matched nothing: a W with no run at all is a typo, said as one
+    (exit 2), not "0 run(s) of W paused"."""
+    seen = store.workflows_seen()
+    if workflow not in seen:
+        import difflib
+
+        close = difflib.get_close_matches(workflow, seen, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        known = ", ".join(seen[:10]) + (", ..." if len(seen) > 10 else "") or "none"
+        raise UsageError(
+            f"no run of workflow {one_line(workflow)!r} exists{hint}; workflows with runs: {known}"
+        )
 
 
 def pause_workflow(
