@@ -123,6 +123,16 @@ def load_config(path: Path | None = None, start: Path | None = None) -> Config:
         )
     if values["concurrency"] < 1:
         raise ConfigError(f"{path}: concurrency must be at least 1, got {values['concurrency']}")
+    if values["timezone"]:  # said at load, not at the first `schedule add` that uses it
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(values["timezone"])
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            raise ConfigError(
+                f"{path}: timezone {values['timezone']!r} is not a time zone: use an IANA name"
+                " such as Europe/Paris, America/New_York or UTC"
+            ) from None
     from flowctl.durations import parse_duration
     from flowctl.errors import DurationError
 

@@ -351,6 +351,19 @@ def test_bad_config_key_is_named(
     assert "flowctl.toml" in out.stderr
 
 
+def test_a_config_timezone_that_is_no_zone_is_said_at_load(
+    tmp_path: Path, flowctl: Flowctl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It used to pass until the first `schedule add` that fell back to it.
+    (tmp_path / "flowctl.toml").write_text('timezone = "Mars/Olympus"\n')
+    monkeypatch.chdir(tmp_path)
+    out = flowctl(None, "ls")
+    assert out.returncode == 2
+    assert "timezone 'Mars/Olympus' is not a time zone: use an IANA name" in out.stderr
+    (tmp_path / "flowctl.toml").write_text('timezone = "Europe/Paris"\n')
+    assert "time zone" not in flowctl(None, "ls").stderr  # (no database here: said instead)
+
+
 def test_workflows_lists_and_runs_by_name(
     tmp_path: Path, flow_file: Path, flowctl: Flowctl, monkeypatch: pytest.MonkeyPatch
 ) -> None:
