@@ -97,6 +97,19 @@ def _escaped(text: str) -> str:
     return "".join(ch if ch.isprintable() or ch == "\t" else repr(ch)[1:-1] for ch in text)
 
 
+MAX_MESSAGE = 1000  # characters of one error line the CLI prints
+
+
+def clip_middle(text: str, limit: int = MAX_MESSAGE) -> str:
+    """`text` in at most about `limit` characters: a message that quotes a huge value (a
+    100,000-character id) keeps its start and its end, where the hint says what is
+    accepted, and says how much of the middle it cut."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 2 // 3, limit // 3
+    return f"{text[:head]}…({len(text) - head - tail:,} characters cut)…{text[-tail:]}"
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 

@@ -480,3 +480,18 @@ def test_show_and_run_print_text_as_itself_and_terminal_controls_as_escapes(
     shown = flowctl(db, "show", run_id).stdout
     assert 'input     {"name": "ünï 😀 \\u202eevil \\x9b2J"}' in shown
     assert "\u202e" not in shown and "\x9b" not in shown
+
+
+def test_a_run_refused_for_its_target_or_input_creates_no_database(
+    tmp_path: Path, flowctl: Flowctl
+) -> None:
+    db = tmp_path / "new.db"
+    for args in (
+        ["run", "examples/none.py:f", "--detach"],
+        ["run", "examples/hello.py:hello", "-i", "nme=x", "--wait"],
+    ):
+        out = flowctl(db, *args)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert not list(tmp_path.glob("new.db*")), args
+    assert flowctl(db, "run", "examples/hello.py:hello", "--detach").returncode == 0
+    assert db.exists()

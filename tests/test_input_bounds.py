@@ -144,3 +144,20 @@ def test_a_json_object_that_gives_a_key_twice_is_refused_not_settled_by_the_last
         "--input is not usable JSON: key 'x' appears twice in one object: give it once"
     )
     assert parse_inputs(None, '{"a": {"x": 1}, "b": {"x": 2}}') == {"a": {"x": 1}, "b": {"x": 2}}
+
+
+def test_an_error_quoting_a_huge_value_is_cut_in_the_middle_and_keeps_its_hint(
+    tmp_path: Path,
+) -> None:
+    from tests.inproc import run_main
+
+    huge = "x" * 100_000
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        mp.delenv("FLOWCTL_DB", raising=False)
+        run_main(mp, "--db", str(tmp_path / "f.db"), "run", "examples/none.py:f", "--detach")
+        out = run_main(mp, "--db", str(tmp_path / "f.db"), "show", huge)
+    line = out.stderr.strip()
+    assert out.returncode != 0 and "\n" not in line
+    assert len(line) < 1100 and "characters cut)…" in line
+    assert line.endswith("': give a run id or a unique prefix")

@@ -22,7 +22,7 @@ from flowctl.cli import coerce, lazy
 from flowctl.cli.common import State, _Group
 from flowctl.clock import SystemClock
 from flowctl.errors import FlowctlError
-from flowctl.limits import is_utf8, one_line, shown_bytes
+from flowctl.limits import clip_middle, is_utf8, one_line, shown_bytes
 
 coerce.install()  # before any command is parsed: keeps pydantic off the start-up path
 lazy.install()  # each command is built when it is used, not all of them on every start
@@ -255,7 +255,9 @@ def main() -> None:
         sys.exit(0)
     except click_exc.UsageError as e:
         cmd = e.ctx.command_path if e.ctx else "flowctl"
-        typer.echo(f"flowctl: {one_line(e.format_message())} (see `{cmd} --help`)", err=True)
+        typer.echo(
+            f"flowctl: {clip_middle(one_line(e.format_message()))} (see `{cmd} --help`)", err=True
+        )
         sys.exit(2)
     except _EXITS as e:
         sys.exit(e.exit_code)
@@ -263,6 +265,6 @@ def main() -> None:
         typer.echo("aborted", err=True)
         sys.exit(130)
     except FlowctlError as e:
-        typer.echo(f"flowctl: {one_line(str(e))}", err=True)
+        typer.echo(f"flowctl: {clip_middle(one_line(str(e)))}", err=True)
         sys.exit(e.exit_code)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -19,7 +19,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from flowctl.errors import FlowctlError
-from flowctl.limits import one_line
+from flowctl.limits import clip_middle, one_line
 
 if TYPE_CHECKING:  # the store (sqlite_utils, the backend) loads when a command opens it;
     # the config (tomllib) and durations when a command reads them: `flowctl --help` neither
@@ -63,7 +63,7 @@ class _Group(TyperGroup):
         try:
             rv = super().invoke(ctx)
         except FlowctlError as e:
-            typer.echo(f"flowctl: {one_line(str(e))}", err=True)
+            typer.echo(f"flowctl: {clip_middle(one_line(str(e)))}", err=True)
             raise typer.Exit(e.exit_code) from None
         root = ctx.parent is None  # `schedule ...` is a group inside this one: say it once
         note = ctx.obj.read_only_note() if root and isinstance(ctx.obj, State) else None

@@ -145,6 +145,8 @@ def run(
     if input_file is not None:
         _run_many(st, target, input_file, key, run_at, deadline_at, timeout, max_attempts, as_json)
         return
+    # A bad target or input is refused before the database is opened (and created).
+    targets = ops.check_start(target, data, workflows_dir=st.config.workflows_dir())
     started = ops.start(
         st.open_store(create=True),
         target,
@@ -156,6 +158,7 @@ def run(
         deadline=deadline_at,
         timeout=timeout,
         max_attempts=max_attempts,
+        targets=targets,
     )
     run_obj = started.run
     if not started.created:

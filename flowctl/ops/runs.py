@@ -106,6 +106,21 @@ def _check_schedule_block(wf: WorkflowDef) -> None:
         check_declared_schedule(wf)
 
 
+def check_start(
+    target: str,
+    input: dict[str, Any] | None = None,
+    *,
+    workflows_dir: str | Path | None = None,
+) -> TargetCache:
+    """Load `target` and check `input` before any database is opened, so `flowctl run`
+    with a typo creates no database file; the returned cache gives `start` the same def
+    without loading it again."""
+    targets = TargetCache()
+    wf = targets.load(target, workflows_dir=workflows_dir)
+    wf.check_input(dict(input or {}))
+    return targets
+
+
 def start_many(
     store: Store,
     target: str,
