@@ -573,7 +573,15 @@ def discover(workflows_dir: str | Path) -> dict[str, WorkflowEntry]:
         _warn_if_writable_by_others(path, "workflow file")
         entries = _yaml_entries(path, text) if is_yaml else _python_entries(path, text)
         for entry in entries:
-            found.setdefault(entry.name, entry)
+            first = found.setdefault(entry.name, entry)
+            if first is not entry:  # the name runs the first: said, never silently shadowed
+                _warn_once(
+                    path,
+                    "warning: %s also defines workflow %r, which %s defines first and the name"
+                    " runs: rename one",
+                    entry.name,
+                    first.target,
+                )
     return found
 
 

@@ -9,6 +9,8 @@ signals, exit codes as a shell sees them) are in tests/test_cli_process.py.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import threading
 import tomllib
@@ -495,3 +497,25 @@ def test_a_run_refused_for_its_target_or_input_creates_no_database(
         assert not list(tmp_path.glob("new.db*")), args
     assert flowctl(db, "run", "examples/hello.py:hello", "--detach").returncode == 0
     assert db.exists()
+
+
+def test_two_files_naming_one_workflow_are_said_and_the_first_runs(tmp_path: Path) -> None:
+    folder = tmp_path / "workflows"
+    folder.mkdir()
+    for name in ("a.yaml", "b.yaml"):
+        (folder / name).write_text(f"name: ping\nsteps:\n  - run: [echo, {name}]\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "flowctl", "workflows"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "FLOWCTL_DB"},
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert [line.split()[:3] for line in out.stdout.splitlines()[1:]] == [
+        ["ping", "yaml", "workflows/a.yaml"]
+    ]
+    assert f"{folder / 'b.yaml'} also defines workflow 'ping', which {folder / 'a.yaml'}" in (
+        out.stderr
+    )

@@ -109,7 +109,8 @@ def workflows(
         )
         return
     if not found:
-        typer.echo(f"no workflows in {folder}")
+        missing = "" if Path(folder).is_dir() else " (the folder does not exist)"
+        typer.echo(f"no workflows in {folder}{missing}")
         return
     cwd = Path.cwd()
     rows = []
