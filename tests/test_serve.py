@@ -359,6 +359,12 @@ def test_token_from_a_private_flowctl_toml_and_no_auth_on_loopback(db: str, tmp_
         ("--in 5m or --at, not both", "in 5m or at, not both"),
         ("--max-attempts must be at least 1", "max_attempts must be at least 1"),
         ("--interval stays", "--interval stays"),  # not a field of the API: left alone
+        (
+            "needs input 'user' (pass -i user=VALUE)",
+            'needs input \'user\' (give "input": {"user": ...})',
+        ),
+        # a quoted command stays a command
+        ("start one with `flowctl run ... --key k1`", "start one with `flowctl run ... --key k1`"),
     ],
 )
 def test_shared_messages_name_http_fields_not_cli_flags(cli: str, http: str) -> None:

@@ -106,9 +106,17 @@ _FLAG = re.compile(
 )
 
 
+_PASS_INPUT = re.compile(r"pass -i ([^=\s]+)=VALUE")
+
+
 def as_fields(message: str) -> str:
-    """A shared check's message with CLI flags named as the HTTP fields they are."""
-    return _FLAG.sub(lambda m: m.group(1).replace("-", "_"), message)
+    """A shared check's message with CLI flags named as the HTTP fields they are; a quoted
+    command (`flowctl run ... --key K`) is left whole, as a command it still is."""
+    parts = message.split("`")
+    for i in range(0, len(parts), 2):  # outside backticks only
+        text = _PASS_INPUT.sub(lambda m: f'give "input": {{"{m.group(1)}": ...}}', parts[i])
+        parts[i] = _FLAG.sub(lambda m: m.group(1).replace("-", "_"), text)
+    return "`".join(parts)
 
 
 async def read_body(request: Request) -> bytes:
