@@ -95,6 +95,21 @@ def current() -> Context | None:
     return getattr(_local, "ctx", None)
 
 
+def _check_text(text: str, what: str) -> None:
+    """SerializationError for a string holding a lone surrogate: no store (nor any UTF-8
+    reader) takes it, and a write that failed on it would crash the worker, not the step."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = e.object[e.start : e.end].encode("unicode_escape").decode("ascii")
+        raise mark_non_retryable(  # the same code gives the same text again
+            SerializationError(
+                f"{what} holds a lone UTF-16 surrogate ('{bad}'), which is not text: give"
+                " valid Unicode"
+            )
+        ) from None
+
+
 class Context:
     """Passed to every handler as its first argument: `def handler(ctx, **input)`."""
 
@@ -182,6 +197,8 @@ class Context:
         return self._halt(LeaseLost(self.run_id))
 
     def _next_call(self, kind: CallKind, name: str) -> tuple[int, JournalEntry | None]:
+        if not name.isascii():
+            _check_text(name, f"the name of a {kind} call")
         index, self._index = self._index, self._index + 1
         entry = self._journal.get(index)
         if entry is not None and (entry.kind, entry.name) != (kind, name):
@@ -279,6 +296,8 @@ class Context:
         try:
             with capturing(self._store, self.run_id, index, name, self._clock):
                 result = fn(*args, **kwargs)
+            if isinstance(result, str) and not result.isascii():
+                _check_text(result, f"the result of step {name!r}")
             if self.halted is None and type(result) not in _SAME_AFTER_JSON:
                 # Return what replay will return: a tuple comes back as a list, int dict
                 # keys as strings, on the first run too. A value that is not JSON fails here.
@@ -622,6 +641,8 @@ class Context:
         self._guard("publish")
         if not isinstance(key, str) or not key:
             raise _misuse("ctx.publish() needs a non-empty string key")
+        if not key.isascii():
+            _check_text(key, "the ctx.publish() key")
         if self._index <= self._max_index:
             return
         if not self._store.publish(self._lease, key, value, self._clock.now()):

@@ -129,7 +129,7 @@ def loads_json(text: str, what: str, *, hint: str = "") -> Any:
     if depth > MAX_JSON_DEPTH:
         raise InputError(f"{what} is nested {depth} levels deep; at most {MAX_JSON_DEPTH}")
     try:
-        return json.loads(
+        value = json.loads(
             text,
             parse_constant=_refuse_constant,
             parse_float=_finite,
@@ -141,6 +141,15 @@ def loads_json(text: str, what: str, *, hint: str = "") -> Any:
         ) from None
     except (ValueError, RecursionError) as e:
         raise InputError(f"{what} is not usable JSON: {_short(str(e))}") from None
+    if "\\u" in text and "\\ud" in text.lower():  # an escaped surrogate: paired, or not
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(
+                f"{what} holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape),"
+                " which is not text: give valid Unicode"
+            ) from None
+    return value
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -160,3 +160,17 @@ def test_a_bad_path_is_refused_and_nothing_written(tmp_path: Path, where: str) -
     assert out.stderr.startswith("flowctl: ") and out.stderr.count("\n") == 1
     assert digest(db) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == files
+
+
+@pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
+def test_a_backup_onto_a_file_of_the_live_database_is_refused(tmp_path: Path, suffix: str) -> None:
+    # `backup --force f.db-wal` wrote a database over the live write-ahead log: every
+    # command after it said "database disk image is malformed".
+    db = tmp_path / "f.db"
+    (tmp_path / "flows.py").write_text(FLOWS)
+    target = f"{tmp_path / 'flows.py'}:busy"
+    assert flowctl(db, "run", target, "--detach", cwd=tmp_path).returncode == 0
+    out = flowctl(db, "backup", f"{db}{suffix}", "--force", cwd=tmp_path)
+    assert out.returncode == 1 and "is a file of the live database" in out.stderr
+    assert flowctl(db, "ls", cwd=tmp_path).returncode == 0
+    assert query(db, "PRAGMA integrity_check") == [("ok",)]

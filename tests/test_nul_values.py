@@ -39,6 +39,19 @@ def waits(ctx, text: str = "", nested: object = None):
 @workflow
 def makes(ctx):
     return ctx.step("nul", nul)
+
+
+@workflow
+def lone(ctx, where: str = "result"):
+    # A lone surrogate where the store would take it as text: a result, a call name, a key.
+    if where == "result":
+        return ctx.step("bad", lambda: "\\ud800")
+    if where == "name":
+        return ctx.step("n\\ud800", lambda: 1)
+    if where == "signal":
+        return ctx.wait_signal("s\\ud800", timeout="1h")
+    ctx.publish("k\\ud800", 1)
+    return 0
 """
 
 NUL = "a\x00b"
@@ -102,3 +115,28 @@ def test_a_lone_surrogate_is_refused_as_no_text_and_a_surrogate_pair_is_kept() -
     )
     assert dumps({"name": "\U0001f600"}) == '{"name":"\\ud83d\\ude00"}'
     assert dumps({"path": "C:\\udir"}) == '{"path":"C:\\\\udir"}'  # a backslash, no surrogate
+
+
+@pytest.mark.parametrize("where", ["result", "name", "signal", "publish"])
+def test_a_lone_surrogate_a_workflow_makes_ends_its_run_dead_at_once_not_its_worker(
+    store: Store, fake_clock: FakeClock, daemon: Daemon, flows: str, where: str
+) -> None:
+    # It used to fail inside the store's write: the worker crashed five times over about
+    # 75 s and the run ended as poison.
+    run = ops.start(store, "nul_flows.py:lone", {"where": where}, clock=fake_clock, cwd=flows).run
+    daemon.tick()
+    done = store.get_run(run.run_id)
+    assert done.status is RunStatus.DEAD, (done.status, done.error)
+    assert done.error is not None and done.error["type"] == "SerializationError"
+    assert "lone UTF-16 surrogate" in str(done.error["message"])
+    assert done.attempt == 1
+
+
+def test_json_a_user_gives_with_a_lone_surrogate_is_refused() -> None:
+    from flowctl.errors import InputError
+    from flowctl.limits import loads_json
+
+    assert loads_json('{"a": "\\ud83d\\ude00"}', "x") == {"a": "\U0001f600"}
+    for text in ('{"a": "\\ud800"}', '["\\uDFFF"]', '"x\\ud83d"'):
+        with pytest.raises(InputError, match="lone UTF-16 surrogate"):
+            loads_json(text, "--input")

@@ -53,3 +53,13 @@ def test_a_string_that_does_not_read_as_the_annotated_type_is_refused(
         load_target(target).check_input(given)
     assert str(exc.value).startswith(message)
     assert "12x4" not in str(exc.value)
+
+
+def test_a_number_too_large_to_convert_is_one_clear_refusal(target: str) -> None:
+    wf = load_target(target)
+    with pytest.raises(InputError, match="input 'n' has 5,000 digits; a whole number has at most"):
+        wf.check_input({"n": "9" * 5000})
+    with pytest.raises(InputError, match="must be a whole number"):
+        wf.check_input({"n": "\u0663"})  # an Arabic-Indic digit is no ASCII digit
+    with pytest.raises(InputError, match="must be a number"):
+        wf.check_input({"rate": "1_000.5"})

@@ -199,13 +199,22 @@ def convert_value(name: str, kind: str, value: Any, *, secret: bool = False) -> 
     if kind == "int":
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        if isinstance(value, str) and re.fullmatch(r"\s*[-+]?\d+\s*", value):
-            return int(value)
+        if isinstance(value, str) and re.fullmatch(r"\s*[-+]?[0-9]+\s*", value):
+            try:
+                return int(value)
+            except ValueError:  # more digits than Python converts (4,300)
+                raise InputError(
+                    f"input {name!r} has {len(value.strip()):,} digits; a whole number has at"
+                    " most 4,300"
+                ) from None
         raise wrong
     if kind == "float":
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
+            try:
+                return float(value)
+            except OverflowError:
+                raise InputError(f"input {name!r} is too large for a number (float)") from None
+        if isinstance(value, str) and "_" not in value:
             try:
                 number = float(value)
             except ValueError:

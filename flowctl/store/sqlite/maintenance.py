@@ -45,6 +45,18 @@ class Maintenance(SqliteConnection):
             raise FlowctlError(f"{target} already exists; give --force to overwrite it")
         if target.exists() and self.path != ":memory:" and os.path.samefile(target, self.path):
             raise FlowctlError(f"{target} is the database itself: give the backup another path")
+        if self.path != ":memory:":
+            # Its write-ahead log, shared memory or journal: overwriting one corrupts the
+            # live database, whether or not the file exists right now.
+            own = {os.path.abspath(self.path) + suffix for suffix in ("-wal", "-shm", "-journal")}
+            if os.path.abspath(target) in own or (
+                target.exists()
+                and any(os.path.exists(p) and os.path.samefile(target, p) for p in own)
+            ):
+                raise FlowctlError(
+                    f"{target} is a file of the live database ({target.name}): give the backup"
+                    " another path"
+                )
         wal = Path(f"{target}-wal")
         if target.exists() and wal.exists() and wal.stat().st_size > 0:
             raise FlowctlError(
