@@ -31,6 +31,7 @@ def drive_run(
     on_checkpoint: Callable[[JournalEntry], None] | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
     on_claim: Callable[[Claim], None] | None = None,
+    on_wait: Callable[[], None] | None = None,
     engine: Engine | None = None,
     timeout: float | None = None,
 ) -> Any:
@@ -39,6 +40,8 @@ def drive_run(
     Runs it now in this thread; returns when it ends, or — unless `wait` — when it
     suspends. With `wait`, it waits through sleeps (noticing signals and wakes made by
     other processes) and resumes the run itself, unless a daemon gets there first.
+    `on_claim` is told of each claim before the handler runs; `on_wait`, each time round
+    the wait while the run is not due here (a daemon may be running it).
     """
     worker = Daemon(
         store,
@@ -69,6 +72,8 @@ def drive_run(
             if not due:
                 if not wait:
                     return run
+                if on_wait is not None:  # someone else may be running it: say what it did
+                    on_wait()
                 if give_up is not None and clock.monotonic() >= give_up:
                     return run
                 pause = POLL_INTERVAL

@@ -280,3 +280,45 @@ def test_run_wait_prints_the_same_lines_in_order_when_a_daemon_runs_part_of_it(
     finally:
         daemon.terminate()
         assert daemon.wait(timeout=30) == 0
+
+
+FLAKY = """
+import os
+from flowctl import workflow
+
+
+def flaky(path):
+    n = int(open(path).read()) if os.path.exists(path) else 0
+    open(path, "w").write(str(n + 1))
+    print(f"flaky try {n}")
+    if n == 0:
+        raise RuntimeError("the first try fails")
+    return n
+
+
+@workflow
+def fl(ctx, path: str):
+    return ctx.step("flaky", flaky, path)
+"""
+
+
+def test_run_wait_prints_a_retried_steps_output_once_per_attempt(tmp_path: Path, db: str) -> None:
+    (tmp_path / "flaky.py").write_text(FLAKY)
+    path = f"path={tmp_path / 'count'}"
+    out = subprocess.run(
+        [sys.executable, "-m", "flowctl", "--db", db, "run", "flaky.py:fl", "--wait", "-i", path],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    shape = [re.sub(r" \(.*| at .*| [0-9a-z]{16}:.*", "", line) for line in out.stdout.splitlines()]
+    assert shape == [
+        "flaky try 0",
+        "  ✗ flaky",
+        "  ↻ retrying",
+        "flaky try 1",
+        "  ✓ flaky",
+        "completed",
+    ], out.stdout

@@ -29,7 +29,7 @@ from flowctl.cli.common import (
 )
 from flowctl.durations import format_duration, parse_duration
 from flowctl.errors import UsageError
-from flowctl.limits import MAX_COUNT
+from flowctl.limits import MAX_COUNT, one_line, terminal_safe
 from flowctl.model import EntryState, Run, RunStatus, iso
 
 if TYPE_CHECKING:
@@ -261,52 +261,73 @@ def _drive(
             return
         took = f" ({format_duration(entry.duration)})" if entry.duration is not None else ""
         mark = "✓" if entry.state is EntryState.DONE else "✗"
-        typer.echo(f"  {mark} {entry.name}{took}")
+        typer.echo(f"  {mark} {one_line(entry.name)}{took}")
 
-    printed: set[int] = set(known or ())
+    # What has been printed: journal entries by (call index, state), so a step that failed
+    # here and was retried elsewhere is printed again when it ends; and output chunks by
+    # seq, so output printed live (this process ran the step) is not replayed.
+    printed: set[tuple[int, str]] = set()
+    copied = set(known or ())  # journaled before this run began here (a fork's copy)
+    shown_chunks: set[int] = set()
 
-    def catch_up(before: int | None) -> None:
-        """Print, in call order, the steps before `before` (None: all) that a daemon ran
-        while the run was away from us, each after the output it recorded: the same lines,
-        in the same order, as if this process had run them."""
-        missed = sorted(
-            (e for e in st.store.journal(run_obj.run_id).values() if e.call_index not in printed),
-            key=lambda e: e.call_index,
-        )
-        missed = [e for e in missed if before is None or e.call_index < before]
-        if not missed:
-            return
+    def catch_up(before: int | None, *, with_output: bool) -> None:
+        """Print, in call order, the journal entries before `before` (None: all) not yet
+        printed: each step after the output it recorded (`with_output`: a daemon ran it;
+        this process printed its own live), and each sleep or wait it parked on."""
         from flowctl.ops.maintenance import run_output
 
-        chunks = run_output(st.store, run_obj.run_id)
+        missed = sorted(
+            (
+                e
+                for e in st.store.journal(run_obj.run_id).values()
+                if (e.call_index, str(e.state)) not in printed
+                and e.call_index not in copied
+                and (before is None or e.call_index < before)
+            ),
+            key=lambda e: e.call_index,
+        )
+        chunks = run_output(st.store, run_obj.run_id) if missed else []
+        if not with_output:
+            shown_chunks.update(c.seq for c in chunks)
         for entry in missed:
-            printed.add(entry.call_index)
-            if entry.kind == "sleep" and wait and entry.wake_at is not None:
-                when = f"{_local(entry.wake_at)} ({_relative(entry.wake_at, st.clock.now())})"
-                typer.echo(f"  … sleeping until {when}")
-            if entry.kind != "step":
-                continue
+            printed.add((entry.call_index, str(entry.state)))
             for c in chunks:
-                if c.call_index == entry.call_index and c.stream in ("stdout", "stderr"):
-                    typer.echo(c.text, nl=False, err=c.stream == "stderr")
+                if c.call_index == entry.call_index and c.seq not in shown_chunks:
+                    shown_chunks.add(c.seq)
+                    if c.stream in ("stdout", "stderr"):
+                        text = "\n".join(terminal_safe(line) for line in c.text.split("\n"))
+                        typer.echo(text, nl=False, err=c.stream == "stderr")
+            _say_entry(entry)
+
+    def _say_entry(entry: JournalEntry) -> None:
+        pending = entry.state is EntryState.PENDING
+        if entry.kind == "sleep" and pending and wait and entry.wake_at is not None:
+            when = f"{_local(entry.wake_at)} ({_relative(entry.wake_at, st.clock.now())})"
+            typer.echo(f"  … sleeping until {when}")
+        elif entry.kind == "signal" and pending and wait:
+            timeout = "" if entry.wake_at is None else f", timeout {_local(entry.wake_at)}"
+            typer.echo(f"  … waiting for signal {one_line(entry.name)!r}{timeout}")
+        elif entry.kind == "step" and pending and isinstance(entry.value, dict):
+            child = entry.value.get("child_run_id")
+            if child and wait:
+                typer.echo(f"  … waiting for child run {child} (`flowctl daemon` runs it)")
+        elif entry.kind == "step" and not pending:
             on_checkpoint(entry)
 
     def on_step(entry: JournalEntry) -> None:
         if not quiet:
-            catch_up(entry.call_index)
-        printed.add(entry.call_index)
+            catch_up(entry.call_index, with_output=True)
+        printed.add((entry.call_index, str(entry.state)))
         on_checkpoint(entry)
 
     def on_outcome(outcome: Outcome) -> None:
-        # Say why the terminal goes quiet when --wait waits through a sleep or a retry.
-        if quiet or not wait or outcome.run_at is None:
+        # Say why the terminal goes quiet when --wait waits through a sleep or a retry:
+        # the sleep or wait just journaled (its output was printed live), then a retry.
+        if quiet:
             return
-        until = f"{_local(outcome.run_at)} ({_relative(outcome.run_at, st.clock.now())})"
-        if outcome.status is RunStatus.SLEEPING:
-            catch_up(None)  # the sleep just journaled, after any step a daemon ran first
-        elif outcome.status is RunStatus.WAITING:
-            typer.echo(f"  … waiting for a signal, timeout {until}")
-        elif outcome.status is RunStatus.QUEUED:
+        catch_up(None, with_output=False)
+        if wait and outcome.run_at is not None and outcome.status is RunStatus.QUEUED:
+            until = f"{_local(outcome.run_at)} ({_relative(outcome.run_at, st.clock.now())})"
             typer.echo(f"  ↻ retrying at {until}")
 
     cfg = _daemon_config(st, concurrency=1)
@@ -321,11 +342,12 @@ def _drive(
                 wait=wait,
                 on_checkpoint=on_step,
                 on_outcome=on_outcome,
-                # Before this process runs a step: whatever a daemon ran meanwhile.
-                on_claim=None if quiet else lambda _claim: catch_up(None),
+                # Before this process runs a step, and while it waits: what a daemon ran.
+                on_claim=None if quiet else lambda _claim: catch_up(None, with_output=True),
+                on_wait=None if quiet else lambda: catch_up(None, with_output=True),
             )
         if not quiet:
-            catch_up(None)  # steps a daemon ran after the run left us
+            catch_up(None, with_output=True)  # steps a daemon ran after the run left us
         return final
     except KeyboardInterrupt:
         typer.echo(
