@@ -519,3 +519,22 @@ def test_two_files_naming_one_workflow_are_said_and_the_first_runs(tmp_path: Pat
     assert f"{folder / 'b.yaml'} also defines workflow 'ping', which {folder / 'a.yaml'}" in (
         out.stderr
     )
+
+
+def test_show_ls_and_why_print_a_runs_own_text_inert(
+    db: str, tmp_path: Path, flowctl: Flowctl
+) -> None:
+    # A cancel reason (any HTTP client may set one), an error or a step name is the run's
+    # own text: a screen clear or a bidi override in it is printed as its escape.
+    path = tmp_path / "flows.py"
+    path.write_text(
+        "from flowctl import workflow\n\n@workflow\ndef f(ctx):\n"
+        "    ctx.step('p\\x1b[2Jq', lambda: 1)\n    ctx.sleep('1h')\n"
+    )
+    ran = flowctl(db, "run", f"{path}:f", "--detach", "--json")
+    run_id = json.loads(ran.stdout)["id"]
+    assert flowctl(db, "cancel", run_id, "--reason", "r\x1b[2J\u202e").returncode == 0
+    for args in (["show", run_id], ["ls"], ["why", run_id]):
+        out = flowctl(db, *args).stdout
+        assert "\x1b" not in out and "\u202e" not in out, (args, out)
+    assert "r\\x1b[2J\\u202e" in flowctl(db, "show", run_id).stdout

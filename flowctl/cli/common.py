@@ -217,7 +217,9 @@ def _table(headers: list[str], rows: list[list[str]], *, keep: tuple[int, ...] =
     nothing cut when stdout is not a terminal); `keep`: columns never cut."""
     from flowctl.cli.table import print_table
 
-    print_table(headers, rows, keep=keep)
+    # A cell may hold a run's own text (a step name, an error, a note): printed inert.
+    safe = [[cell if cell.isprintable() else one_line(cell) for cell in row] for row in rows]
+    print_table(headers, safe, keep=keep)
 
 
 def _cut(
@@ -240,7 +242,8 @@ def _first_error_line(run: Run) -> str:
     if not run.error:
         return ""
     msg = str(run.error.get("message") or "").strip().splitlines()
-    return f"{run.error.get('type')}: {msg[0]}" if msg else str(run.error.get("type"))
+    line = f"{run.error.get('type')}: {msg[0]}" if msg else str(run.error.get("type"))
+    return one_line(line)  # an error quotes what a step printed: never a terminal escape
 
 
 def _run_json(run: Run) -> dict[str, Any]:

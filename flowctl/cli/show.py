@@ -17,7 +17,7 @@ from flowctl.cli.common import (
 )
 from flowctl.durations import format_duration
 from flowctl.errors import UsageError
-from flowctl.limits import SHOW_STEPS, terminal_safe
+from flowctl.limits import SHOW_STEPS, one_line, terminal_safe
 from flowctl.model import EntryState, RunStatus, human_value
 
 
@@ -83,7 +83,8 @@ def show(
         typer.echo(f"status    {r.status} at {_local(r.finished_at)}")
     else:
         answer = ops.explain_detail(detail, now)
-        typer.echo(f"status    {r.status} — {answer.message if answer else ops.why(detail, now)}")
+        said = answer.message if answer else ops.why(detail, now)
+        typer.echo(f"status    {r.status} — {one_line(said)}")
         asked = ops.cancel_requests(st.store, [r]).get(r.run_id)
         if asked is not None:  # who asked, and that the run has not stopped yet
             text = ops.cancel_pending_text(r, asked).removeprefix("cancel ")
@@ -110,7 +111,7 @@ def show(
         typer.echo(f"error     {_first_error_line(r)}")
         for k in ("exit_code", "dead_reason", "by"):  # by: who cancelled it
             if k in r.error:
-                typer.echo(f"          {k}: {r.error[k]}")
+                typer.echo(f"          {k}: {one_line(str(r.error[k]))}")
         if r.status is RunStatus.DEAD:
             tb = r.error.get("traceback")
             tail = r.error.get("stderr_tail")
@@ -118,11 +119,12 @@ def show(
                 typer.echo("          stderr (last lines):")
                 tb = tail
             if tb:
-                typer.echo("          " + "\n          ".join(str(tb).rstrip().splitlines()[-12:]))
+                lines = str(tb).rstrip().splitlines()[-12:]
+                typer.echo("          " + "\n          ".join(terminal_safe(x) for x in lines))
     for key, (value, _at) in detail.published.items():
         typer.echo(f"published {key} = {_shown_json(value)}")
     for note in detail.notes:
-        typer.echo(f"note      {note}")
+        typer.echo(f"note      {one_line(note)}")
     if detail.output_step is not None:  # the step running now: its last lines
         head = f"output    of step {detail.output_step} (`flowctl logs {r.run_id} -f`):"
         tail = (f"          {terminal_safe(line)}" for line in detail.output_tail)
@@ -144,7 +146,8 @@ def show(
         elif c.kind == "step" and c.value is not None:
             extra += " → " + _describe_value(c.value)
         took = f" ({format_duration(c.duration)})" if c.duration is not None else ""
-        typer.echo(f"  #{c.call_index:<3} {c.kind:<7} {c.name:<20} {c.state}{took}{extra}")
+        line = f"  #{c.call_index:<3} {c.kind:<7} {c.name:<20} {c.state}{took}{extra}"
+        typer.echo(one_line(line))
     if newer:
         typer.echo(_more("checkpoints", newer, "newer", detail))
     for cid, v, _at in detail.versions:
@@ -153,7 +156,7 @@ def show(
         typer.echo("")
         typer.echo("buffered signals")
         for name, payload, at in detail.pending_signals:
-            typer.echo(f"  {name} {_shown_json(payload)} (sent {_local(at)})")
+            typer.echo(f"  {one_line(name)} {_shown_json(payload)} (sent {_local(at)})")
     typer.echo("")
     typer.echo("timeline")
     older, newer = _cut(detail, detail.timeline_total, len(detail.timeline))
@@ -161,7 +164,7 @@ def show(
         typer.echo(_more("timeline events", older, "earlier", detail))
     for e in detail.timeline:
         data = " ".join(f"{k}={human_value(v)}" for k, v in e.data.items())
-        typer.echo(f"  {_local(e.at, ms=True)}  {e.type:<20} {data}")
+        typer.echo(one_line(f"  {_local(e.at, ms=True)}  {e.type:<20} {data}"))
     if newer:
         typer.echo(_more("timeline events", newer, "newer", detail))
 
@@ -198,4 +201,4 @@ def why(
     if as_json:
         _emit_json(answer.to_json())
     else:
-        typer.echo(f"{answer.run_id} ({answer.status}): {answer.message}")
+        typer.echo(f"{answer.run_id} ({answer.status}): {one_line(answer.message)}")
