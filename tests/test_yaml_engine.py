@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -153,16 +154,31 @@ def test_validate_says_a_child_workflow_file_that_does_not_exist(tmp_path: Path)
     parent = tmp_path / "sub" / "parent.yaml"
     parent.write_text(
         "name: parent\nsteps:\n  - id: ok\n    workflow: kid.yaml\n"
-        "  - id: gone\n    workflow: nonexist.yaml\n  - id: named\n    workflow: ping\n"
+        "  - id: gone\n    workflow: nonexist.yaml\n  - id: named\n    workflow: kid\n"
+        "  - id: typo\n    workflow: kidd\n  - id: nofn\n    workflow: kid.py:nofn\n"
     )
+    (tmp_path / "sub" / "kid.py").write_text("def helper():\n    return 1\n")
     out = _cli(tmp_path / "f.db", "validate", str(parent), cwd=tmp_path)
     assert out.returncode == 2
-    assert out.stderr.strip().splitlines() == [
-        f"{parent}:5: steps[1].workflow: workflow file nonexist.yaml does not exist"
-        f" (in {parent.parent})"
-    ]
+    lines = out.stderr.strip().splitlines()
+    # A name is a workflow of the same folder (as its run resolves it): `kid` is one.
+    assert [line.split(": ")[0] for line in lines] == [
+        f"{parent}:5",
+        f"{parent}:9",
+        f"{parent}:11",
+    ], lines
+    assert f"{parent.parent / 'nonexist.yaml'}" in lines[0] and "does not exist" in lines[0]
+    assert "unknown workflow 'kidd'" in lines[1]
+    assert "has no function 'nofn'" in lines[2]
     (tmp_path / "sub" / "nonexist.yaml").write_text("name: n\nsteps:\n  - run: [echo]\n")
-    assert _cli(tmp_path / "f.db", "validate", str(parent), cwd=tmp_path).returncode == 0
+    (tmp_path / "sub" / "kid.py").write_text(
+        "from flowctl import workflow\n\n@workflow\ndef nofn(ctx):\n    return 1\n"
+    )
+    (tmp_path / "sub" / "parent.yaml").write_text(
+        parent.read_text().replace("workflow: kidd", "workflow: kid")
+    )
+    again = _cli(tmp_path / "f.db", "validate", str(parent), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
 
 
 def test_shell_string_with_expression_is_refused_before_running(db: str, tmp_path: Path) -> None:
@@ -222,3 +238,27 @@ def test_validate_json_lists_problems(tmp_path: Path) -> None:
     data = json.loads(out.stdout)
     assert data["ok"] is False
     assert len(data["problems"]) == 1 and data["problems"][0].startswith(f"{bad}:2:")
+
+
+def test_a_workflow_step_naming_a_workflow_of_its_folder_runs_it(tmp_path: Path) -> None:
+    # `workflow: ping` named no file, and the run died with UnknownWorkflowError: a name
+    # is the workflow of that name in the parent's folder, as `flowctl run NAME` finds it.
+    from flowctl.clock import FakeClock
+    from flowctl.store.sqlite import SqliteStore
+
+    folder = tmp_path / "workflows"
+    folder.mkdir()
+    (folder / "kid.yaml").write_text("name: pong\nsteps:\n  - id: say\n    run: [echo, pong]\n")
+    (folder / "par.yaml").write_text("name: par\nsteps:\n  - id: kid\n    workflow: pong\n")
+    clock = FakeClock(datetime(2026, 3, 29, 1, 0, tzinfo=UTC))
+    store = SqliteStore(tmp_path / "f.db")
+    try:
+        run_id = ops.start(store, str(folder / "par.yaml"), {}, clock=clock).run.run_id
+        daemon = Daemon(store, clock, DaemonConfig(concurrency=1, lease=15, heartbeat=1))
+        for _ in range(4):
+            daemon.tick()
+        run = store.get_run(run_id)
+    finally:
+        store.close()
+    assert run.status is RunStatus.COMPLETED, run.error
+    assert run.result == {"steps": {"kid": {"steps": {"say": "pong"}}}}

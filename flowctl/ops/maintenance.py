@@ -152,24 +152,23 @@ def run_output(
 
 
 def missing_children(path: Path) -> list[str]:
-    """`validate`: each `workflow:` step that names a file (relative to this file's folder,
-    as the run resolves it) must name one that exists, at its file:line. Checked here and
-    not when a run loads its pinned YAML: a child file removed later must not break a run
-    whose child already ran. A name (looked up in the workflows folder) is not checked."""
+    """`validate`: each `workflow:` step must name a workflow a run could start: a file
+    (relative to this file's folder, as the run resolves it) that exists and holds it, or
+    a name of a workflow in the same folder, at the step's file:line. Checked here and not when a
+    run loads its pinned YAML: a child removed later must not break a run whose child
+    already ran. Loading a Python child imports it, as running the parent would."""
     from flowctl import yamlflow
+    from flowctl.workflow import load_target
+    from flowctl.yamlflow.steps import child_target
 
     wf = yamlflow.load_yaml(yamlflow.read_yaml_text(path), str(path))
+    folder = path.resolve().parent
     problems: list[str] = []
     for step in wf.steps:
         if step.kind != "workflow" or not isinstance(step.value, str):
             continue
-        file_part = step.value.split(":", 1)[0] if ".py:" in step.value else step.value
-        if not file_part.endswith((".yaml", ".yml", ".py")):
-            continue
-        full = Path(file_part) if Path(file_part).is_absolute() else path.parent / file_part
-        if not full.is_file():
-            problems.append(
-                f"{path}:{step.line}: steps[{step.index}].workflow: workflow file {file_part}"
-                f" does not exist (in {path.parent})"
-            )
+        try:
+            load_target(child_target(step.value, str(folder)), cwd=str(folder))
+        except FlowctlError as e:
+            problems.append(f"{path}:{step.line}: steps[{step.index}].workflow: {e}")
     return problems

@@ -437,12 +437,7 @@ class _Runner:
         return step_record(self.ctx.step(step.id, with_options(call, self.wf.step_options(step))))
 
     def child_target(self, target: str) -> str:
-        """File targets are relative to the folder holding the workflow file."""
-        file_part = target.split(":", 1)[0] if ".py:" in target else target
-        is_file = file_part.endswith((".yaml", ".yml", ".py"))
-        if is_file and not os.path.isabs(file_part) and self.ctx.cwd:
-            return os.path.join(self.ctx.cwd, target)
-        return target
+        return child_target(target, self.ctx.cwd)
 
 
 # Linux passes no environment string ("NAME=value") longer than this (MAX_ARG_STRLEN).
@@ -459,6 +454,23 @@ def env_value(key: str, text: str) -> str | None:
     if len(key) + 1 + len(text.encode("utf-8", "surrogateescape")) >= ENV_STRING_MAX:
         return None
     return text
+
+
+def child_target(target: str, folder: str | None) -> str:
+    """What a `workflow:` step's target names, as its run starts it: a file relative to the
+    folder holding the workflow file; a bare name, the workflow of that name in that folder
+    (as `flowctl run NAME` finds it in the workflows folder); anything else as given."""
+    file_part = target.split(":", 1)[0] if ".py:" in target else target
+    is_file = file_part.endswith((".yaml", ".yml", ".py"))
+    if is_file and not os.path.isabs(file_part) and folder:
+        return os.path.join(folder, target)
+    if not is_file and ":" not in target and folder:
+        from flowctl.workflow import discover
+
+        entry = discover(folder).get(target)
+        if entry is not None:
+            return entry.target
+    return target
 
 
 def load_callable(target: str, folder: str | None) -> Callable[..., Any]:
