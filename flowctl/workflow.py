@@ -619,7 +619,11 @@ def _python_entries(path: Path, text: str) -> list[WorkflowEntry]:
 
     try:
         tree = ast.parse(text, filename=str(path))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    except SyntaxError as e:  # said, not silently dropped: its workflows would vanish
+        _warn_once(path, "warning: skipping %s: it does not parse (%s at line %s)", e.msg, e.lineno)
+        return []
+    except (ValueError, RecursionError, MemoryError):
+        _warn_once(path, "warning: skipping %s: it does not parse")
         return []
     resolved = path.resolve()
     entries = []

@@ -538,3 +538,21 @@ def test_show_ls_and_why_print_a_runs_own_text_inert(
         out = flowctl(db, *args).stdout
         assert "\x1b" not in out and "\u202e" not in out, (args, out)
     assert "r\\x1b[2J\\u202e" in flowctl(db, "show", run_id).stdout
+
+
+def test_a_workflow_file_that_does_not_parse_is_said_not_silently_dropped(tmp_path: Path) -> None:
+    folder = tmp_path / "workflows"
+    folder.mkdir()
+    (folder / "edw.py").write_text(
+        "from flowctl import workflow\n\n@workflow\ndef edw(ctx):\n    return 1\ndef broken(:\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "flowctl", "workflows"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "FLOWCTL_DB"},
+        timeout=60,
+    )
+    assert f"warning: skipping {folder / 'edw.py'}: it does not parse (" in out.stderr
+    assert "at line 6)" in out.stderr

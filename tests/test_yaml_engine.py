@@ -113,6 +113,33 @@ def test_an_earlier_steps_binary_or_huge_output_does_not_stop_later_commands(
     assert steps["nul"] == ("a\x00b" if nul else "ab")
 
 
+def test_a_value_no_command_can_be_given_ends_the_run_at_once_not_after_retries(
+    tmp_path: Path,
+) -> None:
+    # A NUL in an argument (here a step's output, passed explicitly) or a value over the
+    # OS's limit fails the same way every time: one clear error, no retries.
+    (tmp_path / "ex.yaml").write_text(
+        "name: ex\nsteps:\n  - id: nul\n    run: [printf, 'a\\0b']\n"
+        '  - id: use\n    run: [echo, "${{ steps.nul.output }}"]\n'
+    )
+    out = _cli(tmp_path / "f.db", "run", "ex.yaml", "--json", cwd=tmp_path)
+    run = json.loads(out.stdout)
+    assert run["status"] == "dead", run
+    assert run["error"]["message"] == (
+        "echo: an argument or environment value holds a NUL byte, which no command can be"
+        " given: remove it from the value"
+    )
+    listed = json.loads(_cli(tmp_path / "f.db", "ls", "--json", cwd=tmp_path).stdout)
+    assert listed[0]["attempt"] == 1  # not retried
+    (tmp_path / "big.yaml").write_text(
+        "name: big\nsteps:\n  - id: big\n    run: [sh, -c, 'yes x | head -c 200000']\n"
+        '  - id: use\n    run: [sh, -c, "true"]\n    env: {X: "${{ steps.big.output }}"}\n'
+    )
+    out = _cli(tmp_path / "f.db", "run", "big.yaml", "--json", cwd=tmp_path)
+    run = json.loads(out.stdout)
+    assert run["status"] == "dead" and "E2BIG" in run["error"]["message"], run
+
+
 def test_run_is_pinned_to_the_yaml_it_started_with(tmp_path: Path, db: str) -> None:
     path = tmp_path / "pinned.yaml"
     path.write_text(

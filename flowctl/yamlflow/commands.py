@@ -10,6 +10,7 @@ from the group outlives the step.
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
 import selectors
@@ -22,7 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from flowctl.errors import CommandFailedError, CommandTimeoutError, FlowctlError
+from flowctl.errors import (
+    CommandFailedError,
+    CommandTimeoutError,
+    FlowctlError,
+    mark_non_retryable,
+)
 from flowctl.output import StepOutput
 from flowctl.output import current as current_output
 
@@ -166,6 +172,24 @@ def run_command(
         raise CommandFailedError(127, f"{argv[0]}: command not found", argv=cmd) from exc
     except PermissionError as exc:
         raise CommandFailedError(126, f"{argv[0]}: permission denied", argv=cmd) from exc
+    # What the OS cannot pass to any command: the same values fail the same way again.
+    except ValueError as exc:  # "embedded null byte"
+        raise mark_non_retryable(
+            FlowctlError(
+                f"{argv[0]}: an argument or environment value holds a NUL byte, which no"
+                " command can be given: remove it from the value"
+            )
+        ) from exc
+    except OSError as exc:
+        if exc.errno != errno.E2BIG:
+            raise
+        raise mark_non_retryable(
+            FlowctlError(
+                f"{argv[0]}: its arguments and environment are longer than the OS passes"
+                " (E2BIG; at most 128 KiB per value): write a big value to a file and pass"
+                " its path"
+            )
+        ) from exc
 
     sink = current_output()
     out, err = _Tail(cap, sink, "stdout"), _Tail(cap, sink, "stderr")
