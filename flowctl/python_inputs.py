@@ -23,6 +23,32 @@ _CONVERTED = {
 }
 
 
+def _kind_of(annotation: Any) -> str | None:
+    """int/float/bool for an annotation of one of them, also optional (`int | None`,
+    `Optional[int]`) or `Annotated[int, ...]`, as an object or as the text postponed
+    annotations leave; None for anything else (its input is left as given)."""
+    import types
+    import typing
+
+    if isinstance(annotation, str):
+        text = annotation.replace(" ", "").replace("typing.", "").strip("'\"")
+        for wrap in ("Optional[", "Annotated["):
+            if text.startswith(wrap) and text.endswith("]"):
+                text = text[len(wrap) : -1].split(",")[0]
+        parts = [t for t in text.split("|") if t != "None"]
+        return _CONVERTED.get(parts[0]) if len(parts) == 1 else None
+    if isinstance(annotation, type):
+        return _CONVERTED.get(annotation)
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated and args:
+        return _kind_of(args[0])
+    if origin in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        return _kind_of(rest[0]) if len(rest) == 1 else None
+    return None
+
+
 def python_validator(
     fn: Callable[..., Any], name: str, secret: Iterable[str] = ()
 ) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -33,9 +59,9 @@ def python_validator(
         sig = None
     kinds: dict[str, str] = {}
     for p in list(sig.parameters.values())[1:] if sig is not None else ():
-        annotation = p.annotation
-        if isinstance(annotation, type | str) and annotation in _CONVERTED:
-            kinds[p.name] = _CONVERTED[annotation]
+        kind = _kind_of(p.annotation)
+        if kind is not None:
+            kinds[p.name] = kind
     hidden = frozenset(secret)
     return lambda raw: _converted(_check_python_input(sig, name, raw), kinds, hidden)
 

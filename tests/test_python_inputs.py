@@ -63,3 +63,29 @@ def test_a_number_too_large_to_convert_is_one_clear_refusal(target: str) -> None
         wf.check_input({"n": "\u0663"})  # an Arabic-Indic digit is no ASCII digit
     with pytest.raises(InputError, match="must be a number"):
         wf.check_input({"rate": "1_000.5"})
+
+
+OPTIONAL = """{future}
+from typing import Annotated, Optional
+from flowctl import workflow
+
+@workflow
+def opt(ctx, a: Optional[int] = None, b: "int | None" = None, c: Annotated[float, "x"] = 0.0,
+        d: "int | str" = 0):
+    return [a, b, c, d]
+"""
+
+
+@pytest.mark.parametrize("future", ["", "from __future__ import annotations"])
+def test_an_optional_or_annotated_number_is_converted_too(tmp_path: Path, future: str) -> None:
+    path = tmp_path / "opt.py"
+    path.write_text(OPTIONAL.format(future=future))
+    wf = load_target(f"{path}:opt")
+    assert wf.check_input({"a": "4", "b": "5", "c": "1.5", "d": "6"}) == {
+        "a": 4,
+        "b": 5,
+        "c": 1.5,
+        "d": "6",  # a union of two types: left as given
+    }
+    with pytest.raises(InputError, match="input 'a' must be a whole number"):
+        wf.check_input({"a": "x"})
