@@ -71,6 +71,20 @@ def test_a_changed_python_file_is_not_called_pinned(
     assert "non-determinism error" in plain and "pinned" not in plain
 
 
+def test_a_deleted_python_file_is_said_gone_not_changed(
+    store: Store, fake_clock: FakeClock, flows_dir: Path
+) -> None:
+    path = flows_dir / "nap.py"
+    path.write_text(PY.format(name="first"))
+    rid = sleeping_run(store, fake_clock, f"{path}:nap")
+    path.unlink()
+    (note,) = ops.show_run(store, rid, clock=fake_clock).notes
+    assert note == (
+        f"{path} no longer exists: this run cannot be replayed until it is back (its next"
+        " attempt fails to load it)"
+    )
+
+
 def test_a_python_replay_after_the_change_meets_a_nondeterminism_error(
     store: Store, fake_clock: FakeClock, flows_dir: Path
 ) -> None:

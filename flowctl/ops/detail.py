@@ -4,6 +4,7 @@ prints or writes."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -158,6 +159,11 @@ def source_changed_note(run: Run) -> str:
     copy: its next replay imports the file as it is now, so a change to the calls it makes
     before its journal frontier stops it with a non-determinism error.
     """
+    if run.kind != "yaml" and run.source_path and not os.path.exists(run.source_path):
+        return (
+            f"{run.source_path} no longer exists: this run cannot be replayed until it is"
+            " back (its next attempt fails to load it)"
+        )
     if run.kind == "yaml":
         return (
             f"{run.source_path} changed since this run started; the run keeps its pinned"
