@@ -132,13 +132,20 @@ def test_a_search_for_text_that_is_not_ascii_finds_the_input_that_holds_it(db: s
     # what `show` prints as ünï, on both backends; ASCII search is unchanged.
     store = open_store(db)
     try:
-        for rid, name in (("r1", "ünï 😀"), ("r2", "plain"), ("r3", "C:\\u00fc")):
+        for rid, name in (
+            ("r1", "ünï 😀"),
+            ("r2", "plain"),
+            ("r3", "C:\\u00fc"),
+            ("r4", 'say "hi"'),
+            ("r5", "a\\b"),
+        ):
             store.create_run(NewRun(rid, "wf", "wf.py:wf", "python", {"name": name}), T0)
         found = {
             s: sorted(r.run_id for r in store.list_runs(search=s, limit=9))
-            for s in ("ünï", "😀", "plain", "u00fc")
+            for s in ("ünï", "😀", "plain", "u00fc", '"hi"', "a\\b")
         }
     finally:
         store.close()
     assert found["ünï"] == ["r1"] and found["😀"] == ["r1"] and found["plain"] == ["r2"]
     assert "r3" in found["u00fc"]  # the literal text, as typed
+    assert found['"hi"'] == ["r4"] and found["a\\b"] == ["r5"]  # quotes and backslashes

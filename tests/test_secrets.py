@@ -101,13 +101,14 @@ def test_a_secret_input_is_masked_everywhere_and_reaches_the_workflow_unchanged(
 
 def test_search_never_matches_a_secret_value(cli: Any) -> None:
     run = cli
-    run("run", "flows.py:deploy", "-i", "user=ana", "-i", f"token={SECRET}")
-    run("run", "flows.py:deploy", "-i", f"user={SECRET}", "-i", "token=other")
-    found = json.loads(run("ls", "--search", "s3cr3t", "--json"))
+    # Searched texts hold a "-": a run id never does, so none can match by its id.
+    run("run", "flows.py:deploy", "-i", "user=ana-lee", "-i", f"token={SECRET}")
+    run("run", "flows.py:deploy", "-i", f"user={SECRET}", "-i", "token=other-one")
+    found = json.loads(run("ls", "--search", "s3cr3t-", "--json"))
     assert [r["input"]["user"] for r in found] == [SECRET]  # only where it is no secret
-    assert json.loads(run("ls", "--search", "other", "--json")) == []
-    by_user = json.loads(run("ls", "--search", "ana", "--json"))
-    assert [r["input"] for r in by_user] == [{"user": "ana", "token": SECRET_MASK}]
+    assert json.loads(run("ls", "--search", "other-one", "--json")) == []
+    by_user = json.loads(run("ls", "--search", "ana-lee", "--json"))
+    assert [r["input"] for r in by_user] == [{"user": "ana-lee", "token": SECRET_MASK}]
 
 
 def test_rendering_needs_no_workflow_import(cli: Any, tmp_path: Path) -> None:

@@ -126,9 +126,9 @@ def _search_clause(search: str) -> tuple[str, list[Any]]:
     by "***" before matching, so a secret never matches, or the key exactly (the window
     brings an old run with that key in; this clause keeps it); over _search_source's rows."""
     pattern = _like(search)
-    # The input is stored as ASCII JSON ("ü" as \u00fc): text that is not ASCII is matched
-    # in that spelling too, so `--search ü` finds what `show` prints as ü.
-    stored = _like(json.dumps(search)[1:-1]) if not search.isascii() else pattern
+    # The input is stored as ASCII JSON ("ü" as \u00fc, a quote as \"): the text is matched
+    # in that spelling, so `--search ü` or `--search 'a"b'` finds what `show` prints.
+    stored = _like(json.dumps(search)[1:-1])
     clause = (
         "(run_id LIKE ? ESCAPE '\\' OR key = ? OR (CASE WHEN secret_keys IS NULL THEN input ELSE"
         " json_patch(input, (SELECT json_group_object(value, '***')"
