@@ -155,7 +155,9 @@ def test_an_error_quoting_a_huge_value_is_cut_in_the_middle_and_keeps_its_hint(
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(tmp_path)
         mp.delenv("FLOWCTL_DB", raising=False)
-        run_main(mp, "--db", str(tmp_path / "f.db"), "run", "examples/none.py:f", "--detach")
+        hello = str(Path(__file__).resolve().parent.parent / "examples" / "hello.py")
+        made = run_main(mp, "--db", str(tmp_path / "f.db"), "run", f"{hello}:hello", "--detach")
+        assert made.returncode == 0, made.stderr
         out = run_main(mp, "--db", str(tmp_path / "f.db"), "show", huge)
     line = out.stderr.strip()
     assert out.returncode != 0 and "\n" not in line

@@ -363,8 +363,9 @@ def test_token_from_a_private_flowctl_toml_and_no_auth_on_loopback(db: str, tmp_
             "needs input 'user' (pass -i user=VALUE)",
             'needs input \'user\' (give "input": {"user": ...})',
         ),
-        # a quoted command stays a command
-        ("start one with `flowctl run ... --key k1`", "start one with `flowctl run ... --key k1`"),
+        # the CLI's command is said as the API's request
+        ("start one with `flowctl run ... --key k1`", 'start one with POST /runs with "key": "k1"'),
+        ("see `flowctl ls --status dead`", "see `flowctl ls --status dead`"),  # left whole
     ],
 )
 def test_shared_messages_name_http_fields_not_cli_flags(cli: str, http: str) -> None:

@@ -145,7 +145,9 @@ def run(
     if input_file is not None:
         _run_many(st, target, input_file, key, run_at, deadline_at, timeout, max_attempts, as_json)
         return
-    # A bad target or input is refused before the database is opened (and created).
+    # A bad target or input is refused before the database is opened (and created); a bad
+    # --db is said first, as every command says it.
+    st.db_path  # noqa: B018  (resolving it checks it)
     targets = ops.check_start(target, data, workflows_dir=st.config.workflows_dir())
     started = ops.start(
         st.open_store(create=True),

@@ -107,11 +107,13 @@ _FLAG = re.compile(
 
 
 _PASS_INPUT = re.compile(r"pass -i ([^=\s]+)=VALUE")
+_START_KEYED = re.compile(r"`flowctl run \.\.\. --key ([^`]*)`")
 
 
 def as_fields(message: str) -> str:
     """A shared check's message with CLI flags named as the HTTP fields they are; a quoted
     command (`flowctl run ... --key K`) is left whole, as a command it still is."""
+    message = _START_KEYED.sub(lambda m: f'POST /runs with "key": "{m.group(1)}"', message)
     parts = message.split("`")
     for i in range(0, len(parts), 2):  # outside backticks only
         text = _PASS_INPUT.sub(lambda m: f'give "input": {{"{m.group(1)}": ...}}', parts[i])
