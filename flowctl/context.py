@@ -27,6 +27,7 @@ from flowctl.errors import (
     UsageError,
     mark_non_retryable,
 )
+from flowctl.limits import lone_surrogate
 from flowctl.live import LiveRun
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
 from flowctl.output import capturing
@@ -96,18 +97,16 @@ def current() -> Context | None:
 
 
 def _check_text(text: str, what: str) -> None:
-    """SerializationError for a string holding a lone surrogate: no store (nor any UTF-8
-    reader) takes it, and a write that failed on it would crash the worker, not the step."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        bad = e.object[e.start : e.end].encode("unicode_escape").decode("ascii")
+    """SerializationError for a string holding a lone surrogate: no store takes it, and a
+    write that failed on it would crash the worker, not the step."""
+    bad = lone_surrogate(text)
+    if bad is not None:
         raise mark_non_retryable(  # the same code gives the same text again
             SerializationError(
                 f"{what} holds a lone UTF-16 surrogate ('{bad}'), which is not text: give"
                 " valid Unicode"
             )
-        ) from None
+        )
 
 
 class Context:

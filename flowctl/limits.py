@@ -97,6 +97,17 @@ def _escaped(text: str) -> str:
     return "".join(ch if ch.isprintable() or ch == "\t" else repr(ch)[1:-1] for ch in text)
 
 
+def lone_surrogate(value: Any) -> str | None:
+    """The first lone UTF-16 surrogate in `value` (a string, or any JSON value), escaped as
+    `\\ud800`, or None. Such a string is no Unicode text: no store, HTTP response or
+    terminal (UTF-8 all) can take it, so every place that keeps or reads values refuses it."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.object[e.start : e.end].encode("unicode_escape").decode("ascii")
+    return None
+
+
 MAX_MESSAGE = 1000  # characters of one error line the CLI prints
 
 
@@ -141,14 +152,13 @@ def loads_json(text: str, what: str, *, hint: str = "") -> Any:
         ) from None
     except (ValueError, RecursionError) as e:
         raise InputError(f"{what} is not usable JSON: {_short(str(e))}") from None
-    if "\\u" in text and "\\ud" in text.lower():  # an escaped surrogate: paired, or not
-        try:
-            json.dumps(value, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
+    if "\\ud" in text.lower():  # an escaped surrogate: paired (an emoji), or not (no text)
+        bad = lone_surrogate(value)
+        if bad is not None:
             raise InputError(
-                f"{what} holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape),"
-                " which is not text: give valid Unicode"
-            ) from None
+                f"{what} holds a lone UTF-16 surrogate ('{bad}'), which is not text: give"
+                " valid Unicode"
+            )
     return value
 
 

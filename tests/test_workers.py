@@ -131,6 +131,17 @@ def test_a_store_error_is_raised_again_in_the_worker_as_its_own_type() -> None:
     assert type(other).__name__ == "DatabaseError" and "KeyError" in str(other)
 
 
+def two_worker_daemon(db: str, tmp_path: Path, *args: str) -> subprocess.Popen[bytes]:
+    """A real `flowctl daemon --workers 2` on `db`, its output in tmp_path/daemon.log."""
+    with open(tmp_path / "daemon.log", "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "flowctl", "--db", db, "daemon", "--workers", "2", *args],
+            cwd=str(ROOT),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
 def test_a_daemon_with_two_worker_processes_runs_every_durable_call(
     db: str, tmp_path: Path
 ) -> None:
@@ -147,14 +158,7 @@ def test_a_daemon_with_two_worker_processes_runs_every_durable_call(
             store, "tests/workers_flows.py:not_json_result", {}, clock=clock, cwd=str(ROOT)
         )
     ids = [s.run.run_id for s in started]
-    log = open(tmp_path / "daemon.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flowctl", "--db", db, "daemon", "--workers", "2"],
-        cwd=str(ROOT),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    log.close()
+    proc = two_worker_daemon(db, tmp_path)
     try:
         with open_store(db) as store:
             wait_until(
@@ -201,14 +205,7 @@ def test_parents_signalled_while_their_children_run_in_other_workers_all_finish(
     # end). A child end that finds its parent running must still leave it due when it parks.
     n = 40
     clock = SystemClock()
-    log = open(tmp_path / "daemon.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flowctl", "--db", db, "daemon", "--workers", "2", "-c", "8"],
-        cwd=str(ROOT),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    log.close()
+    proc = two_worker_daemon(db, tmp_path, "-c", "8")
     try:
         with open_store(db) as store:
             ids = [

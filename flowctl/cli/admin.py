@@ -421,7 +421,7 @@ def validate(
 ) -> None:
     """Check YAML workflows; every mistake with file:line:column.  Example: flowctl validate workflows/*.yaml"""
     from flowctl.errors import ValidationError
-    from flowctl.ops.maintenance import missing_children
+    from flowctl.ops.maintenance import check_children
     from flowctl.ops.schedules import yaml_schedules
     from flowctl.workflow import load_target
 
@@ -436,7 +436,7 @@ def validate(
             problems.append(f"{path}: {e}")
             continue
         problems.extend(yaml_schedules(wf, path)[1])
-        problems.extend(missing_children(path))
+        problems.extend(check_children(path))
     if as_json:
         _emit_json({"ok": not problems, "problems": problems})
     elif problems:

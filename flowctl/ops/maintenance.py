@@ -151,7 +151,7 @@ def run_output(
         after = page[-1].seq
 
 
-def missing_children(path: Path) -> list[str]:
+def check_children(path: Path) -> list[str]:
     """`validate`: each `workflow:` step must name a workflow a run could start: a file
     (relative to this file's folder, as the run resolves it) that exists and holds it, or
     a name of a workflow in the same folder, at the step's file:line. Checked here and not when a

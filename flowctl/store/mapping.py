@@ -1,6 +1,7 @@
 """Rows to flowctl values, shared by both backends: the runs and journal column lists and
 their decoders (times are UTC microseconds, JSON is text in both), and the columns a
-checkpoint or an end clears. One copy, so the two stores decode a row the same way."""
+checkpoint or an end clears, and the LIKE pattern of a search. One copy, so the two stores
+decode a row (and match a search) the same way."""
 
 from __future__ import annotations
 
@@ -126,3 +127,8 @@ def _entry_from_row(r: Sequence[Any]) -> JournalEntry:
         tries=r[9],
         duration=None if r[10] is None else r[10] / 1e6,
     )
+
+
+def like_pattern(text: str) -> str:
+    """A LIKE pattern matching `text` anywhere (with ESCAPE '\\'), for both backends."""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

@@ -13,6 +13,7 @@ from typing import Any
 from flowctl.errors import (
     SerializationError,
 )
+from flowctl.limits import lone_surrogate
 from flowctl.model import (
     JournalEntry,
     Run,
@@ -36,21 +37,13 @@ def dumps(value: Any, what: str = "value") -> str:
             "lists and dicts of those"
         ) from None
     if "\\ud" in text:  # a UTF-16 surrogate, escaped: a pair is an emoji, a lone one no text
-        _check_text(value, what)
+        bad = lone_surrogate(value)
+        if bad is not None:
+            raise SerializationError(
+                f"{what} holds a lone UTF-16 surrogate ('{bad}'), which is not text: give"
+                " valid Unicode (a surrogate pair escaped as \\ud83d\\ude00 is fine)"
+            )
     return text
-
-
-def _check_text(value: Any, what: str) -> None:
-    """Refuse a string holding a lone surrogate (as json.loads gives for "\\ud800"): it is
-    no Unicode text, so no UTF-8 reader (an HTTP response, a terminal) could take it back."""
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as e:
-        bad = e.object[e.start : e.end].encode("unicode_escape").decode("ascii")
-        raise SerializationError(
-            f"{what} holds a lone UTF-16 surrogate ('{bad}'), which is not text: give valid"
-            " Unicode (a surrogate pair escaped as \\ud83d\\ude00 is fine)"
-        ) from None
 
 
 def checkpoint_params(run_id: str, entry: JournalEntry, now_us: int) -> list[Any]:

@@ -42,6 +42,7 @@ from flowctl.store.mapping import (
 from flowctl.store.mapping import (
     _us as _us,
 )
+from flowctl.store.mapping import like_pattern
 from flowctl.store.records import (
     Lease,
     ScheduleEvent,
@@ -152,10 +153,10 @@ def _search_clause(search: str) -> tuple[str, list[Any]]:
     """`ls --search`: the run id, or the input as shown, with every secret value replaced
     by "***" before matching, so a secret never matches, or the key exactly (the window
     brings an old run with that key in; this clause keeps it); over _search_source's rows."""
-    pattern = _like(search)
+    pattern = like_pattern(search)
     # The input's text form is JSON (a quote as \", a backslash as \\): the text is matched
     # in that spelling, as SQLite's search does.
-    stored = _like(json.dumps(search, ensure_ascii=False)[1:-1])
+    stored = like_pattern(json.dumps(search, ensure_ascii=False)[1:-1])
     clause = (
         "(run_id LIKE %s ESCAPE '\\' OR key = %s OR (CASE WHEN secret_keys IS NULL THEN input ELSE"
         " input || (SELECT jsonb_object_agg(k, to_jsonb('***'::text))"
@@ -163,11 +164,6 @@ def _search_clause(search: str) -> tuple[str, list[Any]]:
         " LIKE %s ESCAPE '\\')"
     )
     return clause, [pattern, search, stored]
-
-
-def _like(text: str) -> str:
-    """A LIKE pattern matching `text` anywhere (ESCAPE '\\')."""
-    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def _load_run(c: Conn, run_id: str, *, lock: bool = True) -> Run:

@@ -39,6 +39,7 @@ from flowctl.store.mapping import (
 from flowctl.store.mapping import (
     _us as _us,
 )
+from flowctl.store.mapping import like_pattern
 
 if TYPE_CHECKING:  # the run list (listing.py) reads rows without the claim policy's module
     from flowctl.transitions import ClaimVerdict
@@ -125,21 +126,16 @@ def _search_clause(search: str) -> tuple[str, list[Any]]:
     """`ls --search`: the run id, or the input as shown, with every secret value replaced
     by "***" before matching, so a secret never matches, or the key exactly (the window
     brings an old run with that key in; this clause keeps it); over _search_source's rows."""
-    pattern = _like(search)
+    pattern = like_pattern(search)
     # The input is stored as ASCII JSON ("ü" as \u00fc, a quote as \"): the text is matched
     # in that spelling, so `--search ü` or `--search 'a"b'` finds what `show` prints.
-    stored = _like(json.dumps(search)[1:-1])
+    stored = like_pattern(json.dumps(search)[1:-1])
     clause = (
         "(run_id LIKE ? ESCAPE '\\' OR key = ? OR (CASE WHEN secret_keys IS NULL THEN input ELSE"
         " json_patch(input, (SELECT json_group_object(value, '***')"
         " FROM json_each(searched.secret_keys))) END) LIKE ? ESCAPE '\\')"
     )
     return clause, [pattern, search, stored]
-
-
-def _like(text: str) -> str:
-    """A LIKE pattern matching `text` anywhere (ESCAPE '\\')."""
-    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def _load_run(c: sqlite3.Connection, run_id: str) -> Run:
