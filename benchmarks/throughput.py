@@ -7,11 +7,13 @@
 
 Each round measures, one after the other on fresh temporary databases:
 
-- flowctl three-step: `--runs` runs of `benchmarks/flows.py:three` enqueued one by one
-  with `Client.start`, then `flowctl daemon --until-idle` at default settings (concurrency
-  from flowctl's defaults unless `--concurrency`). workflows/s counts the enqueue time plus
-  the daemon's busy time (its first `claimed` event to its last `completed` event, as
-  recorded); the daemon alone is printed too. CPU ms per workflow is the daemon process's
+- flowctl three-step: `--runs` runs of `benchmarks/flows.py:three` enqueued with
+  `Client.start_many` (one transaction, as the reference loop enqueues), then `flowctl
+  daemon --until-idle` at default settings (concurrency from flowctl's defaults unless
+  `--concurrency`). workflows/s counts the enqueue time plus the daemon's busy time (its
+  first `claimed` event to its last `completed` event, as recorded); the daemon alone is
+  printed too, and the same with the runs enqueued one by one with `Client.start` (timed
+  on a database of its own that no daemon runs). CPU ms per workflow is the daemon process's
   user+system CPU (wait4) minus that of the same daemon on an empty database (start-up
   and shutdown), divided by the runs.
 - the reference loop: the limit on this machine. One thread, one sqlite3 connection, WAL,
@@ -85,12 +87,17 @@ def flowctl_runs(
     tmp: Path, name: str, workflow: str, n: int, concurrency: int | None, idle_cpu: float
 ) -> dict[str, float]:
     db = tmp / f"{name}.db"
-    with Client(db) as client:
+    target = f"{FLOWS}:{workflow}"
+    with Client(tmp / f"{name}-one-by-one.db") as client:  # enqueued only, never run
         t, cpu0 = time.perf_counter(), time.process_time()
         for i in range(n):
-            client.start(f"{FLOWS}:{workflow}", {"n": i})
-        enqueue_s = time.perf_counter() - t
-        enqueue_cpu = time.process_time() - cpu0
+            client.start(target, {"n": i})
+        start_s = time.perf_counter() - t
+        start_cpu = time.process_time() - cpu0
+    with Client(db) as client:  # in one transaction, as the reference loop enqueues
+        t = time.perf_counter()
+        client.start_many(target, [{"n": i} for i in range(n)])
+        many_s = time.perf_counter() - t
     cpu, code = run_daemon(db, concurrency)
     if code != 0:
         raise SystemExit(f"the daemon exited {code}")
@@ -107,11 +114,13 @@ def flowctl_runs(
         raise SystemExit(f"only {done} of {n} runs completed")
     busy_s = (last - first) / 1e6
     return {
-        "per_s": n / (enqueue_s + busy_s),
+        "per_s": n / (many_s + busy_s),
+        "one_by_one_per_s": n / (start_s + busy_s),
         "daemon_per_s": n / busy_s,
-        "enqueue_per_s": n / enqueue_s,
+        "many_per_s": n / many_s,
+        "enqueue_per_s": n / start_s,
         "cpu_ms": 1000 * max(0.0, cpu - idle_cpu) / n,
-        "enqueue_cpu_ms": 1000 * enqueue_cpu / n,
+        "enqueue_cpu_ms": 1000 * start_cpu / n,
     }
 
 
@@ -258,6 +267,8 @@ def main() -> None:
             three.append(flowctl_runs(tmp, "three", "three", n, args.concurrency, idle))
             ref.append(reference_loop(tmp, n))
             three[-1]["ratio"] = three[-1]["per_s"] / ref[-1]["per_s"]
+            three[-1]["daemon_ratio"] = three[-1]["daemon_per_s"] / ref[-1]["per_s"]
+            three[-1]["one_by_one_ratio"] = three[-1]["one_by_one_per_s"] / ref[-1]["per_s"]
             one.append(flowctl_runs(tmp, "one", "one", n, args.concurrency, idle))
             if hpy is not None:
                 hu.append(huey_tasks(tmp, hpy, n))
@@ -270,16 +281,20 @@ def main() -> None:
             )
     c = f"concurrency {args.concurrency}" if args.concurrency else "default settings"
     print()
-    print(f"flowctl three-step workflows/s, Client.start then the daemon ({c}):")
-    print(f"  enqueue included        {med(three, 'per_s')} /s")
+    print(f"flowctl three-step workflows/s, then the daemon ({c}):")
+    print(f"  start_many included     {med(three, 'per_s')} /s   (one enqueue transaction)")
+    print(f"  Client.start included   {med(three, 'one_by_one_per_s')} /s   (one by one)")
     print(f"  daemon alone            {med(three, 'daemon_per_s')} /s")
+    print(f"  start_many alone        {med(three, 'many_per_s')} /s")
     print(f"  Client.start alone      {med(three, 'enqueue_per_s')} /s")
     print(f"  daemon CPU per workflow {med(three, 'cpu_ms')} ms   (target <= 0.25 ms)")
     print(f"  Client.start CPU/run    {med(three, 'enqueue_cpu_ms')} ms")
     print(f"reference loop (one thread, batches of {BATCH}, WAL, synchronous=FULL):")
-    print(f"  workflows/s             {med(ref, 'per_s')} /s")
+    print(f"  workflows/s             {med(ref, 'per_s')} /s   (its enqueue: one transaction)")
     print(f"  CPU per workflow        {med(ref, 'cpu_ms')} ms")
-    print(f"  flowctl / reference     {med(three, 'ratio')}   (target >= 0.25)")
+    print(f"  flowctl / reference     {med(three, 'ratio')}   (target >= 0.25; start_many)")
+    print(f"    daemon alone          {med(three, 'daemon_ratio')}")
+    print(f"    Client.start one by one {med(three, 'one_by_one_ratio')}")
     print(f"one-step tasks/s ({c}):")
     print(f"  flowctl daemon          {med(one, 'daemon_per_s')} /s")
     print(f"  flowctl daemon CPU/task {med(one, 'cpu_ms')} ms")

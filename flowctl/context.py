@@ -8,6 +8,7 @@ gate, `_next_call`, which allocates the index and checks kind and name.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import random as _random
 import threading
@@ -88,12 +89,23 @@ class ChildLauncher:
         raise NotImplementedError
 
 
-_local = threading.local()
+# A context variable, not a thread-local: the batch runner (flowctl.batch) runs several
+# handlers on one thread, each in its own greenlet, which has its own context variables.
+_current: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
+    "flowctl_context", default=None
+)
+
+# How a step's body is called: None, directly; the batch runner sets its own, which runs
+# a body that may block on another thread while the other handlers go on.
+StepCaller = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
+step_caller: contextvars.ContextVar[StepCaller | None] = contextvars.ContextVar(
+    "flowctl_step_caller", default=None
+)
 
 
 def current() -> Context | None:
-    """The context of the handler running on this thread, if any."""
-    return getattr(_local, "ctx", None)
+    """The context of the handler running here (this thread, or this greenlet), if any."""
+    return _current.get()
 
 
 def _check_text(text: str, what: str) -> None:
@@ -139,6 +151,8 @@ class Context:
         self._index = 0
         self._in_step: str | None = None
         self._active = False
+        self._thread: threading.Thread | None = None
+        self._token: contextvars.Token[Context | None] | None = None
         # Set when a durable call ends the attempt (suspend, non-determinism, lost lease,
         # a durable call inside a step). User code may catch it (`except BaseException`,
         # or `except Exception` for the FlowctlError ones), so the engine reads it back and
@@ -294,7 +308,8 @@ class Context:
         self._live.step = (f"#{index} {name!r}", self._clock.now())
         try:
             with capturing(self._store, self.run_id, index, name, self._clock):
-                result = fn(*args, **kwargs)
+                caller = step_caller.get()
+                result = fn(*args, **kwargs) if caller is None else caller(fn, args, kwargs)
             if isinstance(result, str) and not result.isascii():
                 _check_text(result, f"the result of step {name!r}")
             if self.halted is None and type(result) not in _SAME_AFTER_JSON:
@@ -652,11 +667,13 @@ class Context:
     def _enter(self) -> None:
         self._active = True
         self._thread = threading.current_thread()
-        _local.ctx = self
+        self._token = _current.set(self)
 
     def _exit(self) -> None:
         self._active = False
-        _local.ctx = None
+        if self._token is not None:
+            _current.reset(self._token)
+            self._token = None
 
     def exec_spent(self) -> float:
         return self._live.spent()

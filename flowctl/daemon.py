@@ -42,6 +42,7 @@ from flowctl.store import Claim, Store
 from flowctl.wheel import TimerWheel
 
 if TYPE_CHECKING:
+    from flowctl.batch import BatchRunner
     from flowctl.workers.pool import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class DaemonConfig:
     claim_batch: int = 64
     reserve: int = ROOM_RESERVE  # free bytes kept for what is in flight (see _short_of_room)
     workers: int = 1  # processes running handlers; 1: threads of this process (workers/pool.py)
+    batch: bool = True  # workers == 1 on SQLite: greenlets on one thread (flowctl.batch)
     retention: dict[RunStatus, timedelta] = field(default_factory=dict)  # see RetentionPass
 
 
@@ -129,6 +131,7 @@ class Daemon(Watches):
         self._jobs: queue.SimpleQueue[tuple[Claim, LiveRun] | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._pool: WorkerPool | None = None  # worker processes (--workers N > 1)
+        self._runner: BatchRunner | None = None  # greenlets on one thread (flowctl.batch)
         self._stopping = False
         self._solo: str | None = None  # the suspect running alone here, if any
         self._suspects = False  # a suspect is due: claim nothing new until it has run alone
@@ -273,6 +276,11 @@ class Daemon(Watches):
 
             self._pool = WorkerPool(self, self.config.workers)
             self._pool.start()
+        elif self._batched():
+            from flowctl.batch import BatchRunner
+
+            self._runner = BatchRunner(self.store, self._execute, pool_size=self.config.concurrency)
+            self._runner.start()
         else:
             for i in range(self.config.concurrency):
                 t = threading.Thread(target=self._worker, name=f"flowctl-worker-{i}", daemon=True)
@@ -287,6 +295,8 @@ class Daemon(Watches):
             self._stopping = True
             for _ in self._workers:
                 self._jobs.put(None)
+            if self._runner is not None:
+                self._runner.close()
             if self._pool is not None:
                 self._pool.close()
             self.store.set_group_commit(False)
@@ -467,10 +477,23 @@ class Daemon(Watches):
             self._live[run.run_id] = live
         if self._pool is not None:
             self._pool.submit(claim, live)
+        elif self._runner is not None:
+            self._runner.submit(claim, live)
         elif self._workers:
             self._jobs.put((claim, live))
         else:  # no worker pool (tests, flowctl.testing): the loop body executes it here
             self._execute(claim, live)
+
+    def _batched(self) -> bool:
+        """Whether handlers run as greenlets on one thread (flowctl.batch) rather than on
+        `concurrency` threads: on a store whose round of writes can be one COMMIT (SQLite),
+        when asked for (`batch`), and not for a one-run worker (`run --wait`)."""
+        return (
+            self.config.batch
+            and self.only_run_id is None
+            and self.config.concurrency > 1
+            and hasattr(self.store, "set_parker")
+        )
 
     def _worker(self) -> None:
         with self.store.own_writes():

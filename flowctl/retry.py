@@ -141,3 +141,14 @@ def with_options(fn: F, options: StepOptions) -> F:
 def options_of(fn: Callable[..., Any]) -> StepOptions:
     opts = getattr(fn, "__flowctl_step__", None)
     return opts if isinstance(opts, StepOptions) else StepOptions()
+
+
+BLOCKING = "__flowctl_blocking__"  # a step body with this attribute true: see blocking()
+
+
+def blocking(fn: F) -> F:
+    """Mark a step body as one that waits (a command, a call of code not known here): the
+    daemon's batch runner (flowctl.batch) always runs it on a thread of its own, never on
+    the thread that advances the other handlers."""
+    setattr(fn, BLOCKING, True)
+    return fn

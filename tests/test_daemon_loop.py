@@ -212,14 +212,20 @@ def test_run_forever_and_tick_share_one_loop_body(
     daemon.store.close()
 
 
-def test_a_stopped_daemon_leaves_no_thread_behind(db_path: Path, fake_clock: FakeClock) -> None:
+@pytest.mark.parametrize("batch", [True, False], ids=["batch-runner", "threads"])
+def test_a_stopped_daemon_leaves_no_thread_behind(
+    db_path: Path, fake_clock: FakeClock, batch: bool
+) -> None:
     """On a FakeClock nobody advances time after the daemon stops: its heartbeat thread must
-    end with run_forever, not wait forever for a heartbeat interval that never passes."""
+    end with run_forever, not wait forever for a heartbeat interval that never passes; the
+    batch runner's thread (or the worker threads) end too."""
     before = set(threading.enumerate())
     daemon_store = Store(db_path)
-    s = Serving(Daemon(daemon_store, fake_clock, DaemonConfig(concurrency=2, heartbeat=1)))
+    config = DaemonConfig(concurrency=2, heartbeat=1, batch=batch)
+    s = Serving(Daemon(daemon_store, fake_clock, config))
     ours = [t for t in threading.enumerate() if t not in before and t is not s.thread]
-    assert {t.name for t in ours} >= {"flowctl-heartbeat", "flowctl-worker-0"}
+    runner = "flowctl-runner" if batch else "flowctl-worker-0"
+    assert {t.name for t in ours} >= {"flowctl-heartbeat", runner}
     s.close()
     daemon_store.close()
     for t in ours:

@@ -29,7 +29,7 @@ from flowctl.errors import (
     mark_non_retryable,
 )
 from flowctl.model import SECRET_MASK
-from flowctl.retry import NO_RETRY, RetryPolicy, StepOptions, with_options
+from flowctl.retry import NO_RETRY, RetryPolicy, StepOptions, blocking, with_options
 from flowctl.yamlflow.commands import run_command
 from flowctl.yamlflow.expressions import (
     STEP_ATTRS,
@@ -419,7 +419,7 @@ class _Runner:
             )
             return result.to_json()
 
-        result = ctx.step(step.id, with_options(run, options))
+        result = ctx.step(step.id, with_options(blocking(run), options))
         record = step_record(str(result.get("stdout", "")).strip())
         record["json"] = result.get("json")
         record["exit_code"] = result.get("exit_code")
@@ -434,7 +434,8 @@ class _Runner:
         def call() -> Any:
             return load_callable(target, folder)(**kwargs)
 
-        return step_record(self.ctx.step(step.id, with_options(call, self.wf.step_options(step))))
+        options = self.wf.step_options(step)
+        return step_record(self.ctx.step(step.id, with_options(blocking(call), options)))
 
     def child_target(self, target: str) -> str:
         return child_target(target, self.ctx.cwd)

@@ -115,6 +115,25 @@ class SqliteConnection:
         """
         self._group_commit = on
 
+    def set_parker(self, park: Callable[[], None] | None) -> None:
+        """On this thread, leave the COMMIT of a shared group to its caller (the batch
+        runner, flowctl.batch): a write whose changes are not yet committed calls `park`
+        until they are, instead of committing or waiting itself. `park` must return only
+        after a COMMIT (commit_pending) or on a failed group; the write then returns, or
+        raises the group's error, as it would have."""
+        self._tl.park = park
+
+    def commit_pending(self, *, older_than: float = 0.0) -> bool:
+        """COMMIT the open shared group, if any and open at least `older_than` seconds:
+        the batch runner's end of a round. True if a COMMIT was made."""
+        if not self._txn_open:
+            return False
+        with self._lock:
+            if not self._txn_open or _monotonic() - self._group_started < older_than:
+                return False
+            self._commit_group()
+            return True
+
     def file_replaced(self) -> str | None:
         """None while the path still names the file this store has open; else one line
         saying it was deleted or replaced (a stat: cheap enough for a periodic check)."""
@@ -216,14 +235,18 @@ class SqliteConnection:
                     with self._gc:
                         self._gc_pending -= 1
                         last = self._gc_pending == 0
+                    park = getattr(self._tl, "park", None)
                     if self._txn_open and (
-                        last
+                        (last and park is None)  # a batch runner commits its own round
                         or not self._group_commit
                         or self._group_writes >= GROUP_MAX_WRITES
                         or _monotonic() - self._group_started >= GROUP_MAX_AGE
                     ):
                         self._commit_group()
             # Return only once the COMMIT that holds our changes is done.
+            if park is not None:
+                while self._committed_id < group:
+                    park()  # the batch runner resumes this writer after a COMMIT
             with self._gc:
                 while self._committed_id < group:
                     self._gc.wait()

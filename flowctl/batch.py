@@ -1,0 +1,227 @@
+"""The batch runner: many handlers advanced by one thread, their writes committed together.
+
+Each claimed run's handler runs in a greenlet on the runner's thread. A store write
+(a checkpoint, a suspension, an ending) executes its statements at once and then parks
+its greenlet until a COMMIT holds them; the runner resumes every ready greenlet in turn,
+then commits what the round wrote in one transaction and one fsync, and resumes them
+again. So a checkpoint costs its statements and two greenlet switches, not a thread
+hand-off, a fight for the GIL and the store lock, and a condition wait (issue 14).
+
+Durability is unchanged: a write returns to its handler only after the COMMIT that
+holds it, so every checkpoint is on disk before the step after it runs. The store's
+write lock is held from a round's first write to its COMMIT, never longer than
+ROUND_MAX plus one step body (other processes wait on it as they do for any writer).
+
+A step body that blocks (sleeps, waits on the network, runs a command) would hold up
+every handler on the thread, so bodies are placed by what they did before
+(`Placement`): one not seen yet, one seen to take long, and YAML's commands and calls
+run on a thread of a pool while the greenlet waits and the others go on; one seen to
+return quickly runs inline. Code of the handler itself (outside steps) always runs
+inline: it is meant to be quick and deterministic.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from flowctl.context import step_caller
+from flowctl.retry import BLOCKING
+
+if TYPE_CHECKING:
+    from greenlet import greenlet
+
+    from flowctl.live import LiveRun
+    from flowctl.store import Claim, Store
+
+log = logging.getLogger(__name__)
+
+ROUND_MAX = 0.005  # seconds a round's writes may wait for their COMMIT while bodies run
+INLINE_UNDER = 0.002  # a body that took less than this on the pool runs inline from then on
+SLOW_INLINE = 0.02  # an inline body that took longer than this goes back to the pool for good
+
+
+def _key(fn: Callable[..., Any]) -> Hashable | None:
+    """What a body's timings are kept under: its code (a closure made anew per call is the
+    same code), else the callable itself; None for one that cannot be a key."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is not None:
+        return code  # type: ignore[no-any-return]
+    try:
+        hash(fn)
+    except TypeError:
+        return None
+    return fn
+
+
+class Placement:
+    """Where step bodies run: a pure record of how long each took, by its code.
+
+    Unknown or marked blocking: the pool. Quick on the pool (under INLINE_UNDER): inline
+    from then on. Slow inline once (over SLOW_INLINE): the pool for good, since a body
+    that blocked once may block again and holds up every handler while it does.
+    """
+
+    def __init__(self) -> None:
+        self._inline: dict[Hashable, bool] = {}
+
+    def inline(self, fn: Callable[..., Any]) -> bool:
+        key = _key(fn)
+        return key is not None and self._inline.get(key, False) and not getattr(fn, BLOCKING, False)
+
+    def observed(self, fn: Callable[..., Any], seconds: float, *, inline: bool) -> None:
+        key = _key(fn)
+        if key is None or getattr(fn, BLOCKING, False):
+            return
+        if inline:
+            if seconds >= SLOW_INLINE:
+                self._inline[key] = False
+                log.info("step body %s took %.0f ms inline: it runs on a thread from now on",
+                         getattr(fn, "__qualname__", fn), seconds * 1000)  # fmt: skip
+        elif key not in self._inline and seconds < INLINE_UNDER:
+            self._inline[key] = True
+
+
+def _timed(box: list[float], fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    start = time.monotonic()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        box.append(time.monotonic() - start)
+
+
+class BatchRunner:
+    """One thread of greenlets executing the daemon's claims (see the module docstring).
+
+    `execute(claim, live)` is the daemon's whole handling of one claim (engine, slot,
+    wheel); it runs in the claim's greenlet. Only for a store with `set_parker` (SQLite:
+    its one connection and group commit make a round one transaction).
+    """
+
+    def __init__(
+        self, store: Store, execute: Callable[[Claim, LiveRun], object], *, pool_size: int
+    ) -> None:
+        self._store = store
+        self._execute = execute
+        self._events: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._ready: list[tuple[greenlet, Any]] = []
+        self._parked: list[greenlet] = []
+        self._alive = 0
+        self._closing = False
+        self._pool = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="flowctl-step")
+        self.placement = Placement()
+        self._main: greenlet | None = None
+        self._thread = threading.Thread(target=self._serve, name="flowctl-runner", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, claim: Claim, live: LiveRun) -> None:
+        self._events.put(("run", claim, live))
+
+    def close(self) -> None:
+        """Stop once the handlers still running have stopped (the daemon interrupts them)."""
+        self._events.put(None)
+        self._pool.shutdown(wait=False)
+
+    # -- the runner's thread --------------------------------------------------
+
+    def _serve(self) -> None:
+        from greenlet import getcurrent
+
+        self._main = getcurrent()
+        self._store.set_parker(self._park)  # type: ignore[attr-defined]
+        try:
+            with self._store.own_writes():
+                while not (self._closing and not self._alive):
+                    self._take(block=not self._ready)
+                    self._round()
+        except BaseException:
+            log.exception("the batch runner stopped")
+            raise
+        finally:
+            self._store.set_parker(None)  # type: ignore[attr-defined]
+
+    def _take(self, *, block: bool) -> None:
+        """New claims and finished pooled bodies: each makes a greenlet ready."""
+        from greenlet import greenlet
+
+        while True:
+            try:
+                event = self._events.get() if block else self._events.get_nowait()
+            except queue.Empty:
+                return
+            block = False
+            if event is None:
+                self._closing = True
+            elif event[0] == "run":
+                self._alive += 1
+                self._ready.append((greenlet(self._run), (event[1], event[2])))
+            else:  # ("step", greenlet): its pooled body finished
+                self._ready.append((event[1], None))
+            if self._closing and not self._alive:
+                return
+
+    def _round(self) -> None:
+        """Resume every ready greenlet until it parks on a write, waits on the pool or ends;
+        then COMMIT, and the parked are ready again. A round whose writes are older than
+        ROUND_MAX commits between greenlets, so a slow body never holds them long."""
+        ready, self._ready = self._ready, []
+        for g, value in ready:
+            try:
+                g.switch(value)
+            except Exception:  # the daemon's execute catches everything: a bug if here
+                log.exception("a handler's greenlet failed")
+            self._store.commit_pending(older_than=ROUND_MAX)  # type: ignore[attr-defined]
+        self._store.commit_pending()  # type: ignore[attr-defined]
+        parked, self._parked = self._parked, []
+        self._ready.extend((g, None) for g in parked)
+
+    # -- inside a claim's greenlet ----------------------------------------------
+
+    def _run(self, job: tuple[Claim, LiveRun]) -> None:
+        step_caller.set(self._call_step)
+        try:
+            self._execute(*job)
+        finally:
+            self._alive -= 1
+
+    def _park(self) -> None:
+        """A write's changes wait for a COMMIT: back to the runner until its round commits."""
+        from greenlet import getcurrent
+
+        g = getcurrent()
+        assert self._main is not None
+        if g is self._main:  # the runner's own write (none today): commit it now
+            self._store.commit_pending()  # type: ignore[attr-defined]
+            return
+        self._parked.append(g)
+        self._main.switch()
+
+    def _call_step(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        if self.placement.inline(fn):
+            start = time.monotonic()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.placement.observed(fn, time.monotonic() - start, inline=True)
+        from greenlet import getcurrent
+
+        g = getcurrent()
+        box: list[float] = []
+        context = contextvars.copy_context()  # the step's output capture and ctx go along
+        future: Future[Any] = self._pool.submit(context.run, _timed, box, fn, *args, **kwargs)
+        future.add_done_callback(lambda _: self._events.put(("step", g)))
+        assert self._main is not None
+        self._main.switch()  # resumed once, by the ("step", g) event the callback sends
+        if box:
+            self.placement.observed(fn, box[0], inline=False)
+        return future.result()

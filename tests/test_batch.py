@@ -1,0 +1,208 @@
+"""The batch runner (flowctl.batch): the daemon's handlers as greenlets on one thread,
+a round's checkpoints in one COMMIT, step bodies that block kept off that thread.
+
+The daemon runs for real (`run_forever` in a thread, on a FakeClock); what is checked is
+what a user sees: runs complete with every checkpoint, a waiting step body does not hold
+up the others, a step's prints and `flowctl.current()` work wherever the body runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import wait_until
+
+from flowctl import ops
+from flowctl.batch import INLINE_UNDER, SLOW_INLINE, Placement
+from flowctl.clock import FakeClock
+from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
+from flowctl.model import EntryState, RunStatus
+from flowctl.retry import blocking
+from flowctl.store.sqlite import SqliteStore as Store
+
+FLOWS = """
+import os
+import time
+
+from flowctl import workflow
+from flowctl.context import current
+
+
+def add(a, b):
+    return a + b
+
+
+@workflow
+def three(ctx, n=0):
+    a = ctx.step("one", add, n, 1)
+    b = ctx.step("two", add, a, 1)
+    return ctx.step("three", add, b, 1)
+
+
+def wait_for(path):
+    # Polls for a file another run's step creates: if this body ran on the runner's
+    # thread, that other step could never run, and this gives up after 20 s.
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        if os.path.exists(path):
+            return "saw it"
+        time.sleep(0.01)
+    return "gave up"
+
+
+@workflow
+def waiter(ctx, path):
+    return ctx.step("wait", wait_for, path)
+
+
+@workflow
+def maker(ctx, path):
+    return ctx.step("make", lambda: open(path, "w").close() or "made")
+
+
+def talk():
+    print("hello from the step")
+    return current().run_id
+
+
+@workflow
+def talker(ctx):
+    first = ctx.step("first", talk)
+    second = ctx.step("second", talk)  # by now `talk` may run inline: both must work
+    return [first, second]
+"""
+
+
+@pytest.fixture
+def flows(tmp_path: Path) -> str:
+    path = tmp_path / "batch_flows.py"
+    path.write_text(FLOWS)
+    return str(path)
+
+
+@pytest.fixture
+def batched(db_path: Path, fake_clock: FakeClock) -> Iterator[Daemon]:
+    """A daemon serving with its batch runner, on a connection of its own."""
+    daemon = Daemon(Store(db_path), fake_clock, DaemonConfig(concurrency=8, heartbeat=1))
+    thread = threading.Thread(target=daemon.run_forever, daemon=True)
+    thread.start()
+    assert daemon.serving.wait(5)
+    assert {t.name for t in threading.enumerate()} >= {"flowctl-runner"}
+    yield daemon
+    daemon.stop(drain=False)
+    thread.join(5)
+    daemon.store.close()
+    assert not thread.is_alive()
+
+
+def started(
+    db_path: Path, clock: FakeClock, target: str, inputs: list[dict[str, object]]
+) -> list[str]:
+    with Store(db_path) as s:
+        return [ops.start(s, target, i, clock=clock).run.run_id for i in inputs]
+
+
+def finished(db_path: Path, run_ids: list[str]) -> bool:
+    with Store(db_path) as s:
+        return all(s.get_run(r).status.is_terminal for r in run_ids)
+
+
+def test_runs_complete_with_every_checkpoint_and_share_commits(
+    db_path: Path, fake_clock: FakeClock, flows: str, batched: Daemon
+) -> None:
+    ids = started(db_path, fake_clock, f"{flows}:three", [{"n": i} for i in range(40)])
+    fake_clock.advance(POLL_INTERVAL)
+    wait_until(lambda: finished(db_path, ids), timeout=20)
+    with Store(db_path) as s:
+        for i, rid in enumerate(ids):
+            run = s.get_run(rid)
+            assert (run.status, run.result) == (RunStatus.COMPLETED, i + 3)
+            journal = s.journal(rid)
+            assert [journal[k].value for k in sorted(journal)] == [i + 1, i + 2, i + 3]
+            assert all(e.state is EntryState.DONE for e in journal.values())
+    stats = batched.store.commit_stats()
+    # 40 runs x (2 checkpoints + 1 completion) written by handlers, besides claims: with
+    # up to 8 handlers per round, far fewer COMMITs than writes.
+    assert stats.writes >= 120
+    assert stats.commits < stats.writes / 2
+
+
+def test_a_step_body_that_waits_does_not_hold_up_the_other_runs(
+    db_path: Path, fake_clock: FakeClock, flows: str, batched: Daemon, tmp_path: Path
+) -> None:
+    marker = str(tmp_path / "marker")
+    [waiting] = started(db_path, fake_clock, f"{flows}:waiter", [{"path": marker}])
+    fake_clock.advance(POLL_INTERVAL)
+    with Store(db_path) as s:
+        wait_until(lambda: s.get_run(waiting).status is RunStatus.RUNNING, timeout=5)
+    [making] = started(db_path, fake_clock, f"{flows}:maker", [{"path": marker}])
+    fake_clock.advance(POLL_INTERVAL)
+    wait_until(lambda: finished(db_path, [waiting, making]), timeout=30)
+    with Store(db_path) as s:
+        assert s.get_run(making).result == "made"
+        assert s.get_run(waiting).result == "saw it"
+
+
+def test_a_steps_prints_and_context_work_on_the_pool_and_inline(
+    db_path: Path, fake_clock: FakeClock, flows: str, batched: Daemon
+) -> None:
+    ids = started(db_path, fake_clock, f"{flows}:talker", [{}, {}, {}])
+    fake_clock.advance(POLL_INTERVAL)
+    wait_until(lambda: finished(db_path, ids), timeout=20)
+    with Store(db_path) as s:
+        for rid in ids:
+            run = s.get_run(rid)
+            assert (run.status, run.result) == (RunStatus.COMPLETED, [rid, rid])
+            printed = [c.text for c in s.output(rid)]
+            assert printed == ["hello from the step\n"] * 2
+
+
+def quick() -> int:
+    return 1
+
+
+def slow() -> int:
+    return 2
+
+
+def test_placement_pools_the_unknown_and_the_slow_and_inlines_the_quick() -> None:
+    p = Placement()
+    assert not p.inline(quick)  # never seen: the pool
+    p.observed(quick, INLINE_UNDER / 2, inline=False)
+    assert p.inline(quick)  # quick on the pool: inline from now on
+    p.observed(slow, INLINE_UNDER * 2, inline=False)
+    assert not p.inline(slow)  # not quick enough: the pool still
+    p.observed(quick, SLOW_INLINE * 2, inline=True)
+    assert not p.inline(quick)  # blocked inline once: the pool for good
+    p.observed(quick, INLINE_UNDER / 2, inline=False)
+    assert not p.inline(quick)
+
+
+def test_placement_keys_closures_by_their_code_and_keeps_blocking_bodies_on_the_pool() -> None:
+    p = Placement()
+
+    def made(i: int) -> object:
+        return lambda: i
+
+    p.observed(made(1), INLINE_UNDER / 2, inline=False)
+    assert p.inline(made(2))  # a closure made anew per call is the same code
+
+    def command() -> None:
+        return None
+
+    marked = blocking(command)
+    p.observed(marked, INLINE_UNDER / 2, inline=False)
+    assert not p.inline(marked)
+
+    class Unhashable:
+        __hash__ = None  # type: ignore[assignment]
+
+        def __call__(self) -> int:
+            return 3
+
+    odd = Unhashable()
+    p.observed(odd, INLINE_UNDER / 2, inline=False)
+    assert not p.inline(odd)
