@@ -14,8 +14,11 @@ Each round measures, one after the other on fresh temporary databases:
   first `claimed` event to its last `completed` event, as recorded); the daemon alone is
   printed too, and the same with the runs enqueued one by one with `Client.start` (timed
   on a database of its own that no daemon runs). CPU ms per workflow is the daemon process's
-  user+system CPU (wait4) minus that of the same daemon on an empty database (start-up
-  and shutdown), divided by the runs.
+  user+system CPU (wait4) minus that of the same daemon running one run of the same
+  workflow (start-up, the imports a first run makes, shutdown), divided by the runs
+  after the first: what each further workflow costs. (Until session 14 an empty
+  database was subtracted, which charged the first run's imports, about 0.1 s, to the
+  runs: 0.1 ms per run at --quick's 1,000.)
 - the reference loop: the limit on this machine. One thread, one sqlite3 connection, WAL,
   synchronous=FULL, doing the same durable work in batches of 32 runs: the runs are
   inserted (one transaction for all), then per batch: claim (one UPDATE per run, one
@@ -73,18 +76,21 @@ def run_daemon(db: Path, concurrency: int | None) -> tuple[float, int]:
     return usage.ru_utime + usage.ru_stime, proc.returncode
 
 
-def idle_daemon_cpu(tmp: Path, concurrency: int | None) -> float:
-    """CPU of a daemon that starts, finds nothing to do and exits: subtracted per round."""
-    db = tmp / "empty.db"
-    Client(db).close()
+def warm_daemon_cpu(tmp: Path, workflow: str, concurrency: int | None) -> float:
+    """CPU of a daemon that starts, runs one run of `workflow` and exits: start-up, the
+    imports a first run makes (the engine, the workflow file) and shutdown, subtracted
+    per round so that what is left is the CPU each further workflow costs."""
+    db = tmp / f"warm-{workflow}.db"
+    with Client(db) as client:
+        client.start(f"{FLOWS}:{workflow}", {"n": 0})
     cpu, code = run_daemon(db, concurrency)
     if code != 0:
-        raise SystemExit(f"the daemon exited {code} on an empty database")
+        raise SystemExit(f"the daemon exited {code} on a one-run database")
     return cpu
 
 
 def flowctl_runs(
-    tmp: Path, name: str, workflow: str, n: int, concurrency: int | None, idle_cpu: float
+    tmp: Path, name: str, workflow: str, n: int, concurrency: int | None
 ) -> dict[str, float]:
     db = tmp / f"{name}.db"
     target = f"{FLOWS}:{workflow}"
@@ -98,6 +104,7 @@ def flowctl_runs(
         t = time.perf_counter()
         client.start_many(target, [{"n": i} for i in range(n)])
         many_s = time.perf_counter() - t
+    warm = warm_daemon_cpu(tmp, workflow, concurrency)
     cpu, code = run_daemon(db, concurrency)
     if code != 0:
         raise SystemExit(f"the daemon exited {code}")
@@ -119,7 +126,7 @@ def flowctl_runs(
         "daemon_per_s": n / busy_s,
         "many_per_s": n / many_s,
         "enqueue_per_s": n / start_s,
-        "cpu_ms": 1000 * max(0.0, cpu - idle_cpu) / n,
+        "cpu_ms": 1000 * max(0.0, cpu - warm) / (n - 1),
         "enqueue_cpu_ms": 1000 * start_cpu / n,
     }
 
@@ -263,13 +270,12 @@ def main() -> None:
         for r in range(rounds):
             tmp = Path(d) / f"round-{r}"
             tmp.mkdir()
-            idle = idle_daemon_cpu(tmp, args.concurrency)
-            three.append(flowctl_runs(tmp, "three", "three", n, args.concurrency, idle))
+            three.append(flowctl_runs(tmp, "three", "three", n, args.concurrency))
             ref.append(reference_loop(tmp, n))
             three[-1]["ratio"] = three[-1]["per_s"] / ref[-1]["per_s"]
             three[-1]["daemon_ratio"] = three[-1]["daemon_per_s"] / ref[-1]["per_s"]
             three[-1]["one_by_one_ratio"] = three[-1]["one_by_one_per_s"] / ref[-1]["per_s"]
-            one.append(flowctl_runs(tmp, "one", "one", n, args.concurrency, idle))
+            one.append(flowctl_runs(tmp, "one", "one", n, args.concurrency))
             if hpy is not None:
                 hu.append(huey_tasks(tmp, hpy, n))
                 one[-1]["vs_huey"] = one[-1]["daemon_per_s"] / hu[-1]["per_s"]
