@@ -100,15 +100,24 @@ class BatchRunner:
     """One thread of greenlets executing the daemon's claims (see the module docstring).
 
     `execute(claim, live)` is the daemon's whole handling of one claim (engine, slot,
-    wheel); it runs in the claim's greenlet. Only for a store with `set_parker` (SQLite:
-    its one connection and group commit make a round one transaction).
+    wheel); it runs in the claim's greenlet. `ended()` is called once after a round in
+    which handlers ended (the daemon's loop then claims for the slots freed), not once
+    per handler: a wake per run cost the loop a pass and the runner the GIL each time.
+    Only for a store with `set_parker` (SQLite: its one connection and group commit
+    make a round one transaction).
     """
 
     def __init__(
-        self, store: Store, execute: Callable[[Claim, LiveRun], object], *, pool_size: int
+        self,
+        store: Store,
+        execute: Callable[[Claim, LiveRun], object],
+        *,
+        pool_size: int,
+        ended: Callable[[], None],
     ) -> None:
         self._store = store
         self._execute = execute
+        self._ended = ended
         self._events: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._ready: list[tuple[greenlet, Any]] = []
         self._parked: list[greenlet] = []
@@ -173,6 +182,7 @@ class BatchRunner:
         then COMMIT, and the parked are ready again. A round whose writes are older than
         ROUND_MAX commits between greenlets, so a slow body never holds them long."""
         ready, self._ready = self._ready, []
+        alive = self._alive
         for g, value in ready:
             try:
                 g.switch(value)
@@ -182,6 +192,8 @@ class BatchRunner:
         self._store.commit_pending()  # type: ignore[attr-defined]
         parked, self._parked = self._parked, []
         self._ready.extend((g, None) for g in parked)
+        if self._alive < alive:
+            self._ended()
 
     # -- inside a claim's greenlet ----------------------------------------------
 

@@ -279,7 +279,9 @@ class Daemon(Watches):
         elif self._batched():
             from flowctl.batch import BatchRunner
 
-            self._runner = BatchRunner(self.store, self._execute, pool_size=self.config.concurrency)
+            self._runner = BatchRunner(
+                self.store, self._execute, pool_size=self.config.concurrency, ended=self._wake.set
+            )
             self._runner.start()
         else:
             for i in range(self.config.concurrency):
@@ -548,7 +550,8 @@ class Daemon(Watches):
         self._after(claim, outcome)
         if self.on_outcome is not None:
             self.on_outcome(outcome)
-        self._wake.set()
+        if self._runner is None:  # the batch runner wakes the loop once per round instead
+            self._wake.set()
         return outcome
 
     def _after(self, claim: Claim, outcome: Outcome) -> None:
