@@ -28,7 +28,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Hashable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from flowctl.context import step_caller
@@ -88,12 +87,46 @@ class Placement:
             self._inline[key] = True
 
 
-def _timed(box: list[float], fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    start = time.monotonic()
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        box.append(time.monotonic() - start)
+class _Pool:
+    """Threads for step bodies, started as needed up to `size`, each job on a thread free
+    at once (the runner sends at most one body per handler, and there are at most `size`
+    handlers). Not a ThreadPoolExecutor: its threads are joined at interpreter exit, so a
+    body still stuck after the grace period would keep `flowctl daemon` from exiting."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._free = 0  # threads waiting for a job that no submit has counted on yet
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._free:
+                self._free -= 1
+                spawn = False
+            else:
+                self._threads += 1
+                spawn = True
+        if spawn:
+            threading.Thread(target=self._serve, name="flowctl-step", daemon=True).start()
+        self._jobs.put(job)
+
+    def close(self) -> None:
+        """Threads waiting for a job end; one still in a body ends after it."""
+        with self._lock:
+            n = self._threads
+        for _ in range(n):
+            self._jobs.put(None)
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            job()
+            with self._lock:
+                self._free += 1
 
 
 class BatchRunner:
@@ -123,7 +156,7 @@ class BatchRunner:
         self._parked: list[greenlet] = []
         self._alive = 0
         self._closing = False
-        self._pool = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="flowctl-step")
+        self._pool = _Pool(pool_size)
         self.placement = Placement()
         self._main: greenlet | None = None
         self._thread = threading.Thread(target=self._serve, name="flowctl-runner", daemon=True)
@@ -137,7 +170,7 @@ class BatchRunner:
     def close(self) -> None:
         """Stop once the handlers still running have stopped (the daemon interrupts them)."""
         self._events.put(None)
-        self._pool.shutdown(wait=False)
+        self._pool.close()
 
     # -- the runner's thread --------------------------------------------------
 
@@ -228,12 +261,23 @@ class BatchRunner:
         from greenlet import getcurrent
 
         g = getcurrent()
-        box: list[float] = []
         context = contextvars.copy_context()  # the step's output capture and ctx go along
-        future: Future[Any] = self._pool.submit(context.run, _timed, box, fn, *args, **kwargs)
-        future.add_done_callback(lambda _: self._events.put(("step", g)))
+        outcome: list[Any] = []
+
+        def job() -> None:
+            start = time.monotonic()
+            try:
+                outcome.append((True, context.run(fn, *args, **kwargs)))
+            except BaseException as e:  # handed to the handler, as a direct call raises it
+                outcome.append((False, e))
+            outcome.append(time.monotonic() - start)
+            self._events.put(("step", g))
+
+        self._pool.submit(job)
         assert self._main is not None
-        self._main.switch()  # resumed once, by the ("step", g) event the callback sends
-        if box:
-            self.placement.observed(fn, box[0], inline=False)
-        return future.result()
+        self._main.switch()  # resumed once, by the ("step", g) event the job sends
+        (ok, value), seconds = outcome
+        self.placement.observed(fn, seconds, inline=False)
+        if not ok:
+            raise value
+        return value

@@ -71,3 +71,16 @@ def deaf_command(ctx, pidfile: str) -> dict:
         return {"exit_code": res.exit_code}
 
     return ctx.step("command", go)
+
+
+def _stuck(marker: str) -> str:
+    open(marker, "w").close()
+    time.sleep(120)  # a body no interrupt reaches: only the process's exit ends it
+    return "late"
+
+
+@workflow
+def stuck_step(ctx, marker: str) -> str:
+    """A Python step whose body never returns in time: past the grace the daemon must
+    still exit, and leave the run to be reclaimed."""
+    return ctx.step("stuck", _stuck, marker)

@@ -43,3 +43,22 @@ def test_past_the_grace_a_command_ignoring_sigterm_is_killed_and_the_run_handed_
     (released,) = timeline(db, run_id, "released")
     assert released["reason"] == "grace period over"
     assert "killed 1 command(s) still running" in daemons.log(proc)
+
+
+def test_past_the_grace_a_python_step_stuck_in_its_body_does_not_keep_the_daemon_alive(
+    db: str, tmp_path: Path, daemons: Daemons
+) -> None:
+    """A body no interrupt reaches runs on a thread (the batch runner's pool on SQLite):
+    that thread must not hold up the process's exit once the daemon has handed the run
+    back (a ThreadPoolExecutor's threads are joined at exit: it would wait 120 s)."""
+    marker = tmp_path / "entered"
+    (run_id,) = start_runs(
+        db, "", [{"marker": str(marker)}], target="tests/crash/core_flows.py:stuck_step"
+    )
+    proc = daemons.start(db, "--grace", "0.5s")
+    wait_until(marker.exists)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0  # a hang guard: the body would sleep 120 s
+    assert statuses(db)[run_id] == "running"  # handed back for another daemon
+    (released,) = timeline(db, run_id, "released")
+    assert released["reason"] == "grace period over"
