@@ -276,7 +276,7 @@ class Daemon(Watches):
 
             self._pool = WorkerPool(self, self.config.workers)
             self._pool.start()
-        elif self._batched():
+        elif self.batched():
             from flowctl.batch import BatchRunner
 
             self._runner = BatchRunner(
@@ -486,12 +486,13 @@ class Daemon(Watches):
         else:  # no worker pool (tests, flowctl.testing): the loop body executes it here
             self._execute(claim, live)
 
-    def _batched(self) -> bool:
+    def batched(self) -> bool:
         """Whether handlers run as greenlets on one thread (flowctl.batch) rather than on
         `concurrency` threads: on a store whose round of writes can be one COMMIT (SQLite),
         when asked for (`batch`), and not for a one-run worker (`run --wait`)."""
         return (
             self.config.batch
+            and self.config.workers == 1
             and self.only_run_id is None
             and self.config.concurrency > 1
             and hasattr(self.store, "set_parker")

@@ -8,6 +8,8 @@ up the others, a step's prints and `flowctl.current()` work wherever the body ru
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,7 @@ from helpers import wait_until
 
 from flowctl import ops
 from flowctl.batch import INLINE_UNDER, SLOW_INLINE, Placement
-from flowctl.clock import FakeClock
+from flowctl.clock import FakeClock, SystemClock
 from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
 from flowctl.model import EntryState, RunStatus
 from flowctl.retry import blocking
@@ -206,3 +208,27 @@ def test_placement_keys_closures_by_their_code_and_keeps_blocking_bodies_on_the_
     odd = Unhashable()
     p.observed(odd, INLINE_UNDER / 2, inline=False)
     assert not p.inline(odd)
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"), [((), "as greenlets on one thread"), (("--threads",), "on threads")]
+)
+def test_flowctl_daemon_runs_handlers_as_said_and_threads_opts_out(
+    tmp_path: Path, flows: str, flags: tuple[str, ...], said: str
+) -> None:
+    db = tmp_path / "cli.db"
+    with Store(db) as s:
+        ids = [
+            ops.start(s, f"{flows}:three", {"n": i}, clock=SystemClock()).run.run_id
+            for i in range(5)
+        ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", "--until-idle", *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"(concurrency 32 {said}," in proc.stderr
+    with Store(db) as s:
+        assert [s.get_run(r).result for r in ids] == [3, 4, 5, 6, 7]

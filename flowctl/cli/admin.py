@@ -175,6 +175,15 @@ def daemon(
             " for CPU-heavy step bodies (measure first).  [default: 1: threads of the daemon]",
         ),
     ] = None,
+    threads: Annotated[
+        bool,
+        typer.Option(
+            "--threads",
+            help="Run handlers on --concurrency threads, not as greenlets on one thread: for"
+            " workflows that do slow work outside ctx.step (SQLite; PostgreSQL always uses"
+            " threads).",
+        ),
+    ] = False,
     lease: Annotated[
         str | None, typer.Option("--lease", help=f"Lease length.  {_from_config('lease')}")
     ] = None,
@@ -239,6 +248,7 @@ def daemon(
         heartbeat=parse_duration(heartbeat).total_seconds() if heartbeat else None,
         grace=parse_duration(grace).total_seconds() if grace is not None else None,
         workers=workers,
+        batch=False if threads else None,
     )
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
@@ -247,11 +257,12 @@ def daemon(
     created = isinstance(db, Path) and not db.exists()
     d = Daemon(_open_when_room(st), st.clock, cfg)
     logging.getLogger("flowctl").info(
-        "daemon %s %s %s (concurrency %d, workers %d, lease %gs, heartbeat %gs)",
+        "daemon %s %s %s (concurrency %d %s, workers %d, lease %gs, heartbeat %gs)",
         d.owner,
         "created a new database at" if created else "on",
         d.store.path,  # a URL's password is not logged
         cfg.concurrency,
+        "as greenlets on one thread" if d.batched() else "on threads",
         cfg.workers,
         cfg.lease,
         cfg.heartbeat,
