@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 ROUND_MAX = 0.005  # seconds a round's writes may wait for their COMMIT while bodies run
 INLINE_UNDER = 0.002  # a body that took less than this on the pool runs inline from then on
 SLOW_INLINE = 0.02  # an inline body that took longer than this goes back to the pool for good
+KNOWN_MAX = 4096  # function objects remembered (closures made per call are new objects)
 
 
 def _key(fn: Callable[..., Any]) -> Hashable | None:
@@ -68,23 +69,40 @@ class Placement:
     """
 
     def __init__(self) -> None:
-        self._inline: dict[Hashable, bool] = {}
+        self._inline: dict[Hashable, bool] = {}  # by _key: decided, True for inline
+        # The same answers by the function object itself, for the next call of the same
+        # function: one dict probe, where _key and the BLOCKING look-up each raise (and
+        # format) an AttributeError for a plain function.
+        self._known: dict[Any, bool] = {}
 
     def inline(self, fn: Callable[..., Any]) -> bool:
+        try:
+            known = self._known.get(fn)
+        except TypeError:  # not hashable: never a key
+            return False
+        if known is not None:
+            return known
         key = _key(fn)
         return key is not None and self._inline.get(key, False) and not getattr(fn, BLOCKING, False)
 
     def observed(self, fn: Callable[..., Any], seconds: float, *, inline: bool) -> None:
+        if inline and seconds < SLOW_INLINE:
+            return  # inline and quick: nothing changes
         key = _key(fn)
         if key is None or getattr(fn, BLOCKING, False):
             return
         if inline:
-            if seconds >= SLOW_INLINE:
-                self._inline[key] = False
-                log.info("step body %s took %.0f ms inline: it runs on a thread from now on",
-                         getattr(fn, "__qualname__", fn), seconds * 1000)  # fmt: skip
+            self._inline[key] = False
+            self._known.clear()  # closures of that code were known by their objects too
+            log.info(
+                "step body %s took %.0f ms inline: it runs on a thread from now on",
+                getattr(fn, "__qualname__", fn),
+                seconds * 1000,
+            )
         elif key not in self._inline and seconds < INLINE_UNDER:
             self._inline[key] = True
+        if fn in self._known or len(self._known) < KNOWN_MAX:
+            self._known[fn] = self._inline.get(key, False)
 
 
 class _Pool:

@@ -64,24 +64,26 @@ class StepOutput:
         self.step = step
         self.clock = clock
         self.cap = cap
-        self._lock = threading.Lock()
-        self._buf: dict[str, str] = {}
-        self._order: list[str] = []  # streams in the order their pending text arrived
-        self._kept = dict.fromkeys(STREAMS, 0)
-        self._cut = dict.fromkeys(STREAMS, 0)
-        self._decoders: dict[str, Any] = {}
-        self._last_flush = float("-inf")  # a step's first line is stored at once
-        self._broken = False
-        # Set at the first write: only then is the flusher started and this output made
-        # one of those it looks at, and only then has close() anything to do. A step that
-        # prints nothing (most) costs no lock round and no flush.
+        # Set at the first write, with the buffers and their lock: only then is the flusher
+        # started and this output made one of those it looks at, and only then has close()
+        # anything to do. A step that prints nothing (most) costs none of it.
         self.touched = False
 
     def _touch(self) -> None:
-        self.touched = True
-        _start_flusher()
-        with _active_lock:
+        with _active_lock:  # two pumps of one command may write first at once
+            if self.touched:
+                return
+            self._lock = threading.Lock()
+            self._buf: dict[str, str] = {}
+            self._order: list[str] = []  # streams in the order their pending text arrived
+            self._kept = dict.fromkeys(STREAMS, 0)
+            self._cut = dict.fromkeys(STREAMS, 0)
+            self._decoders: dict[str, Any] = {}
+            self._last_flush = float("-inf")  # a step's first line is stored at once
+            self._broken = False
+            self.touched = True  # last: a thread that sees it set sees the buffers too
             _active.add(self)  # no wake-up: the flusher looks every FLUSH_EVERY seconds
+        _start_flusher()
 
     def write(self, stream: str, text: str) -> None:
         if not text:
@@ -111,10 +113,10 @@ class StepOutput:
     def write_bytes(self, stream: str, data: bytes) -> None:
         """A command's raw output: decoded as UTF-8 across chunk boundaries, and shown to
         this process's command listeners as it arrives."""
+        if not self.touched:
+            self._touch()
         decoder = self._decoders.get(stream)
         if decoder is None:
-            if not self.touched:
-                self._touch()
             decoder = self._decoders[stream] = codecs.getincrementaldecoder("utf-8")("replace")
         self._command_text(stream, decoder.decode(data))
 
@@ -125,12 +127,16 @@ class StepOutput:
 
     def tick(self) -> None:
         """Flush what waits if FLUSH_EVERY has passed (a command's pump calls this)."""
+        if not self.touched:
+            return
         with self._lock:
             if self._order and time.monotonic() - self._last_flush >= FLUSH_EVERY:
                 self._flush_locked(whole=True)
 
     def close(self) -> None:
         """The step ended: store the rest, and say what the cap cut."""
+        if not self.touched:
+            return
         for stream, decoder in self._decoders.items():
             self._command_text(stream, decoder.decode(b"", final=True))
         with self._lock:
@@ -171,23 +177,35 @@ class StepOutput:
             log.warning("run %s: step output not stored: %s", self.run_id, e)
 
 
-@contextlib.contextmanager
-def capturing(
-    store: Store, run_id: str, call_index: int, step: str, clock: Clock, cap: int = DEFAULT_CAP
-) -> Iterator[StepOutput]:
-    """Collect what the step body prints while the block runs (and route sys.stdout/stderr
-    and logging through the collector while any step runs)."""
-    route()
-    sink = StepOutput(store, run_id, call_index, step, clock, cap)
-    token = _current.set(sink)
-    try:
-        yield sink
-    finally:
-        _current.reset(token)
+class _Capturing:
+    """`with capturing(...)`: a class, not a generator-based context manager (one per
+    step, and the generator's set-up cost more than the rest of it)."""
+
+    __slots__ = ("_token", "sink")
+
+    def __init__(self, sink: StepOutput) -> None:
+        self.sink = sink
+
+    def __enter__(self) -> StepOutput:
+        self._token = _current.set(self.sink)
+        return self.sink
+
+    def __exit__(self, *exc: object) -> None:
+        _current.reset(self._token)
+        sink = self.sink
         if sink.touched:  # else nothing was written: nothing to store, nothing registered
             with _active_lock:
                 _active.discard(sink)
             sink.close()
+
+
+def capturing(
+    store: Store, run_id: str, call_index: int, step: str, clock: Clock, cap: int = DEFAULT_CAP
+) -> _Capturing:
+    """Collect what the step body prints while the block runs (and route sys.stdout/stderr
+    and logging through the collector while any step runs)."""
+    route()
+    return _Capturing(StepOutput(store, run_id, call_index, step, clock, cap))
 
 
 CommandListener = Callable[[StepOutput, str, str], None]  # (step output, stream, text)

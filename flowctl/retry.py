@@ -118,6 +118,9 @@ class StepOptions:
     timeout: timedelta | None = None  # per try; enforced by command steps, advisory for Python
 
 
+_NO_OPTIONS = StepOptions()  # frozen: one shared instance for every undecorated step
+
+
 def step(*, retry: RetryPolicy | None = None, timeout: Duration | None = None) -> Callable[[F], F]:
     """Attach options to a step function: `@step(retry=RetryPolicy.make(max_attempts=5))`."""
 
@@ -139,8 +142,15 @@ def with_options(fn: F, options: StepOptions) -> F:
 
 
 def options_of(fn: Callable[..., Any]) -> StepOptions:
-    opts = getattr(fn, "__flowctl_step__", None)
-    return opts if isinstance(opts, StepOptions) else StepOptions()
+    # A function's own __dict__ first: getattr of a missing attribute raises (and formats)
+    # an AttributeError, once per step of every undecorated function.
+    attrs = getattr(fn, "__dict__", None)
+    opts = (
+        attrs.get("__flowctl_step__")
+        if isinstance(attrs, dict)
+        else getattr(fn, "__flowctl_step__", None)
+    )
+    return opts if isinstance(opts, StepOptions) else _NO_OPTIONS
 
 
 BLOCKING = "__flowctl_blocking__"  # a step body with this attribute true: see blocking()

@@ -43,6 +43,15 @@ class CommitStats(NamedTuple):
     writes: int
 
 
+class _ThreadState(threading.local):
+    """Each thread's view of its writes; class defaults, so a thread's first look at one
+    raises (and formats) no AttributeError: `_write` looks at them several times a step."""
+
+    depth = 0  # inside this thread's write: a nested write is part of it
+    own = 0  # inside own_writes(): this thread's commits do not move data_version
+    park: Callable[[], None] | None = None  # the batch runner's parker (set_parker)
+
+
 class SqliteConnection:
     """The connection every job of SqliteStore writes and reads through: one lock, one
     `BEGIN IMMEDIATE` per write (or a shared one under group commit)."""
@@ -88,7 +97,7 @@ class SqliteConnection:
         self._group_errors: dict[int, tuple[BaseException, int]] = {}
         self._commits = 0  # COMMITs done and the writes they held: see commit_stats()
         self._writes_committed = 0
-        self._tl = threading.local()
+        self._tl = _ThreadState()
         self._foreign_writes = 0  # commits made outside own_writes() (see data_version)
 
     # -- plumbing ----------------------------------------------------------
@@ -176,7 +185,7 @@ class SqliteConnection:
         same Store from any other thread (a test, a client, the TUI in the same process)
         do, as another connection's commits would.
         """
-        self._tl.own = getattr(self._tl, "own", 0) + 1
+        self._tl.own += 1
         try:
             yield
         finally:
@@ -199,7 +208,8 @@ class SqliteConnection:
         One generator for the whole write (it runs several times per step): the
         transaction's body is inlined here rather than a context manager of its own.
         """
-        if getattr(self._tl, "depth", 0):  # nested in this thread's write: part of it
+        tl = self._tl
+        if tl.depth:  # nested in this thread's write: part of it
             yield self._conn
             return
         if self.read_only:
@@ -211,7 +221,7 @@ class SqliteConnection:
                 self._gc_pending += 1
             group = 0
             with self._lock:
-                self._tl.depth = 1
+                tl.depth = 1
                 try:
                     if not self._txn_open:
                         self._begin()
@@ -228,14 +238,14 @@ class SqliteConnection:
                         self._conn.execute("RELEASE flowctl_write")
                     self._group_writes += 1
                     group = self._group_id
-                    if not getattr(self._tl, "own", 0):
+                    if not tl.own:
                         self._foreign_writes += 1
                 finally:
-                    self._tl.depth = 0
+                    tl.depth = 0
                     with self._gc:
                         self._gc_pending -= 1
                         last = self._gc_pending == 0
-                    park = getattr(self._tl, "park", None)
+                    park = tl.park
                     if self._txn_open and (
                         (last and park is None)  # a batch runner commits its own round
                         or not self._group_commit
