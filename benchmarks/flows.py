@@ -56,3 +56,9 @@ def heavy(ctx, n: int = 0, ms: float = 2.0) -> int:
     a = ctx.step("one", burn, n, ms)
     b = ctx.step("two", burn, a, ms)
     return ctx.step("three", burn, b, ms)
+
+
+@workflow
+def none(ctx, n: int = 0) -> int:
+    """No step at all: what a run costs the daemon beside its steps (claim, completion)."""
+    return n

@@ -234,12 +234,14 @@ class BatchRunner:
         ROUND_MAX commits between greenlets, so a slow body never holds them long."""
         ready, self._ready = self._ready, []
         alive = self._alive
+        started = time.monotonic()
         for g, value in ready:
             try:
                 g.switch(value)
             except Exception:  # the daemon's execute catches everything: a bug if here
                 log.exception("a handler's greenlet failed")
-            self._store.commit_pending(older_than=ROUND_MAX)  # type: ignore[attr-defined]
+            if time.monotonic() - started >= ROUND_MAX:  # its writes are at most this old
+                self._store.commit_pending(older_than=ROUND_MAX)  # type: ignore[attr-defined]
         self._store.commit_pending()  # type: ignore[attr-defined]
         parked, self._parked = self._parked, []
         self._ready.extend((g, None) for g in parked)

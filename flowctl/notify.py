@@ -159,6 +159,22 @@ def wanted(config: NotifyConfig, status: str, error_kind: str | None) -> tuple[s
     return config.channels()
 
 
+ENDINGS = ("completed", "dead", "cancelled")  # the statuses an outbox row is written for
+
+
+def unwanted_endings(config: NotifyConfig | None) -> tuple[str, ...]:
+    """The ending statuses whose outbox rows no channel of `config` wants, whatever their
+    error kind, for a run with no notify override of its own: the deliverer drops those
+    in bulk, with no look at each row (one per run ended, most of them unwanted)."""
+    if config is None or not config.channels():
+        return ENDINGS
+    return tuple(
+        status
+        for status in ENDINGS
+        if not config.on & (events_of(status, None) | events_of(status, "deadline"))
+    )
+
+
 def event_name(status: str, error_kind: str | None) -> str:
     """The one event name a delivery carries (`timed_out` before `dead`)."""
     events = events_of(status, error_kind)

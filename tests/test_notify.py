@@ -19,7 +19,15 @@ from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.errors import ConfigError, ValidationError
 from flowctl.model import RunStatus
 from flowctl.notifier import PASS_ROWS, Notifier
-from flowctl.notify import NotifyConfig, events_of, parse_notify, retry_delay, wanted
+from flowctl.notify import (
+    ENDINGS,
+    NotifyConfig,
+    events_of,
+    parse_notify,
+    retry_delay,
+    unwanted_endings,
+    wanted,
+)
 from flowctl.ops.metrics import render
 from flowctl.store import Store
 from flowctl.workflow import load_target
@@ -292,6 +300,11 @@ def test_policy_is_pure() -> None:
     assert wanted(config, "dead", "timeout") == ("command",)
     assert wanted(config, "dead", "raised") == ()
     assert [retry_delay(n) for n in (1, 2, 3, 10, 50)] == [1, 2, 4, 300, 300]
+    assert unwanted_endings(None) == ("completed", "dead", "cancelled")
+    assert unwanted_endings(NotifyConfig(on=frozenset({"dead"}))) == ENDINGS  # no channel
+    assert unwanted_endings(config) == ("completed", "cancelled")  # timed_out is a dead run
+    everything = NotifyConfig(on=frozenset(ENDINGS), webhook="https://example.invalid/h")
+    assert unwanted_endings(everything) == ()
 
 
 def _s(seconds: float) -> object:

@@ -157,6 +157,21 @@ def test_dropped_rows_are_gone(store: Store, flows: Path, fake_clock: FakeClock)
     assert [r.seq for r in store.due_notifications(fake_clock.now())] == [rows[1].seq]
 
 
+def test_unwanted_rows_are_dropped_in_bulk_by_status_but_never_a_runs_override(
+    store: Store, flows: Path, fake_clock: FakeClock
+) -> None:
+    ids = ended_world(store, flows, fake_clock)
+    now = fake_clock.now()
+    assert store.drop_unwanted_notifications([], now, 100) == 0
+    assert store.drop_unwanted_notifications(["completed"], now - timedelta(seconds=1), 100) == 0
+    assert store.drop_unwanted_notifications(["completed"], now, 100) == 1  # `loud` has its own
+    left = {r.run_id for r in store.due_notifications(now)}
+    assert left == {ids["doomed"], ids["loud"], ids["cancelled"]}
+    assert store.drop_unwanted_notifications(["dead", "cancelled"], now, 1) == 1  # the limit
+    assert store.drop_unwanted_notifications(["dead", "cancelled"], now, 100) == 1
+    assert {r.run_id for r in store.due_notifications(now)} == {ids["loud"]}
+
+
 def test_racing_deliverers_on_separate_connections_claim_each_row_once(
     store: Store, flows: Path, fake_clock: FakeClock
 ) -> None:

@@ -30,6 +30,8 @@ from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import CallKind, EntryState, JournalEntry
+from flowctl.notifier import Notifier
+from flowctl.notify import NotifyConfig
 from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.store.sqlite.listing import SORT_BOUNDED
 from tests.inproc import run_main
@@ -191,6 +193,10 @@ def exercise(monkeypatch: pytest.MonkeyPatch, db: Path, clock: FakeClock) -> Non
         Daemon(store, clock, DaemonConfig(concurrency=2)).tick()
         clock.advance(timedelta(hours=2))
         Daemon(store, clock, DaemonConfig(concurrency=4)).tick()
+        # The outbox the endings above wrote: dropped in bulk, then looked at row by row.
+        Notifier(store, clock, None, "plans-test").deliver_due()
+        wants_dead = NotifyConfig(on=frozenset({"dead"}), command=("true",))
+        Notifier(store, clock, wants_dead, "plans-test").deliver_due()
     args = ["--db", str(db)]
     for extra in (
         [],

@@ -652,6 +652,14 @@ class Store(RunListing, Protocol):
         """Delete outbox rows no channel wants."""
         ...
 
+    def drop_unwanted_notifications(
+        self, statuses: Sequence[str], now: datetime, limit: int
+    ) -> int:
+        """Delete up to `limit` pending outbox rows due at `now` whose ending status is one
+        of `statuses` and whose run has no notify override (notify.unwanted_endings says
+        which statuses); returns how many."""
+        ...
+
     # -- metrics ---------------------------------------------------------------
 
     def metrics_snapshot(

@@ -125,3 +125,19 @@ class Notifications(PostgresConnection):
             return
         with self._write() as c:
             c.execute("DELETE FROM notifications WHERE seq = ANY(%s)", [list(seqs)])
+
+    @retried
+    def drop_unwanted_notifications(
+        self, statuses: Sequence[str], now: datetime, limit: int
+    ) -> int:
+        """Forget, in one statement, due rows no channel here wants (see the protocol)."""
+        if not statuses:
+            return 0
+        with self._write() as c:
+            cur = c.execute(
+                "DELETE FROM notifications WHERE seq IN (SELECT n.seq FROM notifications n"
+                " JOIN runs r USING (run_id) WHERE n.state = 'pending' AND n.due_at <= %s"
+                " AND n.status = ANY(%s) AND r.notify IS NULL LIMIT %s)",
+                [to_us(now), list(statuses), limit],
+            )
+            return int(cur.rowcount)
