@@ -154,6 +154,8 @@ class BatchRunner:
     wheel); it runs in the claim's greenlet. `ended()` is called once after a round in
     which handlers ended (the daemon's loop then claims for the slots freed), not once
     per handler: a wake per run cost the loop a pass and the runner the GIL each time.
+    `failed(error)` is called if the runner itself breaks (a bug): the daemon then stops
+    and hands its runs back, rather than extend leases of handlers that will never end.
     Only for a store with `set_parker` (SQLite: its one connection and group commit
     make a round one transaction).
     """
@@ -165,10 +167,12 @@ class BatchRunner:
         *,
         pool_size: int,
         ended: Callable[[], None],
+        failed: Callable[[BaseException], None],
     ) -> None:
         self._store = store
         self._execute = execute
         self._ended = ended
+        self._failed = failed
         self._events: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._ready: list[tuple[greenlet, Any]] = []
         self._parked: list[greenlet] = []
@@ -202,9 +206,9 @@ class BatchRunner:
                 while not (self._closing and not self._alive):
                     self._take(block=not self._ready)
                     self._round()
-        except BaseException:
+        except BaseException as e:  # a bug: the handlers here can no longer go on
             log.exception("the batch runner stopped")
-            raise
+            self._failed(e)
         finally:
             self._store.set_parker(None)  # type: ignore[attr-defined]
 

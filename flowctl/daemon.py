@@ -280,7 +280,11 @@ class Daemon(Watches):
             from flowctl.batch import BatchRunner
 
             self._runner = BatchRunner(
-                self.store, self._execute, pool_size=self.config.concurrency, ended=self._wake.set
+                self.store,
+                self._execute,
+                pool_size=self.config.concurrency,
+                ended=self._wake.set,
+                failed=self._runner_failed,
             )
             self._runner.start()
         else:
@@ -485,6 +489,11 @@ class Daemon(Watches):
             self._jobs.put((claim, live))
         else:  # no worker pool (tests, flowctl.testing): the loop body executes it here
             self._execute(claim, live)
+
+    def _runner_failed(self, error: BaseException) -> None:
+        """The batch runner broke (a bug, logged there): its handlers will never end, so
+        stop now; the stop hands their runs back for reclaim (_abandon)."""
+        self.stop(drain=False)
 
     def batched(self) -> bool:
         """Whether handlers run as greenlets on one thread (flowctl.batch) rather than on

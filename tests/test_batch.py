@@ -232,3 +232,29 @@ def test_flowctl_daemon_runs_handlers_as_said_and_threads_opts_out(
     assert f"(concurrency 32 {said}," in proc.stderr
     with Store(db) as s:
         assert [s.get_run(r).result for r in ids] == [3, 4, 5, 6, 7]
+
+
+class CommitBreaks(Store):
+    """A store whose batch COMMIT breaks: what a bug in the runner's round looks like."""
+
+    def commit_pending(self, *, older_than: float = 0.0) -> bool:
+        raise RuntimeError("the round broke")
+
+
+def test_a_broken_runner_stops_the_daemon_and_hands_its_runs_back(
+    db_path: Path, fake_clock: FakeClock, flows: str
+) -> None:
+    [rid] = started(db_path, fake_clock, f"{flows}:three", [{"n": 1}])
+    daemon = Daemon(CommitBreaks(db_path), fake_clock, DaemonConfig(concurrency=4, heartbeat=1))
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(daemon.run_forever()), daemon=True)
+    thread.start()
+    fake_clock.advance(POLL_INTERVAL)
+    thread.join(10)
+    daemon.store.close()
+    assert codes == [1]  # stopped, not left extending the lease of a handler that never ends
+    with Store(db_path) as s:
+        run = s.get_run(rid)
+        assert run.status is RunStatus.RUNNING  # handed back, nothing invented
+        assert run.run_at is not None and run.run_at <= fake_clock.now()  # due for reclaim
+        assert [e.type for e in s.timeline(rid)][-1] == "released"
