@@ -160,6 +160,8 @@ class BatchRunner:
     make a round one transaction).
     """
 
+    hold_warn = 1.0  # seconds one handler may hold the thread before that is logged
+
     def __init__(
         self,
         store: Store,
@@ -181,6 +183,8 @@ class BatchRunner:
         self._pool = _Pool(pool_size)
         self.placement = Placement()
         self._main: greenlet | None = None
+        self._workflows: dict[greenlet, str] = {}  # each live handler's workflow, for warnings
+        self._warned: set[str] = set()
         self._thread = threading.Thread(target=self._serve, name="flowctl-runner", daemon=True)
 
     def start(self) -> None:
@@ -226,7 +230,9 @@ class BatchRunner:
                 self._closing = True
             elif event[0] == "run":
                 self._alive += 1
-                self._ready.append((greenlet(self._run), (event[1], event[2])))
+                g = greenlet(self._run)
+                self._workflows[g] = event[1].run.workflow
+                self._ready.append((g, (event[1], event[2])))
             else:  # ("step", greenlet): its pooled body finished
                 self._ready.append((event[1], None))
             if self._closing and not self._alive:
@@ -238,19 +244,40 @@ class BatchRunner:
         ROUND_MAX commits between greenlets, so a slow body never holds them long."""
         ready, self._ready = self._ready, []
         alive = self._alive
-        started = time.monotonic()
+        started = before = time.monotonic()
         for g, value in ready:
             try:
                 g.switch(value)
             except Exception:  # the daemon's execute catches everything: a bug if here
                 log.exception("a handler's greenlet failed")
-            if time.monotonic() - started >= ROUND_MAX:  # its writes are at most this old
+            after = time.monotonic()
+            if after - before >= self.hold_warn:
+                self._held_long(g, after - before)
+            if g.dead:
+                del self._workflows[g]
+            if after - started >= ROUND_MAX:  # its writes are at most this old
                 self._store.commit_pending(older_than=ROUND_MAX)  # type: ignore[attr-defined]
+            before = after
         self._store.commit_pending()  # type: ignore[attr-defined]
         parked, self._parked = self._parked, []
         self._ready.extend((g, None) for g in parked)
         if self._alive < alive:
             self._ended()
+
+    def _held_long(self, g: greenlet, seconds: float) -> None:
+        """One handler kept the thread (code of its own outside ctx.step, or a step body
+        not yet known to be slow): every other handler waited. Said once per workflow."""
+        workflow = self._workflows.get(g, "?")
+        if workflow in self._warned:
+            return
+        self._warned.add(workflow)
+        log.warning(
+            "a run of workflow %r held the daemon's batch runner for %.1f s without a durable"
+            " call, and every other run waited: move slow work into ctx.step (a step body"
+            " that blocks runs on a thread of its own), or run the daemon with --threads",
+            workflow,
+            seconds,
+        )
 
     # -- inside a claim's greenlet ----------------------------------------------
 

@@ -18,7 +18,7 @@ import pytest
 from helpers import wait_until
 
 from flowctl import ops
-from flowctl.batch import INLINE_UNDER, SLOW_INLINE, Placement
+from flowctl.batch import INLINE_UNDER, SLOW_INLINE, BatchRunner, Placement
 from flowctl.clock import FakeClock, SystemClock
 from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
 from flowctl.model import EntryState, RunStatus
@@ -258,3 +258,41 @@ def test_a_broken_runner_stops_the_daemon_and_hands_its_runs_back(
         assert run.status is RunStatus.RUNNING  # handed back, nothing invented
         assert run.run_at is not None and run.run_at <= fake_clock.now()  # due for reclaim
         assert [e.type for e in s.timeline(rid)][-1] == "released"
+
+
+HOGS = """
+import time
+
+from flowctl import workflow
+
+
+@workflow
+def hog(ctx):
+    time.sleep(0.2)  # slow work in the handler itself, outside any step
+    return ctx.step("after", lambda: "done")
+"""
+
+
+def test_a_handler_holding_the_runner_is_named_once_in_the_log(
+    db_path: Path,
+    fake_clock: FakeClock,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(BatchRunner, "hold_warn", 0.1)
+    hogs = tmp_path / "hogs.py"
+    hogs.write_text(HOGS)
+    ids = started(db_path, fake_clock, f"{hogs}:hog", [{}, {}])
+    daemon = Daemon(Store(db_path), fake_clock, DaemonConfig(concurrency=4, heartbeat=1))
+    thread = threading.Thread(target=daemon.run_forever, daemon=True)
+    with caplog.at_level("WARNING", logger="flowctl.batch"):
+        thread.start()
+        fake_clock.advance(POLL_INTERVAL)
+        wait_until(lambda: finished(db_path, ids), timeout=20)
+        daemon.stop(drain=False)
+        thread.join(5)
+    daemon.store.close()
+    said = [m for m in caplog.messages if "held the daemon's batch runner" in m]
+    assert len(said) == 1  # two runs held it; the workflow is named once
+    assert "workflow 'hog'" in said[0] and "--threads" in said[0]
