@@ -504,7 +504,7 @@ class Daemon(Watches):
             and self.config.workers == 1
             and self.only_run_id is None
             and self.config.concurrency > 1
-            and hasattr(self.store, "set_parker")
+            and hasattr(type(self.store), "set_parker")  # the class's: never a proxy's guess
         )
 
     def _worker(self) -> None:
