@@ -149,3 +149,26 @@ def test_a_search_for_text_that_is_not_ascii_finds_the_input_that_holds_it(db: s
     assert found["ünï"] == ["r1"] and found["😀"] == ["r1"] and found["plain"] == ["r2"]
     assert "r3" in found["u00fc"]  # the literal text, as typed
     assert found['"hi"'] == ["r4"] and found["a\\b"] == ["r5"]  # quotes and backslashes
+
+
+def test_a_search_ignores_ascii_case_on_both_backends(db: str) -> None:
+    """SQLite's LIKE ignores ASCII case; PostgreSQL's search does the same (ILIKE), so one
+    `ls --search` finds the same runs on either."""
+    store = open_store(db)
+    try:
+        store.create_run(NewRun("r1", "wf", "wf.py:wf", "python", {"name": "Ana Smith"}), T0)
+        store.create_run(NewRun("r2", "wf", "wf.py:wf", "python", {"name": "bob"}), T0)
+        found = {
+            s: sorted(r.run_id for r in store.list_runs(search=s, limit=9))
+            for s in ("ana", "ANA", "smith", "Ana Smith", "BOB", "R1")
+        }
+    finally:
+        store.close()
+    assert found == {
+        "ana": ["r1"],
+        "ANA": ["r1"],
+        "smith": ["r1"],
+        "Ana Smith": ["r1"],
+        "BOB": ["r2"],
+        "R1": ["r1"],
+    }

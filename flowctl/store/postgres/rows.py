@@ -157,11 +157,12 @@ def _search_clause(search: str) -> tuple[str, list[Any]]:
     # The input's text form is JSON (a quote as \", a backslash as \\): the text is matched
     # in that spelling, as SQLite's search does.
     stored = like_pattern(json.dumps(search, ensure_ascii=False)[1:-1])
+    # ILIKE: case-insensitive for ASCII, as SQLite's LIKE is (`--search ana` finds "Ana").
     clause = (
-        "(run_id LIKE %s ESCAPE '\\' OR key = %s OR (CASE WHEN secret_keys IS NULL THEN input ELSE"
-        " input || (SELECT jsonb_object_agg(k, to_jsonb('***'::text))"
+        "(run_id ILIKE %s ESCAPE '\\' OR key = %s OR (CASE WHEN secret_keys IS NULL THEN input"
+        " ELSE input || (SELECT jsonb_object_agg(k, to_jsonb('***'::text))"
         " FROM jsonb_array_elements_text(searched.secret_keys) AS k) END)::text"
-        " LIKE %s ESCAPE '\\')"
+        " ILIKE %s ESCAPE '\\')"
     )
     return clause, [pattern, search, stored]
 
