@@ -131,9 +131,10 @@ class _Pool:
         self._jobs.put(job)
 
     def close(self) -> None:
-        """Threads waiting for a job end; one still in a body ends after it."""
+        """Threads waiting for a job end; one still in a body ends after it. A body sent
+        later (a handler still unwinding) gets a thread of its own: none is counted free."""
         with self._lock:
-            n = self._threads
+            n, self._free = self._threads, 0
         for _ in range(n):
             self._jobs.put(None)
 

@@ -6,6 +6,7 @@ import random as _random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import FunctionType, MethodType
 from typing import Any, TypeVar
 
 from flowctl.durations import Duration, parse_duration
@@ -142,14 +143,13 @@ def with_options(fn: F, options: StepOptions) -> F:
 
 
 def options_of(fn: Callable[..., Any]) -> StepOptions:
-    # A function's own __dict__ first: getattr of a missing attribute raises (and formats)
-    # an AttributeError, once per step of every undecorated function.
-    attrs = getattr(fn, "__dict__", None)
-    opts = (
-        attrs.get("__flowctl_step__")
-        if isinstance(attrs, dict)
-        else getattr(fn, "__flowctl_step__", None)
-    )
+    # A function's (or method's) own __dict__: getattr of a missing attribute raises (and
+    # formats) an AttributeError, once per step of every undecorated function. Any other
+    # callable (a decorated class, a partial) is asked as before.
+    if isinstance(fn, FunctionType | MethodType):
+        opts = fn.__dict__.get("__flowctl_step__")
+    else:
+        opts = getattr(fn, "__flowctl_step__", None)
     return opts if isinstance(opts, StepOptions) else _NO_OPTIONS
 
 

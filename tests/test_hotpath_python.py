@@ -103,3 +103,33 @@ def test_a_step_that_prints_nothing_stores_nothing_and_one_that_prints_is_stored
         print("hello")
     assert sink.touched
     assert store.rows == [("stdout", "hello\n")]
+
+
+def test_step_options_are_found_on_functions_methods_and_decorated_callables() -> None:
+    """options_of reads a function's own __dict__ (no AttributeError per step) and asks
+    any other callable as before: a decorated class's instances keep their options."""
+    from flowctl.retry import RetryPolicy, options_of, step
+
+    @step(retry=RetryPolicy.make(max_attempts=3))
+    def decorated() -> None:
+        return None
+
+    class Holder:
+        @step(retry=RetryPolicy.make(max_attempts=5))
+        def method(self) -> None:
+            return None
+
+        def plain(self) -> None:
+            return None
+
+    @step(retry=RetryPolicy.make(max_attempts=4))
+    class Callable_:
+        def __call__(self) -> None:
+            return None
+
+    holder = Holder()
+    got = [
+        options_of(fn).retry.max_attempts
+        for fn in (decorated, holder.method, Callable_(), holder.plain, print, lambda: 1)
+    ]
+    assert got == [3, 5, 4, 1, 1, 1]
