@@ -106,36 +106,32 @@ class Placement:
 
 
 class _Pool:
-    """Threads for step bodies, started as needed up to `size`, each job on a thread free
-    at once (the runner sends at most one body per handler, and there are at most `size`
-    handlers). Not a ThreadPoolExecutor: its threads are joined at interpreter exit, so a
+    """Threads for step bodies, started as needed, each job on a thread free at once: at
+    most one per handler, since a handler waits for its body. Not a ThreadPoolExecutor: its threads are joined at interpreter exit, so a
     body still stuck after the grace period would keep `flowctl daemon` from exiting."""
 
-    def __init__(self, size: int) -> None:
-        self._size = size
+    def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._threads = 0
         self._free = 0  # threads waiting for a job that no submit has counted on yet
+        self._closed = False
 
     def submit(self, job: Callable[[], None]) -> None:
         with self._lock:
-            if self._free:
+            spawn = not self._free
+            if not spawn:
                 self._free -= 1
-                spawn = False
-            else:
-                self._threads += 1
-                spawn = True
         if spawn:
             threading.Thread(target=self._serve, name="flowctl-step", daemon=True).start()
         self._jobs.put(job)
 
     def close(self) -> None:
-        """Threads waiting for a job end; one still in a body ends after it. A body sent
-        later (a handler still unwinding) gets a thread of its own: none is counted free."""
+        """Idle threads end now, busy ones after their body; a body sent later (a handler
+        still unwinding) gets a thread of its own, which ends after it."""
         with self._lock:
-            n, self._free = self._threads, 0
-        for _ in range(n):
+            self._closed = True
+            idle, self._free = self._free, 0
+        for _ in range(idle):
             self._jobs.put(None)
 
     def _serve(self) -> None:
@@ -145,6 +141,8 @@ class _Pool:
                 return
             job()
             with self._lock:
+                if self._closed:
+                    return
                 self._free += 1
 
 
@@ -168,7 +166,6 @@ class BatchRunner:
         store: Store,
         execute: Callable[[Claim, LiveRun], object],
         *,
-        pool_size: int,
         ended: Callable[[], None],
         failed: Callable[[BaseException], None],
     ) -> None:
@@ -181,7 +178,7 @@ class BatchRunner:
         self._parked: list[greenlet] = []
         self._alive = 0
         self._closing = False
-        self._pool = _Pool(pool_size)
+        self._pool = _Pool()
         self.placement = Placement()
         self._main: greenlet | None = None
         self._workflows: dict[greenlet, str] = {}  # each live handler's workflow, for warnings

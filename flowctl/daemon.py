@@ -282,7 +282,6 @@ class Daemon(Watches):
             self._runner = BatchRunner(
                 self.store,
                 self._execute,
-                pool_size=self.config.concurrency,
                 ended=self._wake.set,
                 failed=self._runner_failed,
             )
