@@ -12,7 +12,9 @@ Each point: `--runs` runs of `benchmarks/flows.py:three` queued in one transacti
 rate is runs / (first `claimed` to last `completed`, as the timeline recorded them), so
 start-up and enqueue are not in it. CPU ms per run is the daemon's user+system CPU,
 worker processes included (wait4 counts the children it reaped), minus that of the same
-daemon on an empty database, divided by the runs. Points are measured in rounds, each
+daemon running one run (start-up, the first run's imports, shutdown), divided by the
+runs after the first (until session 14: an empty database, which charged the first run's
+imports to the runs). Points are measured in rounds, each
 round visiting every point once (alternating, so a change in the machine's load spreads
 over all of them); medians with the range.
 
@@ -95,7 +97,7 @@ def enqueue(db: Path, n: int) -> None:
             client.start_many(f"{FLOWS}:{WORKFLOW[0]}", inputs)
 
 
-Idle = tuple[float, float, tuple[float, float]]  # daemon() on an empty database
+Idle = tuple[float, float, tuple[float, float]]  # daemon() on a database of one run
 
 
 def point(db: Path, n: int, concurrency: int, workers: int, idle_cpu: Idle) -> dict[str, float]:
@@ -120,16 +122,20 @@ def point(db: Path, n: int, concurrency: int, workers: int, idle_cpu: Idle) -> d
     idle_own, idle_theirs = idle_cpu[2]
     return {
         "per_s": n / ((last - first) / 1e6),
-        "cpu_ms": 1000 * max(0.0, cpu - idle_cpu[0]) / n,
+        # Per run after the first: the one-run daemon's CPU (start-up, the first run's
+        # imports, shutdown) is subtracted, as benchmarks/throughput.py does.
+        "cpu_ms": 1000 * max(0.0, cpu - idle_cpu[0]) / (n - 1),
         # With worker processes: the daemon process's share and theirs (from its exit line).
-        "own_ms": 1000 * max(0.0, own - idle_own) / n,
-        "their_ms": 1000 * max(0.0, theirs - idle_theirs) / n,
+        "own_ms": 1000 * max(0.0, own - idle_own) / (n - 1),
+        "their_ms": 1000 * max(0.0, theirs - idle_theirs) / (n - 1),
     }
 
 
 def idle(tmp: Path, concurrency: int, workers: int) -> Idle:
+    """The same daemon running one run: what a point's CPU is measured beside."""
     db = tmp / f"idle-{concurrency}-{workers}.db"
     Client(db).close()
+    enqueue(db, 1)
     return daemon(db, concurrency, workers)
 
 
