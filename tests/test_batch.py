@@ -296,3 +296,92 @@ def test_a_handler_holding_the_runner_is_named_once_in_the_log(
     said = [m for m in caplog.messages if "held the daemon's batch runner" in m]
     assert len(said) == 1  # two runs held it; the workflow is named once
     assert "workflow 'hog'" in said[0] and "--threads" in said[0]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def batch_daemon(db: Path, tmp_path: Path, *args: str) -> subprocess.Popen[bytes]:
+    """A real `flowctl daemon` on a SQLite file (so its batch runner), logging to a file."""
+    with open(tmp_path / "daemon.log", "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", *args],
+            cwd=str(ROOT),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def test_a_real_daemon_runs_every_durable_call_through_its_batch_runner(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """Steps (one printing), a durable sleep, now/uuid/version, publish, a child run and a
+    signal, in runs that share rounds; and values that are not JSON, refused."""
+    clock = SystemClock()
+    target = "tests/workers_flows.py"
+    with Store(db_path) as s:
+        ids = [
+            ops.start(s, f"{target}:everything", {"x": i}, clock=clock, cwd=str(ROOT)).run.run_id
+            for i in range(6)
+        ]
+        bad = ops.start(s, f"{target}:not_json_result", {}, clock=clock, cwd=str(ROOT))
+    proc = batch_daemon(db_path, tmp_path)
+    try:
+        with Store(db_path) as s:
+            wait_until(lambda: all(s.get_run(r).status is RunStatus.WAITING for r in ids), 30)
+            for i, run_id in enumerate(ids):
+                ops.send_signal(s, run_id, "go", {"i": i}, clock=clock)
+            wait_until(lambda: all(s.get_run(r).status.is_terminal for r in ids), timeout=30)
+            wait_until(lambda: s.get_run(bad.run.run_id).status.is_terminal, timeout=30)
+            runs = [s.get_run(r) for r in ids]
+            dead = s.get_run(bad.run.run_id)
+            printed = "".join(c.text for c in s.output(ids[0]))
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+    for i, run in enumerate(runs):
+        assert run.status is RunStatus.COMPLETED, run.error
+        result = run.result
+        assert result["a"] == i + 1 and result["doubled"] == 2 * (i + 1)
+        assert result["version"] == 2 and result["signal"] == {"i": i}
+        assert result["pid"] == proc.pid  # in the daemon's own process, not a worker
+    assert "step says hello" in printed
+    assert dead.status is RunStatus.DEAD and dead.error is not None
+    assert "not JSON-serialisable" in dead.error["message"]
+    text = (tmp_path / "daemon.log").read_text()
+    assert "as greenlets on one thread" in text and "Traceback" not in text
+
+
+def test_parents_signalled_while_their_children_end_in_the_same_runner_all_finish(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """The lost-wakeup race of session 13 under the batch runner: each parent waits for a
+    child that ends at a random moment, and is signalled as soon as it waits."""
+    n = 40
+    clock = SystemClock()
+    proc = batch_daemon(db_path, tmp_path, "-c", "8")
+    try:
+        with Store(db_path) as s:
+            ids = [
+                ops.start(
+                    s, "tests/workers_flows.py:parent", {"x": i}, clock=clock, cwd=str(ROOT)
+                ).run.run_id
+                for i in range(n)
+            ]
+            unsignalled = dict(zip(ids, range(n), strict=True))
+
+            def signalled_once_waiting() -> bool:
+                for run_id in list(unsignalled):
+                    run = s.get_run(run_id)
+                    if run.status is RunStatus.WAITING or run.status.is_terminal:
+                        ops.send_signal(s, run_id, "go", unsignalled.pop(run_id), clock=clock)
+                return not unsignalled
+
+            wait_until(signalled_once_waiting, timeout=60, interval=0.001)
+            wait_until(lambda: all(s.get_run(r).status.is_terminal for r in ids), timeout=60)
+            runs = [s.get_run(r) for r in ids]
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+    assert [r.status for r in runs] == [RunStatus.COMPLETED] * n
+    assert [r.result for r in runs] == [{"a": 2 * i, "b": 4 * i, "got": i} for i in range(n)]
