@@ -18,7 +18,13 @@ from flowctl.model import (
 from flowctl.store.records import NewRun, dumps
 from flowctl.store.sqlite.connection import SqliteConnection
 from flowctl.store.sqlite.rows import _CLEARED, _ENTRY_COLUMNS, _add_event, _iso_us, _load_run, _us
-from flowctl.store.sqlite.writes import _end, _insert_run, _park_paused, _release_next
+from flowctl.store.sqlite.writes import (
+    _end,
+    _insert_rows,
+    _insert_run,
+    _park_paused,
+    _release_next,
+)
 from flowctl.transitions import (
     Action,
     cancel_error,
@@ -49,8 +55,7 @@ class OperatorWrites(SqliteConnection):
         """
         now_us = to_us(now)
         with self._write() as c:
-            definitions: dict[tuple[Any, ...], int] = {}  # this transaction's lookups
-            return [_insert_run(c, new, now_us, definitions) for new in news]
+            return _insert_rows(c, news, now_us)
 
     def fork_run(
         self, new: NewRun, origin: str, upto: int, now: datetime, *, by: str | None = None

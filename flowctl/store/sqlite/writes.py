@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from flowctl.model import (
@@ -15,6 +16,7 @@ from flowctl.store.records import NewRun, dumps
 from flowctl.store.sqlite.rows import (
     _CLEARED,
     _RUN_COLUMNS,
+    _RUNS,
     _RUNS_BY_KEY_JOINED,
     TIMELINE_INSERT,
     _add_event,
@@ -52,6 +54,42 @@ def _insert_run(
     """create_run inside the caller's transaction (a schedule fire creates its runs in the
     same transaction that records the fire). `definitions` remembers the def_ids found in
     this transaction, so a batch of runs of one workflow looks its definition up once."""
+    existing = _insert_row(c, new, now_us, definitions)
+    if existing is not None:
+        return existing, False
+    return _load_run(c, new.run_id), True
+
+
+def _insert_rows(
+    c: sqlite3.Connection, news: Sequence[NewRun], now_us: int
+) -> list[tuple[Run, bool]]:
+    """create_runs inside the caller's transaction: the rows inserted one by one, read back
+    together (a statement per 500 runs, not one per run)."""
+    definitions: dict[tuple[Any, ...], int] = {}  # this transaction's lookups
+    existing = [_insert_row(c, new, now_us, definitions) for new in news]
+    created = [new.run_id for new, old in zip(news, existing, strict=True) if old is None]
+    loaded: dict[str, Run] = {}
+    for start in range(0, len(created), 500):
+        chunk = created[start : start + 500]
+        rows = c.execute(
+            f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE run_id IN ({','.join('?' * len(chunk))})",
+            chunk,
+        ).fetchall()
+        loaded.update((row[0], _run_from_row(row)) for row in rows)
+    return [
+        (loaded[new.run_id], True) if old is None else (old, False)
+        for new, old in zip(news, existing, strict=True)
+    ]
+
+
+def _insert_row(
+    c: sqlite3.Connection,
+    new: NewRun,
+    now_us: int,
+    definitions: dict[tuple[Any, ...], int] | None,
+) -> Run | None:
+    """Insert `new`'s row (and its definition, source and created event); the run that
+    already holds its idempotency key instead, if any (nothing inserted then)."""
     # Due at its start time (now, --in, --at) or at its deadline, whichever is first.
     start_at = from_us(now_us) if new.run_at is None else new.run_at
     run_at = to_us(parked_run_at(start_at, deadline=new.deadline) or start_at)
@@ -60,14 +98,18 @@ def _insert_run(
             f"SELECT {_RUN_COLUMNS} FROM {_RUNS_BY_KEY_JOINED} WHERE key = ?", [new.key]
         ).fetchone()
         if row is not None:
-            return _run_from_row(row), False
+            return _run_from_row(row)
     # The pinned text is kept once per definition hash (sources), not in every run row.
     source = new.source
     if source is not None and new.source_hash is not None:
-        c.execute(
-            "INSERT OR IGNORE INTO sources (source_hash, source) VALUES (?, ?)",
-            [new.source_hash, source],
-        )
+        seen = ("source", new.source_hash)  # once per hash in a batch, like definitions
+        if definitions is None or seen not in definitions:
+            c.execute(
+                "INSERT OR IGNORE INTO sources (source_hash, source) VALUES (?, ?)",
+                [new.source_hash, source],
+            )
+            if definitions is not None:
+                definitions[seen] = 0
         source = None
     definition = (new.target, new.kind, new.source_hash, new.source_path, new.cwd)
     c.execute(
@@ -104,7 +146,7 @@ def _insert_run(
         data["schedule"] = new.schedule
     if len(data) > 1:  # the plain one, {"attempt": 1} at created_at, is implied (migration 18)
         _add_event(c, new.run_id, now_us, "created", data)
-    return _load_run(c, new.run_id), True
+    return None
 
 
 def _definition_id(
