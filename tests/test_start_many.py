@@ -70,3 +70,23 @@ def test_one_bad_input_writes_nothing_and_names_its_position(db: str, target: st
             client.start_many(target, [{"n": 1}], keys=["a", "b"])
         assert client.list() == []
         assert client.store.count_by_status()[RunStatus.QUEUED] == 0
+
+
+def test_the_runs_returned_are_the_rows_stored_in_order_with_created_flags(
+    db: str, target: str
+) -> None:
+    """ops.start_many hands back each run as stored (read back in bulk on SQLite), in the
+    order of the inputs, a reused key's run marked not created."""
+    from flowctl import ops
+
+    clock = FakeClock()
+    with Client(db, clock=clock) as client:
+        (old,) = ops.start_many(client.store, target, [{"n": 0}], clock=clock, keys=["k"])
+        inputs = [{"n": i} for i in range(1, 700)] + [{"n": 99}]
+        keys = [None] * 699 + ["k"]
+        started = ops.start_many(client.store, target, inputs, clock=clock, keys=keys)
+        assert [s.created for s in started] == [True] * 699 + [False]
+        assert started[-1].run == old.run
+        assert [s.run.input for s in started[:-1]] == inputs[:-1]
+        for s in started:
+            assert s.run == client.store.get_run(s.run.run_id)
