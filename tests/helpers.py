@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -58,3 +60,17 @@ def execute(db: Path | str, sql: str, params: tuple[Any, ...] = ()) -> int:
         return conn.execute(sql, params).rowcount
     finally:
         conn.close()
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def logged_daemon(db: str | Path, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """A real `flowctl daemon` on `db` (from the repository root), its output in `log`."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", *args],
+            cwd=str(ROOT),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )

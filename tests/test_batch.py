@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import ROOT, logged_daemon, wait_until
 
 from flowctl import ops
 from flowctl.batch import INLINE_UNDER, SLOW_INLINE, BatchRunner, Placement
@@ -298,20 +298,6 @@ def test_a_handler_holding_the_runner_is_named_once_in_the_log(
     assert "workflow 'hog'" in said[0] and "--threads" in said[0]
 
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def batch_daemon(db: Path, tmp_path: Path, *args: str) -> subprocess.Popen[bytes]:
-    """A real `flowctl daemon` on a SQLite file (so its batch runner), logging to a file."""
-    with open(tmp_path / "daemon.log", "wb") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", *args],
-            cwd=str(ROOT),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-
-
 def test_a_real_daemon_runs_every_durable_call_through_its_batch_runner(
     db_path: Path, tmp_path: Path
 ) -> None:
@@ -325,7 +311,7 @@ def test_a_real_daemon_runs_every_durable_call_through_its_batch_runner(
             for i in range(6)
         ]
         bad = ops.start(s, f"{target}:not_json_result", {}, clock=clock, cwd=str(ROOT))
-    proc = batch_daemon(db_path, tmp_path)
+    proc = logged_daemon(db_path, tmp_path / "daemon.log")
     try:
         with Store(db_path) as s:
             wait_until(lambda: all(s.get_run(r).status is RunStatus.WAITING for r in ids), 30)
@@ -350,38 +336,3 @@ def test_a_real_daemon_runs_every_durable_call_through_its_batch_runner(
     assert "not JSON-serialisable" in dead.error["message"]
     text = (tmp_path / "daemon.log").read_text()
     assert "as greenlets on one thread" in text and "Traceback" not in text
-
-
-def test_parents_signalled_while_their_children_end_in_the_same_runner_all_finish(
-    db_path: Path, tmp_path: Path
-) -> None:
-    """The lost-wakeup race of session 13 under the batch runner: each parent waits for a
-    child that ends at a random moment, and is signalled as soon as it waits."""
-    n = 40
-    clock = SystemClock()
-    proc = batch_daemon(db_path, tmp_path, "-c", "8")
-    try:
-        with Store(db_path) as s:
-            ids = [
-                ops.start(
-                    s, "tests/workers_flows.py:parent", {"x": i}, clock=clock, cwd=str(ROOT)
-                ).run.run_id
-                for i in range(n)
-            ]
-            unsignalled = dict(zip(ids, range(n), strict=True))
-
-            def signalled_once_waiting() -> bool:
-                for run_id in list(unsignalled):
-                    run = s.get_run(run_id)
-                    if run.status is RunStatus.WAITING or run.status.is_terminal:
-                        ops.send_signal(s, run_id, "go", unsignalled.pop(run_id), clock=clock)
-                return not unsignalled
-
-            wait_until(signalled_once_waiting, timeout=60, interval=0.001)
-            wait_until(lambda: all(s.get_run(r).status.is_terminal for r in ids), timeout=60)
-            runs = [s.get_run(r) for r in ids]
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=30) == 0
-    assert [r.status for r in runs] == [RunStatus.COMPLETED] * n
-    assert [r.result for r in runs] == [{"a": 2 * i, "b": 4 * i, "got": i} for i in range(n)]

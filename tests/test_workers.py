@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import logged_daemon, wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -133,13 +132,7 @@ def test_a_store_error_is_raised_again_in_the_worker_as_its_own_type() -> None:
 
 def two_worker_daemon(db: str, tmp_path: Path, *args: str) -> subprocess.Popen[bytes]:
     """A real `flowctl daemon --workers 2` on `db`, its output in tmp_path/daemon.log."""
-    with open(tmp_path / "daemon.log", "wb") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "flowctl", "--db", db, "daemon", "--workers", "2", *args],
-            cwd=str(ROOT),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    return logged_daemon(db, tmp_path / "daemon.log", "--workers", "2", *args)
 
 
 def test_a_daemon_with_two_worker_processes_runs_every_durable_call(
@@ -197,15 +190,17 @@ def test_a_daemon_with_two_worker_processes_runs_every_durable_call(
     assert float(split[1]) > 0 and float(split[2]) > 0
 
 
+@pytest.mark.parametrize("runner", [("--workers", "2"), ()], ids=["two-workers", "one-process"])
 def test_parents_signalled_while_their_children_run_in_other_workers_all_finish(
-    db: str, tmp_path: Path
+    db: str, tmp_path: Path, runner: tuple[str, ...]
 ) -> None:
     # Each parent waits for a child that another worker process ends at a random moment,
     # and is signalled as soon as it waits (a wake, so a replay that races the child's
     # end). A child end that finds its parent running must still leave it due when it parks.
+    # In one process too: the batch runner on SQLite, threads on PostgreSQL.
     n = 40
     clock = SystemClock()
-    proc = two_worker_daemon(db, tmp_path, "-c", "8")
+    proc = logged_daemon(db, tmp_path / "daemon.log", *runner, "-c", "8")
     try:
         with open_store(db) as store:
             ids = [
