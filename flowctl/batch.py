@@ -176,12 +176,13 @@ class BatchRunner:
         self._events: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._ready: list[tuple[greenlet, Any]] = []
         self._parked: list[greenlet] = []
-        self._alive = 0
         self._closing = False
         self._pool = _Pool()
         self.placement = Placement()
         self._main: greenlet | None = None
-        self._workflows: dict[greenlet, str] = {}  # each live handler's workflow, for warnings
+        # Each live handler's greenlet, with its workflow (for warnings): how many are
+        # alive is its length; a greenlet leaves it once it has ended (_round).
+        self._workflows: dict[greenlet, str] = {}
         self._warned: set[str] = set()
         self._thread = threading.Thread(target=self._serve, name="flowctl-runner", daemon=True)
 
@@ -205,7 +206,7 @@ class BatchRunner:
         self._store.set_parker(self._park)  # type: ignore[attr-defined]
         try:
             with self._store.own_writes():
-                while not (self._closing and not self._alive):
+                while not (self._closing and not self._workflows):
                     self._take(block=not self._ready)
                     self._round()
         except BaseException as e:  # a bug: the handlers here can no longer go on
@@ -227,13 +228,12 @@ class BatchRunner:
             if event is None:
                 self._closing = True
             elif event[0] == "run":
-                self._alive += 1
                 g = greenlet(self._run)
                 self._workflows[g] = event[1].run.workflow
                 self._ready.append((g, (event[1], event[2])))
             else:  # ("step", greenlet): its pooled body finished
                 self._ready.append((event[1], None))
-            if self._closing and not self._alive:
+            if self._closing and not self._workflows:
                 return
 
     def _round(self) -> None:
@@ -241,7 +241,7 @@ class BatchRunner:
         then COMMIT, and the parked are ready again. A round whose writes are older than
         ROUND_MAX commits between greenlets, so a slow body never holds them long."""
         ready, self._ready = self._ready, []
-        alive = self._alive
+        alive = len(self._workflows)
         started = before = time.monotonic()
         for g, value in ready:
             try:
@@ -259,7 +259,7 @@ class BatchRunner:
         self._store.commit_pending()  # type: ignore[attr-defined]
         parked, self._parked = self._parked, []
         self._ready.extend((g, None) for g in parked)
-        if self._alive < alive:
+        if len(self._workflows) < alive:
             self._ended()
 
     def _held_long(self, g: greenlet, seconds: float) -> None:
@@ -281,10 +281,7 @@ class BatchRunner:
 
     def _run(self, job: tuple[Claim, LiveRun]) -> None:
         step_caller.set(self._call_step)
-        try:
-            self._execute(*job)
-        finally:
-            self._alive -= 1
+        self._execute(*job)
 
     def _park(self) -> None:
         """A write's changes wait for a COMMIT: back to the runner until its round commits."""
