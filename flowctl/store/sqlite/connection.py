@@ -216,6 +216,52 @@ class SqliteConnection:
             raise ReadOnlyDatabaseError(
                 f"read-only database: {self.path} (opened read-only: this process cannot write it)"
             )
+        park = tl.park
+        if park is not None and self._group_commit:
+            # The batch runner's thread: its round is one shared group that it commits
+            # itself (commit_pending), so this writer counts no writers in flight and
+            # never decides a COMMIT but for a full or old group. Another thread's writer
+            # may commit the group meanwhile; either way the loop below returns only after
+            # the COMMIT that holds this block's changes (issue 14: a third of the
+            # plumbing each checkpoint paid).
+            try:
+                with self._lock:
+                    tl.depth = 1
+                    try:
+                        if not self._txn_open:
+                            self._begin()
+                        if not single:
+                            self._conn.execute("SAVEPOINT flowctl_write")
+                        try:
+                            yield self._conn
+                        except BaseException as e:
+                            self._undo(True, e, not single)
+                            raise
+                        if not single:
+                            self._conn.execute("RELEASE flowctl_write")
+                        self._group_writes += 1
+                        group = self._group_id
+                        if not tl.own:
+                            self._foreign_writes += 1
+                    finally:
+                        tl.depth = 0
+                        if self._txn_open and (
+                            self._group_writes >= GROUP_MAX_WRITES
+                            or _monotonic() - self._group_started >= GROUP_MAX_AGE
+                        ):
+                            self._commit_group()
+                while self._committed_id < group:
+                    park()
+                if self._group_errors:
+                    with self._gc:
+                        failed = self._group_failure(group)
+                    if failed is not None:
+                        raise self._commit_failed(failed) from failed
+            except sqlite3.DatabaseError as e:
+                if isinstance(e, sqlite3.IntegrityError | sqlite3.ProgrammingError):
+                    raise
+                raise self._fault(e) from None
+            return
         try:
             with self._gc:
                 self._gc_pending += 1
@@ -245,30 +291,30 @@ class SqliteConnection:
                     with self._gc:
                         self._gc_pending -= 1
                         last = self._gc_pending == 0
-                    park = tl.park
                     if self._txn_open and (
-                        (last and park is None)  # a batch runner commits its own round
+                        last
                         or not self._group_commit
                         or self._group_writes >= GROUP_MAX_WRITES
                         or _monotonic() - self._group_started >= GROUP_MAX_AGE
                     ):
                         self._commit_group()
             # Return only once the COMMIT that holds our changes is done.
-            if park is not None:
-                while self._committed_id < group:
-                    park()  # the batch runner resumes this writer after a COMMIT
             with self._gc:
                 while self._committed_id < group:
                     self._gc.wait()
                 failed = self._group_failure(group) if self._group_errors else None
             if failed is not None:
-                if isinstance(failed, sqlite3.Error):
-                    raise self._fault(failed) from failed
-                raise FlowctlError(f"could not commit to {self.path}: {failed}") from failed
+                raise self._commit_failed(failed) from failed
         except sqlite3.DatabaseError as e:
             if isinstance(e, sqlite3.IntegrityError | sqlite3.ProgrammingError):
                 raise
             raise self._fault(e) from None
+
+    def _commit_failed(self, failed: BaseException) -> FlowctlError:
+        """The error a writer raises when the COMMIT that held its changes failed."""
+        if isinstance(failed, sqlite3.Error):
+            return self._fault(failed)
+        return FlowctlError(f"could not commit to {self.path}: {failed}")
 
     def _begin(self) -> None:
         """Open the group's transaction (holding self._lock); retried while locked."""
