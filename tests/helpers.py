@@ -74,3 +74,41 @@ def logged_daemon(db: str | Path, log: Path, *args: str) -> subprocess.Popen[byt
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+
+
+class ParkedRound:
+    """A minimal batch runner (flowctl.batch) for store tests: greenlets on this thread
+    whose writes park until `commit_and_resume()` commits the round and resumes them."""
+
+    def __init__(self, store: Any) -> None:
+        from greenlet import getcurrent
+
+        self.store = store
+        self.main = getcurrent()
+        self.parked: list[Any] = []
+        store.set_parker(self.park)
+        store.set_group_commit(True)
+
+    def park(self) -> None:
+        from greenlet import getcurrent
+
+        self.parked.append(getcurrent())
+        self.main.switch()
+
+    def start(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run fn(*args) in a greenlet until it parks on a write, or ends."""
+        from greenlet import greenlet
+
+        g = greenlet(fn)
+        g.switch(*args)
+        return g
+
+    def commit_and_resume(self) -> None:
+        self.store.commit_pending()
+        parked, self.parked = self.parked, []
+        for g in parked:
+            g.switch()
+
+    def close(self) -> None:
+        self.store.set_parker(None)
+        self.store.set_group_commit(False)

@@ -33,7 +33,7 @@ from flowctl.errors import DatabaseGoneError, DiskFullError
 from flowctl.store import WAL_BOUND_BYTES, WAL_BOUND_PAGES, NewRun
 from flowctl.store.sqlite import SqliteStore as Store
 from tests.conftest import ROOT
-from tests.helpers import query, wait_until
+from tests.helpers import ParkedRound, query, wait_until
 
 Spawn = Callable[..., "subprocess.Popen[bytes]"]
 
@@ -363,6 +363,45 @@ def test_group_commit_on_a_full_disk_tells_every_writer_of_a_failed_group(
     store.close()
     with Store(db) as again:
         assert {r.run_id for r in again.list_runs(limit=10_000)} == set(returned)
+
+
+def test_the_batch_runners_writers_of_a_round_whose_commit_fills_the_disk_all_fail(
+    small_disk: Path,
+) -> None:
+    """The batch runner's writers park until their round's COMMIT (tests/helpers.ParkedRound
+    drives them as flowctl.batch does). When that COMMIT finds the disk full, every writer
+    of the round raises the one-line DiskFullError, nothing of the round is kept, and the
+    next round commits once there is room again."""
+    db = small_disk / "f.db"
+    store = Store(db)
+    now = datetime(2026, 12, 4, tzinfo=UTC)
+    for i in range(3):
+        store.create_run(
+            NewRun(run_id=f"r{i}", workflow="w", target="t", kind="python", input={}), now
+        )
+    rnd = ParkedRound(store)
+    outcomes: dict[str, str] = {}
+
+    def write(rid: str) -> None:
+        try:
+            store.add_event(rid, "probe", {"pad": "x" * 3000}, now)
+            outcomes[rid] = "returned"
+        except DiskFullError as e:
+            outcomes[rid] = str(e)
+
+    filler = fill(small_disk)
+    for rid in ("r0", "r1"):
+        rnd.start(write, rid)
+    rnd.commit_and_resume()
+    assert set(outcomes) == {"r0", "r1"}
+    assert all(o.startswith("database or disk is full: ") for o in outcomes.values()), outcomes
+    filler.unlink()
+    rnd.start(write, "r2")
+    rnd.commit_and_resume()
+    assert outcomes["r2"] == "returned"
+    rnd.close()
+    store.close()
+    assert query(db, "SELECT run_id FROM timeline WHERE type = 'probe'") == [("r2",)]
 
 
 def test_the_wal_is_kept_small(tmp_path: Path) -> None:

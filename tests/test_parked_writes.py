@@ -1,7 +1,8 @@
 """The batch runner's writes (SqliteConnection._write with a parker set): each write's
 statements run at once, the writer parks until the round's one COMMIT holds them, and
 returns only then; a writer that fails leaves nothing of itself and the others commit;
-a COMMIT that fails is raised by every writer whose changes it held.
+a COMMIT that fails is raised by every writer whose changes it held (on a full disk:
+tests/test_db_faults.py).
 
 Greenlets on this thread stand in for the runner's handlers, as in flowctl.batch.
 """
@@ -14,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from greenlet import getcurrent, greenlet
+from helpers import ParkedRound
 
-from flowctl.errors import FlowctlError
 from flowctl.store.records import NewRun
 from flowctl.store.sqlite import SqliteStore as Store
 
@@ -30,32 +30,6 @@ def probes(db: Path) -> list[str]:
         return [r[0] for r in rows]
 
 
-class Round:
-    """A minimal batch runner: greenlets that park on their writes until commit()."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.main = getcurrent()
-        self.parked: list[greenlet] = []
-        store.set_parker(self.park)
-        store.set_group_commit(True)
-
-    def park(self) -> None:
-        self.parked.append(getcurrent())
-        self.main.switch()
-
-    def start(self, fn: Any, *args: Any) -> greenlet:
-        g = greenlet(fn)
-        g.switch(*args)
-        return g
-
-    def commit_and_resume(self) -> None:
-        self.store.commit_pending()
-        parked, self.parked = self.parked, []
-        for g in parked:
-            g.switch()
-
-
 @pytest.fixture
 def store_with_runs(db_path: Path) -> Any:
     with Store(db_path) as store:
@@ -64,15 +38,13 @@ def store_with_runs(db_path: Path) -> Any:
                 NewRun(run_id=f"r{i}", workflow="w", target="t", kind="python", input={}), NOW
             )
         yield store
-        store.set_parker(None)
-        store.set_group_commit(False)
 
 
 def test_parked_writes_share_one_commit_and_each_is_durable_when_it_returns(
     db_path: Path, store_with_runs: Store
 ) -> None:
     store = store_with_runs
-    rnd = Round(store)
+    rnd = ParkedRound(store)
     seen_on_return: dict[str, list[str]] = {}
     failed: list[BaseException] = []
     before = store.commit_stats()
@@ -108,7 +80,7 @@ def test_a_write_made_by_another_thread_commits_the_parked_ones_too(
     import threading
 
     store = store_with_runs
-    rnd = Round(store)
+    rnd = ParkedRound(store)
     returned: list[str] = []
 
     def write(rid: str) -> None:
@@ -125,46 +97,3 @@ def test_a_write_made_by_another_thread_commits_the_parked_ones_too(
     rnd.commit_and_resume()  # nothing left to commit: the parked writer just returns
     assert returned == ["r0"]
     assert store.commit_stats().commits == before.commits
-
-
-class CommitFails:
-    """A real connection whose next COMMIT fails as a disk I/O error would."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-        self.armed = True
-
-    def execute(self, sql: str, *args: Any) -> Any:
-        if sql == "COMMIT" and self.armed:
-            self.armed = False
-            raise sqlite3.OperationalError("disk I/O error")
-        return self._conn.execute(sql, *args)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
-
-
-def test_every_parked_writer_of_a_group_whose_commit_fails_raises_it(
-    db_path: Path, store_with_runs: Store
-) -> None:
-    store = store_with_runs
-    rnd = Round(store)
-    store._conn = CommitFails(store._conn)  # type: ignore[assignment]
-    outcomes: dict[str, object] = {}
-
-    def write(rid: str) -> None:
-        try:
-            store.add_event(rid, "probe", {}, NOW)
-            outcomes[rid] = "returned"
-        except FlowctlError as e:
-            outcomes[rid] = str(e)
-
-    for rid in ("r0", "r1"):
-        rnd.start(write, rid)
-    rnd.commit_and_resume()
-    assert probes(db_path) == []  # rolled back whole
-    assert set(outcomes) == {"r0", "r1"}
-    assert all("disk I/O error" in str(o) for o in outcomes.values()), outcomes
-    rnd.start(write, "r3")  # the next round commits as usual
-    rnd.commit_and_resume()
-    assert outcomes["r3"] == "returned" and probes(db_path) == ["r3"]
