@@ -216,55 +216,17 @@ class SqliteConnection:
             raise ReadOnlyDatabaseError(
                 f"read-only database: {self.path} (opened read-only: this process cannot write it)"
             )
-        park = tl.park
-        if park is not None and self._group_commit:
-            # The batch runner's thread: its round is one shared group that it commits
-            # itself (commit_pending), so this writer counts no writers in flight and
-            # never decides a COMMIT but for a full or old group. Another thread's writer
-            # may commit the group meanwhile; either way the loop below returns only after
-            # the COMMIT that holds this block's changes (issue 14: a third of the
-            # plumbing each checkpoint paid).
-            try:
-                with self._lock:
-                    tl.depth = 1
-                    try:
-                        if not self._txn_open:
-                            self._begin()
-                        if not single:
-                            self._conn.execute("SAVEPOINT flowctl_write")
-                        try:
-                            yield self._conn
-                        except BaseException as e:
-                            self._undo(True, e, not single)
-                            raise
-                        if not single:
-                            self._conn.execute("RELEASE flowctl_write")
-                        self._group_writes += 1
-                        group = self._group_id
-                        if not tl.own:
-                            self._foreign_writes += 1
-                    finally:
-                        tl.depth = 0
-                        if self._txn_open and (
-                            self._group_writes >= GROUP_MAX_WRITES
-                            or _monotonic() - self._group_started >= GROUP_MAX_AGE
-                        ):
-                            self._commit_group()
-                while self._committed_id < group:
-                    park()
-                if self._group_errors:
-                    with self._gc:
-                        failed = self._group_failure(group)
-                    if failed is not None:
-                        raise self._commit_failed(failed) from failed
-            except sqlite3.DatabaseError as e:
-                if isinstance(e, sqlite3.IntegrityError | sqlite3.ProgrammingError):
-                    raise
-                raise self._fault(e) from None
-            return
+        # The batch runner's thread (a parker set, under group commit): its round is one
+        # shared group that it commits itself (commit_pending), so its writers count no
+        # writers in flight, never decide a COMMIT but for a full or old group, and park
+        # instead of waiting on the condition (issue 14: a third of the plumbing each
+        # checkpoint paid). Another thread's writer may commit the group meanwhile; either
+        # way a write returns only after the COMMIT that holds its changes.
+        park = tl.park if self._group_commit else None
         try:
-            with self._gc:
-                self._gc_pending += 1
+            if park is None:
+                with self._gc:
+                    self._gc_pending += 1
             group = 0
             with self._lock:
                 tl.depth = 1
@@ -288,9 +250,11 @@ class SqliteConnection:
                         self._foreign_writes += 1
                 finally:
                     tl.depth = 0
-                    with self._gc:
-                        self._gc_pending -= 1
-                        last = self._gc_pending == 0
+                    last = False  # a parked writer leaves the COMMIT to its round
+                    if park is None:
+                        with self._gc:
+                            self._gc_pending -= 1
+                            last = self._gc_pending == 0
                     if self._txn_open and (
                         last
                         or not self._group_commit
@@ -299,6 +263,11 @@ class SqliteConnection:
                     ):
                         self._commit_group()
             # Return only once the COMMIT that holds our changes is done.
+            if park is not None:
+                while self._committed_id < group:
+                    park()  # the batch runner resumes this writer after a COMMIT
+                if not self._group_errors:
+                    return
             with self._gc:
                 while self._committed_id < group:
                     self._gc.wait()
