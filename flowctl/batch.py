@@ -30,12 +30,15 @@ import time
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
+# Imported here, not in each method: an import statement in a function runs (and looks
+# the module up) on every call, three times per run on the runner's hot path. This
+# module is itself imported only by a daemon that runs the batch runner.
+from greenlet import getcurrent, greenlet
+
 from flowctl.context import step_caller
 from flowctl.retry import BLOCKING
 
 if TYPE_CHECKING:
-    from greenlet import greenlet
-
     from flowctl.live import LiveRun
     from flowctl.store import Claim, Store
 
@@ -200,8 +203,6 @@ class BatchRunner:
     # -- the runner's thread --------------------------------------------------
 
     def _serve(self) -> None:
-        from greenlet import getcurrent
-
         self._main = getcurrent()
         self._store.set_parker(self._park)  # type: ignore[attr-defined]
         try:
@@ -217,8 +218,6 @@ class BatchRunner:
 
     def _take(self, *, block: bool) -> None:
         """New claims and finished pooled bodies: each makes a greenlet ready."""
-        from greenlet import greenlet
-
         while True:
             try:
                 event = self._events.get() if block else self._events.get_nowait()
@@ -285,8 +284,6 @@ class BatchRunner:
 
     def _park(self) -> None:
         """A write's changes wait for a COMMIT: back to the runner until its round commits."""
-        from greenlet import getcurrent
-
         g = getcurrent()
         assert self._main is not None
         if g is self._main:  # the runner's own write (none today): commit it now
@@ -304,8 +301,6 @@ class BatchRunner:
                 return fn(*args, **kwargs)
             finally:
                 self.placement.observed(fn, time.monotonic() - start, inline=True)
-        from greenlet import getcurrent
-
         g = getcurrent()
         context = contextvars.copy_context()  # the step's output capture and ctx go along
         outcome: list[Any] = []

@@ -151,7 +151,7 @@ class Context:
         self._index = 0
         self._in_step: str | None = None
         self._active = False
-        self._thread: threading.Thread | None = None
+        self._thread: int | None = None  # the handler's thread (threading.get_ident)
         self._token: contextvars.Token[Context | None] | None = None
         # Set when a durable call ends the attempt (suspend, non-determinism, lost lease,
         # a durable call inside a step). User code may catch it (`except BaseException`,
@@ -186,7 +186,7 @@ class Context:
                     " durable calls from the workflow function, not from a step"
                 )
             )
-        if threading.current_thread() is not self._thread:
+        if threading.get_ident() != self._thread:
             raise DurableCallError(f"ctx.{what}() called from another thread than the handler's")
         if self.pending is not None:
             self.flush()  # the last step's checkpoint is durable before this call does anything
@@ -666,7 +666,7 @@ class Context:
 
     def _enter(self) -> None:
         self._active = True
-        self._thread = threading.current_thread()
+        self._thread = threading.get_ident()
         self._token = _current.set(self)
 
     def _exit(self) -> None:
