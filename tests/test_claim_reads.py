@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+from helpers import query
+
 from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
@@ -49,3 +51,42 @@ def test_a_fresh_claim_says_there_is_nothing_to_read_and_a_resumed_one_reads(
         run = store.get_run(run_id)
         assert run.status is RunStatus.COMPLETED and run.result == 2
         assert [e.name for e in store.journal(run_id).values()] == ["before", "sleep", "after"]
+
+
+def test_one_claim_of_fresh_woken_and_reclaimed_runs_writes_each_runs_timeline_in_order(
+    tmp_path: Path,
+) -> None:
+    """A claim transaction writes the claimed runs' timeline rows together: each run still
+    gets its own rows in order with the next seq numbers — `claimed` for a fresh run,
+    `woke` then `claimed` for a sleeper whose time came — among the rows of a run passed
+    over in the same transaction (a lapsed lease makes it a suspect), and a later claim
+    appends after them (`reclaimed`, by a claimer that runs the suspect alone)."""
+    (tmp_path / "flows.py").write_text(FLOWS)
+    clock = FakeClock()
+    target = f"{tmp_path / 'flows.py'}:napper"
+    db = tmp_path / "c.db"
+    with SqliteStore(db) as store:
+        sleeper = ops.start(store, target, {}, clock=clock).run.run_id
+        Daemon(store, clock, DaemonConfig(concurrency=1)).tick()  # it sleeps 60 s
+        lapsed = ops.start(store, target, {}, clock=clock).run.run_id
+        now = clock.now()
+        store.claim_due("dead/1/1/0", now, now + timedelta(seconds=15), 8)  # never heard of again
+        clock.advance(timedelta(seconds=61))
+        fresh = ops.start(store, target, {}, clock=clock).run.run_id
+        now = clock.now()
+        claims, ended = store.claim_due("t/1/1/0", now, now + timedelta(seconds=15), 8)
+        assert ended == [] and {c.run.run_id for c in claims} == {sleeper, fresh}
+
+        def tail(run_id: str, n: int) -> list[str]:
+            rows = query(
+                db, "SELECT seq, type FROM timeline WHERE run_id = ? ORDER BY seq", (run_id,)
+            )
+            assert [seq for seq, _ in rows] == list(range(1, len(rows) + 1))
+            return [t for _, t in rows[-n:]]
+
+        assert tail(fresh, 1) == ["claimed"]
+        assert tail(sleeper, 3) == ["sleep started", "woke", "claimed"]
+        assert tail(lapsed, 2) == ["claimed", "suspect"]
+        suspect, _ = store.claim_suspect("t/1/1/0", now, now + timedelta(seconds=15))
+        assert suspect is not None and suspect.run.run_id == lapsed
+        assert tail(lapsed, 3) == ["claimed", "suspect", "reclaimed"]

@@ -184,6 +184,7 @@ class Leases(SqliteConnection):
                 if claim is not None:
                     claims.append(claim)
             if run_id is not None or len(claims) == limit or len(first) < limit:
+                times.flush_events(c)
                 return claims, ended  # claimed all it could, or nothing more is due
             # Some were passed over (held as suspects, paused, ended): the next candidates
             # (limit + 16 in all, as one statement of their ids), then their rows. The few
@@ -203,6 +204,7 @@ class Leases(SqliteConnection):
                     claim = self._claim_one(c, run, owner, times, ended, alone, empty)
                     if claim is not None:
                         claims.append(claim)
+            times.flush_events(c)
         return claims, ended
 
     def claim_suspect(
@@ -223,6 +225,7 @@ class Leases(SqliteConnection):
             for (rid,) in rows:
                 claim = self._claim_one(c, rid, owner, times, ended, True)
                 if claim is not None:
+                    times.flush_events(c)
                     return claim, ended
         return None, ended
 
@@ -279,7 +282,7 @@ class Leases(SqliteConnection):
                 rid,
             ],
         )
-        events = []
+        events = times.events
         if prev is _RUNNING:
             data: dict[str, Any] = {"from": run.lease_owner, "by": owner, "fence": fence}
             if verdict.suspect:
@@ -304,7 +307,6 @@ class Leases(SqliteConnection):
             # JSON), the owner's JSON made once per transaction: json.dumps of a dict per run.
             data_text = f'{{"by":{times.owner_json},"fence":{fence},"attempt":{run.attempt:d}}}'
             events.append((rid, now_us, "claimed", data_text))
-        c.executemany(TIMELINE_INSERT, events)
         # Sleeps whose deadline has passed resolve now; their resolved_at records the actual
         # wake. A queued run is parked on no sleep (a suspended sleep leaves it sleeping, and
         # pause/resume keep that status), so its claim skips the statement; a pending sleep
@@ -555,12 +557,23 @@ class _ClaimTimes:
     """A claim transaction's `now` and lease end, in µs and as the datetimes its rows get,
     and its owner as JSON text: each made once per transaction rather than per run claimed."""
 
-    __slots__ = ("lease_until", "lease_us", "now", "now_us", "owner_json")
+    __slots__ = ("events", "lease_until", "lease_us", "now", "now_us", "owner_json")
 
     def __init__(self, now_us: int, lease_us: int, owner: str) -> None:
         self.now_us, self.lease_us = now_us, lease_us
         self.now, self.lease_until = from_us(now_us), from_us(lease_us)
         self.owner_json = _owner_json(owner)
+        # The claimed runs' timeline rows (woke, claimed, reclaimed), written together by
+        # flush_events before the transaction ends: one executemany, not one per run. Each
+        # run's rows keep their order, and nothing else in a claim transaction writes to a
+        # claimed run's timeline (a run passed over is not claimed), so its seq numbers are
+        # what one statement per run gave.
+        self.events: list[tuple[str, int, str, str | None]] = []
+
+    def flush_events(self, c: sqlite3.Connection) -> None:
+        if self.events:
+            c.executemany(TIMELINE_INSERT, self.events)
+            self.events = []
 
 
 @functools.lru_cache(maxsize=64)
