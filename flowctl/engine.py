@@ -63,6 +63,7 @@ class Engine:
         # worker's SIGINT handler sets; a daemon handles its signals itself.
         self.foreground = foreground
         self.operator_interrupted = False
+        self._unloadable: set[tuple[str, str]] = set()  # (target, error) logged already
 
     def execute(
         self,
@@ -76,6 +77,7 @@ class Engine:
         try:
             wf = self.loader.for_run(run.target, run.kind, run.cwd, source, run.source_hash)
         except FlowctlError as e:
+            self._said_unloadable(run.target, e)
             return self._fail(
                 claim, live, {"type": type(e).__name__, "kind": ErrorKind.LOAD, "message": str(e)}
             )
@@ -195,6 +197,22 @@ class Engine:
         if is_non_retryable(stop):
             return self._end(claim, live, RunStatus.DEAD, _non_retryable(stop, claim))
         return self._fail(claim, live, {**error_dict(stop), "kind": ErrorKind.RAISED})
+
+    def _said_unloadable(self, target: str, error: FlowctlError) -> None:
+        """Log a workflow that does not load, once per target and error (every run of it
+        that wakes meets the same error): its runs wait for it without spending attempts
+        (transitions.next_attempt)."""
+        key = (target, str(error))
+        if key in self._unloadable:
+            return
+        if len(self._unloadable) < 1024:
+            self._unloadable.add(key)
+        log.warning(
+            "workflow %s does not load (%s): its runs are tried again, 1 s doubling to 10 min,"
+            " without spending attempts; fix it, or cancel them",
+            target,
+            error,
+        )
 
     def _fail(self, claim: Claim, live: LiveRun, error: dict[str, Any]) -> Outcome:
         applied = self.store.fail_attempt(

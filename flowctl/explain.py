@@ -10,7 +10,7 @@ a FakeClock. The reasons, in the order they are tried:
     lease_owner_gone, lease_expired, running
     paused                                          an operator paused it
     held, sleeping, waiting_signal, waiting_child,  parked until a time or an event
-    retry_step, retry_run, scheduled
+    retry_step, retry_load, retry_run, scheduled
     no_daemon, queued_no_slot, due                  due now, and who will claim it
 
 A parked run's answer says too when no daemon runs on the database, since nothing will
@@ -25,6 +25,7 @@ from typing import Any
 
 from flowctl.durations import format_duration
 from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus, iso, local_text
+from flowctl.transitions import ErrorKind, error_kind
 
 REASONS = (
     "completed",
@@ -42,6 +43,7 @@ REASONS = (
     "waiting_signal",
     "waiting_child",
     "retry_step",
+    "retry_load",
     "retry_run",
     "scheduled",
     "no_daemon",
@@ -422,6 +424,22 @@ def _parked(facts: WhyFacts, now: datetime) -> tuple[str, str, dict[str, Any]] |
                     "step": pending.name,
                     "call_index": pending.call_index,
                     "error": error_line(pending.value),
+                },
+            )
+        if (
+            error_kind(run.error) is ErrorKind.LOAD
+            and (run.error or {}).get("attempt") == run.attempt
+        ):
+            failures = (run.error or {}).get("load_failures", 1)
+            return (
+                "retry_load",
+                f"waiting for its workflow to load: tried again at {when(run.run_at, now)}"
+                f" ({failures} failure(s) in a row, no attempt spent; fix the workflow or"
+                f" cancel the run) after {error_line(run.error)}",
+                {
+                    "retry_at": iso(run.run_at),
+                    "load_failures": failures,
+                    "error": error_line(run.error),
                 },
             )
         if run.attempt > 1:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -55,7 +55,11 @@ class ErrorKind(StrEnum):
 
 
 _RETRYABLE = frozenset({ErrorKind.RAISED, ErrorKind.TIMEOUT, ErrorKind.LOAD})
-_LABELS = {ErrorKind.TIMEOUT: "timed out", ErrorKind.DEADLINE: "deadline exceeded"}
+_LABELS = {
+    ErrorKind.TIMEOUT: "timed out",
+    ErrorKind.DEADLINE: "deadline exceeded",
+    ErrorKind.LOAD: "load failed",
+}
 
 
 def error_kind(error: dict[str, object] | None) -> ErrorKind:
@@ -409,10 +413,21 @@ def deadline_error(deadline: datetime) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class NextAttempt:
-    """Retry at `retry_at` (the next attempt is queued), or dead-letter (`retry_at` None)."""
+    """Retry at `retry_at` (the next attempt is queued), or dead-letter (`retry_at` None).
+    `spends`: whether the retry is a new attempt (False: the same attempt again)."""
 
     retry_at: datetime | None
     error: dict[str, Any]  # as recorded: with the attempt, and why it is dead if it is
+    spends: bool = True
+
+
+LOAD_RETRY_FIRST = 1.0  # seconds before a run whose workflow did not load is tried again
+LOAD_RETRY_MAX = 600.0  # ... doubling each time, at most this (the attempts' own cap)
+
+
+def load_retry_delay(failures: int) -> timedelta:
+    """How long a run waits after its workflow failed to load `failures` times in a row."""
+    return timedelta(seconds=min(LOAD_RETRY_MAX, LOAD_RETRY_FIRST * 2 ** min(failures - 1, 30)))
 
 
 def next_attempt(
@@ -423,9 +438,23 @@ def next_attempt(
     A retryable kind with attempts left is retried after the run's backoff (or at
     `retry_at`), clamped to the deadline: the claim at the deadline dead-letters it.
     Anything else is dead now; exhausted attempts say so in `dead_reason`.
+
+    A workflow that did not load (a file saved half-edited, an import error) spends no
+    attempt: nothing of the run ran, and the fix is the code's, so the same attempt is
+    tried again, 1 s doubling to 10 min, until it loads, the deadline passes or an operator
+    cancels it (as Temporal retries a workflow task). `load_failures` in the error counts
+    the failures in a row, carried from the run's last error.
     """
     kind = error_kind(error)
     error = {**error, "attempt": run.attempt}
+    if kind is ErrorKind.LOAD:
+        last = run.error or {}
+        again = error_kind(last) is ErrorKind.LOAD and last.get("attempt") == run.attempt
+        failures = (int(last.get("load_failures", 0) or 0) if again else 0) + 1
+        error["load_failures"] = failures
+        if retry_at is None:
+            retry_at = now + load_retry_delay(failures)
+        return NextAttempt(parked_run_at(retry_at, deadline=run.deadline), error, spends=False)
     if not kind.retryable:
         return NextAttempt(None, error)
     if run.attempt >= run.max_attempts:

@@ -62,9 +62,12 @@ def test_execute_returns_the_outcome_of_one_claimed_run(
     assert (run.status, run.lease_owner, run.finished_at) == (RunStatus.COMPLETED, None, T0)
 
 
-def test_a_target_that_no_longer_loads_fails_the_attempt_as_a_load_error(
+def test_a_target_that_no_longer_loads_waits_for_it_without_spending_attempts(
     store: Store, fake_clock: FakeClock, daemon: Daemon
 ) -> None:
+    """A workflow that does not load is the code's fault, not the run's: the same attempt
+    is tried again, 1 s doubling, however few attempts the run has (here one), and each
+    failure is in its timeline."""
     rid = new_run_id()
     store.create_run(
         NewRun(
@@ -72,12 +75,41 @@ def test_a_target_that_no_longer_loads_fails_the_attempt_as_a_load_error(
         ),
         T0,
     )
-    daemon.tick()
+    for failures, wait in ((1, 1), (2, 2), (3, 4)):
+        daemon.tick()
+        run = store.get_run(rid)
+        assert (run.status, run.attempt) == (RunStatus.QUEUED, 1)
+        assert run.run_at == fake_clock.now() + wait * SECOND
+        error = error_of(store, rid)
+        assert (error["type"], error["kind"]) == ("TargetError", "load")
+        assert error["load_failures"] == failures
+        assert str(error["message"]).startswith("module durable_flows has no function 'gone'")
+        fake_clock.advance(wait * SECOND)
+    assert [e.type for e in store.timeline(rid)].count("load failed") == 3
+
+
+def test_a_target_that_never_loads_ends_at_its_deadline(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    rid = new_run_id()
+    store.create_run(
+        NewRun(
+            rid,
+            "gone",
+            "durable_flows:gone",
+            "python",
+            {},
+            cwd=flows.TESTS_DIR,
+            deadline=T0 + 10 * SECOND,
+        ),
+        T0,
+    )
+    while store.get_run(rid).status is RunStatus.QUEUED:
+        daemon.tick()
+        fake_clock.advance(SECOND)
+        assert fake_clock.now() < T0 + 20 * SECOND
     assert store.get_run(rid).status is RunStatus.DEAD
-    error = error_of(store, rid)
-    assert error["type"] == "TargetError"
-    assert error["kind"] == "load"
-    assert str(error["message"]).startswith("module durable_flows has no function 'gone'")
+    assert error_of(store, rid)["kind"] == "deadline"
 
 
 # ---------------------------------------------------------------- a new attempt

@@ -67,3 +67,47 @@ def test_an_unchanged_file_is_not_imported_again_and_an_edited_one_is() -> None:
         second = load_target(f"{path}:fixme").handler
         assert second is not first
         assert second.__globals__["body"]() == 2
+
+
+SLEEPER = """
+from flowctl import workflow
+
+
+@workflow(max_attempts=1)
+def later(ctx):
+    first = ctx.step("first", lambda: 1)
+    ctx.sleep(60)
+    return ctx.step("second", lambda: first + {body})
+"""
+
+
+def test_a_half_edited_file_saved_while_a_run_sleeps_costs_it_no_attempt(
+    store: Store, daemon: Daemon, fake_clock: FakeClock, flows_dir: Path
+) -> None:
+    """The run wakes while its file holds a syntax error (a save in the middle of an edit):
+    it waits for the file to load again, its one attempt unspent, and once the file is
+    fixed it goes on from its checkpoint, `first` not run again."""
+    path = flows_dir / "later.py"
+    path.write_text(SLEEPER.format(body="1"))
+    os.utime(path, ns=(10**9, 10**9))
+    rid = ops.start(store, f"{path}:later", {}, clock=fake_clock).run.run_id
+    daemon.tick()
+    assert store.get_run(rid).status is RunStatus.SLEEPING
+    path.write_text(SLEEPER.format(body="(1 +"))  # saved half-edited
+    os.utime(path, ns=(2 * 10**9, 2 * 10**9))
+    fake_clock.advance(61)
+    daemon.tick()
+    run = store.get_run(rid)
+    assert (run.status, run.attempt) == (RunStatus.QUEUED, 1)
+    assert run.error is not None and run.error["kind"] == "load"
+    assert "SyntaxError" in str(run.error["message"]) or "syntax" in str(run.error["message"])
+    why = ops.why_run(store, rid, clock=fake_clock)
+    assert why.reason == "retry_load" and "no attempt spent" in why.message
+    path.write_text(SLEEPER.format(body="41"))  # the edit finished
+    os.utime(path, ns=(3 * 10**9, 3 * 10**9))
+    fake_clock.advance(1)
+    daemon.tick()
+    run = store.get_run(rid)
+    assert (run.status, run.result, run.attempt) == (RunStatus.COMPLETED, 42, 1)
+    steps = [e for e in store.journal(rid).values() if e.name in ("first", "second")]
+    assert [(e.name, e.value) for e in steps] == [("first", 1), ("second", 42)]

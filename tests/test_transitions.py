@@ -179,6 +179,26 @@ def test_next_attempt_retries_with_backoff_clamped_to_the_deadline() -> None:
     assert given.retry_at == T0 + timedelta(hours=1)
 
 
+def test_a_workflow_that_does_not_load_is_tried_again_without_spending_the_attempt() -> None:
+    err = {"type": "TargetError", "message": "SyntaxError", "kind": "load"}
+    last = a_run(attempt=3, max_attempts=3)  # its last attempt: a load error spends none
+    waits = []
+    for _ in range(12):
+        v = next_attempt(last, err, T0)
+        assert v.spends is False and v.retry_at is not None
+        assert v.error["attempt"] == 3 and "dead_reason" not in v.error
+        waits.append((v.retry_at - T0).total_seconds())
+        last = dataclasses.replace(last, error=v.error)  # as the store records it
+    assert waits == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 600, 600]
+    assert last.error is not None and last.error["load_failures"] == 12
+    # A load error of an earlier attempt starts the count again; a deadline clamps it.
+    newer = next_attempt(dataclasses.replace(last, attempt=4, max_attempts=5), err, T0)
+    assert newer.error["load_failures"] == 1 and newer.retry_at == T0 + timedelta(seconds=1)
+    near = dataclasses.replace(last, deadline=T0 + timedelta(seconds=30))
+    assert next_attempt(near, err, T0).retry_at == T0 + timedelta(seconds=30)
+    assert next_attempt(a_run(), {**err, "kind": "raised"}, T0).spends is True
+
+
 def test_next_attempt_dead_letters_when_exhausted_or_not_retryable() -> None:
     err = {"type": "ValueError", "message": "m", "kind": "raised"}
     done = next_attempt(a_run(attempt=3, max_attempts=3), err, T0)

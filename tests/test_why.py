@@ -165,6 +165,21 @@ def test_queued_for_the_next_attempt_after_a_run_error() -> None:
     assert "attempt 2/3" in why.message and why.message.endswith("after KeyError: 'x'")
 
 
+def test_queued_until_its_workflow_loads_again() -> None:
+    at = NOW + timedelta(seconds=8)
+    error = {"type": "TargetError", "message": "bad.py: SyntaxError", "kind": "load"}
+    r = run(run_at=at, attempt=1, error={**error, "attempt": 1, "load_failures": 4})
+    why = explain(WhyFacts(r, daemons=(ALIVE,)), NOW)
+    assert why.reason == "retry_load"
+    assert "waiting for its workflow to load" in why.message
+    assert "4 failure(s) in a row, no attempt spent" in why.message
+    assert why.message.endswith("after TargetError: bad.py: SyntaxError")
+    assert why.facts["load_failures"] == 4
+    # A load error of an earlier attempt says nothing of this one: a plain retry.
+    older = run(run_at=at, attempt=2, error={**error, "attempt": 1, "load_failures": 4})
+    assert explain(WhyFacts(older, daemons=(ALIVE,)), NOW).reason == "retry_run"
+
+
 def test_queued_to_start_later_then_due() -> None:
     later = run(run_at=NOW + timedelta(minutes=10))
     assert explain(WhyFacts(later, daemons=(ALIVE,)), NOW).reason == "scheduled"

@@ -126,10 +126,10 @@ class Transitions(PostgresConnection):
                 [run.run_id, run.run_id],
             )
             c.execute(
-                "UPDATE runs SET status = 'queued', run_at = %s, attempt = attempt + 1,"
+                "UPDATE runs SET status = 'queued', run_at = %s, attempt = attempt + %s,"
                 " error = %s::jsonb, exec_spent_us = 0, lease_owner = NULL, lease_until = NULL,"
                 f" solo = 0, {_CLEARED} WHERE run_id = %s",
-                [at, dumps(error), run.run_id],
+                [at, int(verdict.spends), dumps(error), run.run_id],
             )
             events.append(
                 _event(
@@ -137,7 +137,7 @@ class Transitions(PostgresConnection):
                     now_us,
                     "retry scheduled",
                     {
-                        "attempt": run.attempt + 1,
+                        "attempt": run.attempt + int(verdict.spends),
                         "at": from_us(at).isoformat(timespec="microseconds"),
                     },
                 )

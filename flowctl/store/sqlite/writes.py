@@ -200,10 +200,10 @@ def _fail(
             [run.run_id, run.run_id],
         )
         c.execute(
-            "UPDATE runs SET status = 'queued', run_at = ?, attempt = attempt + 1, error = ?,"
+            "UPDATE runs SET status = 'queued', run_at = ?, attempt = attempt + ?, error = ?,"
             f" exec_spent_us = 0, lease_owner = NULL, lease_until = NULL, solo = 0, {_CLEARED}"
             " WHERE run_id = ?",
-            [at, dumps(error), run.run_id],
+            [at, int(verdict.spends), dumps(error), run.run_id],
         )
         events.append(
             _event(
@@ -211,7 +211,7 @@ def _fail(
                 now_us,
                 "retry scheduled",
                 {
-                    "attempt": run.attempt + 1,
+                    "attempt": run.attempt + int(verdict.spends),
                     "at": from_us(at).isoformat(timespec="microseconds"),
                 },
             )
