@@ -433,8 +433,8 @@ def _parked(facts: WhyFacts, now: datetime) -> tuple[str, str, dict[str, Any]] |
             failures = (run.error or {}).get("load_failures", 1)
             return (
                 "retry_load",
-                f"waiting for its workflow to load: tried again at {when(run.run_at, now)}"
-                f" ({failures} failure(s) in a row, no attempt spent; fix the workflow or"
+                f"waiting for its workflow to load: tried again at {when(run.run_at, now)},"
+                f" no attempt spent ({failures} failure(s) in a row: fix the workflow or"
                 f" cancel the run) after {error_line(run.error)}",
                 {
                     "retry_at": iso(run.run_at),

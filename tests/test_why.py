@@ -172,7 +172,7 @@ def test_queued_until_its_workflow_loads_again() -> None:
     why = explain(WhyFacts(r, daemons=(ALIVE,)), NOW)
     assert why.reason == "retry_load"
     assert "waiting for its workflow to load" in why.message
-    assert "4 failure(s) in a row, no attempt spent" in why.message
+    assert "no attempt spent (4 failure(s) in a row" in why.message
     assert why.message.endswith("after TargetError: bad.py: SyntaxError")
     assert why.facts["load_failures"] == 4
     # A load error of an earlier attempt says nothing of this one: a plain retry.
