@@ -25,7 +25,7 @@ from typing import Any
 
 from flowctl.durations import format_duration
 from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus, iso, local_text
-from flowctl.transitions import ErrorKind, error_kind
+from flowctl.transitions import load_failures
 
 REASONS = (
     "completed",
@@ -426,11 +426,8 @@ def _parked(facts: WhyFacts, now: datetime) -> tuple[str, str, dict[str, Any]] |
                     "error": error_line(pending.value),
                 },
             )
-        if (
-            error_kind(run.error) is ErrorKind.LOAD
-            and (run.error or {}).get("attempt") == run.attempt
-        ):
-            failures = (run.error or {}).get("load_failures", 1)
+        failures = load_failures(run)
+        if failures:
             return (
                 "retry_load",
                 f"waiting for its workflow to load: tried again at {when(run.run_at, now)},"

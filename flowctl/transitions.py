@@ -430,6 +430,15 @@ def load_retry_delay(failures: int) -> timedelta:
     return timedelta(seconds=min(LOAD_RETRY_MAX, LOAD_RETRY_FIRST * 2 ** min(failures - 1, 30)))
 
 
+def load_failures(run: Run) -> int:
+    """How many times in a row the run's workflow has failed to load in its current attempt
+    (0: it is not waiting for its workflow to load). Read from its last recorded error."""
+    last = run.error or {}
+    if error_kind(last) is not ErrorKind.LOAD or last.get("attempt") != run.attempt:
+        return 0
+    return max(1, int(last.get("load_failures", 1) or 1))
+
+
 def next_attempt(
     run: Run, error: dict[str, Any], now: datetime, *, retry_at: datetime | None = None
 ) -> NextAttempt:
@@ -448,9 +457,7 @@ def next_attempt(
     kind = error_kind(error)
     error = {**error, "attempt": run.attempt}
     if kind is ErrorKind.LOAD:
-        last = run.error or {}
-        again = error_kind(last) is ErrorKind.LOAD and last.get("attempt") == run.attempt
-        failures = (int(last.get("load_failures", 0) or 0) if again else 0) + 1
+        failures = load_failures(run) + 1
         error["load_failures"] = failures
         if retry_at is None:
             retry_at = now + load_retry_delay(failures)

@@ -25,7 +25,7 @@ from flowctl.model import (
     local_text,
 )
 from flowctl.store import Store
-from flowctl.transitions import ErrorKind, error_kind
+from flowctl.transitions import load_failures
 
 
 @dataclass
@@ -215,10 +215,7 @@ def why(detail: RunDetail, now: datetime) -> str:
         retrying = _last(detail, EntryState.RETRYING)
         if retrying is not None:
             return f"queued: step {retrying.name!r} retries at {until(run.run_at)}"
-        if (
-            error_kind(run.error) is ErrorKind.LOAD
-            and (run.error or {}).get("attempt") == run.attempt
-        ):
+        if load_failures(run):
             return f"queued: its workflow did not load; tried again at {until(run.run_at)}"
         if run.attempt > 1:
             return f"queued: attempt {run.attempt}/{run.max_attempts} at {until(run.run_at)}"
