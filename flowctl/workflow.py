@@ -393,6 +393,19 @@ def _yaml_def(path: Path, text: str | None = None) -> WorkflowDef:
     )
 
 
+def _kind_of(path: Path, target: str) -> str | None:
+    """"file", "dir", another kind's name, or None when nothing is there. A path the OS
+    refuses to look at (a name too long, a folder it may not enter) is a TargetError
+    saying why, not a traceback: Python 3.11's is_file() raises those."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise TargetError(f"cannot look at workflow target {target!r}: {e.strerror}") from None
+    return "file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "other"
+
+
 def load_target(
     target: str, *, workflows_dir: str | Path | None = None, cwd: str | None = None
 ) -> WorkflowDef:
@@ -417,7 +430,7 @@ def load_target(
             )
         if left.endswith(".py") or "/" in left:
             path = Path(left) if Path(left).is_absolute() else base / left
-            if not path.is_file():
+            if _kind_of(path, target) != "file":
                 raise TargetError(f"workflow file {left} does not exist")
             module = _import_file(path)
             fn = getattr(module, fn_name, None)
@@ -449,18 +462,19 @@ def load_target(
             return load_target(entry.target, cwd=str(Path(workflows_dir).resolve()))
     if target.endswith(".py"):
         path = Path(target) if Path(target).is_absolute() else base / target
-        text = _read_for_discovery(path) if path.is_file() else None
+        text = _read_for_discovery(path) if _kind_of(path, target) == "file" else None
         names = [e.target.rpartition(":")[2] for e in _python_entries(path, text or "")]
         form = f"{target}:{names[0]}" if len(names) == 1 else f"{target}:FUNCTION"
         found = f" ({target} has @workflow functions: {', '.join(names)})" if len(names) > 1 else ""
         raise TargetError(f"{target!r} names a file, not a function: use {form}{found}")
     as_path = Path(target) if Path(target).is_absolute() else base / target
-    if as_path.is_dir():
+    kind = _kind_of(as_path, target)
+    if kind == "dir":
         raise TargetError(
             f"{target!r} is a folder, not a workflow: give file.py:function, a .yaml file"
             " inside it, or a name listed by `flowctl workflows`"
         )
-    if as_path.is_file():
+    if kind == "file":
         raise TargetError(
             f"{target!r} is not a workflow file: give file.py:function or a .yaml/.yml file"
         )
