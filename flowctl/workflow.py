@@ -394,7 +394,7 @@ def _yaml_def(path: Path, text: str | None = None) -> WorkflowDef:
 
 
 def _kind_of(path: Path, target: str) -> str | None:
-    """"file", "dir", another kind's name, or None when nothing is there. A path the OS
+    """What is at `path`: "file", "dir", "other", or None when nothing is. A path the OS
     refuses to look at (a name too long, a folder it may not enter) is a TargetError
     saying why, not a traceback: Python 3.11's is_file() raises those."""
     try:
