@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -139,7 +140,7 @@ def test_an_existing_file_is_kept_without_force(tmp_path: Path) -> None:
     assert oct(dest.stat().st_mode & 0o777) == "0o600"
 
 
-@pytest.mark.parametrize("where", ["folder", "missing-folder", "itself", ""])
+@pytest.mark.parametrize("where", ["folder", "missing-folder", "itself", "", "pipe"])
 def test_a_bad_path_is_refused_and_nothing_written(tmp_path: Path, where: str) -> None:
     db = tmp_path / "f.db"
     (tmp_path / "flows.py").write_text(FLOWS)
@@ -147,6 +148,8 @@ def test_a_bad_path_is_refused_and_nothing_written(tmp_path: Path, where: str) -
         flowctl(db, "run", f"{tmp_path / 'flows.py'}:busy", "--detach", cwd=tmp_path).returncode
         == 0
     )
+    if where == "pipe":  # not a regular file, as /dev/null is not: a rename would replace it
+        os.mkfifo(tmp_path / "pipe")
     before = digest(db)
     files = sorted(p.name for p in tmp_path.iterdir())
     dest = {
@@ -154,12 +157,16 @@ def test_a_bad_path_is_refused_and_nothing_written(tmp_path: Path, where: str) -
         "missing-folder": str(tmp_path / "nope" / "x.db"),
         "itself": str(db),
         "": "",
+        "pipe": str(tmp_path / "pipe"),
     }[where]
     out = flowctl(db, "backup", dest, "--force", cwd=tmp_path)
     assert out.returncode in (1, 2)
     assert out.stderr.startswith("flowctl: ") and out.stderr.count("\n") == 1
     assert digest(db) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == files
+    if where == "pipe":
+        assert stat.S_ISFIFO((tmp_path / "pipe").stat().st_mode)
+        assert "not a regular file" in out.stderr
 
 
 @pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])

@@ -45,6 +45,13 @@ class Maintenance(SqliteConnection):
             raise FlowctlError(f"{target} already exists; give --force to overwrite it")
         if target.exists() and self.path != ":memory:" and os.path.samefile(target, self.path):
             raise FlowctlError(f"{target} is the database itself: give the backup another path")
+        if target.exists() and not target.is_file():
+            # A rename onto it would replace the node itself: `backup /dev/null --force` as
+            # root turned /dev/null into a regular file (the CLI fuzz found it).
+            raise FlowctlError(
+                f"{target} is not a regular file (a folder, a device or a pipe): give a file's"
+                " path for the backup"
+            )
         if self.path != ":memory:":
             # Its write-ahead log, shared memory or journal: overwriting one corrupts the
             # live database, whether or not the file exists right now.
