@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -334,6 +335,22 @@ def check(out: Ran, args: list[str], before: dict[str, int], db: Path) -> None:
         # a run that started and then died: its JSON summary says so, and is all there is
         assert json.loads(out.stdout)["status"] in ("dead", "cancelled"), shown
         assert out.stderr == "", shown
+        return
+    if (
+        args[0] in ("run", "rerun", "fork")
+        and out.returncode == 1
+        and lines
+        and re.match(r"(dead|cancelled) [0-9a-z]{16}: ", lines[0])
+    ):
+        # ... or, without --json, one line saying how it ended and why (`dead ID: error`)
+        assert len(lines) == 1, shown
+        return
+    if args[0] == "check" and out.returncode == 1 and out.stdout and not lines:
+        # runs that would break with the code on disk: the findings are the output
+        if json_mode:
+            assert json.loads(out.stdout), shown
+        else:
+            assert out.stdout.startswith("BREAKS ") and "would break" in out.stdout, shown
         return
     if args[0] == "validate" and json_mode and out.stdout:
         assert json.loads(out.stdout)["problems"], shown
