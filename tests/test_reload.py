@@ -111,3 +111,57 @@ def test_a_half_edited_file_saved_while_a_run_sleeps_costs_it_no_attempt(
     assert (run.status, run.result, run.attempt) == (RunStatus.COMPLETED, 42, 1)
     steps = [e for e in store.journal(rid).values() if e.name in ("first", "second")]
     assert [(e.name, e.value) for e in steps] == [("first", 1), ("second", 42)]
+
+
+CAUGHT = """
+import os
+from flowctl import workflow
+
+
+def risky(path):
+    with open(path, "a") as f:
+        f.write("x")
+    raise ValueError("no")
+
+
+@workflow(max_attempts=1)
+def caught(ctx, path: str):
+    try:
+        ctx.step("risky", risky, path)
+    except ValueError:
+        pass
+    ctx.sleep(60)
+    return ctx.step("after", lambda: {body})
+"""
+
+
+def test_a_load_retry_keeps_the_attempts_journal_a_caught_step_error_included(
+    store: Store, daemon: Daemon, fake_clock: FakeClock, flows_dir: Path
+) -> None:
+    """A load failure retries the same attempt: its journal stands whole. (A new attempt
+    starts again from its first step error; the same attempt must not, or the step whose
+    error the workflow caught would run a second time.)"""
+    path = flows_dir / "caught.py"
+    calls = flows_dir / "calls"
+    path.write_text(CAUGHT.format(body="1"))
+    os.utime(path, ns=(10**9, 10**9))
+    rid = ops.start(store, f"{path}:caught", {"path": str(calls)}, clock=fake_clock).run.run_id
+    daemon.tick()
+    assert store.get_run(rid).status is RunStatus.SLEEPING and calls.read_text() == "x"
+    path.write_text(CAUGHT.format(body="(1 +"))  # saved half-edited
+    os.utime(path, ns=(2 * 10**9, 2 * 10**9))
+    fake_clock.advance(61)
+    daemon.tick()
+    assert store.get_run(rid).status is RunStatus.QUEUED
+    path.write_text(CAUGHT.format(body="2"))
+    os.utime(path, ns=(3 * 10**9, 3 * 10**9))
+    fake_clock.advance(1)
+    daemon.tick()
+    run = store.get_run(rid)
+    assert (run.status, run.result, run.attempt) == (RunStatus.COMPLETED, 2, 1)
+    assert calls.read_text() == "x"  # the caught step ran once
+    assert [(e.name, str(e.state)) for e in store.journal(rid).values()] == [
+        ("risky", "error"),
+        ("sleep", "done"),
+        ("after", "done"),
+    ]

@@ -120,16 +120,20 @@ class Transitions(PostgresConnection):
         events = [_event(run.run_id, now_us, kind.label, data)]
         if verdict.retry_at is not None:
             at = to_us(verdict.retry_at)
-            c.execute(
-                "DELETE FROM journal WHERE run_id = %s AND call_index >= (SELECT MIN(call_index)"
-                " FROM journal WHERE run_id = %s AND state = 'error')",
-                [run.run_id, run.run_id],
-            )
+            if verdict.spends:
+                # A new attempt starts from the first recorded step error: checkpoints
+                # before it stand. The same attempt again (it did not load) keeps all.
+                c.execute(
+                    "DELETE FROM journal WHERE run_id = %s AND call_index >= (SELECT"
+                    " MIN(call_index) FROM journal WHERE run_id = %s AND state = 'error')",
+                    [run.run_id, run.run_id],
+                )
             c.execute(
                 "UPDATE runs SET status = 'queued', run_at = %s, attempt = attempt + %s,"
-                " error = %s::jsonb, exec_spent_us = 0, lease_owner = NULL, lease_until = NULL,"
+                " error = %s::jsonb, exec_spent_us = CASE WHEN %s THEN 0 ELSE exec_spent_us"
+                " END, lease_owner = NULL, lease_until = NULL,"
                 f" solo = 0, {_CLEARED} WHERE run_id = %s",
-                [at, int(verdict.spends), dumps(error), run.run_id],
+                [at, int(verdict.spends), dumps(error), verdict.spends, run.run_id],
             )
             events.append(
                 _event(

@@ -193,17 +193,19 @@ def _fail(
     events = [_event(run.run_id, now_us, kind.label, data)]
     if verdict.retry_at is not None:
         at = to_us(verdict.retry_at)
-        # A new attempt starts from the first recorded step error: checkpoints before it stand.
-        c.execute(
-            "DELETE FROM journal WHERE run_id = ? AND call_index >= (SELECT MIN(call_index)"
-            " FROM journal WHERE run_id = ? AND state = 'error')",
-            [run.run_id, run.run_id],
-        )
+        if verdict.spends:
+            # A new attempt starts from the first recorded step error: checkpoints before
+            # it stand. The same attempt again (its workflow did not load) keeps all.
+            c.execute(
+                "DELETE FROM journal WHERE run_id = ? AND call_index >= (SELECT MIN(call_index)"
+                " FROM journal WHERE run_id = ? AND state = 'error')",
+                [run.run_id, run.run_id],
+            )
         c.execute(
             "UPDATE runs SET status = 'queued', run_at = ?, attempt = attempt + ?, error = ?,"
-            f" exec_spent_us = 0, lease_owner = NULL, lease_until = NULL, solo = 0, {_CLEARED}"
-            " WHERE run_id = ?",
-            [at, int(verdict.spends), dumps(error), run.run_id],
+            " exec_spent_us = CASE WHEN ? THEN 0 ELSE exec_spent_us END, lease_owner = NULL,"
+            f" lease_until = NULL, solo = 0, {_CLEARED} WHERE run_id = ?",
+            [at, int(verdict.spends), dumps(error), verdict.spends, run.run_id],
         )
         events.append(
             _event(
