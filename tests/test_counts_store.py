@@ -170,8 +170,9 @@ def test_search_reads_a_bounded_window_and_exact_ids_and_keys(
 
     old = start("quick", {"user": "needle"}, key="order-7")
     hidden = start("secretive", {"token": "needle-token", "user": "x"})
+    # 'l' and 'o' are not in the run ids' alphabet: "hayloft" never matches a random id
     for i in range(10):
-        start("quick", {"user": f"hay{i}"})
+        start("quick", {"user": f"hayloft{i}"})
     new = start("quick", {"user": "needle"})
     shown = start("secretive", {"token": "needle", "user": "pin"})
     ids = lambda **kw: [r.run_id for r in store.list_runs(**kw)]  # noqa: E731
@@ -184,13 +185,13 @@ def test_search_reads_a_bounded_window_and_exact_ids_and_keys(
     assert ids(search=new) == [new]  # an id in the window
     assert ids(search=hidden) == [hidden]
     assert store.count_by_status_matching(None, "needle")[RunStatus.QUEUED] == 1
-    assert store.count_by_status_matching(None, "hay")[RunStatus.QUEUED] == 3  # hay7..hay9
-    assert store.count_by_status_matching("quick", "hay")[RunStatus.QUEUED] == 3
+    assert store.count_by_status_matching(None, "hayloft")[RunStatus.QUEUED] == 3  # hayloft7..9
+    assert store.count_by_status_matching("quick", "hayloft")[RunStatus.QUEUED] == 3
     assert store.count_by_status_matching(None, old)[RunStatus.QUEUED] == 1
     assert store.count_by_status_matching(None, None) == store.count_by_status()
     assert (
-        ids(search="hay", statuses=[RunStatus.QUEUED], limit=2, offset=1)
-        == ids(search="hay", limit=3)[1:3]
+        ids(search="hayloft", statuses=[RunStatus.QUEUED], limit=2, offset=1)
+        == ids(search="hayloft", limit=3)[1:3]
     )
 
 

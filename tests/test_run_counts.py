@@ -222,12 +222,13 @@ def test_search_reads_a_bounded_window_and_exact_ids(
     clock = FakeClock()
     with Store(tmp_path / "w.db") as store:
         old = ops.start(store, f"{flows}:quick", {"user": "needle"}, clock=clock).run
+        # 'l' and 'o' are not in the run ids' alphabet: "hayloft" never matches a random id
         for i in range(10):
             clock.advance(timedelta(seconds=1))
-            ops.start(store, f"{flows}:quick", {"user": f"hay{i}"}, clock=clock)
+            ops.start(store, f"{flows}:quick", {"user": f"hayloft{i}"}, clock=clock)
         clock.advance(timedelta(seconds=1))
         new = ops.start(store, f"{flows}:quick", {"user": "needle"}, clock=clock).run
         assert [r.run_id for r in store.list_runs(search="needle")] == [new.run_id]
         assert [r.run_id for r in store.list_runs(search=old.run_id)] == [old.run_id]
         assert store.count_by_status_matching(None, "needle")[RunStatus.QUEUED] == 1
-        assert store.count_by_status_matching(None, "hay")[RunStatus.QUEUED] == 4
+        assert store.count_by_status_matching(None, "hayloft")[RunStatus.QUEUED] == 4
