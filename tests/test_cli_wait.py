@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import subprocess
@@ -322,3 +324,62 @@ def test_run_wait_prints_a_retried_steps_output_once_per_attempt(tmp_path: Path,
         "  ✓ flaky",
         "completed",
     ], out.stdout
+
+
+NAP_THEN_FLAKY = """
+from pathlib import Path
+from flowctl import workflow
+
+
+def flaky(path):
+    n = int(Path(path).read_text()) if Path(path).exists() else 0
+    Path(path).write_text(str(n + 1))
+    print(f"flaky try {n}")
+    if n == 0:
+        raise RuntimeError("the first try fails")
+    return n
+
+
+@workflow
+def later(ctx, path: str):
+    ctx.sleep("1h")
+    return ctx.step("flaky", flaky, path)
+"""
+
+
+def test_run_wait_says_an_attempt_a_daemon_failed_and_when_it_is_retried(
+    invoke: Any, db: str, tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The daemon runs the woken run while `run --wait` waits: its failed attempt's
+    # checkpoint is gone once the retry is queued, so only the timeline says what happened.
+    (Path.cwd() / "later.py").write_text(NAP_THEN_FLAKY)
+    ticks: list[int] = []
+
+    fake_wait = clock.wait_until
+
+    def a_daemon_runs_it_when_due(event: threading.Event, deadline: float) -> bool:
+        if threading.current_thread() is not threading.main_thread():
+            return fake_wait(event, deadline)  # the foreground's heartbeat: time is ours
+        with open_store(db) as store:
+            run = store.list_runs(limit=1)[0]
+            if run.run_at is not None and run.run_at > clock.now():
+                clock.advance(run.run_at - clock.now())
+            with contextlib.redirect_stdout(io.StringIO()):  # not this process's output
+                ticks.append(Daemon(store, clock, DaemonConfig(concurrency=1)).tick())
+        return False
+
+    monkeypatch.setattr(clock, "wait_until", a_daemon_runs_it_when_due)
+    out = invoke("run", "later.py:later", "--wait", "-i", f"path={tmp_path / 'n'}").stdout
+    assert sum(ticks) == 2  # the daemon ran both attempts, not this process
+    shape = [
+        re.sub(r" \(.*| until .*| at .*| [0-9a-z]{16}:.*", "", line) for line in out.splitlines()
+    ]
+    assert shape == [
+        "  … sleeping",
+        "flaky try 0",
+        "  ✗ flaky: RuntimeError: the first try fails",
+        "  ↻ retrying",
+        "flaky try 1",
+        "  ✓ flaky",
+        "completed",
+    ], out

@@ -34,6 +34,7 @@ from flowctl.model import EntryState, Run, RunStatus, iso
 
 if TYPE_CHECKING:
     from flowctl.output import CommandListener, StepOutput
+    from flowctl.store import OutputChunk
 
 # ---------------------------------------------------------------------------
 # run
@@ -254,16 +255,22 @@ def _drive(
     """Run it here as a worker; print each step as it is journaled (`known`: call indices
     already journaled before, e.g. copied by a fork, not printed)."""
     from flowctl.engine import Outcome
+    from flowctl.explain import error_line
     from flowctl.foreground import drive_run
     from flowctl.model import JournalEntry
     from flowctl.output import command_output_to
+    from flowctl.store.records import Claim
 
     def on_checkpoint(entry: JournalEntry) -> None:
         if quiet or entry.kind != "step":
             return
         took = f" ({format_duration(entry.duration)})" if entry.duration is not None else ""
-        mark = "✓" if entry.state is EntryState.DONE else "✗"
-        typer.echo(f"  {mark} {one_line(entry.name)}{took}")
+        if entry.state is EntryState.DONE:
+            typer.echo(f"  ✓ {one_line(entry.name)}{took}")
+            return
+        error = entry.value if isinstance(entry.value, dict) else None
+        why = f": {terminal_safe(one_line(error_line(error)))}" if error else ""
+        typer.echo(f"  ✗ {one_line(entry.name)}{took}{why}")
 
     # What has been printed: journal entries by (call index, state), so a step that failed
     # here and was retried elsewhere is printed again when it ends; and output chunks by
@@ -293,13 +300,17 @@ def _drive(
             shown_chunks.update(c.seq for c in chunks)
         for entry in missed:
             printed.add((entry.call_index, str(entry.state)))
-            for c in chunks:
-                if c.call_index == entry.call_index and c.seq not in shown_chunks:
-                    shown_chunks.add(c.seq)
-                    if c.stream in ("stdout", "stderr"):
-                        text = "\n".join(terminal_safe(line) for line in c.text.split("\n"))
-                        typer.echo(text, nl=False, err=c.stream == "stderr")
+            say_chunks(entry.call_index, chunks)
             _say_entry(entry)
+
+    def say_chunks(index: int, chunks: list[OutputChunk]) -> None:
+        """The output the step at `index` recorded that is not printed yet."""
+        for c in chunks:
+            if c.call_index == index and c.seq not in shown_chunks:
+                shown_chunks.add(c.seq)
+                if c.stream in ("stdout", "stderr"):
+                    text = "\n".join(terminal_safe(line) for line in c.text.split("\n"))
+                    typer.echo(text, nl=False, err=c.stream == "stderr")
 
     def _say_entry(entry: JournalEntry) -> None:
         pending = entry.state is EntryState.PENDING
@@ -315,6 +326,49 @@ def _drive(
                 typer.echo(f"  … waiting for child run {child} (`flowctl daemon` runs it)")
         elif entry.kind == "step" and not pending:
             on_checkpoint(entry)
+
+    # The timeline after the events already there when this began: what another worker (a
+    # daemon) did to the run. Its failed attempt's checkpoint is deleted when the retry is
+    # queued, so only the timeline still says that a step failed and when it runs again.
+    ours: set[int] = set()  # the fences of this process's claims: their events it printed
+    seen = [st.store.timeline_page(run_obj.run_id, limit=0)[1]]
+    theirs = [False]  # the events being read follow a claim by another worker
+
+    def say_others() -> None:
+        from flowctl.ops.maintenance import run_output
+
+        total = st.store.timeline_page(run_obj.run_id, limit=0)[1]
+        if total <= seen[0]:  # nothing new (or `prune` trimmed it: count from here)
+            seen[0] = total
+            return
+        events, seen[0] = st.store.timeline_page(run_obj.run_id, limit=total - seen[0])
+        for event in events:
+            data = event.data
+            if event.type == "claimed":
+                theirs[0] = data.get("fence") not in ours
+            elif not theirs[0]:
+                continue
+            elif event.type == "step failed" and isinstance(data.get("index"), int):
+                if (data["index"], str(EntryState.ERROR)) not in printed:
+                    printed.add((data["index"], str(EntryState.ERROR)))
+                    say_chunks(data["index"], run_output(st.store, run_obj.run_id))
+                    error = terminal_safe(one_line(str(data.get("error", ""))))
+                    typer.echo(f"  ✗ {one_line(str(data.get('name', '?')))}: {error}")
+            elif event.type in ("retry scheduled", "step retry scheduled") and wait:
+                try:
+                    at = datetime.fromisoformat(str(data.get("at")))
+                except ValueError:
+                    continue
+                typer.echo(f"  ↻ retrying at {_local(at)} ({_relative(at, st.clock.now())})")
+
+    def others_ran() -> None:
+        """Before this process runs a step, and while it waits: what a daemon ran."""
+        catch_up(None, with_output=True)
+        say_others()
+
+    def on_claim(claim: Claim) -> None:
+        ours.add(claim.lease.fence)  # first: its `claimed` event is already written
+        others_ran()
 
     def on_step(entry: JournalEntry) -> None:
         if not quiet:
@@ -344,12 +398,11 @@ def _drive(
                 wait=wait,
                 on_checkpoint=on_step,
                 on_outcome=on_outcome,
-                # Before this process runs a step, and while it waits: what a daemon ran.
-                on_claim=None if quiet else lambda _claim: catch_up(None, with_output=True),
-                on_wait=None if quiet else lambda: catch_up(None, with_output=True),
+                on_claim=None if quiet else on_claim,
+                on_wait=None if quiet else others_ran,
             )
         if not quiet:
-            catch_up(None, with_output=True)  # steps a daemon ran after the run left us
+            others_ran()  # steps a daemon ran after the run left us
         return final
     except KeyboardInterrupt:
         typer.echo(
