@@ -383,3 +383,52 @@ def test_run_wait_says_an_attempt_a_daemon_failed_and_when_it_is_retried(
         "  ✓ flaky",
         "completed",
     ], out
+
+
+ALWAYS_FAILS = """
+from flowctl import workflow
+
+
+def boom():
+    print("trying")
+    raise ValueError("no luck")
+
+
+@workflow
+def bad(ctx):
+    return ctx.step("boom", boom)
+"""
+
+
+def test_run_wait_says_each_failed_attempt_once_when_it_and_a_daemon_share_them(
+    invoke: Any, db: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Attempt 1 runs here (its output printed live); the daemon runs attempt 2 at the
+    # retry, which fails at the same step: it is said too, with only its own output.
+    (Path.cwd() / "bad.py").write_text(ALWAYS_FAILS)
+    ticks: list[int] = []
+    fake_wait = clock.wait_until
+
+    def a_daemon_runs_it_when_due(event: threading.Event, deadline: float) -> bool:
+        if threading.current_thread() is not threading.main_thread():
+            return fake_wait(event, deadline)
+        with open_store(db) as store:
+            run = store.list_runs(limit=1)[0]
+            if run.run_at is not None and run.run_at > clock.now():
+                clock.advance(run.run_at - clock.now())
+            with contextlib.redirect_stdout(io.StringIO()):
+                ticks.append(Daemon(store, clock, DaemonConfig(concurrency=1)).tick())
+        return False
+
+    monkeypatch.setattr(clock, "wait_until", a_daemon_runs_it_when_due)
+    out = invoke("run", "bad.py:bad", "--wait", "--max-attempts", "2", code=1)
+    assert sum(ticks) == 1  # the second attempt, by the daemon
+    shape = [re.sub(r" \(.*?\)| at .*", "", line) for line in out.stdout.splitlines()]
+    assert shape == [
+        "trying",
+        "  ✗ boom: ValueError: no luck",
+        "  ↻ retrying",
+        "trying",
+        "  ✗ boom: ValueError: no luck",
+    ], out.stdout
+    assert out.stderr.startswith("dead ") and out.stderr.endswith(": ValueError: no luck\n")

@@ -346,9 +346,13 @@ def _drive(
             data = event.data
             if event.type == "claimed":
                 theirs[0] = data.get("fence") not in ours
-            elif not theirs[0]:
+            elif event.type == "retry scheduled":  # the attempt's errors left the journal:
+                printed.difference_update(  # the next attempt's are new, at the same indices
+                    [key for key in printed if key[1] == str(EntryState.ERROR)]
+                )
+            if not theirs[0]:
                 continue
-            elif event.type == "step failed" and isinstance(data.get("index"), int):
+            if event.type == "step failed" and isinstance(data.get("index"), int):
                 if (data["index"], str(EntryState.ERROR)) not in printed:
                     printed.add((data["index"], str(EntryState.ERROR)))
                     say_chunks(data["index"], run_output(st.store, run_obj.run_id))
@@ -379,9 +383,15 @@ def _drive(
     def on_outcome(outcome: Outcome) -> None:
         # Say why the terminal goes quiet when --wait waits through a sleep or a retry:
         # the sleep or wait just journaled (its output was printed live), then a retry.
+        from flowctl.ops.maintenance import run_output
+
         if quiet:
             return
         catch_up(None, with_output=False)
+        # Everything the attempt printed was printed live: a later catch-up (a daemon runs
+        # the next attempt) prints only the output recorded after this.
+        newest = max(shown_chunks, default=0)
+        shown_chunks.update(c.seq for c in run_output(st.store, run_obj.run_id, after=newest))
         if wait and outcome.run_at is not None and outcome.status is RunStatus.QUEUED:
             until = f"{_local(outcome.run_at)} ({_relative(outcome.run_at, st.clock.now())})"
             typer.echo(f"  ↻ retrying at {until}")
