@@ -432,3 +432,51 @@ def test_run_wait_says_each_failed_attempt_once_when_it_and_a_daemon_share_them(
         "  ✗ boom: ValueError: no luck",
     ], out.stdout
     assert out.stderr.startswith("dead ") and out.stderr.endswith(": ValueError: no luck\n")
+
+
+STEP_RETRIES = """
+from pathlib import Path
+from flowctl import RetryPolicy, step, workflow
+
+
+@step(retry=RetryPolicy.make(max_attempts=3, backoff="1s"))
+def send(path):
+    n = int(Path(path).read_text()) if Path(path).exists() else 0
+    Path(path).write_text(str(n + 1))
+    print(f"try {n}")
+    if n < 2:
+        raise ConnectionError("refused")
+    return n
+
+
+@workflow
+def mail(ctx, path: str):
+    return ctx.step("send", send, path)
+"""
+
+
+def test_run_wait_says_each_failed_try_of_a_retried_step(
+    invoke: Any, tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (Path.cwd() / "mail.py").write_text(STEP_RETRIES)
+    fake_wait = clock.wait_until
+
+    def the_backoff_passes(event: threading.Event, deadline: float) -> bool:
+        if threading.current_thread() is threading.main_thread():
+            clock.advance(timedelta(seconds=max(0.0, deadline - clock.monotonic())))
+        return fake_wait(event, deadline)
+
+    monkeypatch.setattr(clock, "wait_until", the_backoff_passes)
+    out = invoke("run", "mail.py:mail", "--wait", "-i", f"path={tmp_path / 'n'}").stdout
+    shape = [re.sub(r" \(.*?\)| at .*| [0-9a-z]{16}:", "", line) for line in out.splitlines()]
+    assert shape == [
+        "try 0",
+        "  ✗ send: ConnectionError: refused",
+        "  ↻ retrying",
+        "try 1",
+        "  ✗ send: ConnectionError: refused",
+        "  ↻ retrying",
+        "try 2",
+        "  ✓ send",
+        "completed 2",
+    ], out

@@ -273,9 +273,16 @@ def _drive(
         typer.echo(f"  ✗ {one_line(entry.name)}{took}{why}")
 
     # What has been printed: journal entries by (call index, state), so a step that failed
-    # here and was retried elsewhere is printed again when it ends; and output chunks by
-    # seq, so output printed live (this process ran the step) is not replayed.
+    # here and was retried elsewhere is printed again when it ends (a step's retries by
+    # their try, so each failed try is said); and output chunks by seq, so output printed
+    # live (this process ran the step) is not replayed.
     printed: set[tuple[int, str]] = set()
+
+    def key(entry: JournalEntry) -> tuple[int, str]:
+        if entry.state is EntryState.RETRYING:
+            return entry.call_index, f"{entry.state}:{entry.tries}"
+        return entry.call_index, str(entry.state)
+
     copied = set(known or ())  # journaled before this run began here (a fork's copy)
     shown_chunks: set[int] = set()
 
@@ -289,7 +296,7 @@ def _drive(
             (
                 e
                 for e in st.store.journal(run_obj.run_id).values()
-                if (e.call_index, str(e.state)) not in printed
+                if key(e) not in printed
                 and e.call_index not in copied
                 and (before is None or e.call_index < before)
             ),
@@ -299,7 +306,7 @@ def _drive(
         if not with_output:
             shown_chunks.update(c.seq for c in chunks)
         for entry in missed:
-            printed.add((entry.call_index, str(entry.state)))
+            printed.add(key(entry))
             say_chunks(entry.call_index, chunks)
             _say_entry(entry)
 
@@ -333,6 +340,13 @@ def _drive(
     ours: set[int] = set()  # the fences of this process's claims: their events it printed
     seen = [st.store.timeline_page(run_obj.run_id, limit=0)[1]]
     theirs = [False]  # the events being read follow a claim by another worker
+    attempt = [run_obj.attempt]  # the newest attempt a `retry scheduled` event named
+
+    def _newer(said: object, newest: list[int]) -> bool:
+        if not isinstance(said, int) or said <= newest[0]:
+            return False
+        newest[0] = said
+        return True
 
     def say_others() -> None:
         from flowctl.ops.maintenance import run_output
@@ -346,10 +360,10 @@ def _drive(
             data = event.data
             if event.type == "claimed":
                 theirs[0] = data.get("fence") not in ours
-            elif event.type == "retry scheduled":  # the attempt's errors left the journal:
-                printed.difference_update(  # the next attempt's are new, at the same indices
-                    [key for key in printed if key[1] == str(EntryState.ERROR)]
-                )
+            elif event.type == "retry scheduled" and _newer(data.get("attempt"), attempt):
+                # A new attempt: the last one's failures left the journal, and the next
+                # one's are new at the same indices (a load retry is the same attempt).
+                printed.difference_update([k for k in printed if k[1] != str(EntryState.DONE)])
             if not theirs[0]:
                 continue
             if event.type == "step failed" and isinstance(data.get("index"), int):
@@ -377,7 +391,7 @@ def _drive(
     def on_step(entry: JournalEntry) -> None:
         if not quiet:
             catch_up(entry.call_index, with_output=True)
-        printed.add((entry.call_index, str(entry.state)))
+        printed.add(key(entry))
         on_checkpoint(entry)
 
     def on_outcome(outcome: Outcome) -> None:
