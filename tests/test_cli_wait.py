@@ -326,6 +326,29 @@ def test_run_wait_prints_a_retried_steps_output_once_per_attempt(tmp_path: Path,
     ], out.stdout
 
 
+@pytest.fixture
+def daemon_when_due(db: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each time `run --wait` waits, the fake time jumps to the run's due time and an
+    in-process daemon ticks: the daemon, not the waiting process, runs what is due. The
+    list collects how many runs each tick executed."""
+    ticks: list[int] = []
+    fake_wait = clock.wait_until
+
+    def a_daemon_runs_it_when_due(event: threading.Event, deadline: float) -> bool:
+        if threading.current_thread() is not threading.main_thread():
+            return fake_wait(event, deadline)  # the foreground's heartbeat: time is ours
+        with open_store(db) as store:
+            run = store.list_runs(limit=1)[0]
+            if run.run_at is not None and run.run_at > clock.now():
+                clock.advance(run.run_at - clock.now())
+            with contextlib.redirect_stdout(io.StringIO()):  # not this process's output
+                ticks.append(Daemon(store, clock, DaemonConfig(concurrency=1)).tick())
+        return False
+
+    monkeypatch.setattr(clock, "wait_until", a_daemon_runs_it_when_due)
+    return ticks
+
+
 NAP_THEN_FLAKY = """
 from pathlib import Path
 from flowctl import workflow
@@ -348,29 +371,13 @@ def later(ctx, path: str):
 
 
 def test_run_wait_says_an_attempt_a_daemon_failed_and_when_it_is_retried(
-    invoke: Any, db: str, tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    invoke: Any, tmp_path: Path, daemon_when_due: list[int]
 ) -> None:
     # The daemon runs the woken run while `run --wait` waits: its failed attempt's
     # checkpoint is gone once the retry is queued, so only the timeline says what happened.
     (Path.cwd() / "later.py").write_text(NAP_THEN_FLAKY)
-    ticks: list[int] = []
-
-    fake_wait = clock.wait_until
-
-    def a_daemon_runs_it_when_due(event: threading.Event, deadline: float) -> bool:
-        if threading.current_thread() is not threading.main_thread():
-            return fake_wait(event, deadline)  # the foreground's heartbeat: time is ours
-        with open_store(db) as store:
-            run = store.list_runs(limit=1)[0]
-            if run.run_at is not None and run.run_at > clock.now():
-                clock.advance(run.run_at - clock.now())
-            with contextlib.redirect_stdout(io.StringIO()):  # not this process's output
-                ticks.append(Daemon(store, clock, DaemonConfig(concurrency=1)).tick())
-        return False
-
-    monkeypatch.setattr(clock, "wait_until", a_daemon_runs_it_when_due)
     out = invoke("run", "later.py:later", "--wait", "-i", f"path={tmp_path / 'n'}").stdout
-    assert sum(ticks) == 2  # the daemon ran both attempts, not this process
+    assert sum(daemon_when_due) == 2  # the daemon ran both attempts, not this process
     shape = [
         re.sub(r" \(.*| until .*| at .*| [0-9a-z]{16}:.*", "", line) for line in out.splitlines()
     ]
@@ -401,28 +408,13 @@ def bad(ctx):
 
 
 def test_run_wait_says_each_failed_attempt_once_when_it_and_a_daemon_share_them(
-    invoke: Any, db: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    invoke: Any, daemon_when_due: list[int]
 ) -> None:
     # Attempt 1 runs here (its output printed live); the daemon runs attempt 2 at the
     # retry, which fails at the same step: it is said too, with only its own output.
     (Path.cwd() / "bad.py").write_text(ALWAYS_FAILS)
-    ticks: list[int] = []
-    fake_wait = clock.wait_until
-
-    def a_daemon_runs_it_when_due(event: threading.Event, deadline: float) -> bool:
-        if threading.current_thread() is not threading.main_thread():
-            return fake_wait(event, deadline)
-        with open_store(db) as store:
-            run = store.list_runs(limit=1)[0]
-            if run.run_at is not None and run.run_at > clock.now():
-                clock.advance(run.run_at - clock.now())
-            with contextlib.redirect_stdout(io.StringIO()):
-                ticks.append(Daemon(store, clock, DaemonConfig(concurrency=1)).tick())
-        return False
-
-    monkeypatch.setattr(clock, "wait_until", a_daemon_runs_it_when_due)
     out = invoke("run", "bad.py:bad", "--wait", "--max-attempts", "2", code=1)
-    assert sum(ticks) == 1  # the second attempt, by the daemon
+    assert sum(daemon_when_due) == 1  # the second attempt, by the daemon
     shape = [re.sub(r" \(.*?\)| at .*", "", line) for line in out.stdout.splitlines()]
     assert shape == [
         "trying",

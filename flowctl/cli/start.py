@@ -338,15 +338,9 @@ def _drive(
     # daemon) did to the run. Its failed attempt's checkpoint is deleted when the retry is
     # queued, so only the timeline still says that a step failed and when it runs again.
     ours: set[int] = set()  # the fences of this process's claims: their events it printed
-    seen = [st.store.timeline_page(run_obj.run_id, limit=0)[1]]
+    seen = [0 if quiet else st.store.timeline_page(run_obj.run_id, limit=0)[1]]
     theirs = [False]  # the events being read follow a claim by another worker
     attempt = [run_obj.attempt]  # the newest attempt a `retry scheduled` event named
-
-    def _newer(said: object, newest: list[int]) -> bool:
-        if not isinstance(said, int) or said <= newest[0]:
-            return False
-        newest[0] = said
-        return True
 
     def say_others() -> None:
         from flowctl.ops.maintenance import run_output
@@ -360,9 +354,10 @@ def _drive(
             data = event.data
             if event.type == "claimed":
                 theirs[0] = data.get("fence") not in ours
-            elif event.type == "retry scheduled" and _newer(data.get("attempt"), attempt):
+            elif event.type == "retry scheduled" and _int(data.get("attempt")) > attempt[0]:
                 # A new attempt: the last one's failures left the journal, and the next
                 # one's are new at the same indices (a load retry is the same attempt).
+                attempt[0] = _int(data.get("attempt"))
                 printed.difference_update([k for k in printed if k[1] != str(EntryState.DONE)])
             if not theirs[0]:
                 continue
@@ -434,6 +429,11 @@ def _drive(
             err=True,
         )
         raise typer.Exit(130) from None
+
+
+def _int(value: object) -> int:
+    """A timeline event's number, 0 when it holds something else."""
+    return value if isinstance(value, int) else 0
 
 
 def _echo_commands(run_id: str) -> CommandListener:
