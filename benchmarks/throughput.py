@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/throughput.py --quick            # 2 rounds of 1,000
     .venv/bin/python benchmarks/throughput.py --rounds 5 --runs 10000 --concurrency 32
     .venv/bin/python benchmarks/throughput.py --huey-python PATH # a Python with huey
+    .venv/bin/python benchmarks/throughput.py --workers 2        # daemon --workers 2
 
 Each round measures, one after the other on fresh temporary databases:
 
@@ -14,7 +15,7 @@ Each round measures, one after the other on fresh temporary databases:
   first `claimed` event to its last `completed` event, as recorded); the daemon alone is
   printed too, and the same with the runs enqueued one by one with `Client.start` (timed
   on a database of its own that no daemon runs). CPU ms per workflow is the daemon process's
-  user+system CPU (wait4) minus that of the same daemon running one run of the same
+  user+system CPU (wait4; with --workers, its worker processes' too) minus that of the same daemon running one run of the same
   workflow (start-up, the imports a first run makes, shutdown), divided by the runs
   after the first: what each further workflow costs. (Until session 14 an empty
   database was subtracted, which charged the first run's imports, about 0.1 s, to the
@@ -62,12 +63,15 @@ BATCH = 32
 # flowctl
 
 
-def run_daemon(db: Path, concurrency: int | None) -> tuple[float, int]:
-    """Run `flowctl daemon --until-idle` on db; return (CPU seconds, exit code)."""
+def run_daemon(db: Path, concurrency: int | None, workers: int | None) -> tuple[float, int]:
+    """Run `flowctl daemon --until-idle` on db; return (CPU seconds, its worker processes'
+    included, and the exit code)."""
     args = [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", "--log-level", "warning"]
     args += ["--until-idle"]
     if concurrency is not None:
         args += ["--concurrency", str(concurrency)]
+    if workers is not None:
+        args += ["--workers", str(workers)]
     proc = subprocess.Popen(
         args, cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -76,21 +80,23 @@ def run_daemon(db: Path, concurrency: int | None) -> tuple[float, int]:
     return usage.ru_utime + usage.ru_stime, proc.returncode
 
 
-def warm_daemon_cpu(tmp: Path, workflow: str, concurrency: int | None) -> float:
+def warm_daemon_cpu(
+    tmp: Path, workflow: str, concurrency: int | None, workers: int | None
+) -> float:
     """CPU of a daemon that starts, runs one run of `workflow` and exits: start-up, the
     imports a first run makes (the engine, the workflow file) and shutdown, subtracted
     per round so that what is left is the CPU each further workflow costs."""
     db = tmp / f"warm-{workflow}.db"
     with Client(db) as client:
         client.start(f"{FLOWS}:{workflow}", {"n": 0})
-    cpu, code = run_daemon(db, concurrency)
+    cpu, code = run_daemon(db, concurrency, workers)
     if code != 0:
         raise SystemExit(f"the daemon exited {code} on a one-run database")
     return cpu
 
 
 def flowctl_runs(
-    tmp: Path, name: str, workflow: str, n: int, concurrency: int | None
+    tmp: Path, name: str, workflow: str, n: int, concurrency: int | None, workers: int | None
 ) -> dict[str, float]:
     db = tmp / f"{name}.db"
     target = f"{FLOWS}:{workflow}"
@@ -104,8 +110,8 @@ def flowctl_runs(
         t = time.perf_counter()
         client.start_many(target, [{"n": i} for i in range(n)])
         many_s = time.perf_counter() - t
-    warm = warm_daemon_cpu(tmp, workflow, concurrency)
-    cpu, code = run_daemon(db, concurrency)
+    warm = warm_daemon_cpu(tmp, workflow, concurrency, workers)
+    cpu, code = run_daemon(db, concurrency, workers)
     if code != 0:
         raise SystemExit(f"the daemon exited {code}")
     conn = sqlite3.connect(str(db))
@@ -245,6 +251,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, help="runs per figure per round (default 5,000)")
     parser.add_argument("--rounds", type=int, help="alternating rounds (default 3)")
     parser.add_argument("--concurrency", type=int, help="daemon --concurrency (default: flowctl's)")
+    parser.add_argument("--workers", type=int, help="daemon --workers (default: flowctl's, 1)")
     parser.add_argument("--quick", action="store_true", help="2 rounds of 1,000 runs")
     parser.add_argument("--huey-python", help="a Python with huey installed")
     args = parser.parse_args()
@@ -270,12 +277,12 @@ def main() -> None:
         for r in range(rounds):
             tmp = Path(d) / f"round-{r}"
             tmp.mkdir()
-            three.append(flowctl_runs(tmp, "three", "three", n, args.concurrency))
+            three.append(flowctl_runs(tmp, "three", "three", n, args.concurrency, args.workers))
             ref.append(reference_loop(tmp, n))
             three[-1]["ratio"] = three[-1]["per_s"] / ref[-1]["per_s"]
             three[-1]["daemon_ratio"] = three[-1]["daemon_per_s"] / ref[-1]["per_s"]
             three[-1]["one_by_one_ratio"] = three[-1]["one_by_one_per_s"] / ref[-1]["per_s"]
-            one.append(flowctl_runs(tmp, "one", "one", n, args.concurrency))
+            one.append(flowctl_runs(tmp, "one", "one", n, args.concurrency, args.workers))
             if hpy is not None:
                 hu.append(huey_tasks(tmp, hpy, n))
                 one[-1]["vs_huey"] = one[-1]["daemon_per_s"] / hu[-1]["per_s"]
@@ -285,7 +292,8 @@ def main() -> None:
                 + (f", huey {hu[-1]['per_s']:,.0f}/s" if hu else ""),
                 flush=True,
             )
-    c = f"concurrency {args.concurrency}" if args.concurrency else "default settings"
+    options = (("concurrency", args.concurrency), ("workers", args.workers))
+    c = ", ".join(f"--{k} {v}" for k, v in options if v) or "default settings"
     print()
     print(f"flowctl three-step workflows/s, then the daemon ({c}):")
     print(f"  start_many included     {med(three, 'per_s')} /s   (one enqueue transaction)")

@@ -1,16 +1,19 @@
 """The batch runner: many handlers advanced by one thread, their writes committed together.
 
 Each claimed run's handler runs in a greenlet on the runner's thread. A store write
-(a checkpoint, a suspension, an ending) executes its statements at once and then parks
-its greenlet until a COMMIT holds them; the runner resumes every ready greenlet in turn,
-then commits what the round wrote in one transaction and one fsync, and resumes them
-again. So a checkpoint costs its statements and two greenlet switches, not a thread
-hand-off, a fight for the GIL and the store lock, and a condition wait (issue 14).
+(a checkpoint, a suspension, an ending) parks its greenlet; the runner resumes every
+ready greenlet in turn until each has parked on a write (or waits on the pool, or
+ended), then writes the round: one transaction in which each parked write runs its
+statements in turn, one COMMIT and one fsync, and the writers are ready again. So a
+checkpoint costs its statements and a few greenlet switches, not a thread hand-off, a
+fight for the GIL and the store lock, and a condition wait (issue 14).
 
 Durability is unchanged: a write returns to its handler only after the COMMIT that
 holds it, so every checkpoint is on disk before the step after it runs. The store's
-write lock is held from a round's first write to its COMMIT, never longer than
-ROUND_MAX plus one step body (other processes wait on it as they do for any writer).
+write lock is held only while the round's statements run, not while handlers run their
+Python: a second daemon on the same file writes its round meanwhile (the two take turns
+on a lock file, see SqliteConnection.take_turns), so two daemons use two cores. A write
+waits for its round at most ROUND_MAX plus one step body.
 
 A step body that blocks (sleeps, waits on the network, runs a command) would hold up
 every handler on the thread, so bodies are placed by what they did before
@@ -179,6 +182,8 @@ class BatchRunner:
         self._events: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._ready: list[tuple[greenlet, Any]] = []
         self._parked: list[greenlet] = []
+        self._writers: list[greenlet] = []  # waiting for the round's writes (_write_round)
+        self._writing = False  # inside _write_round: a write goes ahead at once
         self._closing = False
         self._pool = _Pool()
         self.placement = Placement()
@@ -204,7 +209,7 @@ class BatchRunner:
 
     def _serve(self) -> None:
         self._main = getcurrent()
-        self._store.set_parker(self._park)  # type: ignore[attr-defined]
+        self._store.set_parker(self._park, self._wait_write_round)  # type: ignore[attr-defined]
         try:
             with self._store.own_writes():
                 while not (self._closing and not self._workflows):
@@ -237,8 +242,9 @@ class BatchRunner:
 
     def _round(self) -> None:
         """Resume every ready greenlet until it parks on a write, waits on the pool or ends;
-        then COMMIT, and the parked are ready again. A round whose writes are older than
-        ROUND_MAX commits between greenlets, so a slow body never holds them long."""
+        then write the round (_write_round), and the writers are ready again. Writes that
+        have waited ROUND_MAX are written between greenlets, so a slow body never holds
+        them long."""
         ready, self._ready = self._ready, []
         alive = len(self._workflows)
         started = before = time.monotonic()
@@ -252,14 +258,44 @@ class BatchRunner:
                 self._held_long(g, after - before)
             if g.dead:
                 del self._workflows[g]
-            if after - started >= ROUND_MAX:  # its writes are at most this old
-                self._store.commit_pending(older_than=ROUND_MAX)  # type: ignore[attr-defined]
+            if after - started >= ROUND_MAX:  # its writes waited at most this long
+                self._write_round()
+                started = time.monotonic()
             before = after
-        self._store.commit_pending()  # type: ignore[attr-defined]
+        self._write_round()
         parked, self._parked = self._parked, []
         self._ready.extend((g, None) for g in parked)
         if len(self._workflows) < alive:
             self._ended()
+
+    def _write_round(self) -> None:
+        """The round's writes in one transaction: each waiting writer goes ahead in turn
+        (its statements run, then it parks until the COMMIT), then COMMIT. The write lock
+        is taken by the first and released by the COMMIT: held for the statements alone,
+        not while handlers run their Python (another daemon on the file writes then)."""
+        self._writing = True
+        try:
+            while self._writers:
+                writers, self._writers = self._writers, []
+                for g in writers:
+                    try:
+                        g.switch()
+                    except Exception:  # the daemon's execute catches everything: a bug
+                        log.exception("a handler's greenlet failed")
+                    if g.dead:
+                        self._workflows.pop(g, None)
+        finally:
+            self._writing = False
+        self._store.commit_pending()  # type: ignore[attr-defined]
+
+    def _wait_write_round(self) -> None:
+        """A write about to open a transaction: back to the runner until _write_round."""
+        g = getcurrent()
+        if g is self._main or self._writing:
+            return
+        self._writers.append(g)
+        assert self._main is not None
+        self._main.switch()
 
     def _held_long(self, g: greenlet, seconds: float) -> None:
         """One handler kept the thread (code of its own outside ctx.step, or a step body

@@ -43,7 +43,7 @@ from flowctl.wheel import TimerWheel
 
 if TYPE_CHECKING:
     from flowctl.batch import BatchRunner
-    from flowctl.workers.pool import WorkerPool
+    from flowctl.workers.engines import Engines
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,8 @@ class DaemonConfig:
     grace: float = 30.0
     claim_batch: int = 64
     reserve: int = ROOM_RESERVE  # free bytes kept for what is in flight (see _short_of_room)
-    workers: int = 1  # processes running handlers; 1: threads of this process (workers/pool.py)
-    batch: bool = True  # workers == 1 on SQLite: greenlets on one thread (flowctl.batch)
+    workers: int = 1  # processes executing runs, each a whole engine (workers/engines.py)
+    batch: bool = True  # on SQLite: greenlets on one thread (flowctl.batch)
     retention: dict[RunStatus, timedelta] = field(default_factory=dict)  # see RetentionPass
 
 
@@ -94,7 +94,9 @@ class Daemon(Watches):
         on_checkpoint: Callable[[JournalEntry], None] | None = None,
         on_outcome: Callable[[Outcome], None] | None = None,
         on_claim: Callable[[Claim], None] | None = None,
+        worker_of: int | None = None,
     ) -> None:
+        """`worker_of`: the pid of the daemon that started this one as a worker (--workers)."""
         self.store = store
         self.clock = clock
         self.config = config or DaemonConfig()
@@ -116,6 +118,7 @@ class Daemon(Watches):
         self.engine = engine or Engine(store, clock)
         self.owner = make_owner()
         self.only_run_id = only_run_id
+        self.worker_of = worker_of
         self.on_checkpoint = on_checkpoint
         self.on_outcome = on_outcome
         self.on_claim = on_claim  # told of each claim before its handler runs (foreground)
@@ -130,7 +133,7 @@ class Daemon(Watches):
         self.serving = threading.Event()  # set once run_forever's loop is under way
         self._jobs: queue.SimpleQueue[tuple[Claim, LiveRun] | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
-        self._pool: WorkerPool | None = None  # worker processes (--workers N > 1)
+        self._engines: Engines | None = None  # the other worker processes (--workers N > 1)
         self._runner: BatchRunner | None = None  # greenlets on one thread (flowctl.batch)
         self._stopping = False
         self._solo: str | None = None  # the suspect running alone here, if any
@@ -262,6 +265,7 @@ class Daemon(Watches):
                         "concurrency": self.config.concurrency,
                         "lease": self.config.lease,
                         "workers": self.config.workers,
+                        **({"worker_of": self.worker_of} if self.worker_of else {}),
                     },
                 )
                 break
@@ -269,14 +273,18 @@ class Daemon(Watches):
                 self._wait_for_room(e)
                 if self._stopping:
                     return 0
+        hb = threading.Thread(target=self._heartbeat_loop, name="flowctl-heartbeat", daemon=True)
+        if self.config.workers > 1 and self.only_run_id is None:
+            hb.start()
+            try:
+                return self._supervise(until_idle)
+            finally:
+                self._end(hb)
         # Concurrent workers share one connection: let their commits share one fsync.
         self.store.set_group_commit(self.config.concurrency > 1)
-        if self.config.workers > 1 and self.only_run_id is None:
-            from flowctl.workers.pool import WorkerPool
-
-            self._pool = WorkerPool(self, self.config.workers)
-            self._pool.start()
-        elif self.batched():
+        if hasattr(type(self.store), "take_turns"):  # SQLite: alternate with other daemons
+            self.store.take_turns()  # type: ignore[attr-defined]
+        if self.batched():
             from flowctl.batch import BatchRunner
 
             self._runner = BatchRunner(
@@ -291,7 +299,6 @@ class Daemon(Watches):
                 t = threading.Thread(target=self._worker, name=f"flowctl-worker-{i}", daemon=True)
                 t.start()
                 self._workers.append(t)
-        hb = threading.Thread(target=self._heartbeat_loop, name="flowctl-heartbeat", daemon=True)
         hb.start()
         try:
             with self.store.own_writes():
@@ -302,16 +309,37 @@ class Daemon(Watches):
                 self._jobs.put(None)
             if self._runner is not None:
                 self._runner.close()
-            if self._pool is not None:
-                self._pool.close()
             self.store.set_group_commit(False)
-            self._served.set()
-            hb.join(timeout=5)
-            try:
-                if not self._db_gone:  # never write to a file that is no longer there
-                    self.store.unregister_daemon(self.owner, self.clock.now())
-            except Exception:
-                log.exception("could not unregister the daemon")
+            self._end(hb)
+
+    def _end(self, hb: threading.Thread) -> None:
+        """The loop is over: the heartbeat ends with it, and the registration goes."""
+        self._served.set()
+        hb.join(timeout=5)
+        try:
+            if not self._db_gone:  # never write to a file that is no longer there
+                self.store.unregister_daemon(self.owner, self.clock.now())
+        except Exception:
+            log.exception("could not unregister the daemon")
+
+    def _supervise(self, until_idle: bool) -> int:
+        """--workers N: N worker processes execute runs (flowctl.workers.engines); this one
+        keeps them going, turns a stop into theirs, and waits for them."""
+        from flowctl.workers.engines import Engines
+
+        self._engines = engines = Engines(self, self.config.workers, until_idle=until_idle)
+        engines.start()
+        self.serving.set()
+        while not self._stopping and not (until_idle and engines.done()):
+            self.clock.wait_until(self._wake, self.clock.monotonic() + POLL_INTERVAL)
+            self._wake.clear()
+        self._stopping = True
+        if self._hard_stop:
+            engines.stop()
+        engines.close()
+        if engines.fatal is not None:
+            log.error("%s: stopped", engines.fatal)
+        return 1 if self._hard_stop or engines.fatal is not None else 0
 
     def _serve(self, until_idle: bool) -> int:
         self._reap_dead_owners(force=True)
@@ -474,15 +502,10 @@ class Daemon(Watches):
 
     def _dispatch(self, claim: Claim) -> None:
         run = claim.run
-        if self._pool is not None:
-            live: LiveRun = self._pool.live(claim)  # forwards what the heartbeat tells it
-        else:
-            live = LiveRun(claim.lease, self.clock, run.exec_spent, run.timeout)
+        live = LiveRun(claim.lease, self.clock, run.exec_spent, run.timeout)
         with self._lock:
             self._live[run.run_id] = live
-        if self._pool is not None:
-            self._pool.submit(claim, live)
-        elif self._runner is not None:
+        if self._runner is not None:
             self._runner.submit(claim, live)
         elif self._workers:
             self._jobs.put((claim, live))
@@ -500,7 +523,6 @@ class Daemon(Watches):
         when asked for (`batch`), and not for a one-run worker (`run --wait`)."""
         return (
             self.config.batch
-            and self.config.workers == 1
             and self.only_run_id is None
             and self.config.concurrency > 1
             and hasattr(type(self.store), "set_parker")  # the class's: never a proxy's guess
@@ -629,8 +651,6 @@ class Daemon(Watches):
             n = commands.kill_running_commands() if commands is not None else 0
             if n:
                 log.warning("killed %d command(s) still running", n)
-            if self._pool is not None:
-                self._pool.kill_commands()
         held = [live.lease for live in lives]
         # Under the beat lock: a heartbeat that read the leases before they were silenced
         # must not extend them after the release (the run would not be due for the lease).

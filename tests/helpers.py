@@ -78,15 +78,20 @@ def logged_daemon(db: str | Path, log: Path, *args: str) -> subprocess.Popen[byt
 
 class ParkedRound:
     """A minimal batch runner (flowctl.batch) for store tests: greenlets on this thread
-    whose writes park until `commit_and_resume()` commits the round and resumes them."""
+    whose writes park until `commit_and_resume()` commits the round and resumes them.
 
-    def __init__(self, store: Any) -> None:
+    With `rounds`, as the daemon's runner: a write that would open a transaction first
+    waits (in `waiting`) until `write_round()` lets each go ahead in turn, then commits."""
+
+    def __init__(self, store: Any, *, rounds: bool = False) -> None:
         from greenlet import getcurrent
 
         self.store = store
         self.main = getcurrent()
         self.parked: list[Any] = []
-        store.set_parker(self.park)
+        self.waiting: list[Any] = []
+        self.writing = False
+        store.set_parker(self.park, self.wait if rounds else None)
         store.set_group_commit(True)
 
     def park(self) -> None:
@@ -94,6 +99,23 @@ class ParkedRound:
 
         self.parked.append(getcurrent())
         self.main.switch()
+
+    def wait(self) -> None:
+        from greenlet import getcurrent
+
+        if not self.writing:
+            self.waiting.append(getcurrent())
+            self.main.switch()
+
+    def write_round(self) -> None:
+        """Each waiting write runs its statements (and parks), then one COMMIT, then the
+        writers return."""
+        self.writing = True
+        waiting, self.waiting = self.waiting, []
+        for g in waiting:
+            g.switch()
+        self.writing = False
+        self.commit_and_resume()
 
     def start(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run fn(*args) in a greenlet until it parks on a write, or ends."""

@@ -27,6 +27,7 @@ from flowctl.store.sqlite import SqliteStore as Store
 
 FLOWS = """
 import os
+import sqlite3
 import time
 
 from flowctl import workflow
@@ -68,6 +69,25 @@ def maker(ctx, path):
 def talk():
     print("hello from the step")
     return current().run_id
+
+
+def write_lock_free(path):
+    conn = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return "free"
+    except sqlite3.OperationalError:
+        return "locked"
+    finally:
+        conn.close()
+
+
+@workflow
+def prober(ctx, path):
+    # Handler code, run inline on the runner's thread: the runs of one round each look
+    # whether another process could write now, then write their own ending.
+    return write_lock_free(path)
 
 
 @workflow
@@ -130,6 +150,19 @@ def test_runs_complete_with_every_checkpoint_and_share_commits(
     # up to 8 handlers per round, far fewer COMMITs than writes.
     assert stats.writes >= 120
     assert stats.commits < stats.writes / 2
+
+
+def test_the_write_lock_is_free_while_a_rounds_handlers_run_their_python(
+    db_path: Path, fake_clock: FakeClock, flows: str, batched: Daemon
+) -> None:
+    """A run's ending waits for its round's writes rather than taking the write lock at
+    once, so the runs after it in the round (and another daemon on the file) find it
+    free: they wrote "locked" while an ending held the lock through the round."""
+    ids = started(db_path, fake_clock, f"{flows}:prober", [{"path": str(db_path)}] * 8)
+    fake_clock.advance(POLL_INTERVAL)
+    wait_until(lambda: finished(db_path, ids), timeout=20)
+    with Store(db_path) as s:
+        assert [s.get_run(r).result for r in ids] == ["free"] * 8
 
 
 def test_a_step_body_that_waits_does_not_hold_up_the_other_runs(

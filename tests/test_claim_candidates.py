@@ -58,7 +58,7 @@ def test_runs_passed_over_as_suspects_leave_the_claim_to_the_next_candidates(
         lapsed = _start(store, flows, clock, 3)
         now = clock.now()
         claims, _ = store.claim_due("t/1/1/0", now, now + LEASE, 8)
-        assert store.lapse_runs([c.lease for c in claims], now, "test") == 3  # due now
+        assert store.expire_owner("t/1/1/0", now) == 3  # a dead owner's: due now
         clock.advance(timedelta(seconds=1))
         queued = _start(store, flows, clock, 3)  # due after the lapsed ones
         now = clock.now()

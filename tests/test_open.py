@@ -29,7 +29,7 @@ from flowctl.clock import SystemClock
 from flowctl.errors import DatabaseNotFoundError
 from flowctl.store import APPLICATION_ID, SCHEMA_VERSION, NewRun
 from flowctl.store.sqlite import SqliteStore as Store
-from flowctl.store.sqlite import connection as store_module
+from flowctl.store.sqlite import opening as store_module
 from flowctl.tui import FlowctlApp, RunTable
 from tests.conftest import ROOT
 

@@ -2,13 +2,17 @@
 statements run at once, the writer parks until the round's one COMMIT holds them, and
 returns only then; a writer that fails leaves nothing of itself and the others commit;
 a COMMIT that fails is raised by every writer whose changes it held (on a full disk:
-tests/test_db_faults.py).
+tests/test_db_faults.py). With the runner's write rounds, a write waits for its round
+before it takes the write lock, so the lock is free while handlers run; with
+take_turns, a write transaction holds the lock file other daemons wait on.
 
 Greenlets on this thread stand in for the runner's handlers, as in flowctl.batch.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
@@ -97,3 +101,116 @@ def test_a_write_made_by_another_thread_commits_the_parked_ones_too(
     rnd.commit_and_resume()  # nothing left to commit: the parked writer just returns
     assert returned == ["r0"]
     assert store.commit_stats().commits == before.commits
+
+
+def write_lock_free(db: Path) -> bool:
+    """Whether another connection could take SQLite's write lock right now."""
+    conn = sqlite3.connect(db, timeout=0, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as e:
+        assert "locked" in str(e)
+        return False
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        conn.close()
+    return True
+
+
+def turn_free(db: Path) -> bool:
+    """Whether another daemon could take the lock file's turn right now."""
+    fd = os.open(f"{db}-lock", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # closing the descriptor releases a lock it took
+    return True
+
+
+def test_writes_wait_for_their_round_so_the_write_lock_is_free_while_handlers_run(
+    db_path: Path, store_with_runs: Store
+) -> None:
+    store = store_with_runs
+    rnd = ParkedRound(store, rounds=True)
+    returned: list[str] = []
+
+    def write(rid: str) -> None:
+        store.add_event(rid, "probe", {}, NOW)
+        returned.append(rid)
+
+    for i in range(3):
+        rnd.start(write, f"r{i}")
+        # Each handler has asked to write, and the next one's Python runs now: nothing
+        # of the writes has run, so no other process is kept from writing meanwhile.
+        assert write_lock_free(db_path)
+    assert len(rnd.waiting) == 3 and not rnd.parked and returned == []
+    before = store.commit_stats()
+    rnd.writing = True  # the round: each write runs its statements, then parks
+    for g in rnd.waiting:
+        g.switch()
+    rnd.waiting = []
+    rnd.writing = False
+    assert len(rnd.parked) == 3 and probes(db_path) == []
+    assert not write_lock_free(db_path)  # held for the round's statements and COMMIT
+    rnd.commit_and_resume()
+    assert write_lock_free(db_path)
+    assert returned == ["r0", "r1", "r2"] and probes(db_path) == ["r0", "r1", "r2"]
+    after = store.commit_stats()
+    assert (after.commits - before.commits, after.writes - before.writes) == (1, 3)
+
+
+def test_a_write_round_still_commits_the_writes_that_succeed(
+    db_path: Path, store_with_runs: Store
+) -> None:
+    store = store_with_runs
+    rnd = ParkedRound(store, rounds=True)
+    failed: list[BaseException] = []
+
+    def write(rid: str) -> None:
+        try:
+            store.add_event(rid, "probe", {"bad": object()} if rid == "r1" else {}, NOW)
+        except TypeError as e:
+            failed.append(e)
+
+    for i in range(3):
+        rnd.start(write, f"r{i}")
+    rnd.write_round()
+    assert len(failed) == 1 and probes(db_path) == ["r0", "r2"]
+    assert write_lock_free(db_path)
+
+
+def test_a_write_transaction_holds_the_lock_file_other_daemons_take_turns_on(
+    db_path: Path, store_with_runs: Store
+) -> None:
+    store = store_with_runs
+    assert not Path(f"{db_path}-lock").exists()  # only a daemon's store takes turns
+    store.take_turns()
+    rnd = ParkedRound(store)
+    assert turn_free(db_path)
+    rnd.start(lambda: store.add_event("r0", "probe", {}, NOW))
+    assert not turn_free(db_path)  # the transaction is open: another daemon waits
+    rnd.commit_and_resume()
+    assert turn_free(db_path) and probes(db_path) == ["r0"]
+    with pytest.raises(TypeError):  # a failed write in the round: undone, and the
+        store.add_event("r1", "probe", {"bad": object()}, NOW)  # round's COMMIT ends it
+    store.commit_pending()
+    assert turn_free(db_path)
+    rnd.close()
+    with pytest.raises(TypeError):  # a failed write on its own: rolled back at once
+        store.add_event("r1", "probe", {"bad": object()}, NOW)
+    assert turn_free(db_path)
+    store.add_event("r2", "probe", {}, NOW)  # a plain write (no runner) takes its turn
+    assert turn_free(db_path) and probes(db_path) == ["r0", "r2"]
+
+
+def test_without_a_lock_file_it_can_open_a_daemon_still_writes(
+    db_path: Path, store_with_runs: Store
+) -> None:
+    Path(f"{db_path}-lock").mkdir()  # in the way: a folder cannot be opened as the file
+    store = store_with_runs
+    store.take_turns()
+    store.add_event("r0", "probe", {}, NOW)
+    assert probes(db_path) == ["r0"]

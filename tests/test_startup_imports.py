@@ -211,6 +211,7 @@ LS_PATH = {
     "flowctl.store.mapping",
     "flowctl.store.sqlite",
     "flowctl.store.sqlite.connection",
+    "flowctl.store.sqlite.opening",
     "flowctl.store.sqlite.listing",
     "flowctl.store.sqlite.rows",
     "flowctl.store.sqlite.schema",

@@ -124,8 +124,10 @@ def blocked(ctx, path: str):
 """
 
 
-def test_a_worker_process_beats_the_step_and_its_start_to_the_daemon(tmp_path: Path) -> None:
-    """With --workers, the step a handler is inside crosses the wire with when it began."""
+def test_a_worker_process_records_the_step_a_handler_is_inside_and_its_start(
+    tmp_path: Path,
+) -> None:
+    """With --workers, the worker running the handler beats the step and when it began."""
     (tmp_path / "flows.py").write_text(BLOCKED)
     db, go = tmp_path / "f.db", tmp_path / "go"
     clock = SystemClock()
@@ -134,7 +136,7 @@ def test_a_worker_process_beats_the_step_and_its_start_to_the_daemon(tmp_path: P
             store, "flows.py:blocked", {"path": str(go)}, clock=clock, cwd=str(tmp_path)
         ).run.run_id
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", "--workers", "1"],
+        [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", "--workers", "2"],
         cwd=str(tmp_path),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

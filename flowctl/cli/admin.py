@@ -171,8 +171,9 @@ def daemon(
             "--workers",
             min=1,
             max=256,
-            help="Processes that run handlers (the daemon process alone writes the database);"
-            " for CPU-heavy step bodies (measure first).  [default: 1: threads of the daemon]",
+            help="Worker processes that execute runs, each with --concurrency of its own and"
+            " taking turns to write; the daemon process supervises them. Uses more cores"
+            " (measure first: more CPU per run).  [default: 1: the daemon process alone]",
         ),
     ] = None,
     threads: Annotated[
@@ -267,6 +268,12 @@ def daemon(
         cfg.lease,
         cfg.heartbeat,
     )
+    if cfg.workers > 1:
+        logging.getLogger("flowctl").info(
+            "this process supervises %d worker processes, each executing up to %d runs",
+            cfg.workers,
+            cfg.concurrency,
+        )
     for other in ops.other_live_daemons(st.store, d.owner):
         logging.getLogger("flowctl").info(
             "daemon pid %d on %s already serves this database; this one shares the work"

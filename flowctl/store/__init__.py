@@ -24,7 +24,7 @@ Shared rules every backend keeps:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # each is loaded on first use (__getattr__): `flowctl ls` nee
     )
 
     # The SQLite backend's schema facts, for tests and the v1 fixture (tests/fixtures/make_v1_db.py).
-    from flowctl.store.sqlite.connection import WAL_BOUND_BYTES, WAL_BOUND_PAGES
+    from flowctl.store.sqlite.opening import WAL_BOUND_BYTES, WAL_BOUND_PAGES
     from flowctl.store.sqlite.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
     from flowctl.transitions import Applied
 
@@ -146,12 +146,6 @@ class Store(RunListing, Protocol):
     def set_group_commit(self, on: bool) -> None:
         """Let concurrent writers share one commit (fewer fsyncs); each write still returns
         only once it is durable, and a failed writer's changes alone are undone."""
-        ...
-
-    def run_batch(self, calls: Sequence[Callable[[], Any]]) -> list[tuple[bool, Any]]:
-        """Make several store calls in one transaction and one COMMIT, each in its own
-        savepoint: (True, result) or (False, its exception, the others unharmed); returns
-        after the COMMIT; a failed transaction is (False, error) for every call."""
         ...
 
     def file_replaced(self) -> str | None:
@@ -357,12 +351,6 @@ class Store(RunListing, Protocol):
     def release_runs(self, leases: Sequence[Lease], now: datetime, reason: str) -> int:
         """A stopping daemon hands back runs it still holds: each due now for another
         worker, unless its lease was lost meanwhile. Returns how many were released."""
-        ...
-
-    def lapse_runs(self, leases: Sequence[Lease], now: datetime, reason: str) -> int:
-        """A worker process died holding these runs: each lease lapses now, as a dead
-        owner's does, its crash charge kept (`solo`, unlike release_runs), unless the lease
-        was lost meanwhile; noted as "worker died". Returns how many lapsed."""
         ...
 
     def held_count(self, owner: str) -> int:
@@ -760,8 +748,8 @@ _LAZY: dict[str, str] = {
         ),
         "flowctl.store.records",
     ),
-    "WAL_BOUND_BYTES": "flowctl.store.sqlite.connection",
-    "WAL_BOUND_PAGES": "flowctl.store.sqlite.connection",
+    "WAL_BOUND_BYTES": "flowctl.store.sqlite.opening",
+    "WAL_BOUND_PAGES": "flowctl.store.sqlite.opening",
     "APPLICATION_ID": "flowctl.store.sqlite.schema",
     "MIGRATIONS": "flowctl.store.sqlite.schema",
     "SCHEMA_VERSION": "flowctl.store.sqlite.schema",

@@ -264,44 +264,6 @@ class PostgresConnection:
             with self._stats_lock:
                 self._pending -= 1
 
-    @retried
-    def run_batch(self, calls: Sequence[Callable[[], Any]]) -> list[tuple[bool, Any]]:
-        """Make several store calls in one transaction and one COMMIT (the single writer
-        of `flowctl daemon --workers N` drains the calls its workers queued), as the
-        SQLite store does.
-
-        Each call runs in its own SAVEPOINT: one that raises is rolled back alone and its
-        exception returned as (False, error); the others are (True, result). Returns only
-        after the COMMIT, so each result is durable when the caller sees it; when the
-        transaction itself fails (a lost connection), every call gets that error. A
-        deadlock or serialization failure in any call rolls the whole batch back and runs
-        it again from the start (retried), since the locks the others took caused it.
-        """
-        pg = driver()
-        results: list[tuple[bool, Any]] = []
-        try:
-            with self._write() as c:
-                for call in calls:
-                    try:
-                        with c.transaction():  # a SAVEPOINT inside the batch's transaction
-                            value = call()
-                    except Exception as e:
-                        if (
-                            isinstance(e, ConflictError)
-                            or getattr(e, "sqlstate", None) in CONFLICTS
-                        ):
-                            raise
-                        if isinstance(e, pg.OperationalError | pg.InterfaceError):
-                            e = self._fault(e)
-                        results.append((False, unstorable(e) or e))
-                    else:
-                        results.append((True, value))
-        except ConflictError:
-            raise
-        except Exception as e:
-            return [(False, e)] * len(calls)
-        return results
-
     @contextlib.contextmanager
     def _reading(self) -> Iterator[Conn]:
         conn = getattr(self._tl, "conn", None)

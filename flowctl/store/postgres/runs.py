@@ -374,15 +374,6 @@ class RunReads(Transitions):
         lease was lost meanwhile (a run another worker has claimed since is left alone)."""
         return self._let_go(leases, now, "released", reason, ", solo = 0")
 
-    @retried
-    def lapse_runs(self, leases: Sequence[Lease], now: datetime, reason: str) -> int:
-        """A worker process died holding these runs: each lease lapses now, as a dead
-        daemon's does (expire_owner), so the claim reclaims the run by the crash rules (a
-        suspect; a crash charged when it ran alone: `solo` is kept, unlike release_runs).
-        A run whose lease was lost meanwhile is left alone. Each lapse is noted in the
-        run's timeline ("worker died")."""
-        return self._let_go(leases, now, "worker died", reason, "")
-
     def _let_go(
         self, leases: Sequence[Lease], now: datetime, event: str, reason: str, also: str
     ) -> int:

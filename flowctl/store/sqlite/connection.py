@@ -1,11 +1,13 @@
-"""The SQLite connection: opening and inspecting the file, pragmas, group commit, read-only mode."""
+"""The SQLite connection: one lock, group commit, the batch runner's rounds, read-only mode.
+
+Opening and inspecting the file is flowctl.store.sqlite.opening."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import sqlite3
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -13,26 +15,22 @@ from pathlib import Path
 from typing import Any, NamedTuple, Self
 
 from flowctl.errors import (
-    DatabaseCorruptError,
-    DatabaseError,
-    DatabaseNotFoundError,
     DiskFullError,
     FlowctlError,
     ReadOnlyDatabaseError,
 )
-from flowctl.store.sqlite import schema
+from flowctl.store.sqlite.opening import (
+    fault as fault_of,
+)
+from flowctl.store.sqlite.opening import (
+    identity,
+    open_database,
+    retry_locked,
+)
 
-BUSY_TIMEOUT_MS = 10_000
-QUICK_CHECK_MAX_BYTES = 8 * 2**20  # files up to this size get PRAGMA quick_check on open (~30 ms)
-# Checkpoint the WAL when it grows past this many pages (1 MiB) and truncate it back to
-# WAL_BOUND_BYTES afterwards. At 64 pages (256 KB) a daemon waking 100,000 sleepers
-# checkpointed and truncated every ~3 commits, and the wake p99 was 166-1,757 ms; at 256
-# pages 18-70 ms (benchmarks/daemon.py --only many). 1 MiB still leaves a full disk
-# recoverable with little free space.
-WAL_BOUND_PAGES = 256
-WAL_BOUND_BYTES = 1024 * 1024
 GROUP_MAX_WRITES = 256  # group commit: at most this many writes share one COMMIT
 GROUP_MAX_AGE = 0.005  # ... and a group stays open at most this long (seconds)
+TURN_SUFFIX = "-lock"  # the lock file daemons take turns on (see take_turns)
 _monotonic = time.monotonic
 
 
@@ -50,6 +48,7 @@ class _ThreadState(threading.local):
     depth = 0  # inside this thread's write: a nested write is part of it
     own = 0  # inside own_writes(): this thread's commits do not move data_version
     park: Callable[[], None] | None = None  # the batch runner's parker (set_parker)
+    burst: Callable[[], None] | None = None  # ... and its wait for the round's writes
 
 
 class SqliteConnection:
@@ -79,11 +78,11 @@ class SqliteConnection:
             raise FlowctlError(f"durability must be 'full' or 'normal', got {durability!r}")
         self.durability = durability
         self._lock = threading.RLock()
-        self._conn, self.read_only = _open(
+        self._conn, self.read_only = open_database(
             self.path, durability, create=create, allow_read_only=allow_read_only
         )
         # The open file's identity: the daemon compares it with the path's (file_replaced).
-        self._identity = _identity(self.path)
+        self._identity = identity(self.path)
         # Group commit (see set_group_commit): writers in flight, the open group, its commit.
         self._group_commit = False
         self._gc = threading.Condition(threading.Lock())
@@ -98,6 +97,7 @@ class SqliteConnection:
         self._commits = 0  # COMMITs done and the writes they held: see commit_stats()
         self._writes_committed = 0
         self._tl = _ThreadState()
+        self._turn: int | None = None  # the lock file's descriptor once take_turns() is on
         self._foreign_writes = 0  # commits made outside own_writes() (see data_version)
 
     # -- plumbing ----------------------------------------------------------
@@ -105,6 +105,9 @@ class SqliteConnection:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            if self._turn is not None:
+                os.close(self._turn)
+                self._turn = None
 
     def __enter__(self) -> Self:
         return self
@@ -124,13 +127,43 @@ class SqliteConnection:
         """
         self._group_commit = on
 
-    def set_parker(self, park: Callable[[], None] | None) -> None:
+    def set_parker(
+        self, park: Callable[[], None] | None, burst: Callable[[], None] | None = None
+    ) -> None:
         """On this thread, leave the COMMIT of a shared group to its caller (the batch
         runner, flowctl.batch): a write whose changes are not yet committed calls `park`
         until they are, instead of committing or waiting itself. `park` must return only
         after a COMMIT (commit_pending) or on a failed group; the write then returns, or
-        raises the group's error, as it would have."""
+        raises the group's error, as it would have.
+
+        `burst`, if given, is called by a write that would open a transaction, before it
+        does: the runner returns from it when it gathers its round's writes into one
+        transaction (or at once, from within that gathering). So the write lock is held
+        for the round's statements only, not while its handlers run Python, and another
+        process's daemon writes meanwhile (see take_turns)."""
         self._tl.park = park
+        self._tl.burst = burst
+
+    def take_turns(self) -> None:
+        """Take the lock file `<db>-lock` (flock) around each write transaction.
+
+        SQLite's own lock keeps writers apart, but a writer that finds it taken sleeps in
+        SQLite's busy handler (1 ms, then 2, 5, ...): two daemons on one file, each writing
+        a round in about a millisecond, spent those sleeps idle. A writer waiting on the
+        flock is woken the moment the other's COMMIT ends, so their rounds alternate and
+        each runs its handlers' Python while the other writes (issue 14). The file holds
+        nothing; a process that dies releases its lock with it. It only orders writers:
+        SQLite's lock still decides. Without a file we can create or open (a read-only
+        folder), writers wait on SQLite alone, as before.
+        """
+        if self._turn is not None or self.read_only or self.path == ":memory:":
+            return
+        try:
+            self._turn = os.open(
+                self.path + TURN_SUFFIX, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644
+            )
+        except OSError:
+            self._turn = None
 
     def commit_pending(self, *, older_than: float = 0.0) -> bool:
         """COMMIT the open shared group, if any and open at least `older_than` seconds:
@@ -149,7 +182,7 @@ class SqliteConnection:
         if self._identity is None:
             return None
         try:
-            now = _identity(self.path, strict=True)
+            now = identity(self.path, strict=True)
         except FileNotFoundError:
             return f"database file {self.path} was deleted"
         except OSError as e:
@@ -169,7 +202,7 @@ class SqliteConnection:
     def _fault(self, e: sqlite3.Error) -> FlowctlError:
         """An SQLite error as one line; after a full disk, shrink the WAL so that recovery
         needs little free space."""
-        fault = _fault(e, self.path)
+        fault = fault_of(e, self.path)
         if isinstance(fault, DiskFullError):
             with self._lock, contextlib.suppress(sqlite3.Error):
                 if not self._conn.in_transaction:
@@ -223,6 +256,8 @@ class SqliteConnection:
         # checkpoint paid). Another thread's writer may commit the group meanwhile; either
         # way a write returns only after the COMMIT that holds its changes.
         park = tl.park if self._group_commit else None
+        if park is not None and not self._txn_open and tl.burst is not None:
+            tl.burst()  # the runner resumes this write with its round's others
         try:
             if park is None:
                 with self._gc:
@@ -287,47 +322,23 @@ class SqliteConnection:
 
     def _begin(self) -> None:
         """Open the group's transaction (holding self._lock); retried while locked."""
+        if self._turn is not None:
+            fcntl.flock(self._turn, fcntl.LOCK_EX)  # see take_turns; released by _ended
         try:
-            self._conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as e:
-            msg = str(e).lower()
-            if "locked" not in msg and "busy" not in msg:
-                raise
-            _retry_locked(lambda: self._conn.execute("BEGIN IMMEDIATE"))
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:
+                msg = str(e).lower()
+                if "locked" not in msg and "busy" not in msg:
+                    raise
+                retry_locked(lambda: self._conn.execute("BEGIN IMMEDIATE"))
+        except BaseException:
+            self._ended()
+            raise
         self._txn_open = True
         self._group_id += 1
         self._group_writes = 0
         self._group_started = _monotonic()
-
-    def run_batch(self, calls: Sequence[Callable[[], Any]]) -> list[tuple[bool, Any]]:
-        """Make several store calls in one transaction and one COMMIT (the single writer
-        of `flowctl daemon --workers N` drains the calls its workers queued).
-
-        Each call runs in its own SAVEPOINT: one that raises is rolled back alone and its
-        exception returned as (False, error); the others are (True, result). Returns only
-        after the COMMIT, so each result is durable when the caller sees it; when the
-        transaction itself fails (a full disk), every call gets that error.
-        """
-        results: list[tuple[bool, Any]] = []
-        try:
-            with self._write() as c:
-                for call in calls:
-                    c.execute("SAVEPOINT flowctl_call")
-                    try:
-                        results.append((True, call()))
-                    except Exception as e:
-                        if not c.in_transaction:  # SQLite rolled the whole transaction back
-                            raise
-                        c.execute("ROLLBACK TO flowctl_call")
-                        if isinstance(e, sqlite3.DatabaseError) and not isinstance(
-                            e, sqlite3.IntegrityError | sqlite3.ProgrammingError
-                        ):
-                            e = self._fault(e)
-                        results.append((False, e))
-                    c.execute("RELEASE flowctl_call")
-        except Exception as e:
-            return [(False, e)] * len(calls)
-        return results
 
     def _group_failure(self, group: int) -> BaseException | None:
         """The error of a failed group, for each of its writers in turn (holding self._gc):
@@ -355,14 +366,21 @@ class SqliteConnection:
                 pass  # a single-statement writer: nothing of it is left to undo
             else:
                 self._conn.execute("ROLLBACK")
-                self._txn_open = False
+                self._ended()
             return
-        self._txn_open = False
+        self._ended()
         if shared and self._group_writes:
             with self._gc:
                 self._group_errors[self._group_id] = (error, self._group_writes)
                 self._committed_id = self._group_id
                 self._gc.notify_all()
+
+    def _ended(self) -> None:
+        """The group's transaction is over (committed or rolled back): let the next writer
+        of any process have its turn."""
+        self._txn_open = False
+        if self._turn is not None:
+            fcntl.flock(self._turn, fcntl.LOCK_UN)
 
     def _commit_group(self) -> None:
         """COMMIT the open transaction (holding self._lock) and wake the writers waiting on it."""
@@ -381,7 +399,7 @@ class SqliteConnection:
             else:
                 raise
         finally:
-            self._txn_open = False
+            self._ended()
             with self._gc:
                 self._committed_id = group
                 self._gc.notify_all()
@@ -414,7 +432,7 @@ class SqliteConnection:
 
     def pragmas(self) -> dict[str, int | str]:
         """This connection's settings as SQLite reports them (they are per connection, so no
-        other connection can see them): what `_connect` promised, for diagnostics and tests."""
+        other connection can see them): what opening.py's `_connect` promised, for diagnostics and tests."""
         with self._lock:
             return {
                 name: self._conn.execute(f"PRAGMA {name}").fetchone()[0]
@@ -443,320 +461,3 @@ class SqliteConnection:
         """
         with self._lock:
             return CommitStats(self._commits, self._writes_committed)
-
-
-# ---------------------------------------------------------------------------
-# Opening the file
-
-
-def _identity(path: str, *, strict: bool = False) -> tuple[int, int] | None:
-    """(device, inode) of the file at `path`; None for ':memory:' (or, unless strict, a
-    file that cannot be stat-ed)."""
-    if path == ":memory:":
-        return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        if strict:
-            raise
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _retry_locked(fn: Any, timeout_s: float = BUSY_TIMEOUT_MS / 1000) -> Any:
-    """Retry `fn` while SQLite says the database is locked or busy, up to the busy timeout.
-
-    The busy handler does not cover every case (the WAL switch, a deferred transaction
-    upgrading), so creation and BEGIN IMMEDIATE are retried here as well.
-    """
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    delay = 0.001
-    while True:
-        try:
-            return fn()
-        except sqlite3.OperationalError as e:
-            msg = str(e).lower()
-            if ("locked" not in msg and "busy" not in msg) or time.monotonic() >= deadline:
-                raise
-            import random  # only to retry: every open calls this, and most never wait
-
-            time.sleep(delay * (1 + random.random()))
-            delay = min(delay * 2, 0.05)
-
-
-def _connect(path: str, durability: str) -> sqlite3.Connection:
-    """The read-write connection, with every pragma set in one place.
-
-    Called only once _inspect has found the file new, empty or flowctl's own, so the WAL
-    switch never touches another application's file.
-    """
-    try:
-        conn = sqlite3.connect(
-            path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
-        )
-    except sqlite3.Error as e:
-        raise DatabaseError(f"cannot open database {path}: {e}") from None
-    try:
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        mode = _retry_locked(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
-        if path != ":memory:" and str(mode).lower() != "wal":
-            raise DatabaseError(f"cannot switch {path} to WAL mode (got {mode!r})")
-        conn.execute(f"PRAGMA synchronous = {'FULL' if durability == 'full' else 'NORMAL'}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("PRAGMA temp_store = MEMORY")
-        # A small WAL: checkpointed every WAL_BOUND_PAGES pages and truncated back to
-        # WAL_BOUND_BYTES afterwards, so a full disk is recovered from with little free space.
-        conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_BOUND_PAGES}")
-        conn.execute(f"PRAGMA journal_size_limit = {WAL_BOUND_BYTES}")
-    except sqlite3.Error as e:
-        conn.close()
-        raise _fault(e, path) from None
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _connect_read_only(path: Path) -> sqlite3.Connection:
-    """A connection that cannot write: `mode=ro`, or `immutable=1` where SQLite could not
-    even create the WAL's shared-memory file (a read-only folder or filesystem: no one can
-    write there, so nothing can change under us)."""
-    uri = f"{path.resolve().as_uri()}?mode=ro"
-    wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
-    if not (wal.exists() and shm.exists()) and not os.access(path.parent, os.W_OK):
-        uri += "&immutable=1"
-    try:
-        conn = sqlite3.connect(
-            uri,
-            uri=True,
-            timeout=BUSY_TIMEOUT_MS / 1000,
-            isolation_level=None,
-            check_same_thread=False,
-        )
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA temp_store = MEMORY")
-        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
-    except sqlite3.Error as e:
-        raise _fault(e, str(path)) from None
-    return conn
-
-
-def _inspect(path: Path) -> int:
-    """Decide, without changing one byte, whether `path` may be opened: returns its schema
-    version (0 for a new or empty SQLite file) or raises a one-line DatabaseError.
-
-    flowctl's own files carry APPLICATION_ID in the header; files written before the
-    marker existed are recognised by their version and their runs/journal tables. Small
-    files get a `PRAGMA quick_check` here, so corruption is reported on open by every
-    command, reads included.
-    """
-    wal = Path(f"{path}-wal")
-    has_wal = wal.exists() and wal.stat().st_size > 0
-    if path.stat().st_size == 0 and not has_wal:
-        return 0
-    # With no WAL to read, look with immutable=1: no lock, no -shm, no -wal is created.
-    uri = f"{path.resolve().as_uri()}?mode=ro" + ("" if has_wal else "&immutable=1")
-    try:
-        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
-    except sqlite3.Error as e:
-        raise _fault(e, str(path)) from None
-    try:
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
-        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        run_columns = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
-        if app_id != schema.APPLICATION_ID:
-            legacy = (
-                app_id == 0
-                and {"runs", "journal", "timeline"} <= tables
-                and {"fence", "lease_owner", "run_at"} <= run_columns
-            )
-            if not legacy:
-                if app_id == 0 and version == 0 and not tables:
-                    return 0  # an empty SQLite database: ours to initialise
-                shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
-                what = f"its own tables: {shown}" if tables else f"application id {app_id}"
-                raise DatabaseError(
-                    f"{path} is not a flowctl database (another application's SQLite file with"
-                    f" {what}); flowctl leaves it untouched: give --db a new or flowctl file"
-                )
-        if version > schema.SCHEMA_VERSION:
-            raise DatabaseError(
-                f"database schema version {version} is newer than this flowctl understands"
-                f" ({schema.SCHEMA_VERSION}); upgrade flowctl"
-            )
-        if version < 1:
-            raise DatabaseError(
-                f"{path} has an invalid flowctl schema version {version} (valid: 1 to"
-                f" {schema.SCHEMA_VERSION}); it was changed by hand: restore a copy"
-            )
-        if path.stat().st_size + (wal.stat().st_size if has_wal else 0) <= QUICK_CHECK_MAX_BYTES:
-            _quick_check(conn, str(path))
-    except sqlite3.Error as e:
-        raise _fault(e, str(path)) from None
-    finally:
-        conn.close()
-    return version
-
-
-def _quick_check(conn: sqlite3.Connection, path: str) -> None:
-    rows = conn.execute("PRAGMA quick_check(3)").fetchall()
-    if [r[0] for r in rows] != ["ok"]:
-        raise DatabaseCorruptError(
-            f"database disk image is malformed: {path} ({rows[0][0]}); restore a copy, or try"
-            f" `sqlite3 {path} .recover`"
-        )
-
-
-def _fault(e: sqlite3.Error, path: str) -> DatabaseError:
-    """One line for an SQLite error about the file itself (not a bug in a statement)."""
-    name = getattr(e, "sqlite_errorname", "")
-    if name.startswith("SQLITE_NOTADB"):
-        return DatabaseError(f"{path} is not a flowctl database ({e})")
-    if name.startswith("SQLITE_CORRUPT"):
-        return DatabaseCorruptError(
-            f"database disk image is malformed: {path}; restore a copy, or try"
-            f" `sqlite3 {path} .recover`"
-        )
-    if name.startswith("SQLITE_FULL") or (name.startswith("SQLITE_IOERR") and _no_room(path)):
-        # An I/O error on a filesystem with no room left (growing the -shm, say) is one too.
-        return DiskFullError(f"database or disk is full: {_free_space(path)}")
-    if name.startswith("SQLITE_READONLY"):
-        return ReadOnlyDatabaseError(f"read-only database: {path}")
-    if name.startswith("SQLITE_CANTOPEN"):
-        return DatabaseError(f"cannot open database {path}: {e}")
-    return DatabaseError(f"database {path}: {e}")
-
-
-def _no_room(path: str) -> bool:
-    try:
-        st = os.statvfs(Path(path).resolve().parent)
-    except OSError:
-        return False
-    return st.f_bavail * st.f_frsize < 64 * 1024
-
-
-def _free_space(path: str) -> str:
-    """'N MB free on MOUNT' for the filesystem that holds `path`."""
-    folder = Path(path).resolve().parent
-    try:
-        st = os.statvfs(folder)
-        mount = folder
-        dev = folder.stat().st_dev
-        while mount.parent != mount and mount.parent.stat().st_dev == dev:
-            mount = mount.parent
-    except OSError:
-        return f"free space unknown on {folder}"
-    return f"{st.f_bavail * st.f_frsize / 1e6:.1f} MB free on {mount} (database {path})"
-
-
-def _make_folder(folder: Path) -> None:
-    """Create the database folder and any missing parents, each 0700 whatever the umask."""
-    missing: list[Path] = []
-    here = folder
-    while not here.exists():
-        missing.append(here)
-        if here.parent == here:
-            break
-        here = here.parent
-    for d in reversed(missing):
-        try:
-            d.mkdir(mode=0o700)
-            os.chmod(d, 0o700)
-        except FileExistsError:
-            continue
-        except OSError as e:
-            raise DatabaseError(
-                f"cannot create the database folder {d}: {e.strerror}; give --db a path"
-                " in a folder you can write"
-            ) from None
-    if not folder.is_dir():
-        raise DatabaseError(f"cannot use {folder} as the database folder: it is not a folder")
-
-
-def _writable(path: Path) -> bool:
-    """Can this process write the file and the WAL beside it? (Tried, not guessed from the
-    mode bits: root, immutable files and read-only mounts all answer truthfully.)"""
-    try:
-        os.close(os.open(path, os.O_RDWR))
-    except OSError:
-        return False
-    if os.access(path.parent, os.W_OK | os.X_OK):
-        return True
-    return all(os.access(f"{path}{s}", os.W_OK) for s in ("-wal", "-shm"))
-
-
-def _make_private(path: Path) -> None:
-    """The database, its WAL and SHM are 0600: they hold every input in plain text."""
-    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-        with contextlib.suppress(OSError):
-            if p.stat().st_mode & 0o777 != 0o600:
-                os.chmod(p, 0o600)
-
-
-def _open(
-    path: str, durability: str, *, create: bool, allow_read_only: bool
-) -> tuple[sqlite3.Connection, bool]:
-    """Open `path` as a flowctl database: (connection, read_only).
-
-    Nothing is written before the file is known to be new, empty or flowctl's own at a
-    schema this flowctl understands. A missing file is created only with `create`; a
-    file this process cannot write is opened read-only only with `allow_read_only`.
-    """
-    if path == ":memory:":
-        conn = _connect(path, durability)
-        _retry_locked(lambda: schema.migrate(conn))
-        return conn, False
-    p = Path(path)
-    try:
-        st = p.stat()
-    except (FileNotFoundError, NotADirectoryError):
-        st = None  # missing (a component that is a file is said when creating the folder)
-    except OSError as e:  # a name too long, a loop of links, no permission to look
-        shown = path if len(path) <= 80 else path[:79] + "…"
-        raise DatabaseError(f"cannot open database {shown}: {e.strerror}") from None
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise DatabaseError(f"{path} is a folder, not a database file: give a file's path")
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        # A device, FIFO or socket: reading it could block, and making it private would
-        # chmod a shared node such as /dev/null for every user of the machine.
-        raise DatabaseError(
-            f"{path} is not a regular file: a database is a file; give a file's path"
-        )
-    if st is None:
-        if not create:
-            raise DatabaseNotFoundError(path)
-        _make_folder(p.parent)
-        try:
-            os.close(os.open(p, os.O_CREAT | os.O_RDWR, 0o600))
-        except OSError as e:
-            raise DatabaseError(f"cannot create database {path}: {e.strerror}") from None
-        version = 0
-    else:
-        version = _inspect(p)
-    if not _writable(p):
-        if not allow_read_only:
-            raise ReadOnlyDatabaseError(
-                f"read-only database: {path} (this process cannot write it or its folder)"
-            )
-        if version != schema.SCHEMA_VERSION:
-            raise ReadOnlyDatabaseError(
-                f"read-only database: {path} has schema version {version}, older than this"
-                f" flowctl's {schema.SCHEMA_VERSION}; open it once with write access to upgrade it"
-            )
-        return _connect_read_only(p), True
-    _make_private(p)  # before the WAL and SHM exist: SQLite gives them the file's mode
-    conn = _connect(path, durability)
-    try:
-        _retry_locked(lambda: schema.migrate(conn))
-    except sqlite3.Error as e:
-        conn.close()
-        raise _fault(e, path) from None
-    except BaseException:
-        conn.close()
-        raise
-    _make_private(p)
-    return conn, False

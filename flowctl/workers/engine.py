@@ -1,0 +1,104 @@
+"""A worker of `flowctl daemon --workers N`: a whole daemon engine, started by another.
+
+    python -m flowctl.workers.engine CONTROL_FD READY_FD
+
+CONTROL_FD is the read end of a pipe from the daemon that started this one (see
+flowctl.workers.engines): its first line is the settings as JSON (the database, the
+daemon's settings, the log level), then `drain` or `stop` when that daemon drains or
+stops. On READY_FD this one writes a line once it serves (its first pass is done), so
+that daemon can tell a worker that died serving from one that could not start. At the pipe's end that daemon is gone (even by SIGKILL): this one stops at once
+and hands its runs back. SIGINT and SIGTERM are ignored: the daemon that started this
+one turns them into `drain` for all its workers, so a Ctrl-C sent to the whole process
+group is not a second signal here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from datetime import timedelta
+from typing import IO, Any
+
+from flowctl.clock import SystemClock
+from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.errors import FlowctlError
+from flowctl.model import RunStatus
+from flowctl.store import open_store
+from flowctl.workers.engines import FATAL
+
+log = logging.getLogger(__name__)
+
+
+def config_of(settings: dict[str, Any]) -> DaemonConfig:
+    """The DaemonConfig a worker runs with: the starting daemon's, one process."""
+    values = dict(settings)
+    values["retention"] = {
+        RunStatus(status): timedelta(seconds=seconds)
+        for status, seconds in values.get("retention", {}).items()
+    }
+    values["workers"] = 1
+    return DaemonConfig(**values)
+
+
+def listen(control: IO[bytes], daemon: Daemon) -> None:
+    """Orders from the daemon that started this one, until its end of the pipe closes."""
+    for line in control:
+        order = line.strip()
+        if order == b"drain":
+            daemon.stop(drain=True)
+        elif order == b"stop":
+            daemon.stop(drain=False)
+    # That daemon closes its end only after this process has exited: it is gone.
+    log.warning("the daemon that started this worker is gone: stopping now")
+    daemon.stop(drain=False)
+
+
+def say_ready(fd: int, daemon: Daemon) -> None:
+    daemon.serving.wait()
+    try:
+        os.write(fd, b"serving\n")
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    control = os.fdopen(int(argv[0]), "rb")
+    ready = int(argv[1])
+    settings = json.loads(control.readline())
+    logging.basicConfig(
+        level=getattr(logging, str(settings["log_level"]).upper(), logging.INFO),
+        format=f"%(asctime)s %(levelname)s worker {os.getpid()}: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        store = open_store(settings["db"], durability=settings["durability"])
+    except FlowctlError as e:
+        log.error("%s", e)
+        return FATAL
+    try:
+        daemon = Daemon(
+            store, SystemClock(), config_of(settings["config"]), worker_of=settings["worker_of"]
+        )
+        threading.Thread(
+            target=listen, args=(control, daemon), name="flowctl-orders", daemon=True
+        ).start()
+        threading.Thread(
+            target=say_ready, args=(ready, daemon), name="flowctl-ready", daemon=True
+        ).start()
+        return daemon.run_forever(until_idle=bool(settings["until_idle"]))
+    except FlowctlError as e:  # the database is gone, say: another worker could not serve
+        log.error("%s", e)
+        return FATAL
+    finally:
+        store.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,264 @@
+"""`flowctl daemon --workers N`: N worker processes execute runs, each a whole engine.
+
+The daemon process supervises; it starts N workers (`python -m flowctl.workers.engine`),
+each a Daemon of its own on the same database: it registers, claims runs under its own
+leases, keeps its own timer wheel and batch runner, and fires schedules. On SQLite their
+write rounds take turns on the database (flowctl.batch, SqliteConnection.take_turns):
+each holds the write lock only for its round's statements, so one worker runs its
+handlers' Python while another writes, and N workers use N cores. On PostgreSQL they
+are daemons of a fleet, as ones started by hand would be. The daemon process itself runs
+no handler: it replaces a worker that dies, sends the notifications, and turns its own
+stop into theirs.
+
+Why this shape (issue 14, measured on 2 shared cores with `benchmarks/scaling.py`): the
+earlier one kept every write in the daemon process and ran handlers in worker processes
+that sent each store call over a socket as JSON. For trivial three-step runs the
+protocol cost the daemon process more CPU per run (0.5 ms) than a whole one-process
+daemon spends (0.23 ms), so two workers ran 1,377 runs/s against 3,841 for one process.
+Whole engines send nothing: each run costs what it costs in one process, plus the turns.
+
+A worker killed at any moment (SIGKILL included) loses nothing: it is a dead daemon on
+this host, whose leases the other workers lapse at once (Daemon._reap_dead_owners); a run
+taken from it is a suspect and runs alone next, so a run that keeps killing its worker
+is dead-lettered as poison. The daemon starts another in its place (after a pause that
+grows while they keep dying young). A worker that cannot serve at all (its database
+gone, say) exits with FATAL, and the daemon then stops the others and exits too. The
+workers take orders only from the daemon, over a pipe (the first line is their settings,
+then `drain` or `stop`): they ignore SIGINT and SIGTERM, which the daemon turns into
+`drain` for all; and at the pipe's end (the daemon is gone, even by SIGKILL) a worker
+stops at once and hands its runs back, so no worker outlives its daemon. Nothing secret
+is on their command lines: a PostgreSQL URL's password travels in the pipe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flowctl.daemon import Daemon
+
+log = logging.getLogger(__name__)
+
+KILL_AFTER = 5.0  # seconds past a drain's grace before a worker that has not exited is killed
+MAX_PAUSE = 30.0  # the longest pause before replacing workers that keep dying before serving
+FATAL = 3  # a worker's exit code for "this daemon cannot serve": not replaced
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of this process's reaped children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def replacement_pause(unserved_deaths: int) -> float:
+    """Seconds to wait before replacing a worker, after this many deaths in a row before
+    it served (it never finished its first pass): none for the first, then doubling up to
+    MAX_PAUSE, so a worker that cannot start never spins the machine. A worker that died
+    while serving (a crash, a kill) is replaced at once."""
+    if unserved_deaths <= 1:
+        return 0.0
+    return float(min(MAX_PAUSE, 2 ** (unserved_deaths - 2)))
+
+
+@dataclass(eq=False)
+class _Worker:
+    slot: int
+    popen: subprocess.Popen[bytes]
+    control: int  # the write end of its control pipe; its end is the worker's EOF
+    ready: int  # the read end of its ready pipe: a line once it serves, EOF if it dies first
+    started: float
+
+
+class Engines:
+    """The N-1 worker processes beside this daemon: started with its settings, replaced
+    when one dies, told to drain or stop when it does, waited for when it exits."""
+
+    def __init__(self, daemon: Daemon, count: int, *, until_idle: bool) -> None:
+        """`count` workers for `daemon`, which supervises them (Daemon._supervise)."""
+        self.daemon = daemon
+        self.count = count
+        self.until_idle = until_idle
+        self.deaths = 0
+        self._workers: dict[int, _Worker] = {}
+        self._lock = threading.Lock()
+        self._order: str | None = None  # "drain" or "stop" once told: no more replacements
+        self._closed = threading.Event()
+        self._finished = 0  # slots whose worker exited for good (see done)
+        self.fatal: str | None = None  # why a worker could not serve (exit code FATAL)
+        self._cpu_at_start = (0.0, 0.0)
+
+    def start(self) -> None:
+        self._cpu_at_start = (_own_cpu(), _children_cpu())
+        for slot in range(self.count):
+            worker = self._spawn(slot)
+            with self._lock:
+                self._workers[slot] = worker
+            threading.Thread(
+                target=self._watch, args=(slot,), name=f"flowctl-engine-{slot + 2}", daemon=True
+            ).start()
+
+    def pids(self) -> list[int]:
+        with self._lock:
+            return [w.popen.pid for w in self._workers.values() if w.popen.poll() is None]
+
+    def drain(self) -> None:
+        """Every worker drains as this daemon does: no new claims, running handlers finish."""
+        self._tell("drain")
+
+    def stop(self) -> None:
+        """Every worker stops at once and hands its runs back."""
+        self._tell("stop")
+
+    def done(self) -> bool:
+        """Every worker has exited and none will be replaced (until idle: each found
+        nothing left to do)."""
+        with self._lock:
+            return self._finished == self.count
+
+    def close(self) -> None:
+        """Tell the workers to drain (unless told to stop, or done), wait for them, kill any
+        still there past the grace, and log where the CPU went."""
+        self.drain()
+        deadline = time.monotonic() + self.daemon.config.grace + KILL_AFTER
+        with self._lock:
+            workers = list(self._workers.values())
+        for worker in workers:
+            try:
+                worker.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("worker pid %d did not exit in time: killing it", worker.popen.pid)
+                worker.popen.kill()
+                worker.popen.wait()
+        self._closed.set()
+        own = _own_cpu() - self._cpu_at_start[0]
+        theirs = _children_cpu() - self._cpu_at_start[1]
+        log.info(
+            "workers: CPU %.2f s in this process, %.2f s in %d worker process(es); %d died",
+            own,
+            theirs,
+            self.count + self.deaths,
+            self.deaths,
+        )
+
+    # -- the processes -------------------------------------------------------------
+
+    def _tell(self, order: str) -> None:
+        with self._lock:
+            if self._order == "stop" or self._order == order:
+                return
+            self._order = order
+            workers = list(self._workers.values())
+        for worker in workers:
+            try:
+                os.write(worker.control, f"{order}\n".encode())
+            except OSError:
+                pass  # it is gone already: its watcher saw or will see it
+
+    def _spawn(self, slot: int) -> _Worker:
+        read, write = os.pipe()
+        ready, serving = os.pipe()
+        try:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "flowctl.workers.engine", str(read), str(serving)],
+                pass_fds=(read, serving),
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            os.close(read)
+            os.close(serving)
+        os.write(write, json.dumps(self._settings()).encode() + b"\n")
+        with self._lock:
+            order = self._order
+        if order is not None:  # told while it was starting
+            os.write(write, f"{order}\n".encode())
+        log.debug("worker %d: pid %d", slot + 2, popen.pid)
+        return _Worker(slot, popen, write, ready, time.monotonic())
+
+    def _settings(self) -> dict[str, Any]:
+        """What a worker needs to be this daemon's twin: its database (the URL itself, not
+        the redacted one it shows), settings and log level."""
+        store = self.daemon.store
+        config = asdict(self.daemon.config)
+        config["workers"] = 1
+        config["retention"] = {
+            status.value: age.total_seconds()
+            for status, age in self.daemon.config.retention.items()
+        }
+        db = getattr(store, "url", None) or os.path.abspath(store.path)
+        return {
+            "db": db,
+            "durability": getattr(store, "durability", "full"),
+            "config": config,
+            "until_idle": self.until_idle,
+            "log_level": logging.getLevelName(logging.getLogger("flowctl").getEffectiveLevel()),
+            "worker_of": os.getpid(),
+        }
+
+    def _watch(self, slot: int) -> None:
+        """Reap one slot's worker; replace it unless this daemon is draining or stopping
+        (or it ran until idle and is done)."""
+        unserved = 0
+        while True:
+            with self._lock:
+                worker = self._workers[slot]
+            served = _read_line(worker.ready)
+            code = worker.popen.wait()
+            os.close(worker.control)
+            os.close(worker.ready)
+            lived = time.monotonic() - worker.started
+            with self._lock:
+                told = self._order
+            if code == FATAL and told is None:
+                self.fatal = f"worker pid {worker.popen.pid} could not serve (see its log)"
+                self.daemon.stop()  # the supervisor drains the others and exits
+            if (
+                told is not None
+                or code == FATAL
+                or self._closed.is_set()
+                or (self.until_idle and code == 0)
+            ):
+                with self._lock:
+                    self._finished += 1
+                return
+            self.deaths += 1
+            unserved = unserved + 1 if not served else 1
+            pause = replacement_pause(unserved)
+            how = f"signal {-code}" if code < 0 else f"exit code {code}"
+            log.warning(
+                "worker pid %d ended (%s) after %.1f s; its runs are reclaimed; starting another%s",
+                worker.popen.pid,
+                how,
+                lived,
+                f" in {pause:g} s" if pause else "",
+            )
+            if self._closed.wait(pause):
+                return
+            with self._lock:
+                if self._order is not None:
+                    self._finished += 1
+                    return
+            replacement = self._spawn(slot)
+            with self._lock:
+                self._workers[slot] = replacement
+
+
+def _read_line(fd: int) -> bool:
+    """Whether a line arrives on `fd` before its end (the worker served before it died)."""
+    try:
+        return os.read(fd, 1) != b""
+    except OSError:
+        return False
