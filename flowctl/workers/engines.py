@@ -104,11 +104,9 @@ class Engines:
     def start(self) -> None:
         self._cpu_at_start = (_own_cpu(), _children_cpu())
         for slot in range(self.count):
-            worker = self._spawn(slot)
-            with self._lock:
-                self._workers[slot] = worker
+            self._place(self._spawn(slot))
             threading.Thread(
-                target=self._watch, args=(slot,), name=f"flowctl-engine-{slot + 2}", daemon=True
+                target=self._watch, args=(slot,), name=f"flowctl-engine-{slot + 1}", daemon=True
             ).start()
 
     def pids(self) -> list[int]:
@@ -157,16 +155,19 @@ class Engines:
     # -- the processes -------------------------------------------------------------
 
     def _tell(self, order: str) -> None:
+        """Under the lock: a watcher closes a dead worker's pipe under it too, so a write
+        never goes to a descriptor number the process has since reused."""
         with self._lock:
             if self._order == "stop" or self._order == order:
                 return
             self._order = order
-            workers = list(self._workers.values())
-        for worker in workers:
-            try:
-                os.write(worker.control, f"{order}\n".encode())
-            except OSError:
-                pass  # it is gone already: its watcher saw or will see it
+            for worker in self._workers.values():
+                if worker.control < 0:
+                    continue
+                try:
+                    os.write(worker.control, f"{order}\n".encode())
+                except OSError:
+                    pass  # it is gone already: its watcher saw or will see it
 
     def _spawn(self, slot: int) -> _Worker:
         read, write = os.pipe()
@@ -181,12 +182,15 @@ class Engines:
             os.close(read)
             os.close(serving)
         os.write(write, json.dumps(self._settings()).encode() + b"\n")
-        with self._lock:
-            order = self._order
-        if order is not None:  # told while it was starting
-            os.write(write, f"{order}\n".encode())
-        log.debug("worker %d: pid %d", slot + 2, popen.pid)
+        log.debug("worker %d: pid %d", slot + 1, popen.pid)
         return _Worker(slot, popen, write, ready, time.monotonic())
+
+    def _place(self, worker: _Worker) -> None:
+        """Make `worker` its slot's, telling it an order given while it was starting."""
+        with self._lock:
+            self._workers[worker.slot] = worker
+            if self._order is not None:
+                os.write(worker.control, f"{self._order}\n".encode())
 
     def _settings(self) -> dict[str, Any]:
         """What a worker needs to be this daemon's twin: its database (the URL itself, not
@@ -217,10 +221,11 @@ class Engines:
                 worker = self._workers[slot]
             served = _read_line(worker.ready)
             code = worker.popen.wait()
-            os.close(worker.control)
-            os.close(worker.ready)
             lived = time.monotonic() - worker.started
             with self._lock:
+                os.close(worker.control)
+                os.close(worker.ready)
+                worker.control = worker.ready = -1
                 told = self._order
             if code == FATAL and told is None:
                 self.fatal = f"worker pid {worker.popen.pid} could not serve (see its log)"
@@ -251,9 +256,7 @@ class Engines:
                 if self._order is not None:
                     self._finished += 1
                     return
-            replacement = self._spawn(slot)
-            with self._lock:
-                self._workers[slot] = replacement
+            self._place(self._spawn(slot))
 
 
 def _read_line(fd: int) -> bool:

@@ -77,7 +77,8 @@ def test_sigkilled_worker_processes_lose_no_run_and_journal_no_step_twice(
         [{"effects": str(effects), "n": STEPS, "busy_ms": 10, "nap": 0.05}] * runs,
         target=f"{FLOWS}:steps",
     )
-    daemon = daemons.start(db, "--workers", "2", "--concurrency", "4", "--lease", "3s")
+    # Two runs at once per worker: four in all, the pace the kills below are made for.
+    daemon = daemons.start(db, "--workers", "2", "--concurrency", "2", "--lease", "3s")
     wait_until(lambda: len(worker_pids(daemon.pid)) == 2, timeout=30)
     killed: list[int] = []
     while len(killed) < kills_wanted and not all_completed(db):
