@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,14 @@ def test_a_daemon_with_two_worker_processes_runs_every_durable_call(
             wait_until(lambda: len(store.daemons()) == 3, timeout=30)
             workers = {d.pid for d in store.daemons() if d.info.get("worker_of") == proc.pid}
             assert len(workers) == 2 and proc.pid not in workers
+            status = subprocess.run(
+                [sys.executable, "-m", "flowctl", "--db", db, "status"],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+            ).stdout
+            assert status.count(f"worker of pid {proc.pid}") == 2, status
+            assert f"pid {proc.pid} on" in status and "supervising 2 workers" in status
             wait_until(
                 lambda: all(store.get_run(r).status is RunStatus.WAITING for r in ids), timeout=30
             )

@@ -414,8 +414,13 @@ def status(
     if not alive:
         typer.echo("daemon    not running (start one with `flowctl daemon`)")
     for d, held in alive:
+        of = d.info.get("worker_of")
+        role = f", worker of pid {of}" if of else ""
+        if int(d.info.get("workers") or 1) > 1:
+            role = f", supervising {d.info['workers']} workers"
         typer.echo(
-            f"daemon    pid {d.pid} on {d.host} since {_local(d.started_at)}, holding {held} run(s)"
+            f"daemon    pid {d.pid} on {d.host} since {_local(d.started_at)}, holding {held}"
+            f" run(s){role}"
         )
     typer.echo("runs      " + ", ".join(f"{k} {v}" for k, v in report.counts.items()))
     lt = report.lateness
