@@ -1,8 +1,8 @@
 """`flowctl daemon --workers 2`: worker processes SIGKILLed at random lose nothing.
 
 A real daemon with two worker processes executes 300 runs of five steps with durable
-sleeps between them; a random worker (its pid read from /proc) is SIGKILLed 15 times,
-each time once the file shows progress and at a random moment after. The daemon process
+sleeps between them; a random live worker (its pid read from /proc) is SIGKILLed 15
+times, each time once the file shows progress and at a random moment after. The daemon process
 itself lives on and starts a worker in each dead one's place. Every run completes
 exactly once, every step's result is journaled exactly once, a step body re-runs only
 where its run was taken from a dead worker, and the file passes integrity_check. A run
@@ -89,8 +89,9 @@ def test_sigkilled_worker_processes_lose_no_run_and_journal_no_step_twice(
         victim = rng.choice(live)
         os.kill(victim, signal.SIGKILL)
         killed.append(victim)
-        # The daemon replaces it: wait for two live workers again before the next kill.
-        wait_until(lambda: len([p for p in worker_pids(daemon.pid) if p not in killed]) == 2, 30)
+        # The daemon replaces it meanwhile. The next kill does not wait for that (a worker
+        # takes a while to start, more so under load, and the work would run out): it may
+        # hit the other worker, or the new one as it starts, or leave none alive at once.
     print(f"{journal_steps(db)} of {runs * STEPS} steps journaled at the last kill")
     assert len(killed) == kills_wanted, (
         f"the work ran out after {len(killed)} kills; make it longer"
