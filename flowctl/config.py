@@ -13,11 +13,13 @@ if TYPE_CHECKING:  # flowctl.notify loads only for a file with a [notify] table
     from flowctl.notify import NotifyConfig
 
 CONFIG_NAME = "flowctl.toml"
+MAX_WORKERS = 256  # `workers` (and daemon --workers) at most
 
 DEFAULTS: dict[str, Any] = {
     "db": ".flowctl/flowctl.db",
     "workflows": "workflows",
     "concurrency": 32,
+    "workers": 1,
     "durability": "full",
     "timezone": "",
     "lease": "15s",
@@ -29,6 +31,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "db": str,
     "workflows": str,
     "concurrency": int,
+    "workers": int,
     "durability": str,
     "timezone": str,
     "lease": (str, int, float),
@@ -123,6 +126,11 @@ def load_config(path: Path | None = None, start: Path | None = None) -> Config:
         )
     if values["concurrency"] < 1:
         raise ConfigError(f"{path}: concurrency must be at least 1, got {values['concurrency']}")
+    if not 1 <= values["workers"] <= MAX_WORKERS:
+        raise ConfigError(
+            f"{path}: workers must be from 1 to {MAX_WORKERS}, got {values['workers']}"
+            " (1: the daemon process alone; N: N worker processes it supervises)"
+        )
     if values["timezone"]:  # said at load, not at the first `schedule add` that uses it
         from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 

@@ -366,6 +366,37 @@ def test_a_config_timezone_that_is_no_zone_is_said_at_load(
     assert "time zone" not in flowctl(None, "ls").stderr  # (no database here: said instead)
 
 
+def test_a_config_workers_count_out_of_range_is_said_at_load(
+    tmp_path: Path, flowctl: Flowctl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for bad in ("0", "257", "-1"):
+        (tmp_path / "flowctl.toml").write_text(f"workers = {bad}\n")
+        out = flowctl(None, "ls")
+        assert out.returncode == 2
+        assert f"workers must be from 1 to 256, got {bad}" in out.stderr
+        assert "Traceback" not in out.stderr
+    (tmp_path / "flowctl.toml").write_text('workers = "two"\n')
+    assert flowctl(None, "ls").returncode == 2
+
+
+def test_a_daemon_takes_its_workers_count_from_the_config(tmp_path: Path) -> None:
+    (tmp_path / "flowctl.toml").write_text("workers = 2\n")
+    log = tmp_path / "daemon.log"
+    with open(log, "wb") as out:
+        code = subprocess.run(
+            [sys.executable, "-m", "flowctl", "daemon", "--until-idle"],
+            cwd=tmp_path,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=60,
+        ).returncode
+    text = log.read_text()
+    assert code == 0, text
+    assert "workers 2" in text and "supervises 2 worker processes" in text, text
+    assert "in 2 worker process(es)" in text
+
+
 def test_workflows_lists_and_runs_by_name(
     tmp_path: Path, flow_file: Path, flowctl: Flowctl, monkeypatch: pytest.MonkeyPatch
 ) -> None:

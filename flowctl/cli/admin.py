@@ -173,7 +173,8 @@ def daemon(
             max=256,
             help="Worker processes that execute runs, each with --concurrency of its own and"
             " taking turns to write; the daemon process supervises them. Uses more cores"
-            " (measure first: more CPU per run).  [default: 1: the daemon process alone]",
+            " (measure first: more CPU per run; 1: the daemon process alone)."
+            f"  {_from_config('workers')}",
         ),
     ] = None,
     threads: Annotated[

@@ -257,6 +257,7 @@ def _daemon_config(st: State, **overrides: Any) -> Any:
     cfg = st.config
     values: dict[str, Any] = {
         "concurrency": int(cfg.get("concurrency")),
+        "workers": int(cfg.get("workers")),
         "lease": parse_duration(cfg.get("lease")).total_seconds(),
         "heartbeat": parse_duration(cfg.get("heartbeat")).total_seconds(),
         "grace": parse_duration(cfg.get("grace")).total_seconds(),

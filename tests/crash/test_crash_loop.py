@@ -1,12 +1,12 @@
 """The fault campaign's crash loop as a test: 300 runs, two daemons on one file, 30 SIGKILLs
-at random moments, each killed daemon restarted at once; with its handlers in threads
-(`--workers 1`) and in two worker processes per daemon (`--workers 2`), whose daemon's
-SIGKILL leaves them to exit on their own. Every run completes exactly once,
+at random moments, each killed daemon restarted at once; each daemon alone (`--workers 1`)
+and supervising two worker processes (`--workers 2`, the same runs in flight in all),
+which stop at once and hand their runs back when their daemon is SIGKILLed. Every run completes exactly once,
 every step's result is journaled exactly once, a step body re-runs only where a kill cut it
 mid-flight, no healthy run is poisoned, and the file passes integrity_check.
 
 On a SQLite file and on a PostgreSQL database (the `db` fixture); on PostgreSQL with half
-the runs and kills, to keep CI's time (test_pg_crash_loop.py adds three hosts).
+the kills, to keep CI's time (test_pg_crash_loop.py adds three hosts).
 
 The seed is printed (FLOWCTL_CRASH_SEED replays it).
 """
@@ -53,7 +53,9 @@ def test_two_daemons_under_thirty_sigkills_complete_three_hundred_runs_exactly_o
     print(f"FLOWCTL_CRASH_SEED={seed}")
     rng = random.Random(seed)
     effects = tmp_path / "effects.log"
-    runs, kills_wanted = (RUNS // 2, KILLS // 2) if is_url(db) else (RUNS, KILLS)
+    # PostgreSQL: half the kills (CI's time) but all the runs: under load its daemons got
+    # through up to 93% of half the runs before the last of half the kills.
+    runs, kills_wanted = RUNS, KILLS // 2 if is_url(db) else KILLS
     run_ids = start_runs(
         db,
         "",
@@ -62,9 +64,10 @@ def test_two_daemons_under_thirty_sigkills_complete_three_hundred_runs_exactly_o
     )
 
     def start() -> subprocess.Popen[bytes]:
-        return daemons.start(
-            db, "--concurrency", str(CONCURRENCY), "--lease", "3s", "--workers", str(workers)
-        )
+        # Each worker executes its own --concurrency: the same runs in flight either way,
+        # the pace the kills below are made for.
+        each = str(CONCURRENCY // workers)
+        return daemons.start(db, "--concurrency", each, "--lease", "3s", "--workers", str(workers))
 
     pair = [start(), start()]
     kills = 0
