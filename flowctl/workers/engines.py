@@ -84,7 +84,7 @@ class _Worker:
 
 
 class Engines:
-    """The N-1 worker processes beside this daemon: started with its settings, replaced
+    """The N worker processes a daemon supervises: started with its settings, replaced
     when one dies, told to drain or stop when it does, waited for when it exits."""
 
     def __init__(self, daemon: Daemon, count: int, *, until_idle: bool) -> None:
@@ -108,10 +108,6 @@ class Engines:
             threading.Thread(
                 target=self._watch, args=(slot,), name=f"flowctl-engine-{slot + 1}", daemon=True
             ).start()
-
-    def pids(self) -> list[int]:
-        with self._lock:
-            return [w.popen.pid for w in self._workers.values() if w.popen.poll() is None]
 
     def drain(self) -> None:
         """Every worker drains as this daemon does: no new claims, running handlers finish."""
