@@ -107,14 +107,17 @@ class ParkedRound:
             self.waiting.append(getcurrent())
             self.main.switch()
 
-    def write_round(self) -> None:
-        """Each waiting write runs its statements (and parks), then one COMMIT, then the
-        writers return."""
+    def run_writes(self) -> None:
+        """Each waiting write runs its statements, then parks until the COMMIT."""
         self.writing = True
         waiting, self.waiting = self.waiting, []
         for g in waiting:
             g.switch()
         self.writing = False
+
+    def write_round(self) -> None:
+        """The runner's round: the waiting writes run, one COMMIT, the writers return."""
+        self.run_writes()
         self.commit_and_resume()
 
     def start(self, fn: Callable[..., Any], *args: Any) -> Any:

@@ -148,11 +148,7 @@ def test_writes_wait_for_their_round_so_the_write_lock_is_free_while_handlers_ru
         assert write_lock_free(db_path)
     assert len(rnd.waiting) == 3 and not rnd.parked and returned == []
     before = store.commit_stats()
-    rnd.writing = True  # the round: each write runs its statements, then parks
-    for g in rnd.waiting:
-        g.switch()
-    rnd.waiting = []
-    rnd.writing = False
+    rnd.run_writes()  # the round: each write runs its statements, then parks
     assert len(rnd.parked) == 3 and probes(db_path) == []
     assert not write_lock_free(db_path)  # held for the round's statements and COMMIT
     rnd.commit_and_resume()
