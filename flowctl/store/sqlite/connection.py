@@ -165,13 +165,13 @@ class SqliteConnection:
         except OSError:
             self._turn = None
 
-    def commit_pending(self, *, older_than: float = 0.0) -> bool:
-        """COMMIT the open shared group, if any and open at least `older_than` seconds:
-        the batch runner's end of a round. True if a COMMIT was made."""
+    def commit_pending(self) -> bool:
+        """COMMIT the open shared group, if any: the batch runner's end of a round. True if
+        a COMMIT was made."""
         if not self._txn_open:
             return False
         with self._lock:
-            if not self._txn_open or _monotonic() - self._group_started < older_than:
+            if not self._txn_open:
                 return False
             self._commit_group()
             return True
