@@ -14,12 +14,26 @@ if TYPE_CHECKING:  # flowctl.notify loads only for a file with a [notify] table
 
 CONFIG_NAME = "flowctl.toml"
 MAX_WORKERS = 256  # `workers` (and daemon --workers) at most
+AUTO_WORKERS_MAX = 4  # the default: one worker per usable core, at most this many
+
+
+def default_workers() -> int:
+    """The daemon's worker processes when neither --workers nor flowctl.toml says: one per
+    core this process may run on, at most AUTO_WORKERS_MAX. Past a few, more processes
+    mostly wait their turn on SQLite's one write lock (each still costs ~25 MB); on one
+    core it is 1, the daemon process alone."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, AUTO_WORKERS_MAX))
+
 
 DEFAULTS: dict[str, Any] = {
     "db": ".flowctl/flowctl.db",
     "workflows": "workflows",
-    "concurrency": 32,
-    "workers": 1,
+    "concurrency": 64,
+    "workers": default_workers(),
     "durability": "full",
     "timezone": "",
     "lease": "15s",
@@ -47,6 +61,10 @@ _COMMENT = """# flowctl configuration. Paths are relative to this file.
 # durability = "full" makes every committed transition survive a power loss (WAL with
 # synchronous=FULL). "normal" is faster but the last transactions before a power cut
 # (not a process crash) may be lost: a finished step could then run again.
+"""
+
+_WORKERS_COMMENT = f"""# workers = N sets the daemon's worker processes; by default one per core, at most
+# {AUTO_WORKERS_MAX} (1: the daemon process alone, on one core).
 """
 
 
@@ -222,7 +240,10 @@ def write_default_config(folder: Path, *, force: bool = False) -> Path:
     if path.exists() and not force:
         raise ConfigError(f"{path} already exists; use --force to overwrite it")
     try:
-        path.write_text(_COMMENT + tomli_w.dumps(DEFAULTS))
+        # `workers` is left out: its default is this machine's cores, and a file copied to
+        # another machine should get that machine's (the comment says how to pin it).
+        written = {k: v for k, v in DEFAULTS.items() if k != "workers"}
+        path.write_text(_COMMENT + _WORKERS_COMMENT + tomli_w.dumps(written))
     except OSError as e:
         raise ConfigError(f"cannot write {path}: {e.strerror}") from None
     return path

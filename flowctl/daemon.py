@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from flowctl.clock import Clock
+from flowctl.clock import Clock, SystemClock
 from flowctl.context import LeaseLost, LiveRun
 from flowctl.daemon_watch import Watches
 from flowctl.engine import Engine, Outcome
@@ -115,6 +115,12 @@ class Daemon(Watches):
             raise UsageError(f"concurrency must be at least 1, got {self.config.concurrency}")
         if self.config.workers < 1:
             raise UsageError(f"workers must be at least 1, got {self.config.workers}")
+        if self.config.workers > 1 and only_run_id is None and not isinstance(clock, SystemClock):
+            # Worker processes read the system clock: they would not see this one's time.
+            raise UsageError(
+                f"workers {self.config.workers} needs the system clock (worker processes keep"
+                " their own time); give workers 1 to run with an injected clock"
+            )
         self.engine = engine or Engine(store, clock)
         self.owner = make_owner()
         self.only_run_id = only_run_id
@@ -330,13 +336,24 @@ class Daemon(Watches):
         self._engines = engines = Engines(self, self.config.workers, until_idle=until_idle)
         engines.start()
         self.serving.set()
-        while not self._stopping and not (until_idle and engines.done()):
-            self.clock.wait_until(self._wake, self.clock.monotonic() + POLL_INTERVAL)
-            self._wake.clear()
+        gone: DatabaseGoneError | None = None
+        try:
+            while not self._stopping and not (until_idle and engines.done()):
+                self._watch_db_file()  # as each worker does: the same one line, exit 1
+                self.clock.wait_until(self._wake, self.clock.monotonic() + POLL_INTERVAL)
+                self._wake.clear()
+        except DatabaseGoneError as e:
+            gone = e
         self._stopping = True
         if self._hard_stop:
             engines.stop()
         engines.close()
+        problem = None if gone is not None else self.store.file_replaced()
+        if problem is not None:  # a worker saw it first (or could not open the file)
+            self._db_gone = True
+            gone = self._gone(problem)
+        if gone is not None:
+            raise gone
         if engines.fatal is not None:
             log.error("%s: stopped", engines.fatal)
         return 1 if self._hard_stop or engines.fatal is not None else 0
@@ -413,7 +430,11 @@ class Daemon(Watches):
             lives = list(self._live.values())
         for live in lives:
             live.interrupt(DaemonStopping("the database file is gone"))
-        raise DatabaseGoneError(
+        raise self._gone(problem)
+
+    @staticmethod
+    def _gone(problem: str) -> DatabaseGoneError:
+        return DatabaseGoneError(
             f"{problem} while the daemon served it; stopping without writing to it again:"
             " start the daemon again to serve the file now at that path"
         )

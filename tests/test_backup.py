@@ -104,7 +104,7 @@ def test_backup_while_a_daemon_writes_is_whole_and_works(
     assert query(copy, "SELECT COUNT(*) FROM runs") == [(40,)]
     assert completed(copy) == 0  # taken while the daemon was working
     # No daemon serves the copy: it does not say one does, and it may be copied at once.
-    assert query(db, "SELECT COUNT(*) FROM daemons")[0][0] == 1
+    assert query(db, "SELECT COUNT(*) FROM daemons")[0][0] >= 1  # with its workers, if any
     assert query(copy, "SELECT COUNT(*) FROM daemons") == [(0,)]
     assert "daemon pid" not in flowctl(copy, "status", cwd=tmp_path).stdout
     moved = flowctl(copy, "copy", str(copy), str(tmp_path / "moved.db"), cwd=tmp_path)

@@ -262,7 +262,7 @@ def test_flowctl_daemon_runs_handlers_as_said_and_threads_opts_out(
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    assert f"(concurrency 32 {said}," in proc.stderr
+    assert f"(concurrency 64 {said}," in proc.stderr
     with Store(db) as s:
         assert [s.get_run(r).result for r in ids] == [3, 4, 5, 6, 7]
 
@@ -344,7 +344,7 @@ def test_a_real_daemon_runs_every_durable_call_through_its_batch_runner(
             for i in range(6)
         ]
         bad = ops.start(s, f"{target}:not_json_result", {}, clock=clock, cwd=str(ROOT))
-    proc = logged_daemon(db_path, tmp_path / "daemon.log")
+    proc = logged_daemon(db_path, tmp_path / "daemon.log", "--workers", "1")
     try:
         with Store(db_path) as s:
             wait_until(lambda: all(s.get_run(r).status is RunStatus.WAITING for r in ids), 30)

@@ -381,7 +381,7 @@ def test_a_config_workers_count_out_of_range_is_said_at_load(
 
 
 def test_a_daemon_takes_its_workers_count_from_the_config(tmp_path: Path) -> None:
-    (tmp_path / "flowctl.toml").write_text("workers = 2\n")
+    (tmp_path / "flowctl.toml").write_text("workers = 3\n")  # no machine's default (1, 2, 4)
     log = tmp_path / "daemon.log"
     with open(log, "wb") as out:
         code = subprocess.run(
@@ -393,8 +393,40 @@ def test_a_daemon_takes_its_workers_count_from_the_config(tmp_path: Path) -> Non
         ).returncode
     text = log.read_text()
     assert code == 0, text
-    assert "workers 2" in text and "supervises 2 worker processes" in text, text
-    assert "in 2 worker process(es)" in text
+    assert "workers 3" in text and "supervises 3 worker processes" in text, text
+    assert "in 3 worker process(es)" in text
+
+
+@pytest.mark.parametrize(("cores", "workers"), [(1, 1), (2, 2), (4, 4), (64, 4)])
+def test_the_default_workers_is_one_per_core_at_most_four(
+    monkeypatch: pytest.MonkeyPatch, cores: int, workers: int
+) -> None:
+    from flowctl import config
+
+    monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert config.default_workers() == workers
+
+
+def test_init_leaves_workers_to_the_machine_it_runs_on(
+    tmp_path: Path, flowctl: Flowctl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert flowctl(None, "init").returncode == 0
+    text = (tmp_path / "flowctl.toml").read_text()
+    written = tomllib.loads(text)
+    assert "workers" not in written and written["concurrency"] == 64
+    assert "# workers = N sets the daemon's worker processes" in text
+
+
+def test_worker_processes_need_the_system_clock(tmp_path: Path) -> None:
+    from flowctl.daemon import Daemon, DaemonConfig
+    from flowctl.errors import UsageError
+
+    with open_store(tmp_path / "f.db") as store:
+        clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
+        with pytest.raises(UsageError, match="workers 2 needs the system clock"):
+            Daemon(store, clock, DaemonConfig(workers=2))
+        Daemon(store, clock, DaemonConfig(workers=1))  # one process: any clock
 
 
 def test_workflows_lists_and_runs_by_name(

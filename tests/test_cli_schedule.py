@@ -413,6 +413,6 @@ def test_the_daemon_syncs_declared_schedules_when_it_starts(
     invoke: Any, home: Path, restore_signals: None
 ) -> None:
     _project(home)
-    invoke("daemon", "--until-idle", "--log-level", "error")
+    invoke("daemon", "--until-idle", "--workers", "1", "--log-level", "error")
     names = [s["name"] for s in json.loads(invoke("schedule", "ls", "--json").output)]
     assert names == ["nightly", "ping"]

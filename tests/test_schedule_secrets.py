@@ -123,7 +123,7 @@ def test_a_cli_schedule_masks_its_secret_and_fires_with_the_real_value(
         assert store.get_schedule("ship").input["token"] == SECRET  # stored as given
 
     clock.advance(timedelta(hours=1, seconds=1))
-    invoke("daemon", "--until-idle", "--log-level", "error")
+    invoke("daemon", "--until-idle", "--workers", "1", "--log-level", "error")
     with Store(db) as store:
         (run,) = store.list_runs()
     assert run.schedule == "ship" and run.status is RunStatus.COMPLETED
@@ -148,7 +148,7 @@ def test_a_yaml_schedule_records_its_secrets_at_sync_and_fires_with_the_real_val
     _assert_masked(invoke, "deploy-yaml")
 
     clock.advance(timedelta(hours=1, seconds=1))
-    invoke("daemon", "--until-idle", "--log-level", "error")
+    invoke("daemon", "--until-idle", "--workers", "1", "--log-level", "error")
     with Store(db) as store:
         (run,) = store.list_runs()
     assert run.schedule == "deploy-yaml" and run.status is RunStatus.COMPLETED  # step saw it

@@ -146,13 +146,17 @@ def test_workers_that_cannot_serve_stop_the_daemon_with_one_line_saying_why(
             wait_until(lambda: len(store.daemons()) == 3, timeout=30)
         for suffix in ("", "-wal", "-shm"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
-        # Each worker sees the file gone, says so and exits as unable to serve; the daemon
-        # replaces neither, stops and says why.
+        # The daemon or a worker sees the file gone (a worker then exits as unable to
+        # serve); the daemon replaces no worker, stops and says why in its last line.
         assert proc.wait(timeout=30) == 1
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     text = log.read_text()
-    assert "was deleted" in text and "could not serve" in text, text[-800:]
+    assert text.strip().splitlines()[-1] == (
+        f"flowctl: database file {db} was deleted while the daemon served it; stopping without"
+        " writing to it again: start the daemon again to serve the file now at that path"
+    ), text[-800:]
     assert "Traceback" not in text and "starting another" not in text
+    assert not db.exists()  # no worker created it again

@@ -130,8 +130,11 @@ def workflows(
 
 def _from_config(key: str) -> str:
     """The default shown for a daemon option that flowctl.toml may set."""
-    from flowctl.config import DEFAULTS
+    from flowctl.config import AUTO_WORKERS_MAX, DEFAULTS
 
+    if key == "workers":  # not a constant: it depends on the machine
+        shown = f"one per core, at most {AUTO_WORKERS_MAX}: {DEFAULTS[key]} here"
+        return f"[default: {shown}; or `{key}` in flowctl.toml]"
     return f"[default: {DEFAULTS[key]}, or `{key}` in flowctl.toml]"
 
 
@@ -172,8 +175,8 @@ def daemon(
             min=1,
             max=256,
             help="Worker processes that execute runs, each with --concurrency of its own and"
-            " taking turns to write; the daemon process supervises them. Uses more cores"
-            " (measure first: more CPU per run; 1: the daemon process alone)."
+            " taking turns to write; the daemon process supervises them (1: the daemon"
+            " process alone, which uses one core)."
             f"  {_from_config('workers')}",
         ),
     ] = None,

@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from flowctl.clock import SystemClock
 from flowctl.daemon import Daemon, DaemonConfig
-from flowctl.errors import FlowctlError
+from flowctl.errors import DatabaseNotFoundError, FlowctlError
 from flowctl.model import RunStatus
 from flowctl.store import open_store
 from flowctl.workers.engines import FATAL
@@ -78,11 +78,26 @@ def main(argv: list[str]) -> int:
         stream=sys.stderr,
     )
     try:
-        store = open_store(settings["db"], durability=settings["durability"])
+        # Never create it: a file deleted since the daemon opened it stops the daemon.
+        store = open_store(settings["db"], durability=settings["durability"], create=False)
+    except DatabaseNotFoundError:
+        log.error("database file %s was deleted before this worker opened it", settings["db"])
+        return FATAL
     except FlowctlError as e:
         log.error("%s", e)
         return FATAL
     try:
+        expected = settings.get("file")  # SQLite: (device, inode) the daemon opened
+        opened = getattr(store, "file_identity", lambda: None)()
+        if expected is not None and (opened is None or list(opened) != expected):
+            # Replaced (a restore, say) between the daemon's open and this one's.
+            log.error(
+                "database file %s was replaced by another file while the daemon started its"
+                " workers; stopping without writing to it: start the daemon again to serve"
+                " the file now at that path",
+                settings["db"],
+            )
+            return FATAL
         daemon = Daemon(
             store, SystemClock(), config_of(settings["config"]), worker_of=settings["worker_of"]
         )

@@ -199,8 +199,10 @@ class Engines:
             for status, age in self.daemon.config.retention.items()
         }
         db = getattr(store, "url", None) or os.path.abspath(store.path)
+        file_identity = getattr(store, "file_identity", None)  # SQLite: the file opened
         return {
             "db": db,
+            "file": None if file_identity is None else file_identity(),
             "durability": getattr(store, "durability", "full"),
             "config": config,
             "until_idle": self.until_idle,

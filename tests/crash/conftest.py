@@ -31,7 +31,11 @@ FLOWS = "tests/crash/flows.py"
 
 class Daemons:
     """Starts `python -m flowctl daemon` in its own session (so a test can signal its whole
-    process group, as a terminal's Ctrl-C or a service manager would); kills leftovers."""
+    process group, as a terminal's Ctrl-C or a service manager would); kills leftovers.
+
+    One process per daemon (`--workers 1`) unless the test gives --workers: these tests
+    kill, stop and signal the process that runs the handlers. Worker processes (the
+    default on several cores) are killed by test_workers_kill9 and the crash loop."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.tmp_path = tmp_path
@@ -49,6 +53,7 @@ class Daemons:
                 "daemon",
                 "--log-level",
                 "info",
+                *(() if "--workers" in args else ("--workers", "1")),
                 *args,
             ],
             stdout=log,

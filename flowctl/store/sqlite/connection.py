@@ -176,6 +176,11 @@ class SqliteConnection:
             self._commit_group()
             return True
 
+    def file_identity(self) -> tuple[int, int] | None:
+        """(device, inode) of the file opened: a worker process started later checks that
+        it opened the same one (None for ':memory:')."""
+        return self._identity
+
     def file_replaced(self) -> str | None:
         """None while the path still names the file this store has open; else one line
         saying it was deleted or replaced (a stat: cheap enough for a periodic check)."""
