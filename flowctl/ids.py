@@ -3,6 +3,7 @@ pid and the process's start time, so a dead owner is provable)."""
 
 from __future__ import annotations
 
+import base64
 import os
 import random
 import re
@@ -16,12 +17,9 @@ _lock = threading.Lock()
 _last = 0
 
 
-def _b32(n: int, width: int) -> str:
-    out = []
-    for _ in range(width):
-        n, r = divmod(n, 32)
-        out.append(_ALPHABET[r])
-    return "".join(reversed(out))
+# base64's RFC 4648 base32 digits, mapped to Crockford's: b32encode does the bit work in C.
+_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _ALPHABET.encode())
+_MS_BITS = (1 << 40) - 1  # 8 base32 digits of time: milliseconds modulo 2**40
 
 
 def new_run_id() -> str:
@@ -31,7 +29,8 @@ def new_run_id() -> str:
         ms = time.time_ns() // 1_000_000
         _last = max(_last, ms)
         ms = _last
-    return _b32(ms, 8) + _b32(int.from_bytes(os.urandom(5), "big"), 8)
+    raw = (ms & _MS_BITS).to_bytes(5, "big") + os.urandom(5)
+    return base64.b32encode(raw).translate(_TO_CROCKFORD).decode()
 
 
 # A daemon on another host can only be judged by its heartbeat: one not seen for this long

@@ -52,7 +52,8 @@ def _kind_of(annotation: Any) -> str | None:
 def python_validator(
     fn: Callable[..., Any], name: str, secret: Iterable[str] = ()
 ) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """The input check of a Python workflow, with the handler's signature read once."""
+    """The input check of a Python workflow, with the handler's signature read once (and
+    what the check needs of it: `start_many` checks thousands of inputs with it)."""
     try:
         sig: inspect.Signature | None = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -63,7 +64,10 @@ def python_validator(
         if kind is not None:
             kinds[p.name] = kind
     hidden = frozenset(secret)
-    return lambda raw: _converted(_check_python_input(sig, name, raw), kinds, hidden)
+    if sig is None:
+        return lambda raw: _converted(raw, kinds, hidden)
+    shape = _Shape(sig, name)
+    return lambda raw: _converted(shape.check(raw), kinds, hidden)
 
 
 def _converted(
@@ -71,6 +75,8 @@ def _converted(
 ) -> dict[str, Any]:
     """String inputs converted to their parameter's int/float/bool annotation (InputError
     naming the input when one does not read as that type); other values are left as given."""
+    if not kinds:
+        return raw
     todo = [k for k, v in raw.items() if isinstance(v, str) and k in kinds]
     if not todo:
         return raw
@@ -82,39 +88,44 @@ def _converted(
     return out
 
 
-def _check_python_input(
-    sig: inspect.Signature | None, name: str, raw: dict[str, Any]
-) -> dict[str, Any]:
-    """Inputs must fit the handler's keyword parameters, so a typo fails before the run exists."""
-    if sig is None:
-        return raw
-    params = list(sig.parameters.values())[1:]  # skip ctx
-    accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-    named = {
-        p.name: p
-        for p in params
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    }
-    listing = (
-        ", ".join(
-            f"{p.name}{'' if p.default is not inspect.Parameter.empty else ' (required)'}"
-            for p in named.values()
-        )
-        or "no inputs"
-    )
-    if not accepts_any:
-        unknown = [k for k in raw if k not in named]
-        if unknown:
-            import difflib
+class _Shape:
+    """The handler's keyword parameters (after ctx), read once from its signature."""
 
-            hint = difflib.get_close_matches(unknown[0], list(named), n=1)
-            extra = f" (did you mean {hint[0]!r}?)" if hint else ""
-            raise InputError(
-                f"workflow {name} has no input {unknown[0]!r}{extra}; it takes: {listing}"
+    def __init__(self, sig: inspect.Signature, name: str) -> None:
+        params = list(sig.parameters.values())[1:]  # skip ctx
+        self.name = name
+        self.accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+        keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        self.named = {p.name: p for p in params if p.kind in keyword}
+        self.required = [n for n, p in self.named.items() if p.default is inspect.Parameter.empty]
+
+    def listing(self) -> str:
+        return (
+            ", ".join(
+                f"{p.name}{'' if p.default is not inspect.Parameter.empty else ' (required)'}"
+                for p in self.named.values()
             )
-    missing = [n for n, p in named.items() if p.default is inspect.Parameter.empty and n not in raw]
-    if missing:
-        raise InputError(
-            f"workflow {name} needs input {missing[0]!r} (pass -i {missing[0]}=VALUE); it takes: {listing}"
+            or "no inputs"
         )
-    return raw
+
+    def check(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Inputs must fit the handler's keyword parameters, so a typo fails before the
+        run exists."""
+        if not self.accepts_any:
+            unknown = [k for k in raw if k not in self.named]
+            if unknown:
+                import difflib
+
+                hint = difflib.get_close_matches(unknown[0], list(self.named), n=1)
+                extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+                raise InputError(
+                    f"workflow {self.name} has no input {unknown[0]!r}{extra};"
+                    f" it takes: {self.listing()}"
+                )
+        missing = [n for n in self.required if n not in raw]
+        if missing:
+            raise InputError(
+                f"workflow {self.name} needs input {missing[0]!r} (pass -i {missing[0]}=VALUE);"
+                f" it takes: {self.listing()}"
+            )
+        return raw

@@ -3,7 +3,9 @@ nothing written when any input is bad (issue 14, item 4)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,7 +13,10 @@ from flowctl import Client
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.errors import InputError, SerializationError, UsageError
+from flowctl.ids import new_run_id
 from flowctl.model import RunStatus
+from flowctl.store import Store
+from flowctl.store.records import NewRun
 
 FLOWS = """\
 from flowctl import workflow
@@ -90,3 +95,55 @@ def test_the_runs_returned_are_the_rows_stored_in_order_with_created_flags(
         assert [s.run.input for s in started[:-1]] == inputs[:-1]
         for s in started:
             assert s.run == client.store.get_run(s.run.run_id)
+
+
+def test_a_created_run_is_handed_back_as_a_read_of_it_gives_it(store: Store) -> None:
+    """The SQLite store builds the created run from what it wrote instead of reading the
+    row back: every field must be what a read gives, in a read's types (UTC instants,
+    JSON-normalised values, the definition row's texts, the stored timeout)."""
+    now = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
+    paris = timezone(timedelta(hours=1))
+
+    def new(**fields: Any) -> NewRun:
+        base: dict[str, Any] = {
+            "run_id": new_run_id(),
+            "workflow": "wf",
+            "target": "flows.py:wf",
+            "kind": "python",
+            "input": {"n": 1},
+        }
+        return NewRun(**{**base, **fields})
+
+    news = [
+        new(),
+        new(
+            input={"t": (1, 2), "nested": {"a": [None, True, 1.5]}},  # a tuple reads as a list
+            source="def wf(ctx): ...",
+            source_hash="h1",
+            source_path="/x/flows.py",
+            cwd="/x",
+            run_at=now + timedelta(hours=2),
+            max_attempts=7,
+            backoff={"initial": 1.0, "factor": 2},
+            deadline=datetime(2026, 3, 1, 14, 0, tzinfo=paris),  # reads back as UTC
+            timeout=0.1 + 0.2,  # a float that does not survive microseconds exactly
+            key="key-fresh",
+            schedule="nightly",
+            scheduled_at=datetime(2026, 3, 1, 13, 0, tzinfo=paris),
+            secret_keys=("token", "api"),
+            notify={"on": ["dead"]},
+        ),
+        new(run_at=now + timedelta(days=1), deadline=now + timedelta(hours=1)),  # parked early
+        new(cwd=""),  # one definition with cwd NULL: the row's value is handed back
+        new(parent_run_id="parentrun0000000"),
+    ]
+    one = new(key="key-single", timeout=1e-7)
+    (single, created) = store.create_run(one, now)
+    assert created and single == store.get_run(one.run_id)
+    made = store.create_runs(news, now)
+    assert all(created for _, created in made)
+    for run, _ in made:
+        assert run == store.get_run(run.run_id)
+        assert repr(run) == repr(store.get_run(run.run_id))  # same types and time zones too
+    again = store.create_runs([new(key="key-fresh")], now)  # the key's run, not a new one
+    assert again == [(made[1][0], False)]

@@ -181,7 +181,7 @@ def _insert_sqlite_runs(c: Any, columns: Sequence[str], rows: Sequence[Any]) -> 
         f"INSERT INTO runs ({', '.join([*kept, 'def_id'])})"
         f" VALUES ({', '.join('?' * (len(kept) + 1))})"
     )
-    known: dict[tuple[Any, ...], int] = {}
+    known: dict[tuple[Any, ...], Any] = {}
     for row in rows:
         definition = tuple(row[at[col]] if col in at else None for col in DEFINITION_COLUMNS)
         values = [row[at[col]] for col in kept]

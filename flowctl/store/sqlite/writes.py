@@ -16,7 +16,6 @@ from flowctl.store.records import NewRun, dumps
 from flowctl.store.sqlite.rows import (
     _CLEARED,
     _RUN_COLUMNS,
-    _RUNS,
     _RUNS_BY_KEY_JOINED,
     TIMELINE_INSERT,
     _add_event,
@@ -49,47 +48,32 @@ def _insert_run(
     c: sqlite3.Connection,
     new: NewRun,
     now_us: int,
-    definitions: dict[tuple[Any, ...], int] | None = None,
+    definitions: dict[tuple[Any, ...], Any] | None = None,
 ) -> tuple[Run, bool]:
     """create_run inside the caller's transaction (a schedule fire creates its runs in the
-    same transaction that records the fire). `definitions` remembers the def_ids found in
-    this transaction, so a batch of runs of one workflow looks its definition up once."""
-    existing = _insert_row(c, new, now_us, definitions)
-    if existing is not None:
-        return existing, False
-    return _load_run(c, new.run_id), True
+    same transaction that records the fire). `definitions` remembers the definitions found
+    in this transaction, so a batch of runs of one workflow looks its definition up once.
+    Returns the run and True, or the run already holding its idempotency key and False."""
+    return _insert_row(c, new, now_us, definitions)
 
 
 def _insert_rows(
     c: sqlite3.Connection, news: Sequence[NewRun], now_us: int
 ) -> list[tuple[Run, bool]]:
-    """create_runs inside the caller's transaction: the rows inserted one by one, read back
-    together (a statement per 500 runs, not one per run)."""
-    definitions: dict[tuple[Any, ...], int] = {}  # this transaction's lookups
-    existing = [_insert_row(c, new, now_us, definitions) for new in news]
-    created = [new.run_id for new, old in zip(news, existing, strict=True) if old is None]
-    loaded: dict[str, Run] = {}
-    for start in range(0, len(created), 500):
-        chunk = created[start : start + 500]
-        rows = c.execute(
-            f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE run_id IN ({','.join('?' * len(chunk))})",
-            chunk,
-        ).fetchall()
-        loaded.update((row[0], _run_from_row(row)) for row in rows)
-    return [
-        (loaded[new.run_id], True) if old is None else (old, False)
-        for new, old in zip(news, existing, strict=True)
-    ]
+    """create_runs inside the caller's transaction: the rows inserted one by one."""
+    definitions: dict[tuple[Any, ...], Any] = {}  # this transaction's lookups
+    return [_insert_row(c, new, now_us, definitions) for new in news]
 
 
 def _insert_row(
     c: sqlite3.Connection,
     new: NewRun,
     now_us: int,
-    definitions: dict[tuple[Any, ...], int] | None,
-) -> Run | None:
-    """Insert `new`'s row (and its definition, source and created event); the run that
-    already holds its idempotency key instead, if any (nothing inserted then)."""
+    definitions: dict[tuple[Any, ...], Any] | None,
+) -> tuple[Run, bool]:
+    """Insert `new`'s row (and its definition, source and created event) and return it as
+    read back, built without reading it (_fresh_run); or the run that already holds its
+    idempotency key, with False (nothing inserted then)."""
     # Due at its start time (now, --in, --at) or at its deadline, whichever is first.
     start_at = from_us(now_us) if new.run_at is None else new.run_at
     run_at = to_us(parked_run_at(start_at, deadline=new.deadline) or start_at)
@@ -98,7 +82,7 @@ def _insert_row(
             f"SELECT {_RUN_COLUMNS} FROM {_RUNS_BY_KEY_JOINED} WHERE key = ?", [new.key]
         ).fetchone()
         if row is not None:
-            return _run_from_row(row)
+            return _run_from_row(row), False
     # The pinned text is kept once per definition hash (sources), not in every run row.
     source = new.source
     if source is not None and new.source_hash is not None:
@@ -112,6 +96,11 @@ def _insert_row(
                 definitions[seen] = 0
         source = None
     definition = (new.target, new.kind, new.source_hash, new.source_path, new.cwd)
+    def_id, stored = _definition(c, definition, definitions)
+    input_json = dumps(new.input, "the input")
+    backoff = None if new.backoff is None else dumps(new.backoff)
+    secret_keys = dumps(sorted(new.secret_keys)) if new.secret_keys else None
+    timeout_us = None if new.timeout is None else round(new.timeout * 1e6)
     c.execute(
         "INSERT INTO runs (run_id, workflow, def_id, source, input, status, run_at, created_at,"
         " max_attempts, backoff, deadline, timeout_us, key, parent_run_id, schedule,"
@@ -119,21 +108,21 @@ def _insert_row(
         [
             new.run_id,
             new.workflow,
-            _definition_id(c, definition, definitions),
+            def_id,
             source,
-            dumps(new.input, "the input"),
+            input_json,
             RunStatus.QUEUED,
             run_at,
             now_us,
             new.max_attempts,
-            None if new.backoff is None else dumps(new.backoff),
+            backoff,
             _us(new.deadline),
-            None if new.timeout is None else round(new.timeout * 1e6),
+            timeout_us,
             new.key,
             new.parent_run_id,
             new.schedule,
             _us(new.scheduled_at),
-            dumps(sorted(new.secret_keys)) if new.secret_keys else None,
+            secret_keys,
             None if new.notify is None else dumps(new.notify, "the notify override"),
         ],
     )
@@ -146,33 +135,70 @@ def _insert_row(
         data["schedule"] = new.schedule
     if len(data) > 1:  # the plain one, {"attempt": 1} at created_at, is implied (migration 18)
         _add_event(c, new.run_id, now_us, "created", data)
-    return None
+    # What _load_run would read back: every value as stored, in the types a read gives.
+    target, kind, source_hash, source_path, cwd = stored
+    return (
+        Run(
+            run_id=new.run_id,
+            workflow=new.workflow,
+            target=target,
+            kind=kind,
+            status=RunStatus.QUEUED,
+            input=_loads(input_json),
+            created_at=from_us(now_us),
+            run_at=from_us(run_at),
+            max_attempts=new.max_attempts,
+            deadline=_dt(_us(new.deadline)),
+            timeout=None if timeout_us is None else timeout_us / 1e6,
+            key=new.key,
+            parent_run_id=new.parent_run_id,
+            schedule=new.schedule,
+            scheduled_at=_dt(_us(new.scheduled_at)),
+            cwd=cwd,
+            source_hash=source_hash,
+            source_path=source_path,
+            backoff=None if backoff is None else _loads(backoff),
+            secret_keys=() if secret_keys is None else tuple(_loads(secret_keys) or ()),
+        ),
+        True,
+    )
 
 
-def _definition_id(
+def _definition(
     c: sqlite3.Connection,
     definition: tuple[Any, ...],
-    known: dict[tuple[Any, ...], int] | None = None,
-) -> int:
+    known: dict[tuple[Any, ...], Any] | None = None,
+) -> tuple[int, tuple[Any, ...]]:
     """The def_id of (target, kind, source_hash, source_path, cwd), added when new, inside
-    the caller's transaction. `known` is valid only within that transaction (a rollback
-    would take a new definition with it)."""
+    the caller's transaction, with that definition's row as stored (a NULL and an empty
+    text are one definition: the row holds whichever came first). `known` is valid only
+    within that transaction (a rollback would take a new definition with it)."""
     if known is not None and definition in known:
-        return known[definition]
+        return known[definition]  # type: ignore[no-any-return]
     c.execute(
         "INSERT OR IGNORE INTO definitions (target, kind, source_hash, source_path, cwd)"
         " VALUES (?,?,?,?,?)",
         definition,
     )
-    (def_id,) = c.execute(
-        "SELECT def_id FROM definitions WHERE target = ? AND kind = ?"
-        " AND IFNULL(source_hash, '') = IFNULL(?, '') AND IFNULL(source_path, '') = IFNULL(?, '')"
-        " AND IFNULL(cwd, '') = IFNULL(?, '')",
+    def_id, *stored = c.execute(
+        "SELECT def_id, target, kind, source_hash, source_path, cwd FROM definitions"
+        " WHERE target = ? AND kind = ? AND IFNULL(source_hash, '') = IFNULL(?, '')"
+        " AND IFNULL(source_path, '') = IFNULL(?, '') AND IFNULL(cwd, '') = IFNULL(?, '')",
         definition,
     ).fetchone()
+    found = (int(def_id), tuple(stored))
     if known is not None:
-        known[definition] = int(def_id)
-    return int(def_id)
+        known[definition] = found
+    return found
+
+
+def _definition_id(
+    c: sqlite3.Connection,
+    definition: tuple[Any, ...],
+    known: dict[tuple[Any, ...], Any] | None = None,
+) -> int:
+    """_definition's def_id alone."""
+    return _definition(c, definition, known)[0]
 
 
 def _fail(
