@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/cost_breakdown.py                 # 5,000 runs, 3 rounds
     .venv/bin/python benchmarks/cost_breakdown.py --runs 2000 --rounds 2
 
-An in-process `Daemon` at default settings (the batch runner, concurrency 32) executes
+An in-process `Daemon` at default settings (the batch runner, `flowctl daemon`'s default
+concurrency from flowctl.config, one process: what each worker process does) executes
 `--runs` runs of `benchmarks/flows.py:three`, enqueued beforehand with `start_many`.
 Three parts, each alternating on fresh temporary databases:
 
@@ -37,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from flowctl.client import Client  # noqa: E402
 from flowctl.clock import SystemClock  # noqa: E402
+from flowctl.config import DEFAULTS  # noqa: E402
 from flowctl.daemon import Daemon, DaemonConfig  # noqa: E402
 
 FLOWS = str(ROOT / "benchmarks" / "flows.py")
@@ -89,7 +91,7 @@ def daemon_run(
             store: Any = client.store
             if stats is not None:
                 store._conn = TimedConnection(store._conn, stats)
-            daemon = Daemon(store, SystemClock(), DaemonConfig(concurrency=32))
+            daemon = Daemon(store, SystemClock(), DaemonConfig(concurrency=DEFAULTS["concurrency"]))
             before = resource.getrusage(resource.RUSAGE_SELF)
             cpu0, loop0 = time.process_time(), time.thread_time()
             daemon.run_forever(until_idle=True)
