@@ -29,6 +29,17 @@ def default_workers() -> int:
     return max(1, min(cores, AUTO_WORKERS_MAX))
 
 
+def daemon_workers(config: Config, db: Path | str) -> int:
+    """The daemon's worker processes when --workers is not given: flowctl.toml's `workers`
+    if the file sets it, else one per core on a file (default_workers) and 1 on
+    PostgreSQL, where a fleet grows by daemons on more hosts: each process holds a pool of
+    up to 10 connections, so one per core on every host would soon pass the server's
+    max_connections (100 by default)."""
+    if "workers" in config.given:
+        return int(config.values["workers"])
+    return 1 if isinstance(db, str) else default_workers()  # resolve_db: a str is a URL
+
+
 DEFAULTS: dict[str, Any] = {
     "db": ".flowctl/flowctl.db",
     "workflows": "workflows",
@@ -64,7 +75,7 @@ _COMMENT = """# flowctl configuration. Paths are relative to this file.
 """
 
 _WORKERS_COMMENT = f"""# workers = N sets the daemon's worker processes; by default one per core, at most
-# {AUTO_WORKERS_MAX} (1: the daemon process alone, on one core).
+# {AUTO_WORKERS_MAX} (1: the daemon process alone, on one core); 1 on PostgreSQL.
 """
 
 
@@ -72,6 +83,7 @@ _WORKERS_COMMENT = f"""# workers = N sets the daemon's worker processes; by defa
 class Config:
     path: Path | None = None  # the flowctl.toml read, if any
     values: dict[str, Any] = field(default_factory=lambda: dict(DEFAULTS))
+    given: frozenset[str] = frozenset()  # the keys the file set (the rest are DEFAULTS)
 
     @property
     def root(self) -> Path:
@@ -171,7 +183,7 @@ def load_config(path: Path | None = None, start: Path | None = None) -> Config:
             parse_duration(values[key])
         except DurationError as e:
             raise ConfigError(f"{path}: key {key!r}: {e}") from None
-    return Config(path=path, values=values)
+    return Config(path=path, values=values, given=frozenset(data))
 
 
 def xdg_state_db() -> Path:

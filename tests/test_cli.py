@@ -418,6 +418,25 @@ def test_init_leaves_workers_to_the_machine_it_runs_on(
     assert "# workers = N sets the daemon's worker processes" in text
 
 
+@pytest.mark.parametrize(
+    ("toml", "sqlite", "postgres"), [("", 3, 1), ("workers = 2\n", 2, 2), ("workers = 3\n", 3, 3)]
+)
+def test_on_postgresql_the_default_is_one_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, toml: str, sqlite: int, postgres: int
+) -> None:
+    """Each process holds a pool of connections, so a fleet grows by hosts, not by cores:
+    only a file's `workers =` (or --workers) gives a PostgreSQL daemon more than one."""
+    from flowctl import config
+
+    monkeypatch.setattr(config.os, "sched_getaffinity", lambda pid: set(range(3)))
+    monkeypatch.delenv("FLOWCTL_DB", raising=False)
+    if toml:
+        (tmp_path / "flowctl.toml").write_text(toml)
+    loaded = config.load_config(start=tmp_path)
+    for db, expected in ((tmp_path / "f.db", sqlite), ("postgresql://u@h/d", postgres)):
+        assert config.daemon_workers(loaded, db) == expected, db
+
+
 def test_worker_processes_need_the_system_clock(tmp_path: Path) -> None:
     from flowctl.daemon import Daemon, DaemonConfig
     from flowctl.errors import UsageError

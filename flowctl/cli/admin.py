@@ -133,7 +133,7 @@ def _from_config(key: str) -> str:
     from flowctl.config import AUTO_WORKERS_MAX, DEFAULTS
 
     if key == "workers":  # not a constant: it depends on the machine
-        shown = f"one per core, at most {AUTO_WORKERS_MAX}: {DEFAULTS[key]} here"
+        shown = f"one per core, at most {AUTO_WORKERS_MAX}: {DEFAULTS[key]} here; 1 on PostgreSQL"
         return f"[default: {shown}; or `{key}` in flowctl.toml]"
     return f"[default: {DEFAULTS[key]}, or `{key}` in flowctl.toml]"
 

@@ -251,13 +251,14 @@ def _run_json(run: Run) -> dict[str, Any]:
 
 
 def _daemon_config(st: State, **overrides: Any) -> Any:
+    from flowctl.config import daemon_workers
     from flowctl.daemon import DaemonConfig
     from flowctl.durations import parse_duration
 
     cfg = st.config
     values: dict[str, Any] = {
         "concurrency": int(cfg.get("concurrency")),
-        "workers": int(cfg.get("workers")),
+        "workers": daemon_workers(cfg, st.db_path),
         "lease": parse_duration(cfg.get("lease")).total_seconds(),
         "heartbeat": parse_duration(cfg.get("heartbeat")).total_seconds(),
         "grace": parse_duration(cfg.get("grace")).total_seconds(),
