@@ -24,13 +24,26 @@ _MS_BITS = (1 << 40) - 1  # 8 base32 digits of time: milliseconds modulo 2**40
 
 def new_run_id() -> str:
     """16 characters: 8 of millisecond time (sorts by creation), 8 random."""
+    return new_run_ids(1)[0]
+
+
+def new_run_ids(n: int) -> list[str]:
+    """`n` run ids of this millisecond, made together: ten bytes are exactly sixteen base32
+    digits, so one b32encode of all of them, cut every sixteen, is each id's own encoding
+    (a batch of runs pays one clock read, one urandom and one encode)."""
     global _last
     with _lock:
         ms = time.time_ns() // 1_000_000
         _last = max(_last, ms)
         ms = _last
-    raw = (ms & _MS_BITS).to_bytes(5, "big") + os.urandom(5)
-    return base64.b32encode(raw).translate(_TO_CROCKFORD).decode()
+    stamp = (ms & _MS_BITS).to_bytes(5, "big")
+    noise = os.urandom(5 * n)
+    raw = b"".join([stamp + noise[i : i + 5] for i in range(0, 5 * n, 5)])
+    text = base64.b32encode(raw).translate(_TO_CROCKFORD).decode()
+    # Sorted: a batch's runs are created in id order, so their journal and timeline rows
+    # (keyed by run id) append at the end of those indexes, as one-by-one ids do, instead
+    # of landing on random pages (which cost the daemon a quarter of its throughput).
+    return sorted(text[i : i + 16] for i in range(0, 16 * n, 16))
 
 
 # A daemon on another host can only be judged by its heartbeat: one not seen for this long

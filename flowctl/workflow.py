@@ -189,14 +189,16 @@ class WorkflowDef:
         parent_run_id: str | None = None,
         schedule: str | None = None,
         scheduled_at: datetime | None = None,
+        run_id: str | None = None,
     ) -> NewRun:
         """The row for a new run of this workflow: its pinned source and its defaults,
-        overridden by what the caller gives. `input` must already be checked."""
+        overridden by what the caller gives. `input` must already be checked; `run_id`
+        is a new one unless given (a batch makes its ids together: ids.new_run_ids)."""
         from flowctl.ids import new_run_id
 
         budget = timeout if timeout is not None else self.timeout
         return NewRun(
-            run_id=new_run_id(),
+            run_id=run_id or new_run_id(),
             workflow=self.name,
             target=self.target,
             kind=self.kind,

@@ -22,6 +22,7 @@ from flowctl.errors import (
     RunNotFoundError,
     UsageError,
 )
+from flowctl.ids import new_run_ids
 from flowctl.limits import MAX_KEY, ROOM_RESERVE, check_key, one_line
 from flowctl.model import (
     ACTIVE,
@@ -166,6 +167,7 @@ def start_many(
     if deadline is not None and deadline <= now:
         raise UsageError(f"--deadline {local_text(deadline)} is already in the past")
     news = []
+    run_ids = new_run_ids(len(inputs))
     for i, raw in enumerate(inputs):
         if not isinstance(raw, dict):
             raise InputError(f"{label(i)} is {type(raw).__name__}: each input is a JSON object")
@@ -181,6 +183,7 @@ def start_many(
                 deadline=deadline,
                 timeout=budget,
                 key=None if keys is None else keys[i],
+                run_id=run_ids[i],
             )
         )
     return [Started(run, created) for run, created in store.create_runs(news, now)]

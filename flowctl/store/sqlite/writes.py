@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from flowctl.model import (
@@ -60,9 +61,52 @@ def _insert_run(
 def _insert_rows(
     c: sqlite3.Connection, news: Sequence[NewRun], now_us: int
 ) -> list[tuple[Run, bool]]:
-    """create_runs inside the caller's transaction: the rows inserted one by one."""
+    """create_runs inside the caller's transaction: the keys looked up together, the new
+    rows and their events written with one executemany each.
+
+    A key already stored returns that run (False); a key repeated within `news` returns
+    the run its first use creates (False), as inserting them one by one would."""
     definitions: dict[tuple[Any, ...], Any] = {}  # this transaction's lookups
-    return [_insert_row(c, new, now_us, definitions) for new in news]
+    held = _runs_by_keys(c, {new.key for new in news if new.key is not None})
+    out: list[tuple[Run, bool]] = []
+    rows: list[list[Any]] = []
+    events: list[tuple[str, int, str, str | None]] = []
+    times: dict[int, datetime] = {}  # one datetime per distinct time in the batch
+    for new in news:
+        if new.key is not None and new.key in held:
+            out.append((held[new.key], False))
+            continue
+        params, event, run = _prepared(c, new, now_us, definitions, times)
+        rows.append(params)
+        if event is not None:
+            events.append(event)
+        if new.key is not None:
+            held[new.key] = run
+        out.append((run, True))
+    c.executemany(_RUN_INSERT, rows)
+    c.executemany(TIMELINE_INSERT, events)
+    return out
+
+
+# The runs by key in one statement per this many keys (SQLite's bound parameters are
+# limited, 32,766 since 3.32; a chunk keeps each statement small).
+_KEY_CHUNK = 500
+
+
+def _runs_by_keys(c: sqlite3.Connection, keys: set[str]) -> dict[str, Run]:
+    """The stored runs holding any of `keys`, by key (each an index seek on runs_key)."""
+    found: dict[str, Run] = {}
+    wanted = sorted(keys)
+    for i in range(0, len(wanted), _KEY_CHUNK):
+        chunk = wanted[i : i + _KEY_CHUNK]
+        marks = ",".join("?" * len(chunk))
+        for row in c.execute(
+            f"SELECT {_RUN_COLUMNS} FROM {_RUNS_BY_KEY_JOINED} WHERE key IN ({marks})", chunk
+        ):
+            run = _run_from_row(row)
+            assert run.key is not None  # selected by key
+            found[run.key] = run
+    return found
 
 
 def _insert_row(
@@ -72,17 +116,42 @@ def _insert_row(
     definitions: dict[tuple[Any, ...], Any] | None,
 ) -> tuple[Run, bool]:
     """Insert `new`'s row (and its definition, source and created event) and return it as
-    read back, built without reading it (_fresh_run); or the run that already holds its
-    idempotency key, with False (nothing inserted then)."""
-    # Due at its start time (now, --in, --at) or at its deadline, whichever is first.
-    start_at = from_us(now_us) if new.run_at is None else new.run_at
-    run_at = to_us(parked_run_at(start_at, deadline=new.deadline) or start_at)
+    read back, built without reading it; or the run that already holds its idempotency
+    key, with False (nothing inserted then)."""
     if new.key is not None:
         row = c.execute(
             f"SELECT {_RUN_COLUMNS} FROM {_RUNS_BY_KEY_JOINED} WHERE key = ?", [new.key]
         ).fetchone()
         if row is not None:
             return _run_from_row(row), False
+    params, event, run = _prepared(c, new, now_us, definitions, {})
+    c.execute(_RUN_INSERT, params)
+    if event is not None:
+        c.execute(TIMELINE_INSERT, event)
+    return run, True
+
+
+_RUN_INSERT = (
+    "INSERT INTO runs (run_id, workflow, def_id, source, input, status, run_at, created_at,"
+    " max_attempts, backoff, deadline, timeout_us, key, parent_run_id, schedule,"
+    " scheduled_at, secret_keys, notify) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+)
+
+
+def _prepared(
+    c: sqlite3.Connection,
+    new: NewRun,
+    now_us: int,
+    definitions: dict[tuple[Any, ...], Any] | None,
+    times: dict[int, datetime],
+) -> tuple[list[Any], tuple[str, int, str, str | None] | None, Run]:
+    """`new`'s runs row (_RUN_INSERT's parameters), its `created` event when it is not the
+    implied one, and the Run a read of that row gives. Its source and definition rows are
+    written here (once per hash and per definition in a batch); `times` shares one
+    datetime per microsecond value between the runs of a batch (datetimes are immutable)."""
+    # Due at its start time (now, --in, --at) or at its deadline, whichever is first.
+    start_at = _time(times, now_us) if new.run_at is None else new.run_at
+    run_at = to_us(parked_run_at(start_at, deadline=new.deadline) or start_at)
     # The pinned text is kept once per definition hash (sources), not in every run row.
     source = new.source
     if source is not None and new.source_hash is not None:
@@ -101,31 +170,29 @@ def _insert_row(
     backoff = None if new.backoff is None else dumps(new.backoff)
     secret_keys = dumps(sorted(new.secret_keys)) if new.secret_keys else None
     timeout_us = None if new.timeout is None else round(new.timeout * 1e6)
-    c.execute(
-        "INSERT INTO runs (run_id, workflow, def_id, source, input, status, run_at, created_at,"
-        " max_attempts, backoff, deadline, timeout_us, key, parent_run_id, schedule,"
-        " scheduled_at, secret_keys, notify) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        [
-            new.run_id,
-            new.workflow,
-            def_id,
-            source,
-            input_json,
-            RunStatus.QUEUED,
-            run_at,
-            now_us,
-            new.max_attempts,
-            backoff,
-            _us(new.deadline),
-            timeout_us,
-            new.key,
-            new.parent_run_id,
-            new.schedule,
-            _us(new.scheduled_at),
-            secret_keys,
-            None if new.notify is None else dumps(new.notify, "the notify override"),
-        ],
-    )
+    deadline_us = _us(new.deadline)
+    scheduled_us = _us(new.scheduled_at)
+    params = [
+        new.run_id,
+        new.workflow,
+        def_id,
+        source,
+        input_json,
+        RunStatus.QUEUED,
+        run_at,
+        now_us,
+        new.max_attempts,
+        backoff,
+        deadline_us,
+        timeout_us,
+        new.key,
+        new.parent_run_id,
+        new.schedule,
+        scheduled_us,
+        secret_keys,
+        None if new.notify is None else dumps(new.notify, "the notify override"),
+    ]
+    event = None
     data: dict[str, Any] = {"attempt": 1}
     if run_at > now_us:
         data["run_at"] = from_us(run_at).isoformat(timespec="microseconds")
@@ -134,34 +201,40 @@ def _insert_row(
     if new.schedule:
         data["schedule"] = new.schedule
     if len(data) > 1:  # the plain one, {"attempt": 1} at created_at, is implied (migration 18)
-        _add_event(c, new.run_id, now_us, "created", data)
+        event = _event(new.run_id, now_us, "created", data)
     # What _load_run would read back: every value as stored, in the types a read gives.
     target, kind, source_hash, source_path, cwd = stored
-    return (
-        Run(
-            run_id=new.run_id,
-            workflow=new.workflow,
-            target=target,
-            kind=kind,
-            status=RunStatus.QUEUED,
-            input=_loads(input_json),
-            created_at=from_us(now_us),
-            run_at=from_us(run_at),
-            max_attempts=new.max_attempts,
-            deadline=_dt(_us(new.deadline)),
-            timeout=None if timeout_us is None else timeout_us / 1e6,
-            key=new.key,
-            parent_run_id=new.parent_run_id,
-            schedule=new.schedule,
-            scheduled_at=_dt(_us(new.scheduled_at)),
-            cwd=cwd,
-            source_hash=source_hash,
-            source_path=source_path,
-            backoff=None if backoff is None else _loads(backoff),
-            secret_keys=() if secret_keys is None else tuple(_loads(secret_keys) or ()),
-        ),
-        True,
+    run = Run(
+        run_id=new.run_id,
+        workflow=new.workflow,
+        target=target,
+        kind=kind,
+        status=RunStatus.QUEUED,
+        input=_loads(input_json),
+        created_at=_time(times, now_us),
+        run_at=_time(times, run_at),
+        max_attempts=new.max_attempts,
+        deadline=None if deadline_us is None else _time(times, deadline_us),
+        timeout=None if timeout_us is None else timeout_us / 1e6,
+        key=new.key,
+        parent_run_id=new.parent_run_id,
+        schedule=new.schedule,
+        scheduled_at=None if scheduled_us is None else _time(times, scheduled_us),
+        cwd=cwd,
+        source_hash=source_hash,
+        source_path=source_path,
+        backoff=None if backoff is None else _loads(backoff),
+        secret_keys=() if secret_keys is None else tuple(_loads(secret_keys) or ()),
     )
+    return params, event, run
+
+
+def _time(times: dict[int, datetime], us: int) -> datetime:
+    """The datetime of `us`, made once per value in `times`."""
+    when = times.get(us)
+    if when is None:
+        when = times[us] = from_us(us)
+    return when
 
 
 def _definition(
