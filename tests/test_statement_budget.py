@@ -76,7 +76,11 @@ def test_a_three_step_run_stays_within_its_statement_budget(
     # version markers (read with its row), so the replay does not read them
     # 20 since the fence checks are folded into the checkpoint's INSERT (its rowcount) and
     # the completion takes the last checkpoint and the claim's parent/schedule
-    assert per_run <= 21, f"{per_run:.1f} statements per three-step run (was 37 before)"
+    # 23 since migration 20: the claim moves its runs in run_counts with two statements per
+    # claim (of one run each here: claim_batch=1) and the completion with one, where the
+    # runs trigger was one traced program per move but ran ~8 µs each (benchmarks/
+    # cost_breakdown.py): fewer µs, a few more statements counted at claim_batch 1
+    assert per_run <= 23, f"{per_run:.1f} statements per three-step run (was 37 before)"
     assert not [
         s for s in traced if s.startswith(("SELECT change_id", "SELECT run_id, call_index"))
     ]

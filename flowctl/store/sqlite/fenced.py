@@ -224,14 +224,17 @@ class FencedWrites(SqliteConnection):
                     return False
                 links = held[0], held[1]
             parent, schedule = links
-            cur = c.execute(
+            done = c.execute(
                 "UPDATE runs SET status = 'completed', result = ?, error = NULL, finished_at = ?,"
                 " run_at = NULL, lease_owner = NULL, lease_until = NULL, exec_spent_us = ?,"
-                f" pause_requested = 0, solo = 0, {_CLEARED} WHERE {_FENCED}",
+                f" pause_requested = 0, solo = 0, {_CLEARED} WHERE {_FENCED} RETURNING workflow",
                 [result_text, now_us, round(exec_spent * 1e6), run_id, lease.fence, lease.owner],
-            )
-            if cur.rowcount != 1:  # links given and no entry: this UPDATE was the fence check
+            ).fetchall()
+            if not done:  # links given and no entry: this UPDATE was the fence check
                 return False
+            # run_counts: one move from running to completed, made here (migration 20).
+            if c.execute(_COUNTS_COMPLETED, done[0]).rowcount != 2:
+                c.execute(_COUNTS_FIRST_COMPLETED, done[0])  # the workflow's first completion
             _add_event(c, run_id, now_us, "completed", {})
             _record_ending(c, run_id, RunStatus.COMPLETED, None, now_us)
             if parent is not None:  # known from the claim or read under the lease
@@ -320,6 +323,17 @@ def _awaited_done(
         return False
     row = c.execute("SELECT status FROM runs WHERE run_id = ?", [child]).fetchone()
     return row is not None and RunStatus(row[0]).is_terminal
+
+
+# A completion's move in run_counts, in one statement: the runs trigger leaves a move into
+# completed to complete_run, the only write that makes it (migration 20). The workflow's
+# running row is there (its run was counted into it); its completed row is there after the
+# first completion, which finds only the running row and adds the completed one.
+_COUNTS_COMPLETED = (
+    "UPDATE run_counts SET n = n + IIF(status = 'completed', 1, -1)"
+    " WHERE workflow = ? AND status IN ('running', 'completed')"
+)
+_COUNTS_FIRST_COMPLETED = "INSERT INTO run_counts (workflow, status, n) VALUES (?, 'completed', 1)"
 
 
 # A held run's row, as a WHERE clause (run_id, fence, owner): the fence check of a write

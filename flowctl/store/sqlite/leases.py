@@ -275,6 +275,9 @@ class Leases(SqliteConnection):
             ],
         )
         events = times.events
+        if prev is not _RUNNING:  # counted here, not by the runs trigger (migration 20)
+            moved = (run.workflow, prev)
+            times.moved[moved] = times.moved.get(moved, 0) + 1
         if prev is _RUNNING:
             data: dict[str, Any] = {"from": run.lease_owner, "by": owner, "fence": fence}
             if verdict.suspect:
@@ -549,7 +552,7 @@ class _ClaimTimes:
     """A claim transaction's `now` and lease end, in µs and as the datetimes its rows get,
     and its owner as JSON text: each made once per transaction rather than per run claimed."""
 
-    __slots__ = ("events", "lease_until", "lease_us", "now", "now_us", "owner_json")
+    __slots__ = ("events", "lease_until", "lease_us", "moved", "now", "now_us", "owner_json")
 
     def __init__(self, now_us: int, lease_us: int, owner: str) -> None:
         self.now_us, self.lease_us = now_us, lease_us
@@ -561,11 +564,34 @@ class _ClaimTimes:
         # claimed run's timeline (a run passed over is not claimed), so its seq numbers are
         # what one statement per run gave.
         self.events: list[tuple[str, int, str, str | None]] = []
+        # Runs claimed into `running`, by (workflow, status they left): run_counts moves
+        # them in two statements per transaction. The runs trigger leaves a move into
+        # running to the claim (migration 20): it cost each claim ~8 µs, a sixth of it.
+        self.moved: dict[tuple[str, RunStatus], int] = {}
 
     def flush_events(self, c: sqlite3.Connection) -> None:
+        """Write the claimed runs' timeline rows and their moves in run_counts, before the
+        claim's transaction ends (so both are in it, or neither)."""
         if self.events:
             c.executemany(TIMELINE_INSERT, self.events)
             self.events = []
+        if self.moved:
+            left = [(n, workflow, str(prev)) for (workflow, prev), n in self.moved.items()]
+            c.executemany(_COUNTS_LEFT, left)
+            into: dict[str, int] = {}
+            for (workflow, _), n in self.moved.items():
+                into[workflow] = into.get(workflow, 0) + n
+            c.executemany(_COUNTS_RUNNING, list(into.items()))
+            self.moved = {}
+
+
+# A claim's moves in run_counts (see _ClaimTimes.moved): out of the statuses the runs left,
+# into running.
+_COUNTS_LEFT = "UPDATE run_counts SET n = n - ? WHERE workflow = ? AND status = ?"
+_COUNTS_RUNNING = (
+    "INSERT INTO run_counts (workflow, status, n) VALUES (?, 'running', ?)"
+    " ON CONFLICT (workflow, status) DO UPDATE SET n = n + excluded.n"
+)
 
 
 @functools.lru_cache(maxsize=64)

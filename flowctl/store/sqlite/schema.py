@@ -245,6 +245,16 @@ def _migration_10(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE schedules ADD COLUMN secret_keys TEXT")
 
 
+# The runs triggers' moves in run_counts (migrations 11 and 20).
+_COUNTS_ADD = (
+    "INSERT INTO run_counts (workflow, status, n) VALUES (NEW.workflow, NEW.status, 1)"
+    " ON CONFLICT (workflow, status) DO UPDATE SET n = n + 1;"
+)
+_COUNTS_REMOVE = (
+    "UPDATE run_counts SET n = n - 1 WHERE workflow = OLD.workflow AND status = OLD.status;"
+)
+
+
 def _migration_11(db: sqlite_utils.Database) -> None:
     """Throughput at a million runs (issue 14).
 
@@ -277,13 +287,7 @@ def _migration_11(db: sqlite_utils.Database) -> None:
         "INSERT INTO run_counts (workflow, status, n)"
         " SELECT workflow, status, COUNT(*) FROM runs GROUP BY workflow, status"
     )
-    add = (
-        "INSERT INTO run_counts (workflow, status, n) VALUES (NEW.workflow, NEW.status, 1)"
-        " ON CONFLICT (workflow, status) DO UPDATE SET n = n + 1;"
-    )
-    remove = (
-        "UPDATE run_counts SET n = n - 1 WHERE workflow = OLD.workflow AND status = OLD.status;"
-    )
+    add, remove = _COUNTS_ADD, _COUNTS_REMOVE
     db.execute(f"CREATE TRIGGER run_counts_insert AFTER INSERT ON runs BEGIN {add} END")
     db.execute(f"CREATE TRIGGER run_counts_delete AFTER DELETE ON runs BEGIN {remove} END")
     db.execute(
@@ -586,6 +590,25 @@ def _rebuild_runs(db: sqlite_utils.Database) -> None:
     db.execute("CREATE UNIQUE INDEX runs_key ON runs(key) WHERE key IS NOT NULL")
 
 
+def _migration_20(db: sqlite_utils.Database) -> None:
+    """run_counts moves for the daemon's two hottest writes are made by those writes, not
+    by the runs trigger (issue 14: the trigger cost ~8 µs per firing, a sixth of a
+    three-step run's time under the write lock; a claim now moves all its runs in two
+    statements, a completion in one).
+
+    The trigger no longer fires for a move into `running` (only a claim makes one:
+    `_ClaimTimes.moved`) or into `completed` (only `complete_run` makes one). Neither
+    write changes a run's workflow; every other status change is counted as before.
+    """
+    db.execute("DROP TRIGGER run_counts_update")
+    db.execute(
+        "CREATE TRIGGER run_counts_update AFTER UPDATE OF status, workflow ON runs"
+        " WHEN NEW.workflow IS NOT OLD.workflow OR (NEW.status IS NOT OLD.status"
+        " AND NEW.status NOT IN ('running', 'completed'))"
+        f" BEGIN {_COUNTS_REMOVE} {_COUNTS_ADD} END"
+    )
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -606,6 +629,7 @@ MIGRATIONS = [
     _migration_17,
     _migration_18,
     _migration_19,
+    _migration_20,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
