@@ -223,8 +223,8 @@ def test_claims_and_reclaims_are_counted_however_they_are_written(
     store: Store, flows: Path, fake_clock: FakeClock, tmp_path: Path
 ) -> None:
     """Claims, woken sleepers, suspects reclaimed alone, events added by hand, and a copy
-    into SQLite all keep the run counts and the claim counts exact (on SQLite the claim
-    counts its own batch since migration 20, not a trigger per row)."""
+    into SQLite all keep the run counts and the claim counts exact (on SQLite a claim moves
+    its batch in run_counts itself since migration 20, not by a trigger per row)."""
     from flowctl.store import open_store
     from flowctl.store.copy import copy_rows
 
