@@ -275,6 +275,7 @@ class BatchRunner:
         not while handlers run their Python (another daemon on the file writes then)."""
         self._writing = True
         try:
+            self._store.write_deferred()  # type: ignore[attr-defined]
             while self._writers:
                 writers, self._writers = self._writers, []
                 for g in writers:

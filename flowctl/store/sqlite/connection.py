@@ -51,6 +51,19 @@ class _ThreadState(threading.local):
     burst: Callable[[], None] | None = None  # ... and its wait for the round's writes
 
 
+class _Deferred:
+    """One deferred write (SqliteConnection.deferred): its statement and parameters, and
+    once its round has run it, whether it applied, its error, and its group."""
+
+    __slots__ = ("applied", "error", "group", "params", "sql")
+
+    def __init__(self, sql: str, params: Sequence[Any]) -> None:
+        self.sql, self.params = sql, params
+        self.applied = False
+        self.error: BaseException | None = None
+        self.group = 0
+
+
 class SqliteConnection:
     """The connection every job of SqliteStore writes and reads through: one lock, one
     `BEGIN IMMEDIATE` per write (or a shared one under group commit)."""
@@ -97,6 +110,7 @@ class SqliteConnection:
         self._commits = 0  # COMMITs done and the writes they held: see commit_stats()
         self._writes_committed = 0
         self._tl = _ThreadState()
+        self._deferred: list[_Deferred] = []  # the batch runner's, for its round (deferred)
         self._turn: int | None = None  # the lock file's descriptor once take_turns() is on
         self._foreign_writes = 0  # commits made outside own_writes() (see data_version)
 
@@ -164,6 +178,94 @@ class SqliteConnection:
             )
         except OSError:
             self._turn = None
+
+    def deferred(self, sql: str, params: Sequence[Any]) -> bool | None:
+        """Run a one-statement write in the batch runner's round, with the round's other
+        writes of the same statement in one executemany; True if its row was written
+        (rowcount 1: the statement's own condition, a fence check, held), False if not.
+
+        Only the batch runner's greenlets defer (a parker set, under group commit, not
+        inside a write): on None the caller writes itself. The write is durable when this
+        returns, as a `_write` is: the greenlet parks until the round's COMMIT, and the
+        round runs the deferred writes first (write_deferred). While the write lock is
+        held only the statement runs: no greenlet switch, no Python of the writer's own.
+        """
+        tl = self._tl
+        park = tl.park if self._group_commit else None
+        if park is None or tl.depth or tl.burst is None:
+            return None
+        item = _Deferred(sql, params)
+        self._deferred.append(item)
+        while item.error is None and (not item.group or self._committed_id < item.group):
+            park()  # the runner runs it in its round, and resumes this after the COMMIT
+            if item.error is None and not item.group:  # resumed before a round ran it
+                self.write_deferred()
+                self.commit_pending()
+        if item.error is not None:
+            raise item.error
+        if self._group_errors:
+            with self._gc:
+                failed = self._group_failure(item.group)
+            if failed is not None:
+                raise self._commit_failed(failed) from failed
+        return item.applied
+
+    def write_deferred(self) -> None:
+        """The deferred writes (see deferred) in the open group, one executemany per
+        statement: the batch runner's round calls this before its other writers.
+
+        A statement that wrote fewer rows than writes (a lease lost), or failed, runs
+        again for each write alone, for its own answer: a row already written is written
+        again with the same values (a deferred statement inserts or replaces one row), so
+        nothing is applied twice. If SQLite rolled the transaction back, every write of
+        the group (these and any before them) fails, as in `_write`."""
+        if not self._deferred:
+            return
+        items, self._deferred = self._deferred, []
+        with self._lock:
+            try:
+                if not self._txn_open:
+                    self._begin()
+                by_sql: dict[str, list[_Deferred]] = {}
+                for item in items:
+                    by_sql.setdefault(item.sql, []).append(item)
+                for sql, same in by_sql.items():
+                    self._run_deferred(sql, same)
+            except sqlite3.Error as e:  # no transaction: it could not begin, or was lost
+                if self._txn_open:
+                    self._undo(True, e, False)  # the group's earlier writers are told
+                error = self._fault(e)
+                for item in items:
+                    item.error = error
+                return
+            for item in items:
+                item.group = self._group_id
+            self._group_writes += len(items)
+
+    def _run_deferred(self, sql: str, items: list[_Deferred]) -> None:
+        """One statement's deferred writes (holding self._lock, in the open transaction).
+        Raises only when SQLite has rolled the transaction back."""
+        try:
+            written = self._conn.executemany(sql, [item.params for item in items]).rowcount
+        except sqlite3.Error:
+            if not self._conn.in_transaction:
+                raise
+            written = -1  # SQLite undid the failed row alone: find it below
+        if written == len(items):
+            for item in items:
+                item.applied = True
+            return
+        for item in items:  # one by one: each its own rowcount (or its own error)
+            try:
+                item.applied = self._conn.execute(sql, item.params).rowcount == 1
+            except sqlite3.Error as e:
+                if not self._conn.in_transaction:
+                    raise
+                item.error = (
+                    e
+                    if isinstance(e, sqlite3.IntegrityError | sqlite3.ProgrammingError)
+                    else self._fault(e)
+                )
 
     def commit_pending(self) -> bool:
         """COMMIT the open shared group, if any: the batch runner's end of a round. True if

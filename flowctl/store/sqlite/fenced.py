@@ -66,9 +66,15 @@ class FencedWrites(SqliteConnection):
         run's row is tried either."""
         now_us = to_us(now)
         run_id = lease.run_id
+        row = _journal_row(lease, entry, now_us)  # made before the write turn is taken
+        single = not suspicion and event is None
+        if single:  # the batch runner's round writes it with the others (deferred)
+            held = self.deferred(_JOURNAL_HELD, row)
+            if held is not None:
+                return held
         # Most checkpoints are the INSERT alone: one statement, no savepoint needed.
-        with self._write(single=not suspicion and event is None) as c:
-            if not _journal_held(c, lease, entry, now_us):
+        with self._write(single=single) as c:
+            if not _journal_held(c, row):
                 return False
             if suspicion:  # progress: a suspect is cleared, and the crashes charged to it forgiven
                 c.execute(
@@ -215,8 +221,9 @@ class FencedWrites(SqliteConnection):
         now_us = to_us(now)
         run_id = lease.run_id
         result_text = dumps(result, "the workflow's result")
+        row = None if entry is None else _journal_row(lease, entry, now_us)
         with self._write() as c:
-            if entry is not None and not _journal_held(c, lease, entry, now_us):
+            if row is not None and not _journal_held(c, row):
                 return False  # the fence check, folded into the last checkpoint's INSERT
             if links is None:
                 held = _held(c, lease, "parent_run_id, schedule")
@@ -341,14 +348,22 @@ _COUNTS_FIRST_COMPLETED = "INSERT INTO run_counts (workflow, status, n) VALUES (
 _FENCED = "run_id = ? AND fence = ? AND lease_owner = ? AND status = 'running'"
 
 
-def _journal_held(c: sqlite3.Connection, lease: Lease, entry: JournalEntry, now_us: int) -> bool:
-    """Insert or replace `entry`'s journal row if the run is still held under `lease`, in
-    one statement: the INSERT selects its values from the run's row only when that row
-    still carries this lease's fence and owner, so its rowcount is the fence check (the
-    write lock is held from BEGIN IMMEDIATE: no claim moves the fence in between)."""
-    cur = c.execute(
-        f"INSERT OR REPLACE INTO journal ({_ENTRY_COLUMNS})"
-        f" SELECT ?,?,?,?,?,?,?,?,?,?,? FROM runs WHERE {_FENCED}",
-        [*checkpoint_params(lease.run_id, entry, now_us), lease.run_id, lease.fence, lease.owner],
-    )
-    return cur.rowcount == 1
+def _journal_row(lease: Lease, entry: JournalEntry, now_us: int) -> list[Any]:
+    """_JOURNAL_HELD's parameters: `entry`'s journal row, then the lease that must hold.
+    Made (its value's JSON included) before the write, outside the turn on the lock."""
+    return [*checkpoint_params(lease.run_id, entry, now_us), lease.run_id, lease.fence, lease.owner]
+
+
+def _journal_held(c: sqlite3.Connection, row: list[Any]) -> bool:
+    """Insert or replace a journal row (_journal_row) if the run is still held under its
+    lease, in one statement: the INSERT selects its values from the run's row only when
+    that row still carries this lease's fence and owner, so its rowcount is the fence
+    check (the write lock is held from BEGIN IMMEDIATE: no claim moves the fence in
+    between)."""
+    return c.execute(_JOURNAL_HELD, row).rowcount == 1
+
+
+_JOURNAL_HELD = (
+    f"INSERT OR REPLACE INTO journal ({_ENTRY_COLUMNS})"
+    f" SELECT ?,?,?,?,?,?,?,?,?,?,? FROM runs WHERE {_FENCED}"
+)

@@ -1,0 +1,193 @@
+"""Deferred checkpoints (issue 14): on the batch runner's thread a one-statement checkpoint
+is not a transaction of its own but a row of the round's one executemany, run by the
+round before its other writers; each still returns only after the COMMIT that holds it,
+a lost lease is still refused (alone, while the round's other rows are written), and an
+error reaches the writer it belongs to.
+
+Driven as the runner drives them: greenlets park on the store's parker, and the test,
+as the runner's main greenlet, runs the round (write_deferred, commit_pending) and then
+resumes them.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from greenlet import getcurrent, greenlet
+
+from flowctl import ops
+from flowctl.clock import FakeClock
+from flowctl.errors import FlowctlError
+from flowctl.model import CallKind, EntryState, JournalEntry
+from flowctl.store import Claim
+from flowctl.store.sqlite import SqliteStore
+
+FLOWS = """\
+from flowctl import workflow
+
+@workflow
+def one(ctx, n: int = 0):
+    return ctx.step("one", lambda: n)
+"""
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqliteStore]:
+    with SqliteStore(tmp_path / "d.db") as s:
+        yield s
+
+
+def claims(store: SqliteStore, tmp_path: Path, clock: FakeClock, n: int) -> list[Claim]:
+    flows = tmp_path / "flows.py"
+    flows.write_text(FLOWS)
+    ops.start_many(store, f"{flows}:one", [{"n": i} for i in range(n)], clock=clock)
+    now = clock.now()
+    got, _ = store.claim_due("me/1/1/0", now, now + timedelta(seconds=30), n)
+    assert len(got) == n
+    return got
+
+
+def lock_free(path: str) -> bool:
+    """Whether another connection could take the write lock now."""
+    conn = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        conn.close()
+
+
+def entry(claim: Claim, clock: FakeClock) -> JournalEntry:
+    return JournalEntry(
+        claim.run.run_id, 0, CallKind.STEP, "one", EntryState.DONE, claim.run.input["n"]
+    )
+
+
+class Runner:
+    """The batch runner's part: a parker that switches back here, and the round."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self.store = store
+        self.main = getcurrent()
+        self.parked: list[greenlet] = []
+        store.set_group_commit(True)
+        store.set_parker(self.park, lambda: None)
+
+    def park(self) -> None:
+        g = getcurrent()
+        if g is self.main:
+            self.store.commit_pending()
+            return
+        self.parked.append(g)
+        self.main.switch()
+
+    def start(self, fn: Callable[[], Any]) -> greenlet:
+        g = greenlet(fn)
+        g.switch()
+        return g
+
+    def round(self) -> None:
+        self.store.write_deferred()
+        self.store.commit_pending()
+        parked, self.parked = self.parked, []
+        for g in parked:
+            g.switch()
+
+
+def test_a_rounds_checkpoints_are_one_commit_and_durable_when_they_return(
+    store: SqliteStore, tmp_path: Path, fake_clock: FakeClock
+) -> None:
+    held = claims(store, tmp_path, fake_clock, 20)
+    runner = Runner(store)
+    results: dict[str, bool] = {}
+
+    def writer(claim: Claim) -> Callable[[], None]:
+        def write() -> None:
+            ok = store.record_entry(claim.lease, entry(claim, fake_clock), fake_clock.now(),
+                                    suspicion=False)  # fmt: skip
+            results[claim.run.run_id] = ok
+
+        return write
+
+    before = store.commit_stats().commits
+    for claim in held:
+        runner.start(writer(claim))
+    assert len(runner.parked) == 20 and results == {}  # each waits for its round
+    assert store.journal(held[0].run.run_id) == {}  # nothing written before the round
+    assert lock_free(store.path)  # and no transaction opened for them: they are deferred
+    runner.round()
+    assert results == {c.run.run_id: True for c in held}
+    assert store.commit_stats().commits - before == 1
+    for claim in held:
+        assert store.journal(claim.run.run_id)[0].value == claim.run.input["n"]
+
+
+def test_a_lost_lease_is_refused_alone_and_the_rounds_other_rows_are_written(
+    store: SqliteStore, tmp_path: Path, fake_clock: FakeClock
+) -> None:
+    held = claims(store, tmp_path, fake_clock, 6)
+    runner = Runner(store)
+    results: dict[str, bool] = {}
+    for claim in held:
+        runner.start(
+            lambda c=claim: results.__setitem__(
+                c.run.run_id,
+                store.record_entry(
+                    c.lease, entry(c, fake_clock), fake_clock.now(), suspicion=False
+                ),
+            )
+        )
+    assert lock_free(store.path)
+    lost = held[2].run.run_id
+    other = sqlite3.connect(store.path)  # another claimer moved the fence meanwhile
+    other.execute("UPDATE runs SET fence = fence + 1 WHERE run_id = ?", [lost])
+    other.commit()
+    other.close()
+    runner.round()
+    assert results == {c.run.run_id: c.run.run_id != lost for c in held}
+    assert store.journal(lost) == {}
+    assert all(store.journal(c.run.run_id) for c in held if c.run.run_id != lost)
+
+
+def test_a_failing_deferred_statement_raises_in_its_own_writer(
+    store: SqliteStore, tmp_path: Path, fake_clock: FakeClock
+) -> None:
+    held = claims(store, tmp_path, fake_clock, 2)
+    runner = Runner(store)
+    outcome: list[object] = []
+
+    def bad() -> None:
+        try:
+            store.deferred("INSERT INTO no_such_table VALUES (?)", [1])
+        except FlowctlError as e:
+            outcome.append(str(e))
+
+    def good() -> None:
+        c = held[0]
+        ok = store.record_entry(c.lease, entry(c, fake_clock), fake_clock.now(), suspicion=False)
+        outcome.append(ok)
+
+    runner.start(bad)
+    runner.start(good)
+    runner.round()
+    assert outcome[1] is True and "no_such_table" in str(outcome[0])
+    assert store.journal(held[0].run.run_id)[0].value == held[0].run.input["n"]
+
+
+def test_outside_the_runner_a_checkpoint_writes_itself(
+    store: SqliteStore, tmp_path: Path, fake_clock: FakeClock
+) -> None:
+    [claim] = claims(store, tmp_path, fake_clock, 1)
+    assert store.deferred("SELECT 1", []) is None  # no parker here: not deferred
+    before = store.commit_stats().commits
+    assert store.record_entry(claim.lease, entry(claim, fake_clock), fake_clock.now(),
+                              suspicion=False)  # fmt: skip
+    assert store.commit_stats().commits - before == 1
