@@ -23,7 +23,7 @@ from greenlet import getcurrent, greenlet
 from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.errors import FlowctlError
-from flowctl.model import CallKind, EntryState, JournalEntry
+from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
 from flowctl.store import Claim
 from flowctl.store.sqlite import SqliteStore
 
@@ -191,3 +191,56 @@ def test_outside_the_runner_a_checkpoint_writes_itself(
     assert store.record_entry(claim.lease, entry(claim, fake_clock), fake_clock.now(),
                               suspicion=False)  # fmt: skip
     assert store.commit_stats().commits - before == 1
+
+
+@pytest.mark.parametrize("lose", [None, 5], ids=["all-held", "one-lost"])
+def test_a_rounds_completions_are_written_together_and_a_lost_lease_alone_is_refused(
+    store: SqliteStore, tmp_path: Path, fake_clock: FakeClock, lose: int | None
+) -> None:
+    """Completions with their last checkpoint, deferred: each run's row, journal, event,
+    outbox row and count, in one COMMIT (all by one statement each when every lease held,
+    run by run when one was lost); the run whose lease was lost keeps none of them."""
+    held = claims(store, tmp_path, fake_clock, 8)
+    runner = Runner(store)
+    results: dict[str, bool] = {}
+
+    def completer(claim: Claim) -> Callable[[], None]:
+        def complete() -> None:
+            results[claim.run.run_id] = store.complete_run(
+                claim.lease,
+                claim.run.input["n"] * 10,
+                fake_clock.now(),
+                0.001,
+                entry=entry(claim, fake_clock),
+                links=(None, None),
+            )
+
+        return complete
+
+    for claim in held:
+        runner.start(completer(claim))
+    assert lock_free(store.path) and results == {}
+    lost = None if lose is None else held[lose].run.run_id
+    other = sqlite3.connect(store.path)
+    other.execute("UPDATE runs SET fence = fence + 1 WHERE run_id = ?", [lost])
+    other.commit()
+    other.close()
+    before = store.commit_stats().commits
+    runner.round()
+    assert store.commit_stats().commits - before == 1
+    assert results == {c.run.run_id: c.run.run_id != lost for c in held}
+    for claim in held:
+        run = store.get_run(claim.run.run_id)
+        events = [e.type for e in store.timeline(claim.run.run_id)]
+        if claim.run.run_id == lost:
+            assert run.status is RunStatus.RUNNING and store.journal(lost) == {}
+            assert "completed" not in events
+        else:
+            assert (run.status, run.result) == (RunStatus.COMPLETED, claim.run.input["n"] * 10)
+            assert store.journal(claim.run.run_id)[0].value == claim.run.input["n"]
+            assert events[-1] == "completed"
+    counts = store.count_by_status()
+    expect = (8, 0) if lost is None else (7, 1)
+    assert (counts[RunStatus.COMPLETED], counts[RunStatus.RUNNING]) == expect
+    told = {n.run_id for n in store.due_notifications(fake_clock.now(), limit=100)}
+    assert told == {c.run.run_id for c in held if c.run.run_id != lost}

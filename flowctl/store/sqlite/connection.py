@@ -52,13 +52,20 @@ class _ThreadState(threading.local):
 
 
 class _Deferred:
-    """One deferred write (SqliteConnection.deferred): its statement and parameters, and
-    once its round has run it, whether it applied, its error, and its group."""
+    """One deferred write (SqliteConnection.deferred): its statement (or its kind's key)
+    and parameters, the function that writes a round's writes of its kind together (None:
+    its one statement, by executemany), and once its round has run it, whether it
+    applied, its error, and its group."""
 
-    __slots__ = ("applied", "error", "group", "params", "sql")
+    __slots__ = ("applied", "error", "group", "params", "sql", "write")
 
-    def __init__(self, sql: str, params: Sequence[Any]) -> None:
-        self.sql, self.params = sql, params
+    def __init__(
+        self,
+        sql: str,
+        params: Any,
+        write: Callable[[sqlite3.Connection, list[_Deferred]], None] | None,
+    ) -> None:
+        self.sql, self.params, self.write = sql, params, write
         self.applied = False
         self.error: BaseException | None = None
         self.group = 0
@@ -179,22 +186,32 @@ class SqliteConnection:
         except OSError:
             self._turn = None
 
-    def deferred(self, sql: str, params: Sequence[Any]) -> bool | None:
-        """Run a one-statement write in the batch runner's round, with the round's other
-        writes of the same statement in one executemany; True if its row was written
-        (rowcount 1: the statement's own condition, a fence check, held), False if not.
+    def deferred(
+        self,
+        sql: str,
+        params: Any,
+        write: Callable[[sqlite3.Connection, list[_Deferred]], None] | None = None,
+    ) -> bool | None:
+        """Run a write in the batch runner's round, together with the round's other writes
+        of the same kind; True if it applied, False if not (its lease was lost).
+
+        By default the write is the one statement `sql` with `params`, run with the
+        others by one executemany (its rowcount 1: the statement's own condition, a
+        fence check, held). `write` writes a kind of several statements: it is given
+        the round's writes with the same `sql` (a key), sets each one's `applied`, and
+        raises to fail the whole group (so no write is left half done).
 
         Only the batch runner's greenlets defer (a parker set, under group commit, not
         inside a write): on None the caller writes itself. The write is durable when this
         returns, as a `_write` is: the greenlet parks until the round's COMMIT, and the
         round runs the deferred writes first (write_deferred). While the write lock is
-        held only the statement runs: no greenlet switch, no Python of the writer's own.
+        held only the statements run: no greenlet switch, no Python of the writer's own.
         """
         tl = self._tl
         park = tl.park if self._group_commit else None
         if park is None or tl.depth or tl.burst is None:
             return None
-        item = _Deferred(sql, params)
+        item = _Deferred(sql, params, write)
         self._deferred.append(item)
         while item.error is None and (not item.group or self._committed_id < item.group):
             park()  # the runner runs it in its round, and resumes this after the COMMIT
@@ -211,14 +228,12 @@ class SqliteConnection:
         return item.applied
 
     def write_deferred(self) -> None:
-        """The deferred writes (see deferred) in the open group, one executemany per
-        statement: the batch runner's round calls this before its other writers.
+        """The deferred writes (see deferred) in the open group, each kind together: the
+        batch runner's round calls this before its other writers.
 
-        A statement that wrote fewer rows than writes (a lease lost), or failed, runs
-        again for each write alone, for its own answer: a row already written is written
-        again with the same values (a deferred statement inserts or replaces one row), so
-        nothing is applied twice. If SQLite rolled the transaction back, every write of
-        the group (these and any before them) fails, as in `_write`."""
+        A failure that SQLite does not confine to one write (a full disk, an error in a
+        write of several statements) fails the whole group: the transaction is rolled
+        back and every write in it, deferred or not, is told, as in `_write`."""
         if not self._deferred:
             return
         items, self._deferred = self._deferred, []
@@ -226,25 +241,44 @@ class SqliteConnection:
             try:
                 if not self._txn_open:
                     self._begin()
-                by_sql: dict[str, list[_Deferred]] = {}
+                kinds: dict[str, list[_Deferred]] = {}
                 for item in items:
-                    by_sql.setdefault(item.sql, []).append(item)
-                for sql, same in by_sql.items():
-                    self._run_deferred(sql, same)
-            except sqlite3.Error as e:  # no transaction: it could not begin, or was lost
+                    kinds.setdefault(item.sql, []).append(item)
+                for sql, same in kinds.items():
+                    write = same[0].write
+                    if write is None:
+                        self._run_deferred(sql, same)
+                    else:
+                        write(self._conn, same)
+            except sqlite3.Error as e:
                 if self._txn_open:
-                    self._undo(True, e, False)  # the group's earlier writers are told
+                    if self._conn.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            self._conn.execute("ROLLBACK")
+                    self._undo(True, e, False)  # ended; the group's earlier writers are told
                 error = self._fault(e)
                 for item in items:
                     item.error = error
                 return
             for item in items:
                 item.group = self._group_id
+                if item.error is not None and not isinstance(item.error, FlowctlError):
+                    item.error = self._error_of(item.error)
             self._group_writes += len(items)
 
+    def _error_of(self, e: BaseException) -> BaseException:
+        """What a writer raises for its own failed statement: an integrity or programming
+        error as it is (as `_write` lets them through), any other a one-line error."""
+        if isinstance(e, sqlite3.IntegrityError | sqlite3.ProgrammingError):
+            return e
+        return self._fault(e) if isinstance(e, sqlite3.Error) else e
+
     def _run_deferred(self, sql: str, items: list[_Deferred]) -> None:
-        """One statement's deferred writes (holding self._lock, in the open transaction).
-        Raises only when SQLite has rolled the transaction back."""
+        """One statement's deferred writes by one executemany (holding self._lock, in the
+        open transaction). When it wrote fewer rows than writes (a lease lost), or failed,
+        each runs again alone for its own answer: a row already written is written again
+        with the same values (a deferred statement inserts or replaces one row), so
+        nothing is applied twice. Raises only when SQLite rolled the transaction back."""
         try:
             written = self._conn.executemany(sql, [item.params for item in items]).rowcount
         except sqlite3.Error:
@@ -261,11 +295,7 @@ class SqliteConnection:
             except sqlite3.Error as e:
                 if not self._conn.in_transaction:
                     raise
-                item.error = (
-                    e
-                    if isinstance(e, sqlite3.IntegrityError | sqlite3.ProgrammingError)
-                    else self._fault(e)
-                )
+                item.error = e
 
     def commit_pending(self) -> bool:
         """COMMIT the open shared group, if any: the batch runner's end of a round. True if

@@ -15,12 +15,13 @@ from typing import Any
 
 from flowctl.model import JournalEntry, RunStatus, to_us
 from flowctl.store.records import Lease, checkpoint_params, dumps
-from flowctl.store.sqlite.connection import SqliteConnection
+from flowctl.store.sqlite.connection import SqliteConnection, _Deferred
 from flowctl.store.sqlite.rows import (
     _CLEARED,
     _ENTRY_COLUMNS,
     _RUN_COLUMNS,
     _RUNS,
+    TIMELINE_INSERT,
     _add_event,
     _dt,
     _load_run,
@@ -29,10 +30,10 @@ from flowctl.store.sqlite.rows import (
     _us,
 )
 from flowctl.store.sqlite.writes import (
+    NOTIFICATION_INSERT,
     _end,
     _fail,
     _park_paused,
-    _record_ending,
     _release_held,
     _wake_parent,
 )
@@ -222,6 +223,11 @@ class FencedWrites(SqliteConnection):
         run_id = lease.run_id
         result_text = dumps(result, "the workflow's result")
         row = None if entry is None else _journal_row(lease, entry, now_us)
+        ending = [result_text, now_us, round(exec_spent * 1e6), run_id, lease.fence, lease.owner]
+        if row is not None and links == (None, None):  # the round writes it with the others
+            done = self.deferred(_COMPLETE, (row, ending), _complete_many)
+            if done is not None:
+                return done
         with self._write() as c:
             if row is not None and not _journal_held(c, row):
                 return False  # the fence check, folded into the last checkpoint's INSERT
@@ -231,19 +237,8 @@ class FencedWrites(SqliteConnection):
                     return False
                 links = held[0], held[1]
             parent, schedule = links
-            done = c.execute(
-                "UPDATE runs SET status = 'completed', result = ?, error = NULL, finished_at = ?,"
-                " run_at = NULL, lease_owner = NULL, lease_until = NULL, exec_spent_us = ?,"
-                f" pause_requested = 0, solo = 0, {_CLEARED} WHERE {_FENCED} RETURNING workflow",
-                [result_text, now_us, round(exec_spent * 1e6), run_id, lease.fence, lease.owner],
-            ).fetchall()
-            if not done:  # links given and no entry: this UPDATE was the fence check
+            if not _completed(c, ending):  # links given and no entry: the fence check
                 return False
-            # run_counts: one move from running to completed, made here (migration 20).
-            if c.execute(_COUNTS_COMPLETED, done[0]).rowcount != 2:
-                c.execute(_COUNTS_FIRST_COMPLETED, done[0])  # the workflow's first completion
-            _add_event(c, run_id, now_us, "completed", {})
-            _record_ending(c, run_id, RunStatus.COMPLETED, None, now_us)
             if parent is not None:  # known from the claim or read under the lease
                 _wake_parent(c, run_id, now_us)
             if schedule is not None:
@@ -332,20 +327,78 @@ def _awaited_done(
     return row is not None and RunStatus(row[0]).is_terminal
 
 
+# A held run's row, as a WHERE clause (run_id, fence, owner): the fence check of a write
+# that is itself the check (its rowcount says whether the lease is still ours).
+_FENCED = "run_id = ? AND fence = ? AND lease_owner = ? AND status = 'running'"
+
+# A held run's completion: (result, finished_at, exec_spent_us, run_id, fence, owner).
+_COMPLETE = (
+    "UPDATE runs SET status = 'completed', result = ?, error = NULL, finished_at = ?,"
+    " run_at = NULL, lease_owner = NULL, lease_until = NULL, exec_spent_us = ?,"
+    f" pause_requested = 0, solo = 0, {_CLEARED} WHERE {_FENCED}"
+)
+
+
+def _completed(c: sqlite3.Connection, ending: list[Any]) -> bool:
+    """Complete a held run (its row, its run_counts move, its `completed` event and its
+    outbox row); False, writing nothing, when its lease is lost."""
+    done = c.execute(_COMPLETE + " RETURNING workflow", ending).fetchall()
+    if not done:
+        return False
+    # run_counts: one move from running to completed, made here (migration 20).
+    if c.execute(_COUNTS_COMPLETED, [1, 1, done[0][0]]).rowcount != 2:
+        c.execute(_COUNTS_FIRST_COMPLETED, [done[0][0], 1])  # the workflow's first completion
+    run_id, now_us = ending[3], ending[1]
+    c.execute(TIMELINE_INSERT, (run_id, now_us, "completed", None))
+    c.execute(NOTIFICATION_INSERT, (run_id, str(RunStatus.COMPLETED), None, now_us, now_us))
+    return True
+
+
+def _complete_many(c: sqlite3.Connection, items: list[_Deferred]) -> None:
+    """A round's deferred completions (complete_run of a run with no parent and no
+    schedule, its last checkpoint with it): each statement once for all of them.
+
+    The checkpoints' INSERT is the fence check of all: when every lease held, every
+    completion is written by one executemany per statement, and the run_counts moves
+    by one statement per workflow; else each run is written alone (its checkpoint again,
+    the same row) and one whose lease is lost writes nothing. Any error fails the
+    group (write_deferred rolls it back): no run is left half completed."""
+    rows = [item.params[0] for item in items]
+    if c.executemany(_JOURNAL_HELD, rows).rowcount != len(rows):
+        for item in items:
+            row, ending = item.params
+            item.applied = _journal_held(c, row) and _completed(c, ending)
+        return
+    endings = [item.params[1] for item in items]
+    if c.executemany(_COMPLETE, endings).rowcount != len(endings):
+        # Each checkpoint's INSERT found its run held, under this same write lock.
+        raise sqlite3.DatabaseError("a completion found its run no longer held")
+    ids = [ending[3] for ending in endings]
+    moved: dict[str, int] = {}
+    for i in range(0, len(ids), 500):
+        chunk = ids[i : i + 500]
+        marks = ",".join("?" * len(chunk))
+        for (workflow,) in c.execute(f"SELECT workflow FROM runs WHERE run_id IN ({marks})", chunk):
+            moved[workflow] = moved.get(workflow, 0) + 1
+    for workflow, n in moved.items():
+        if c.execute(_COUNTS_COMPLETED, [n, n, workflow]).rowcount != 2:
+            c.execute(_COUNTS_FIRST_COMPLETED, [workflow, n])
+    c.executemany(TIMELINE_INSERT, [(e[3], e[1], "completed", None) for e in endings])
+    done = str(RunStatus.COMPLETED)
+    c.executemany(NOTIFICATION_INSERT, [(e[3], done, None, e[1], e[1]) for e in endings])
+    for item in items:
+        item.applied = True
+
+
 # A completion's move in run_counts, in one statement: the runs trigger leaves a move into
 # completed to complete_run, the only write that makes it (migration 20). The workflow's
 # running row is there (its run was counted into it); its completed row is there after the
 # first completion, which finds only the running row and adds the completed one.
-_COUNTS_COMPLETED = (
-    "UPDATE run_counts SET n = n + IIF(status = 'completed', 1, -1)"
+_COUNTS_COMPLETED = (  # (n, n, workflow): n runs move
+    "UPDATE run_counts SET n = n + IIF(status = 'completed', ?, -?)"
     " WHERE workflow = ? AND status IN ('running', 'completed')"
 )
-_COUNTS_FIRST_COMPLETED = "INSERT INTO run_counts (workflow, status, n) VALUES (?, 'completed', 1)"
-
-
-# A held run's row, as a WHERE clause (run_id, fence, owner): the fence check of a write
-# that is itself the check (its rowcount says whether the lease is still ours).
-_FENCED = "run_id = ? AND fence = ? AND lease_owner = ? AND status = 'running'"
+_COUNTS_FIRST_COMPLETED = "INSERT INTO run_counts (workflow, status, n) VALUES (?, 'completed', ?)"
 
 
 def _journal_row(lease: Lease, entry: JournalEntry, now_us: int) -> list[Any]:

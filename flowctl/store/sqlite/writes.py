@@ -388,10 +388,15 @@ def _record_ending(
     daemon's [notify] and the run's pinned override), made when it delivers.
     """
     c.execute(
-        "INSERT INTO notifications (run_id, status, error_kind, created_at, due_at)"
-        " VALUES (?,?,?,?,?)",
+        NOTIFICATION_INSERT,
         [run_id, str(status), None if kind is None else str(kind), now_us, now_us],
     )
+
+
+# An ending's row in the notification outbox: (run_id, status, error_kind, created_at, due_at).
+NOTIFICATION_INSERT = (
+    "INSERT INTO notifications (run_id, status, error_kind, created_at, due_at) VALUES (?,?,?,?,?)"
+)
 
 
 def _wake_parent(c: sqlite3.Connection, run_id: str, now_us: int) -> None:
