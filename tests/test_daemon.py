@@ -633,16 +633,19 @@ def test_overdue_wakes_after_a_suspend_are_released_in_deadline_order_with_bound
 # Group commit (the store mode the daemon turns on for several workers)
 
 
-def in_one_group(db_path: Path, store: Store, write: Any, n: int) -> None:
+def in_one_group(
+    db_path: Path, store: Store, write: Any, n: int, queued: int | None = None
+) -> None:
     """Run write(0..n-1) on n threads that all queue up behind another connection's write
-    lock, so that they share one group-commit transaction; return once they are done."""
+    lock (`queued` of them, when the others fail before they write), so that they share
+    one group-commit transaction; return once they are done."""
     blocker = sqlite3.connect(db_path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     try:
         threads = [threading.Thread(target=write, args=(i,)) for i in range(n)]
         for t in threads:
             t.start()
-        wait_until(lambda: store.pending_writes() == n)
+        wait_until(lambda: store.pending_writes() == (n if queued is None else queued))
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
@@ -690,7 +693,8 @@ def test_checkpoints_in_a_shared_group_fail_alone_without_a_savepoint(
     db_path: Path, store: Store, fake_clock: FakeClock, flows: str
 ) -> None:
     """A checkpoint is one INSERT, so under group commit it takes no SAVEPOINT: a value
-    that is not JSON (fails before the statement), a NULL name (SQLite undoes the failed
+    that is not JSON (fails before it waits for the lock: its row is made before the
+    write), a NULL name (SQLite undoes the failed
     statement) and a lost lease (inserts nothing) change nothing of their own, and every
     other writer sharing that transaction is committed and durable when it returns."""
     from dataclasses import replace
@@ -726,7 +730,7 @@ def test_checkpoints_in_a_shared_group_fail_alone_without_a_savepoint(
         except BaseException as e:
             outcomes[i] = type(e)
 
-    in_one_group(db_path, store, write, 8)
+    in_one_group(db_path, store, write, 8, queued=7)
     store.set_group_commit(False)
     after = store.commit_stats()
     assert outcomes[1] is SerializationError
