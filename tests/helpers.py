@@ -108,7 +108,9 @@ class ParkedRound:
             self.main.switch()
 
     def run_writes(self) -> None:
-        """Each waiting write runs its statements, then parks until the COMMIT."""
+        """The deferred writes first (SqliteConnection.deferred), as the runner's round
+        does; then each waiting write runs its statements, then parks until the COMMIT."""
+        self.store.write_deferred()
         self.writing = True
         waiting, self.waiting = self.waiting, []
         for g in waiting:

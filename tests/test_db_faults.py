@@ -407,6 +407,61 @@ def test_the_batch_runners_writers_of_a_round_whose_commit_fills_the_disk_all_fa
     assert query(db, "SELECT run_id FROM timeline WHERE type = 'probe'") == [("r2",)]
 
 
+def test_a_rounds_deferred_checkpoints_and_completions_on_a_full_disk_all_fail(
+    small_disk: Path, flow: str
+) -> None:
+    """The round writes its deferred checkpoints and completions (SqliteConnection.
+    deferred) together; when the disk is full every one of their writers raises the
+    one-line DiskFullError, none of their rows is kept, and the next round, with room
+    again, writes them."""
+    from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
+
+    db = small_disk / "f.db"
+    store = Store(db)
+    clock = FakeClock(datetime(2026, 12, 5, tzinfo=UTC))
+    for i in range(4):
+        ops.start(store, flow, {"n": i}, clock=clock)
+    now = clock.now()
+    claims, _ = store.claim_due("me/1/1/0", now, now + timedelta(minutes=5), 4)
+    assert len(claims) == 4
+    outcomes: dict[str, object] = {}
+
+    def write(i: int) -> None:
+        c = claims[i]
+        e = JournalEntry(c.run.run_id, 0, CallKind.STEP, "hi", EntryState.DONE, "x" * 30_000)
+        try:
+            if i % 2:
+                outcomes[c.run.run_id] = store.complete_run(
+                    c.lease, "done", now, 0.0, entry=e, links=(None, None)
+                )
+            else:
+                outcomes[c.run.run_id] = store.record_entry(c.lease, e, now, suspicion=False)
+        except DiskFullError as err:
+            outcomes[c.run.run_id] = str(err)
+
+    rnd = ParkedRound(store, rounds=True)
+    filler = fill(small_disk)
+    for i in range(4):
+        rnd.start(write, i)
+    assert outcomes == {}  # deferred: waiting for their round
+    rnd.write_round()
+    assert len(outcomes) == 4
+    assert all(str(o).startswith("database or disk is full: ") for o in outcomes.values())
+    assert query(db, "SELECT COUNT(*) FROM journal") == [(0,)]
+    filler.unlink()
+    outcomes.clear()
+    for i in range(4):
+        rnd.start(write, i)
+    rnd.write_round()
+    assert outcomes == {c.run.run_id: True for c in claims}
+    rnd.close()
+    assert {r.status for r in store.list_runs()} == {RunStatus.RUNNING, RunStatus.COMPLETED}
+    assert store.count_by_status()[RunStatus.COMPLETED] == 2
+    store.close()
+    assert query(db, "SELECT COUNT(*) FROM journal") == [(4,)]
+    assert query(db, "PRAGMA integrity_check") == [("ok",)]
+
+
 def test_the_wal_is_kept_small(tmp_path: Path) -> None:
     with Store(tmp_path / "f.db") as store:
         settings = store.pragmas()

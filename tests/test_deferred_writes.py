@@ -4,9 +4,9 @@ round before its other writers; each still returns only after the COMMIT that ho
 a lost lease is still refused (alone, while the round's other rows are written), and an
 error reaches the writer it belongs to.
 
-Driven as the runner drives them: greenlets park on the store's parker, and the test,
-as the runner's main greenlet, runs the round (write_deferred, commit_pending) and then
-resumes them.
+Driven as the runner drives them (tests/helpers.ParkedRound): greenlets park on the
+store's parker, and the test, as the runner's main greenlet, runs the round
+(write_deferred, the other writers, commit_pending) and then resumes them.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
-from greenlet import getcurrent, greenlet
+from helpers import ParkedRound
 
 from flowctl import ops
 from flowctl.clock import FakeClock
@@ -71,42 +70,11 @@ def entry(claim: Claim, clock: FakeClock) -> JournalEntry:
     )
 
 
-class Runner:
-    """The batch runner's part: a parker that switches back here, and the round."""
-
-    def __init__(self, store: SqliteStore) -> None:
-        self.store = store
-        self.main = getcurrent()
-        self.parked: list[greenlet] = []
-        store.set_group_commit(True)
-        store.set_parker(self.park, lambda: None)
-
-    def park(self) -> None:
-        g = getcurrent()
-        if g is self.main:
-            self.store.commit_pending()
-            return
-        self.parked.append(g)
-        self.main.switch()
-
-    def start(self, fn: Callable[[], Any]) -> greenlet:
-        g = greenlet(fn)
-        g.switch()
-        return g
-
-    def round(self) -> None:
-        self.store.write_deferred()
-        self.store.commit_pending()
-        parked, self.parked = self.parked, []
-        for g in parked:
-            g.switch()
-
-
 def test_a_rounds_checkpoints_are_one_commit_and_durable_when_they_return(
     store: SqliteStore, tmp_path: Path, fake_clock: FakeClock
 ) -> None:
     held = claims(store, tmp_path, fake_clock, 20)
-    runner = Runner(store)
+    runner = ParkedRound(store, rounds=True)
     results: dict[str, bool] = {}
 
     def writer(claim: Claim) -> Callable[[], None]:
@@ -123,7 +91,7 @@ def test_a_rounds_checkpoints_are_one_commit_and_durable_when_they_return(
     assert len(runner.parked) == 20 and results == {}  # each waits for its round
     assert store.journal(held[0].run.run_id) == {}  # nothing written before the round
     assert lock_free(store.path)  # and no transaction opened for them: they are deferred
-    runner.round()
+    runner.write_round()
     assert results == {c.run.run_id: True for c in held}
     assert store.commit_stats().commits - before == 1
     for claim in held:
@@ -134,7 +102,7 @@ def test_a_lost_lease_is_refused_alone_and_the_rounds_other_rows_are_written(
     store: SqliteStore, tmp_path: Path, fake_clock: FakeClock
 ) -> None:
     held = claims(store, tmp_path, fake_clock, 6)
-    runner = Runner(store)
+    runner = ParkedRound(store, rounds=True)
     results: dict[str, bool] = {}
     for claim in held:
         runner.start(
@@ -151,7 +119,7 @@ def test_a_lost_lease_is_refused_alone_and_the_rounds_other_rows_are_written(
     other.execute("UPDATE runs SET fence = fence + 1 WHERE run_id = ?", [lost])
     other.commit()
     other.close()
-    runner.round()
+    runner.write_round()
     assert results == {c.run.run_id: c.run.run_id != lost for c in held}
     assert store.journal(lost) == {}
     assert all(store.journal(c.run.run_id) for c in held if c.run.run_id != lost)
@@ -161,7 +129,7 @@ def test_a_failing_deferred_statement_raises_in_its_own_writer(
     store: SqliteStore, tmp_path: Path, fake_clock: FakeClock
 ) -> None:
     held = claims(store, tmp_path, fake_clock, 2)
-    runner = Runner(store)
+    runner = ParkedRound(store, rounds=True)
     outcome: list[object] = []
 
     def bad() -> None:
@@ -177,7 +145,7 @@ def test_a_failing_deferred_statement_raises_in_its_own_writer(
 
     runner.start(bad)
     runner.start(good)
-    runner.round()
+    runner.write_round()
     assert outcome[1] is True and "no_such_table" in str(outcome[0])
     assert store.journal(held[0].run.run_id)[0].value == held[0].run.input["n"]
 
@@ -201,7 +169,7 @@ def test_a_rounds_completions_are_written_together_and_a_lost_lease_alone_is_ref
     outbox row and count, in one COMMIT (all by one statement each when every lease held,
     run by run when one was lost); the run whose lease was lost keeps none of them."""
     held = claims(store, tmp_path, fake_clock, 8)
-    runner = Runner(store)
+    runner = ParkedRound(store, rounds=True)
     results: dict[str, bool] = {}
 
     def completer(claim: Claim) -> Callable[[], None]:
@@ -226,7 +194,7 @@ def test_a_rounds_completions_are_written_together_and_a_lost_lease_alone_is_ref
     other.commit()
     other.close()
     before = store.commit_stats().commits
-    runner.round()
+    runner.write_round()
     assert store.commit_stats().commits - before == 1
     assert results == {c.run.run_id: c.run.run_id != lost for c in held}
     for claim in held:
