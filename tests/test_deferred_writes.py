@@ -70,24 +70,27 @@ def entry(claim: Claim, clock: FakeClock) -> JournalEntry:
     )
 
 
+def checkpointer(
+    store: SqliteStore, claim: Claim, clock: FakeClock, results: dict[str, bool]
+) -> Callable[[], None]:
+    """A greenlet's body: checkpoint `claim`'s step, and note what the write returned."""
+
+    def write() -> None:
+        ok = store.record_entry(claim.lease, entry(claim, clock), clock.now(), suspicion=False)
+        results[claim.run.run_id] = ok
+
+    return write
+
+
 def test_a_rounds_checkpoints_are_one_commit_and_durable_when_they_return(
     store: SqliteStore, tmp_path: Path, fake_clock: FakeClock
 ) -> None:
     held = claims(store, tmp_path, fake_clock, 20)
     runner = ParkedRound(store, rounds=True)
     results: dict[str, bool] = {}
-
-    def writer(claim: Claim) -> Callable[[], None]:
-        def write() -> None:
-            ok = store.record_entry(claim.lease, entry(claim, fake_clock), fake_clock.now(),
-                                    suspicion=False)  # fmt: skip
-            results[claim.run.run_id] = ok
-
-        return write
-
     before = store.commit_stats().commits
     for claim in held:
-        runner.start(writer(claim))
+        runner.start(checkpointer(store, claim, fake_clock, results))
     assert len(runner.parked) == 20 and results == {}  # each waits for its round
     assert store.journal(held[0].run.run_id) == {}  # nothing written before the round
     assert lock_free(store.path)  # and no transaction opened for them: they are deferred
@@ -105,14 +108,7 @@ def test_a_lost_lease_is_refused_alone_and_the_rounds_other_rows_are_written(
     runner = ParkedRound(store, rounds=True)
     results: dict[str, bool] = {}
     for claim in held:
-        runner.start(
-            lambda c=claim: results.__setitem__(
-                c.run.run_id,
-                store.record_entry(
-                    c.lease, entry(c, fake_clock), fake_clock.now(), suspicion=False
-                ),
-            )
-        )
+        runner.start(checkpointer(store, claim, fake_clock, results))
     assert lock_free(store.path)
     lost = held[2].run.run_id
     other = sqlite3.connect(store.path)  # another claimer moved the fence meanwhile

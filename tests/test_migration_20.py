@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import execute, query
 
 from flowctl import ops
 from flowctl.clock import FakeClock
@@ -31,32 +31,18 @@ RECORD: dict[str, Any] = json.loads((FIXTURES / "v18.json").read_text())
 
 
 def stored_counts(db: Path) -> dict[tuple[str, str], int]:
-    conn = sqlite3.connect(db)
-    try:
-        rows = conn.execute("SELECT workflow, status, n FROM run_counts WHERE n != 0")
-        return {(w, s): n for w, s, n in rows}
-    finally:
-        conn.close()
+    rows = query(db, "SELECT workflow, status, n FROM run_counts WHERE n != 0")
+    return {(w, s): n for w, s, n in rows}
 
 
 def real_counts(db: Path) -> dict[tuple[str, str], int]:
-    conn = sqlite3.connect(db)
-    try:
-        rows = conn.execute("SELECT workflow, status, COUNT(*) FROM runs GROUP BY 1, 2")
-        return {(w, s): n for w, s, n in rows}
-    finally:
-        conn.close()
+    rows = query(db, "SELECT workflow, status, COUNT(*) FROM runs GROUP BY 1, 2")
+    return {(w, s): n for w, s, n in rows}
 
 
 def trigger_sql(db: Path) -> str:
-    conn = sqlite3.connect(db)
-    try:
-        row = conn.execute(
-            "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'run_counts_update'"
-        ).fetchone()
-        return str(row[0])
-    finally:
-        conn.close()
+    sql = "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'run_counts_update'"
+    return str(query(db, sql)[0][0])
 
 
 def test_counts_stay_exact_through_the_migration_and_the_runs_after_it(
@@ -69,15 +55,13 @@ def test_counts_stay_exact_through_the_migration_and_the_runs_after_it(
     assert len(queued) == 1
     made_at = datetime.fromisoformat(max(v["run"]["created_at"] for v in RECORD["runs"].values()))
     # An old daemon claims the queued run (its trigger counts the move) and dies holding it.
-    conn = sqlite3.connect(db)
     lapsed = int((made_at - datetime(1970, 1, 1, tzinfo=made_at.tzinfo)).total_seconds() * 1e6)
-    conn.execute(
+    execute(
+        db,
         "UPDATE runs SET status = 'running', lease_owner = 'gone/1/1/0', lease_until = ?,"
         " run_at = ?, fence = fence + 1 WHERE run_id = ?",
-        [lapsed, lapsed, queued[0]],
+        (lapsed, lapsed, queued[0]),
     )
-    conn.commit()
-    conn.close()
     assert stored_counts(db) == real_counts(db)
     assert "'running', 'completed'" not in trigger_sql(db)
 
