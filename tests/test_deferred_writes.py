@@ -208,3 +208,23 @@ def test_a_rounds_completions_are_written_together_and_a_lost_lease_alone_is_ref
     assert (counts[RunStatus.COMPLETED], counts[RunStatus.RUNNING]) == expect
     told = {n.run_id for n in store.due_notifications(fake_clock.now(), limit=100)}
     assert told == {c.run.run_id for c in held if c.run.run_id != lost}
+
+
+def test_a_deferred_write_resumed_before_any_round_writes_and_commits_it_itself(
+    store: SqliteStore, tmp_path: Path, fake_clock: FakeClock
+) -> None:
+    """The runner's own greenlet parks by committing and returning at once (no round will
+    resume it later): its deferred write then runs and commits the round itself."""
+    [claim] = claims(store, tmp_path, fake_clock, 1)
+    store.set_group_commit(True)
+    store.set_parker(lambda: None, lambda: None)
+    try:
+        before = store.commit_stats().commits
+        results: dict[str, bool] = {}
+        checkpointer(store, claim, fake_clock, results)()
+        assert results == {claim.run.run_id: True}
+        assert store.commit_stats().commits - before == 1
+    finally:
+        store.set_parker(None)
+        store.set_group_commit(False)
+    assert store.journal(claim.run.run_id)[0].value == claim.run.input["n"]

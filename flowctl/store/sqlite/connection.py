@@ -262,16 +262,7 @@ class SqliteConnection:
                 return
             for item in items:
                 item.group = self._group_id
-                if item.error is not None and not isinstance(item.error, FlowctlError):
-                    item.error = self._error_of(item.error)
             self._group_writes += len(items)
-
-    def _error_of(self, e: BaseException) -> BaseException:
-        """What a writer raises for its own failed statement: an integrity or programming
-        error as it is (as `_write` lets them through), any other a one-line error."""
-        if isinstance(e, sqlite3.IntegrityError | sqlite3.ProgrammingError):
-            return e
-        return self._fault(e) if isinstance(e, sqlite3.Error) else e
 
     def _run_deferred(self, sql: str, items: list[_Deferred]) -> None:
         """One statement's deferred writes by one executemany (holding self._lock, in the
@@ -295,7 +286,10 @@ class SqliteConnection:
             except sqlite3.Error as e:
                 if not self._conn.in_transaction:
                     raise
-                item.error = e
+                # Its own failed statement: integrity and programming errors as they are
+                # (as `_write` lets them through), any other as a one-line error.
+                integrity = isinstance(e, sqlite3.IntegrityError | sqlite3.ProgrammingError)
+                item.error = e if integrity else self._fault(e)
 
     def commit_pending(self) -> bool:
         """COMMIT the open shared group, if any: the batch runner's end of a round. True if

@@ -24,6 +24,7 @@ from flowctl.store.sqlite.rows import (
     TIMELINE_INSERT,
     _add_event,
     _dt,
+    _in_chunks,
     _load_run,
     _loads,
     _run_from_row,
@@ -373,11 +374,8 @@ def _complete_many(c: sqlite3.Connection, items: list[_Deferred]) -> None:
     if c.executemany(_COMPLETE, endings).rowcount != len(endings):
         # Each checkpoint's INSERT found its run held, under this same write lock.
         raise sqlite3.DatabaseError("a completion found its run no longer held")
-    ids = [ending[3] for ending in endings]
     moved: dict[str, int] = {}
-    for i in range(0, len(ids), 500):
-        chunk = ids[i : i + 500]
-        marks = ",".join("?" * len(chunk))
+    for chunk, marks in _in_chunks([ending[3] for ending in endings]):
         for (workflow,) in c.execute(f"SELECT workflow FROM runs WHERE run_id IN ({marks})", chunk):
             moved[workflow] = moved.get(workflow, 0) + 1
     for workflow, n in moved.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +82,18 @@ def _event(
     run_id: str, at_us: int, type_: str, data: dict[str, Any] | None = None
 ) -> tuple[str, int, str, str | None]:
     return (run_id, at_us, type_, None if not data else json.dumps(data, separators=(",", ":")))
+
+
+# Values bound per `IN (...)` statement (SQLite's bound parameters are limited, 32,766
+# since 3.32; a chunk keeps each statement small).
+IN_CHUNK = 500
+
+
+def _in_chunks(values: Sequence[Any]) -> Iterator[tuple[Sequence[Any], str]]:
+    """`values` in chunks of IN_CHUNK, each with its `?,?,...` marks for an `IN (...)`."""
+    for i in range(0, len(values), IN_CHUNK):
+        chunk = values[i : i + IN_CHUNK]
+        yield chunk, ",".join("?" * len(chunk))
 
 
 # `--search` reads at most this many of the newest runs (plus an exact id or key match at

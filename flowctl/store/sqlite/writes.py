@@ -23,6 +23,7 @@ from flowctl.store.sqlite.rows import (
     _dt,
     _event,
     _first_line,
+    _in_chunks,
     _load_run,
     _loads,
     _run_from_row,
@@ -88,18 +89,10 @@ def _insert_rows(
     return out
 
 
-# The runs by key in one statement per this many keys (SQLite's bound parameters are
-# limited, 32,766 since 3.32; a chunk keeps each statement small).
-_KEY_CHUNK = 500
-
-
 def _runs_by_keys(c: sqlite3.Connection, keys: set[str]) -> dict[str, Run]:
     """The stored runs holding any of `keys`, by key (each an index seek on runs_key)."""
     found: dict[str, Run] = {}
-    wanted = sorted(keys)
-    for i in range(0, len(wanted), _KEY_CHUNK):
-        chunk = wanted[i : i + _KEY_CHUNK]
-        marks = ",".join("?" * len(chunk))
+    for chunk, marks in _in_chunks(sorted(keys)):
         for row in c.execute(
             f"SELECT {_RUN_COLUMNS} FROM {_RUNS_BY_KEY_JOINED} WHERE key IN ({marks})", chunk
         ):
