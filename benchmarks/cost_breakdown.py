@@ -71,8 +71,24 @@ class TimedConnection:
     def executemany(self, sql: str, *args: Any) -> Any:
         return self._timed("(many) ", self._conn.executemany, sql, args)
 
+    def cursor(self) -> _TimedCursor:
+        """The store's executemany goes through a cursor (flowctl.store.sql.Tx.many)."""
+        return _TimedCursor(self)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
+
+
+class _TimedCursor:
+    def __init__(self, conn: TimedConnection) -> None:
+        self._conn = conn
+        self.rowcount = -1
+
+    def executemany(self, sql: str, rows: Any) -> None:
+        self.rowcount = self._conn.executemany(sql, rows).rowcount
+
+    def close(self) -> None:
+        pass
 
 
 def daemon_run(
@@ -90,7 +106,8 @@ def daemon_run(
         with Client(db) as client:
             store: Any = client.store
             if stats is not None:
-                store._conn = TimedConnection(store._conn, stats)
+                tx = store.db._tx  # the transaction handle every statement goes through
+                tx.conn = TimedConnection(tx.conn, stats)
             daemon = Daemon(store, SystemClock(), DaemonConfig(concurrency=DEFAULTS["concurrency"]))
             before = resource.getrusage(resource.RUSAGE_SELF)
             cpu0, loop0 = time.process_time(), time.thread_time()

@@ -1,11 +1,12 @@
 """The batch runner: many handlers advanced by one thread, their writes committed together.
 
-Each claimed run's handler runs in a greenlet on the runner's thread. A store write
-(a checkpoint, a suspension, an ending) parks its greenlet; the runner resumes every
-ready greenlet in turn until each has parked on a write (or waits on the pool, or
-ended), then writes the round: one transaction in which each parked write runs its
-statements in turn, one COMMIT and one fsync, and the writers are ready again. So a
-checkpoint costs its statements and a few greenlet switches, not a thread hand-off, a
+Each claimed run's handler runs in a greenlet on the runner's thread, inside the
+store's write round for that thread (Store.write_round, flowctl.store.round). A store
+write (a checkpoint, a suspension, an ending) is queued in the round and parks its
+greenlet; the runner resumes every ready greenlet in turn until each has parked on a
+write (or waits on the pool, or ended), then commits the round: one transaction that
+runs every queued write, one COMMIT and one fsync, and the writers are ready again. So
+a checkpoint costs its statements and a few greenlet switches, not a thread hand-off, a
 fight for the GIL and the store lock, and a condition wait (issue 14).
 
 Durability is unchanged: a write returns to its handler only after the COMMIT that
@@ -44,6 +45,7 @@ from flowctl.retry import BLOCKING
 if TYPE_CHECKING:
     from flowctl.live import LiveRun
     from flowctl.store import Claim, Store
+    from flowctl.store.round import WriteRound
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +163,8 @@ class BatchRunner:
     per handler: a wake per run cost the loop a pass and the runner the GIL each time.
     `failed(error)` is called if the runner itself breaks (a bug): the daemon then stops
     and hands its runs back, rather than extend leases of handlers that will never end.
-    Only for a store with `set_parker` (SQLite: its one connection and group commit
-    make a round one transaction).
+    The store's write round is the runner's only tie to the store: the runner says when
+    (commit), the store says what SQL.
     """
 
     hold_warn = 1.0  # seconds one handler may hold the thread before that is logged
@@ -182,8 +184,7 @@ class BatchRunner:
         self._events: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._ready: list[tuple[greenlet, Any]] = []
         self._parked: list[greenlet] = []
-        self._writers: list[greenlet] = []  # waiting for the round's writes (_write_round)
-        self._writing = False  # inside _write_round: a write goes ahead at once
+        self._writes: WriteRound | None = None  # this thread's round, while serving
         self._closing = False
         self._pool = _Pool()
         self.placement = Placement()
@@ -209,9 +210,9 @@ class BatchRunner:
 
     def _serve(self) -> None:
         self._main = getcurrent()
-        self._store.set_parker(self._park, self._wait_write_round)  # type: ignore[attr-defined]
         try:
-            with self._store.own_writes():
+            with self._store.write_round(self._park) as writes, self._store.own_writes():
+                self._writes = writes
                 while not (self._closing and not self._workflows):
                     self._take(block=not self._ready)
                     self._round()
@@ -219,7 +220,7 @@ class BatchRunner:
             log.exception("the batch runner stopped")
             self._failed(e)
         finally:
-            self._store.set_parker(None)  # type: ignore[attr-defined]
+            self._writes = None
 
     def _take(self, *, block: bool) -> None:
         """New claims and finished pooled bodies: each makes a greenlet ready."""
@@ -242,9 +243,8 @@ class BatchRunner:
 
     def _round(self) -> None:
         """Resume every ready greenlet until it parks on a write, waits on the pool or ends;
-        then write the round (_write_round), and the writers are ready again. Writes that
-        have waited ROUND_MAX are written between greenlets, so a slow body never holds
-        them long."""
+        then commit the round, and the writers are ready again. Writes that have waited
+        ROUND_MAX are committed between greenlets, so a slow body never holds them long."""
         ready, self._ready = self._ready, []
         alive = len(self._workflows)
         started = before = time.monotonic()
@@ -259,44 +259,21 @@ class BatchRunner:
             if g.dead:
                 del self._workflows[g]
             if after - started >= ROUND_MAX:  # its writes waited at most this long
-                self._write_round()
+                self._commit()
                 started = time.monotonic()
             before = after
-        self._write_round()
+        self._commit()
         parked, self._parked = self._parked, []
         self._ready.extend((g, None) for g in parked)
         if len(self._workflows) < alive:
             self._ended()
 
-    def _write_round(self) -> None:
-        """The round's writes in one transaction: each waiting writer goes ahead in turn
-        (its statements run, then it parks until the COMMIT), then COMMIT. The write lock
-        is taken by the first and released by the COMMIT: held for the statements alone,
-        not while handlers run their Python (another daemon on the file writes then)."""
-        self._writing = True
-        try:
-            self._store.write_deferred()  # type: ignore[attr-defined]
-            while self._writers:
-                writers, self._writers = self._writers, []
-                for g in writers:
-                    try:
-                        g.switch()
-                    except Exception:  # the daemon's execute catches everything: a bug
-                        log.exception("a handler's greenlet failed")
-                    if g.dead:
-                        self._workflows.pop(g, None)
-        finally:
-            self._writing = False
-        self._store.commit_pending()  # type: ignore[attr-defined]
-
-    def _wait_write_round(self) -> None:
-        """A write about to open a transaction: back to the runner until _write_round."""
-        g = getcurrent()
-        if g is self._main or self._writing:
-            return
-        self._writers.append(g)
-        assert self._main is not None
-        self._main.switch()
+    def _commit(self) -> None:
+        """The round's writes in one transaction, one COMMIT (the store's round). The write
+        lock is held for the statements alone, not while handlers run their Python
+        (another daemon on the file writes then)."""
+        assert self._writes is not None
+        self._writes.commit()
 
     def _held_long(self, g: greenlet, seconds: float) -> None:
         """One handler kept the thread (code of its own outside ctx.step, or a step body
@@ -320,11 +297,11 @@ class BatchRunner:
         self._execute(*job)
 
     def _park(self) -> None:
-        """A write's changes wait for a COMMIT: back to the runner until its round commits."""
+        """A write waits for its round's COMMIT: back to the runner until the round commits."""
         g = getcurrent()
         assert self._main is not None
         if g is self._main:  # the runner's own write (none today): commit it now
-            self._store.commit_pending()  # type: ignore[attr-defined]
+            self._commit()
             return
         self._parked.append(g)
         self._main.switch()

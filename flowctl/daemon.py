@@ -150,7 +150,7 @@ class Daemon(Watches):
         # nobody advances time after a test's daemon stops: a timed wait alone never ends).
         self._served = threading.Event()
         self._data_version = -1
-        self._refresh, self._refresh_at = getattr(store, "refresh_interval", None), from_us(0)
+        self._refresh, self._refresh_at = store.refresh_interval, from_us(0)
         self._last_reap = float("-inf")
         self._last_idle_beat = 0.0
         self._retention = RetentionPass(self.config.retention if only_run_id is None else {})
@@ -288,8 +288,7 @@ class Daemon(Watches):
                 self._end(hb)
         # Concurrent workers share one connection: let their commits share one fsync.
         self.store.set_group_commit(self.config.concurrency > 1)
-        if hasattr(type(self.store), "take_turns"):  # SQLite: alternate with other daemons
-            self.store.take_turns()  # type: ignore[attr-defined]
+        self.store.take_turns()  # SQLite: alternate write turns with other daemons
         if self.batched():
             from flowctl.batch import BatchRunner
 
@@ -539,15 +538,10 @@ class Daemon(Watches):
         self.stop(drain=False)
 
     def batched(self) -> bool:
-        """Whether handlers run as greenlets on one thread (flowctl.batch) rather than on
-        `concurrency` threads: on a store whose round of writes can be one COMMIT (SQLite),
-        when asked for (`batch`), and not for a one-run worker (`run --wait`)."""
-        return (
-            self.config.batch
-            and self.only_run_id is None
-            and self.config.concurrency > 1
-            and hasattr(type(self.store), "set_parker")  # the class's: never a proxy's guess
-        )
+        """Whether handlers run as greenlets on one thread (flowctl.batch), their writes in
+        one write round per pass, rather than on `concurrency` threads: when asked for
+        (`batch`), and not for a one-run worker (`run --wait`)."""
+        return self.config.batch and self.only_run_id is None and self.config.concurrency > 1
 
     def _worker(self) -> None:
         with self.store.own_writes():

@@ -14,7 +14,7 @@ from typing import Any
 def db_of(store: Any) -> str:
     """The database `store` uses, as `--db` and FLOWCTL_DB take it: a SQLite file path, or
     a PostgreSQL URL (for a real `flowctl` process on the same database)."""
-    return str(getattr(store, "url", None) or store.path)
+    return store.location
 
 
 def open_same(store: Any) -> Any:
@@ -77,50 +77,30 @@ def logged_daemon(db: str | Path, log: Path, *args: str) -> subprocess.Popen[byt
 
 
 class ParkedRound:
-    """A minimal batch runner (flowctl.batch) for store tests: greenlets on this thread
-    whose writes park until `commit_and_resume()` commits the round and resumes them.
+    """A minimal batch runner (flowctl.batch) for store tests: greenlets on this thread,
+    inside the store's write round for it (Store.write_round), whose writes are queued and
+    park until `write_round()` commits the round and resumes them; a write made by this
+    (the main) greenlet commits the round at once, as the runner's own does."""
 
-    With `rounds`, as the daemon's runner: a write that would open a transaction first
-    waits (in `waiting`) until `write_round()` lets each go ahead in turn, then commits."""
-
-    def __init__(self, store: Any, *, rounds: bool = False) -> None:
+    def __init__(self, store: Any) -> None:
         from greenlet import getcurrent
 
         self.store = store
         self.main = getcurrent()
         self.parked: list[Any] = []
-        self.waiting: list[Any] = []
-        self.writing = False
-        store.set_parker(self.park, self.wait if rounds else None)
+        self._open = store.write_round(self.park)
+        self.round = self._open.__enter__()
         store.set_group_commit(True)
 
     def park(self) -> None:
         from greenlet import getcurrent
 
-        self.parked.append(getcurrent())
+        g = getcurrent()
+        if g is self.main:  # the runner's own write: its round commits now
+            self.round.commit()
+            return
+        self.parked.append(g)
         self.main.switch()
-
-    def wait(self) -> None:
-        from greenlet import getcurrent
-
-        if not self.writing:
-            self.waiting.append(getcurrent())
-            self.main.switch()
-
-    def run_writes(self) -> None:
-        """The deferred writes first (SqliteConnection.deferred), as the runner's round
-        does; then each waiting write runs its statements, then parks until the COMMIT."""
-        self.store.write_deferred()
-        self.writing = True
-        waiting, self.waiting = self.waiting, []
-        for g in waiting:
-            g.switch()
-        self.writing = False
-
-    def write_round(self) -> None:
-        """The runner's round: the waiting writes run, one COMMIT, the writers return."""
-        self.run_writes()
-        self.commit_and_resume()
 
     def start(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run fn(*args) in a greenlet until it parks on a write, or ends."""
@@ -130,12 +110,14 @@ class ParkedRound:
         g.switch(*args)
         return g
 
-    def commit_and_resume(self) -> None:
-        self.store.commit_pending()
+    def write_round(self) -> None:
+        """The runner's round: every queued write in one transaction, one COMMIT, then the
+        writers return."""
+        self.round.commit()
         parked, self.parked = self.parked, []
         for g in parked:
             g.switch()
 
     def close(self) -> None:
-        self.store.set_parker(None)
+        self._open.__exit__(None, None, None)
         self.store.set_group_commit(False)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from flowctl.clock import FakeClock, SystemClock
 from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
 from flowctl.model import EntryState, RunStatus
 from flowctl.retry import blocking
+from flowctl.store.round import WriteRound
 from flowctl.store.sqlite import SqliteStore as Store
 
 FLOWS = """
@@ -268,10 +270,18 @@ def test_flowctl_daemon_runs_handlers_as_said_and_threads_opts_out(
 
 
 class CommitBreaks(Store):
-    """A store whose batch COMMIT breaks: what a bug in the runner's round looks like."""
+    """A store whose write round breaks when committed: what a bug in the runner's round
+    looks like."""
 
-    def commit_pending(self, *, older_than: float = 0.0) -> bool:
-        raise RuntimeError("the round broke")
+    @contextmanager
+    def write_round(self, wait: Callable[[], None]) -> Iterator[WriteRound]:
+        with super().write_round(wait) as writes:
+
+            def broken() -> int:
+                raise RuntimeError("the round broke")
+
+            writes.commit = broken  # type: ignore[method-assign]
+            yield writes
 
 
 def test_a_broken_runner_stops_the_daemon_and_hands_its_runs_back(

@@ -48,8 +48,8 @@ def nudge_due(store: Store, run_id: str, at: datetime) -> None:
     Nothing in flowctl's own API does this on purpose, hence the raw write, made the way
     another process would make it: on its own connection to the file.
     """
-    url = getattr(store, "url", None)
-    if url is not None:  # PostgreSQL: a connection of its own, as another host would use
+    url = store.location
+    if url.startswith("postgres"):  # PostgreSQL: a connection of its own, as another host would use
         import psycopg
 
         before = store.data_version()

@@ -70,7 +70,7 @@ def alter(url: str, sql: str) -> None:
 
 
 def is_pg(store: Store) -> bool:
-    return getattr(store, "url", None) is not None
+    return store.location.startswith("postgres")
 
 
 def truth(store: Store, workflow: str | None = None) -> dict[RunStatus, int]:
@@ -151,18 +151,15 @@ def test_counts_stay_exact_under_concurrent_writers(
     assert sum(store.count_by_status().values()) == 60
     check(store)
     if is_pg(store):  # fold what is left: the counts do not move, the deltas are gone
-        assert server(store.url, "SELECT flowctl_fold_run_counts()") == [("",)]  # type: ignore[attr-defined]
-        assert server(store.url, "SELECT COUNT(*) FROM run_count_deltas") == [(0,)]  # type: ignore[attr-defined]
+        assert server(store.location, "SELECT flowctl_fold_run_counts()") == [("",)]
+        assert server(store.location, "SELECT COUNT(*) FROM run_count_deltas") == [(0,)]
         check(store)
 
 
 def test_search_reads_a_bounded_window_and_exact_ids_and_keys(
     store: Store, flows: Path, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    backend = "postgres" if is_pg(store) else "sqlite"
-    monkeypatch.setattr(
-        importlib.import_module(f"flowctl.store.{backend}.rows"), "SEARCH_WINDOW", 5
-    )
+    monkeypatch.setattr(importlib.import_module("flowctl.store.rows"), "SEARCH_WINDOW", 5)
 
     def start(fn: str, inp: dict[str, str], **kw: object) -> str:
         fake_clock.advance(timedelta(seconds=1))
@@ -196,27 +193,31 @@ def test_search_reads_a_bounded_window_and_exact_ids_and_keys(
 
 
 def test_migrating_a_database_with_runs_counts_them(
-    pg_url: str, flows: Path, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Runs stored before run_counts existed (schema v3) are counted by the migration that
+    adds them, and stay counted through the later ones (v7 moves their definitions out)."""
     from flowctl.store.postgres import schema
     from flowctl.store.postgres.store import PostgresStore
 
     with monkeypatch.context() as m:  # a database at schema v3, before run_counts
         m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:3])
         m.setattr(schema, "SCHEMA_VERSION", 3)
-        with PostgresStore(pg_url) as old:
-            # This code reads and writes a later version's runs column (v5's); it is added
-            # for the v3 phase only and dropped again, so that v4 and v5 both migrate.
-            alter(pg_url, "ALTER TABLE runs ADD COLUMN step_started_at BIGINT")
-            for fn in ("quick", "nap", "nap", "fail"):
-                ops.start(old, f"{flows}:{fn}", {}, clock=fake_clock)
-            Daemon(old, fake_clock, DaemonConfig(concurrency=4)).tick()
-            assert server(pg_url, "SELECT to_regclass('run_counts')") == [(None,)]
-            alter(pg_url, "ALTER TABLE runs DROP COLUMN step_started_at")
+        PostgresStore(pg_url).close()
+    stored = [("quick", "completed"), ("nap", "sleeping"), ("nap", "sleeping"), ("fail", "dead")]
+    for i, (workflow, status) in enumerate(stored):  # as that version's store wrote runs
+        alter(
+            pg_url,
+            "INSERT INTO runs (run_id, workflow, target, kind, input, status, created_at)"
+            f" VALUES ('r{i}', '{workflow}', 'f.py:{workflow}', 'python', '{{}}', '{status}',"
+            f" {i})",
+        )
+    assert server(pg_url, "SELECT to_regclass('run_counts')") == [(None,)]
     with PostgresStore(pg_url) as store:
         check(store)
         assert store.count_by_status()[RunStatus.SLEEPING] == 2
         assert store.count_by_status("nap")[RunStatus.SLEEPING] == 2
+        assert (store.get_run("r1").target, store.get_run("r1").kind) == ("f.py:nap", "python")
 
 
 def test_claims_and_reclaims_are_counted_however_they_are_written(

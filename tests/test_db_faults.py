@@ -395,12 +395,12 @@ def test_the_batch_runners_writers_of_a_round_whose_commit_fills_the_disk_all_fa
     filler = fill(small_disk)
     for rid in ("r0", "r1"):
         rnd.start(write, rid)
-    rnd.commit_and_resume()
+    rnd.write_round()
     assert set(outcomes) == {"r0", "r1"}
     assert all(o.startswith("database or disk is full: ") for o in outcomes.values()), outcomes
     filler.unlink()
     rnd.start(write, "r2")
-    rnd.commit_and_resume()
+    rnd.write_round()
     assert outcomes["r2"] == "returned"
     rnd.close()
     store.close()
@@ -410,10 +410,10 @@ def test_the_batch_runners_writers_of_a_round_whose_commit_fills_the_disk_all_fa
 def test_a_rounds_deferred_checkpoints_and_completions_on_a_full_disk_all_fail(
     small_disk: Path, flow: str
 ) -> None:
-    """The round writes its deferred checkpoints and completions (SqliteConnection.
-    deferred) together; when the disk is full every one of their writers raises the
-    one-line DiskFullError, none of their rows is kept, and the next round, with room
-    again, writes them."""
+    """The round writes its checkpoints and completions together (each kind by one
+    statement, flowctl.store.round); when the disk is full every one of their writers
+    raises the one-line DiskFullError, none of their rows is kept, and the next round,
+    with room again, writes them."""
     from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
 
     db = small_disk / "f.db"
@@ -439,11 +439,11 @@ def test_a_rounds_deferred_checkpoints_and_completions_on_a_full_disk_all_fail(
         except DiskFullError as err:
             outcomes[c.run.run_id] = str(err)
 
-    rnd = ParkedRound(store, rounds=True)
+    rnd = ParkedRound(store)
     filler = fill(small_disk)
     for i in range(4):
         rnd.start(write, i)
-    assert outcomes == {}  # deferred: waiting for their round
+    assert outcomes == {}  # queued: waiting for their round
     rnd.write_round()
     assert len(outcomes) == 4
     assert all(str(o).startswith("database or disk is full: ") for o in outcomes.values())

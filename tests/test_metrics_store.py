@@ -51,7 +51,7 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 def flowctl(store: Store, *args: str) -> subprocess.CompletedProcess[str]:
     """The real command on the store's database (a file path or a postgresql:// URL)."""
-    db = str(getattr(store, "url", None) or store.path)
+    db = store.location
     return subprocess.run(
         [sys.executable, "-m", "flowctl", "--db", db, *args],
         capture_output=True,
@@ -139,7 +139,7 @@ def test_the_http_metrics_endpoint_serves_the_same_figures(
 ) -> None:
     from tests.serve_helpers import Api, port_of, start_serve
 
-    db = str(getattr(store, "url", None) or store.path)
+    db = store.location
     proc, log = start_serve(tmp_path, db)  # type: ignore[arg-type]
     try:
         reply = Api(port_of(proc, log)).call("GET", "/metrics")

@@ -43,7 +43,7 @@ def flows(tmp_path: Path) -> Path:
 
 def flowctl(store: Store, *args: str) -> subprocess.CompletedProcess[str]:
     """The real command on the store's database (a file path or a postgresql:// URL)."""
-    db = str(getattr(store, "url", None) or store.path)
+    db = store.location
     return subprocess.run(
         [sys.executable, "-m", "flowctl", "--db", db, *args],
         capture_output=True,

@@ -1,10 +1,10 @@
-"""The batch runner's writes (SqliteConnection._write with a parker set): each write's
-statements run at once, the writer parks until the round's one COMMIT holds them, and
-returns only then; a writer that fails leaves nothing of itself and the others commit;
-a COMMIT that fails is raised by every writer whose changes it held (on a full disk:
-tests/test_db_faults.py). With the runner's write rounds, a write waits for its round
-before it takes the write lock, so the lock is free while handlers run; with
-take_turns, a write transaction holds the lock file other daemons wait on.
+"""The batch runner's writes on SQLite (a write round open on the runner's thread): each
+write is queued, the writer parks until the round's one COMMIT holds it, and returns only
+then; a writer that fails leaves nothing of itself and the others commit; a COMMIT that
+fails is raised by every writer whose changes it held (on a full disk:
+tests/test_db_faults.py). A queued write takes no lock, so the write lock is free while
+handlers run; with take_turns, the round's transaction holds the lock file other daemons
+wait on.
 
 Greenlets on this thread stand in for the runner's handlers, as in flowctl.batch.
 """
@@ -22,6 +22,7 @@ import pytest
 from helpers import ParkedRound
 
 from flowctl.store.records import NewRun
+from flowctl.store.round import Write
 from flowctl.store.sqlite import SqliteStore as Store
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
@@ -68,7 +69,7 @@ def test_parked_writes_share_one_commit_and_each_is_durable_when_it_returns(
     assert len(rnd.parked) == 3  # r2 failed at once and did not park
     assert probes(db_path) == []  # nothing is committed while the writers are parked
     assert seen_on_return == {}  # and none of them has returned
-    rnd.commit_and_resume()
+    rnd.write_round()
     assert len(failed) == 1
     for rid in ("r0", "r1", "r3"):
         assert seen_on_return[rid] == ["r0", "r1", "r3"]  # durable before it returned
@@ -76,11 +77,11 @@ def test_parked_writes_share_one_commit_and_each_is_durable_when_it_returns(
     assert (after.commits - before.commits, after.writes - before.writes) == (1, 3)
 
 
-def test_a_write_made_by_another_thread_commits_the_parked_ones_too(
+def test_a_write_made_by_another_thread_is_not_part_of_the_round(
     db_path: Path, store_with_runs: Store
 ) -> None:
-    """The daemon's loop writes (claims) on its own thread, with no parker: its COMMIT holds
-    whatever the runner's writers left parked, and they return without another COMMIT."""
+    """The daemon's loop writes (claims) on its own thread: that write commits on its own,
+    and the runner's queued writes wait for their round."""
     import threading
 
     store = store_with_runs
@@ -96,11 +97,10 @@ def test_a_write_made_by_another_thread_commits_the_parked_ones_too(
     other = threading.Thread(target=lambda: store.add_event("r1", "probe", {}, NOW))
     other.start()
     other.join(10)
-    assert probes(db_path) == ["r0", "r1"]  # one COMMIT, made by the other thread
-    before = store.commit_stats()
-    rnd.commit_and_resume()  # nothing left to commit: the parked writer just returns
-    assert returned == ["r0"]
-    assert store.commit_stats().commits == before.commits
+    assert probes(db_path) == ["r1"] and returned == []  # its own COMMIT, not the round's
+    rnd.write_round()
+    assert returned == ["r0"] and probes(db_path) == ["r0", "r1"]
+    rnd.close()
 
 
 def write_lock_free(db: Path) -> bool:
@@ -134,8 +134,9 @@ def test_writes_wait_for_their_round_so_the_write_lock_is_free_while_handlers_ru
     db_path: Path, store_with_runs: Store
 ) -> None:
     store = store_with_runs
-    rnd = ParkedRound(store, rounds=True)
+    rnd = ParkedRound(store)
     returned: list[str] = []
+    held_in_round: list[bool] = []
 
     def write(rid: str) -> None:
         store.add_event(rid, "probe", {}, NOW)
@@ -146,23 +147,25 @@ def test_writes_wait_for_their_round_so_the_write_lock_is_free_while_handlers_ru
         # Each handler has asked to write, and the next one's Python runs now: nothing
         # of the writes has run, so no other process is kept from writing meanwhile.
         assert write_lock_free(db_path)
-    assert len(rnd.waiting) == 3 and not rnd.parked and returned == []
+    rnd.start(
+        lambda: rnd.round.add(Write(lambda tx: held_in_round.append(not write_lock_free(db_path))))
+    )
+    assert len(rnd.parked) == 4 and returned == []
     before = store.commit_stats()
-    rnd.run_writes()  # the round: each write runs its statements, then parks
-    assert len(rnd.parked) == 3 and probes(db_path) == []
-    assert not write_lock_free(db_path)  # held for the round's statements and COMMIT
-    rnd.commit_and_resume()
+    rnd.write_round()
+    assert held_in_round == [True]  # held for the round's statements and COMMIT
     assert write_lock_free(db_path)
     assert returned == ["r0", "r1", "r2"] and probes(db_path) == ["r0", "r1", "r2"]
     after = store.commit_stats()
-    assert (after.commits - before.commits, after.writes - before.writes) == (1, 3)
+    assert (after.commits - before.commits, after.writes - before.writes) == (1, 4)
+    rnd.close()
 
 
 def test_a_write_round_still_commits_the_writes_that_succeed(
     db_path: Path, store_with_runs: Store
 ) -> None:
     store = store_with_runs
-    rnd = ParkedRound(store, rounds=True)
+    rnd = ParkedRound(store)
     failed: list[BaseException] = []
 
     def write(rid: str) -> None:
@@ -185,15 +188,13 @@ def test_a_write_transaction_holds_the_lock_file_other_daemons_take_turns_on(
     assert not Path(f"{db_path}-lock").exists()  # only a daemon's store takes turns
     store.take_turns()
     rnd = ParkedRound(store)
-    assert turn_free(db_path)
+    held: list[bool] = []
     rnd.start(lambda: store.add_event("r0", "probe", {}, NOW))
-    assert not turn_free(db_path)  # the transaction is open: another daemon waits
-    rnd.commit_and_resume()
+    rnd.start(lambda: rnd.round.add(Write(lambda tx: held.append(not turn_free(db_path)))))
+    assert turn_free(db_path)  # queued writes take no turn
+    rnd.write_round()
+    assert held == [True]  # the round's transaction is open: another daemon waits
     assert turn_free(db_path) and probes(db_path) == ["r0"]
-    with pytest.raises(TypeError):  # a failed write in the round: undone, and the
-        store.add_event("r1", "probe", {"bad": object()}, NOW)  # round's COMMIT ends it
-    store.commit_pending()
-    assert turn_free(db_path)
     rnd.close()
     with pytest.raises(TypeError):  # a failed write on its own: rolled back at once
         store.add_event("r1", "probe", {"bad": object()}, NOW)

@@ -1,6 +1,7 @@
 """Transactions the server rolls back for a deadlock (40P01) or a serialization failure
 (40001) are run again from the start, a bounded number of times with jittered backoff,
-in one place: the connection layer's `retried`, which every write operation carries.
+in one place: the PostgreSQL backend's `transact` (retry_conflicts), which every write
+of the store, and every write round, runs through.
 
 The deadlock is a real one, between the store and another client of the server; the
 server's deadlock detector (deadlock_timeout, 1 s by default) picks the victim, so the
@@ -9,7 +10,6 @@ test waits about that long for the server, never for a sleep of its own.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 from datetime import UTC, datetime, timedelta
@@ -27,12 +27,12 @@ from flowctl.errors import DatabaseError
 from flowctl.store.postgres import connection
 from flowctl.store.postgres.connection import (
     CONFLICT_TRIES,
-    ConflictError,
     conflict_backoff,
-    retried,
+    retry_conflicts,
 )
 from flowctl.store.postgres.store import PostgresStore
 from flowctl.store.records import Lease
+from flowctl.store.sql import TransactionConflict
 
 T0 = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
 
@@ -123,30 +123,24 @@ def test_a_real_deadlock_is_retried_and_the_write_happens_once(
 
 
 class Flaky:
-    """The smallest holder of `retried`: its operation fails with a conflict `fails` times."""
+    """A transaction that fails with a conflict `fails` times."""
 
     def __init__(self, fails: int) -> None:
-        self._tl = threading.local()
         self.fails = fails
         self.calls = 0
 
-    def enter_a_transaction(self) -> None:
-        """As `_write` marks this thread's transaction open."""
-        self._tl.conn = object()
-
-    @retried
-    def op(self, value: str) -> str:
+    def once(self) -> str:
         self.calls += 1
         if self.calls <= self.fails:
-            raise ConflictError("PostgreSQL at h: deadlock detected")
-        return value
+            raise TransactionConflict("PostgreSQL at h: deadlock detected")
+        return "done"
 
 
 def test_the_retries_are_bounded_and_jittered(monkeypatch: pytest.MonkeyPatch) -> None:
     waits: list[float] = []
     monkeypatch.setattr(connection.time, "sleep", waits.append)
     ok = Flaky(fails=CONFLICT_TRIES - 1)
-    assert ok.op("done") == "done"  # type: ignore[arg-type]
+    assert retry_conflicts(ok.once, "ok") == "done"
     assert ok.calls == CONFLICT_TRIES
     assert len(waits) == CONFLICT_TRIES - 1
     assert all(0 <= w <= conflict_backoff(i + 1, 1.0) for i, w in enumerate(waits))
@@ -154,13 +148,27 @@ def test_the_retries_are_bounded_and_jittered(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(
         DatabaseError, match=rf"deadlock detected \(gave up after {CONFLICT_TRIES} tries\)$"
     ):
-        hopeless.op("never")  # type: ignore[arg-type]
+        retry_conflicts(hopeless.once, "hopeless")
     assert hopeless.calls == CONFLICT_TRIES
-    nested = Flaky(fails=1)  # inside a transaction the outermost operation retries, not this
-    nested.enter_a_transaction()
-    with pytest.raises(ConflictError):
-        nested.op("x")  # type: ignore[arg-type]
-    assert nested.calls == 1
+
+
+def test_a_transaction_nested_in_this_threads_runs_inside_it_and_is_not_retried(
+    pg_url: str,
+) -> None:
+    """Inside a transaction the outermost one retries: a nested transact is part of it."""
+    with PostgresStore(pg_url) as store:
+        calls: list[int] = []
+
+        def inner(tx: object) -> None:
+            calls.append(1)
+            raise TransactionConflict("nested conflict")
+
+        def outer(tx: object) -> None:
+            store.db.transact(inner)
+
+        with pytest.raises(TransactionConflict, match="gave up"):
+            store.db.transact(outer)
+        assert len(calls) == CONFLICT_TRIES  # once per try of the outer transaction
 
 
 def test_the_backoff_doubles_its_cap_and_spreads_under_it() -> None:
@@ -169,19 +177,3 @@ def test_the_backoff_doubles_its_cap_and_spreads_under_it() -> None:
     assert caps == [caps[0] * 2**i for i in range(len(caps))]
     assert conflict_backoff(3, 0.5) == caps[2] / 2
     assert sum(caps) < 1.0  # the whole retry budget stays well under a second
-
-
-def test_every_write_operation_retries_conflicts() -> None:
-    """A write operation without `retried` would surface a deadlock as an error."""
-    missing: list[str] = []
-    checked = 0
-    for name, member in inspect.getmembers(PostgresStore, inspect.isfunction):
-        inner: Any = inspect.unwrap(member)
-        if name.startswith("_") and name != "_read":
-            continue
-        opens = "self._write()" in inspect.getsource(inner) or name == "_read"
-        checked += opens
-        if opens and not getattr(member, "retries_conflicts", False):
-            missing.append(name)
-    assert checked > 30  # every write operation (and the read) was found
-    assert missing == []

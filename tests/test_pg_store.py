@@ -146,9 +146,10 @@ def test_the_daemon_rereads_every_refresh_interval_even_when_a_notice_is_lost(
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute("DROP TRIGGER runs_changed ON runs")
             now_us = to_us(fake_clock.now())  # another host's write, its notice lost
+            conn.execute("INSERT INTO definitions (target, kind) VALUES ('wf.py:wf', 'python')")
             conn.execute(
-                "INSERT INTO runs (run_id, workflow, target, kind, input, status, run_at,"
-                " created_at) VALUES ('r1', 'wf', 'wf.py:wf', 'python', '{}', 'queued', %s, %s)",
+                "INSERT INTO runs (run_id, workflow, def_id, input, status, run_at, created_at)"
+                " SELECT 'r1', 'wf', def_id, '{}', 'queued', %s, %s FROM definitions",
                 [now_us, now_us],
             )
         s.data_version()

@@ -32,8 +32,8 @@ from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import CallKind, EntryState, JournalEntry
 from flowctl.notifier import Notifier
 from flowctl.notify import NotifyConfig
+from flowctl.store.listing import SORT_BOUNDED
 from flowctl.store.sqlite import SqliteStore as Store
-from flowctl.store.sqlite.listing import SORT_BOUNDED
 from tests.inproc import run_main
 
 # Tables whose size grows with the number of runs.

@@ -18,7 +18,7 @@ from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import RunStatus
 from flowctl.store.sqlite import SqliteStore as Store
 
-rows = importlib.import_module("flowctl.store.sqlite.rows")
+rows = importlib.import_module("flowctl.store.rows")
 
 FLOWS = """\
 from flowctl import workflow

@@ -1,6 +1,6 @@
 """open_run_list: the run list read without the rest of the store (issue 17, item 4).
 
-`flowctl ls` opens the SQLite run-list reads alone (flowctl/store/sqlite/listing.py) so its
+`flowctl ls` opens the SQLite run-list reads alone (flowctl/store/listing.py) so its
 start-up loads none of the writes, leases or schedules. What it reads must be exactly what
 the whole store reads, it must open a file as open_store(create=False,
 allow_read_only=True) does, and it must offer every RunListing operation with the
@@ -20,7 +20,7 @@ import pytest
 from flowctl.errors import DatabaseError, DatabaseNotFoundError, FlowctlError
 from flowctl.model import RunStatus
 from flowctl.store import NewRun, RunListing, open_run_list, open_store
-from flowctl.store.sqlite.listing import RunList
+from flowctl.store.listing import RunList
 
 T0 = datetime(2026, 3, 29, 0, 59, tzinfo=UTC)
 

@@ -11,17 +11,16 @@ refused while a daemon is live on SRC or DEST already holds runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from flowctl.errors import FlowctlError
 from flowctl.store import Store
-from flowctl.store.postgres.store import PostgresStore
-from flowctl.store.sqlite import SqliteStore
-from flowctl.store.sqlite.schema import DEFINITION_COLUMNS, PLAIN_CREATED
-from flowctl.store.sqlite.writes import _definition_id
+from flowctl.store.creating import definition_id
+from flowctl.store.mapping import DEFINITION_COLUMNS
+from flowctl.store.sql import Tx
+from flowctl.store.store import SqlStore
 
 # In foreign-key order: a row's parent is always copied before it.
 TABLES = (
@@ -37,16 +36,6 @@ TABLES = (
     "notifications",
     "output",
 )
-# Columns holding JSON: text on SQLite, jsonb (journal.value: json) on PostgreSQL.
-JSON_COLUMNS = {
-    "runs": {"input", "backoff", "result", "error", "secret_keys", "notify"},
-    "journal": {"value"},
-    "timeline": {"data"},
-    "signals": {"payload"},
-    "published": {"value"},
-    "schedules": {"input", "secret_keys"},
-    "notifications": {"channels_done"},
-}
 SERIAL_COLUMNS = {
     "timeline": "seq",
     "signals": "seq",
@@ -54,20 +43,13 @@ SERIAL_COLUMNS = {
     "notifications": "seq",
     "output": "seq",
 }
-# A SQLite run keeps its pinned text once per definition hash, in `sources` (its
-# runs.source is NULL then); a PostgreSQL run keeps it in its row. The copy reads it whole.
 BATCH = 500
-# A SQLite run's plain `created` event is implied, not stored (migration 18): the copy
-# writes it as a row, before the run's first event (seq 0: a run's stored events are
-# numbered from 1), so DEST holds every event the source's timeline reads show. A SQLite
-# seq numbers one run's events (migration 19); the copy numbers them across all runs, in
-# each run's order, as a PostgreSQL timeline's key is.
-_SQLITE_TIMELINE = (
-    "(SELECT ROW_NUMBER() OVER (ORDER BY run_id, seq) AS seq, run_id, at, type, data FROM"
-    " (SELECT 0 AS seq, run_id, created_at AS at, 'created' AS type,"
-    f" '{PLAIN_CREATED}' AS data FROM runs WHERE (SELECT t.type FROM timeline t"
-    " WHERE t.run_id = runs.run_id ORDER BY t.seq LIMIT 1) IS NOT 'created'"
-    " UNION ALL SELECT seq, run_id, at, type, data FROM timeline))"
+# A SQLite seq numbers one run's events (migration 19); the copy numbers them across all
+# runs, in each run's order, as a PostgreSQL timeline's key is (and a SQLite one takes).
+# A plain `created` event is implied, not stored, on both: it is not copied.
+_TIMELINE = (
+    "(SELECT ROW_NUMBER() OVER (ORDER BY run_id, seq) AS seq, run_id, at, type, data"
+    " FROM timeline) AS numbered"
 )
 
 
@@ -88,40 +70,30 @@ class CopyPlan:
 
 
 class _Rows:
-    """One backend's raw rows: its table columns, a table's rows, a bulk insert."""
+    """One database's raw rows: its table columns, a table's rows, a bulk insert."""
 
     def __init__(self, store: Store) -> None:
-        if not isinstance(store, SqliteStore | PostgresStore):
+        if not isinstance(store, SqlStore):
             raise CopyRefusedError(f"cannot copy a {type(store).__name__}")
         self.store = store
-        self.pg = isinstance(store, PostgresStore)
+        self.identity = store.db.dialect.pyformat  # serial columns are identities (PostgreSQL)
 
     def columns(self, table: str) -> list[str]:
-        if isinstance(self.store, PostgresStore):
-            rows = self.store._read(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema ="
-                " current_schema() AND table_name = %s ORDER BY ordinal_position",
-                [table],
-            )
-        else:
-            rows = self.store._read("SELECT name FROM pragma_table_info(?)", [table])
-        names = [str(r[0]) for r in rows]
-        if table == "runs" and not self.pg:  # a run's definition is joined back (migration 16)
+        names = self.store.db.table_columns(table)
+        if table == "runs":  # a run's definition is joined back
             names = [n for n in names if n != "def_id"] + list(DEFINITION_COLUMNS)
         return names
 
     def count(self, table: str) -> int:
         assert table in TABLES  # a constant of ours, never input
-        if table == "timeline" and not self.pg:
-            return int(self.store._read(f"SELECT COUNT(*) FROM {_SQLITE_TIMELINE}")[0][0])
         return int(self.store._read(f"SELECT COUNT(*) FROM {table}")[0][0])
 
     def rows(self, table: str, columns: Sequence[str]) -> list[Any]:
         assert table in TABLES
         order = ", ".join(columns[:2])  # a stable order: the key's leading columns
-        if table == "runs" and not self.pg:
+        if table == "runs":
             # The definition joined back, and the pinned text from `sources` (kept once per
-            # hash there, migration 11) back in the run's own `source`, as PostgreSQL keeps it.
+            # hash there) back in the run's own `source`.
             picked = [
                 "COALESCE(runs.source, (SELECT s.source FROM sources s WHERE s.source_hash ="
                 " definitions.source_hash))"
@@ -133,66 +105,50 @@ class _Rows:
                 f"SELECT {', '.join(picked)} FROM runs LEFT JOIN definitions USING (def_id)"
                 f" ORDER BY {order}"
             )
-        if table == "timeline" and not self.pg:
-            return self.store._read(
-                f"SELECT {', '.join(columns)} FROM {_SQLITE_TIMELINE} ORDER BY {order}"
-            )
-        return self.store._read(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {order}")
+        source = _TIMELINE if table == "timeline" else table
+        return self.store._read(f"SELECT {', '.join(columns)} FROM {source} ORDER BY {order}")
 
-    @contextmanager
-    def transaction(self) -> Iterator[Any]:
-        with self.store._write() as c:
-            yield c
+    def write(self, fn: Callable[[Tx], None]) -> None:
+        self.store._write(fn)
 
-    def insert(self, c: Any, table: str, columns: Sequence[str], rows: Sequence[Any]) -> None:
-        json_columns = JSON_COLUMNS.get(table, set())
-        if self.pg:
-            cast = {"journal": "::json"}.get(table, "::jsonb")
-            marks = ", ".join(f"%s{cast}" if col in json_columns else "%s" for col in columns)
-        else:
-            marks = ", ".join("?" for _ in columns)
-        if table == "runs" and not self.pg:
-            _insert_sqlite_runs(c, columns, rows)
+    def insert(self, tx: Tx, table: str, columns: Sequence[str], rows: Sequence[Any]) -> None:
+        if table == "runs":
+            _insert_runs(tx, columns, rows)
             return
-        sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
-        if self.pg:
-            with c.cursor() as cur:
-                cur.executemany(sql, rows)
-        else:
-            c.executemany(sql, rows)
+        marks = ", ".join("?" for _ in columns)
+        tx.many(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows)
 
-    def after(self, c: Any, table: str) -> None:
+    def after(self, tx: Tx, table: str) -> None:
         """PostgreSQL: move an identity column's sequence past the copied ids."""
         column = SERIAL_COLUMNS.get(table)
-        if self.pg and column:
-            c.execute(
+        if self.identity and column:
+            tx.execute(
                 f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'),"
                 f" GREATEST(COALESCE(MAX({column}), 0), 1), MAX({column}) IS NOT NULL)"
                 f" FROM {table}"
             )
 
 
-def _insert_sqlite_runs(c: Any, columns: Sequence[str], rows: Sequence[Any]) -> None:
-    """Copied runs into SQLite as its store writes them: the definition once in
-    `definitions` (the run keeps its def_id), a pinned text once in `sources`."""
+def _insert_runs(tx: Tx, columns: Sequence[str], rows: Sequence[Any]) -> None:
+    """Copied runs as the store writes them: the definition once in `definitions` (the run
+    keeps its def_id), a pinned text once in `sources`."""
     at = {col: i for i, col in enumerate(columns)}
     kept = [col for col in columns if col not in DEFINITION_COLUMNS]
     sql = (
         f"INSERT INTO runs ({', '.join([*kept, 'def_id'])})"
         f" VALUES ({', '.join('?' * (len(kept) + 1))})"
     )
-    known: dict[tuple[Any, ...], Any] = {}
     for row in rows:
         definition = tuple(row[at[col]] if col in at else None for col in DEFINITION_COLUMNS)
         values = [row[at[col]] for col in kept]
         source_hash = definition[2]
         if "source" in at and row[at["source"]] is not None and source_hash is not None:
-            c.execute(
-                "INSERT OR IGNORE INTO sources (source_hash, source) VALUES (?, ?)",
+            tx.execute(
+                "INSERT INTO sources (source_hash, source) VALUES (?, ?) ON CONFLICT DO NOTHING",
                 [source_hash, row[at["source"]]],
             )
             values[kept.index("source")] = None
-        c.execute(sql, [*values, _definition_id(c, definition, known)])
+        tx.execute(sql, [*values, definition_id(tx, definition)])
 
 
 def refuse_live_source(src: Store, live_on_src: Sequence[str]) -> None:
@@ -232,15 +188,18 @@ def copy_rows(
     Returns the rows copied per table."""
     a, b = _Rows(src), _Rows(dest)
     copied: dict[str, int] = {}
-    with b.transaction() as c:
+
+    def write(tx: Tx) -> None:
         for table in TABLES:
             columns = plan.columns[table]
             rows = a.rows(table, columns)
             for start in range(0, len(rows), BATCH):
                 batch = rows[start : start + BATCH]
-                b.insert(c, table, columns, batch)
+                b.insert(tx, table, columns, batch)
                 if progress is not None:
                     progress(len(batch))
-            b.after(c, table)
+            b.after(tx, table)
             copied[table] = len(rows)
+
+    b.write(write)
     return copied

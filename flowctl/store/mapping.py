@@ -12,6 +12,12 @@ from typing import Any
 
 from flowctl.model import EPOCH, CallKind, EntryState, JournalEntry, Run, RunStatus, to_us
 
+# A run's first event when it says nothing its row does not: {"attempt": 1} at
+# runs.created_at. Not stored (SQLite migration 18); the timeline reads add it back.
+PLAIN_CREATED = '{"attempt":1}'
+# A run's definition, stored once in `definitions` and joined back when a run is read.
+DEFINITION_COLUMNS = ("target", "kind", "source_hash", "source_path", "cwd")
+
 
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)

@@ -30,7 +30,7 @@ class HeaderLine(Static):
         if not isinstance(app, FlowctlApp):
             return Content()
         now = app.clock.now()
-        read_only = "  read-only" if getattr(app.store, "read_only", False) else ""
+        read_only = "  read-only" if app.store.read_only else ""
         # The date goes first on a narrow screen: the daemon's state matters more.
         clock = f"{to_second(now) if self.size.width >= WIDE else to_second(now)[11:]} "
         fixed = len(" flowctl  ") + len(read_only) + len(clock)

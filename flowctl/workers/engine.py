@@ -88,7 +88,7 @@ def main(argv: list[str]) -> int:
         return FATAL
     try:
         expected = settings.get("file")  # SQLite: (device, inode) the daemon opened
-        opened = getattr(store, "file_identity", lambda: None)()
+        opened = store.file_identity()
         if expected is not None and (opened is None or list(opened) != expected):
             # Replaced (a restore, say) between the daemon's open and this one's.
             log.error(

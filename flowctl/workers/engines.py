@@ -198,12 +198,10 @@ class Engines:
             status.value: age.total_seconds()
             for status, age in self.daemon.config.retention.items()
         }
-        db = getattr(store, "url", None) or os.path.abspath(store.path)
-        file_identity = getattr(store, "file_identity", None)  # SQLite: the file opened
         return {
-            "db": db,
-            "file": None if file_identity is None else file_identity(),
-            "durability": getattr(store, "durability", "full"),
+            "db": store.location,
+            "file": store.file_identity(),  # SQLite: the file opened
+            "durability": store.durability,
             "config": config,
             "until_idle": self.until_idle,
             "log_level": logging.getLevelName(logging.getLogger("flowctl").getEffectiveLevel()),

@@ -1,24 +1,35 @@
-"""The PostgreSQL store's connection layer: the pool, one transaction per write, reads,
-retries of transactions the server rolled back for a deadlock or a serialization failure,
-and change notices (data_version, the in-process broadcast, LISTEN)."""
+"""The PostgreSQL backend: the pool, one transaction per write (run again when the server
+rolls it back for a deadlock or a serialization failure), reads, and change notices
+(data_version, the in-process broadcast, LISTEN/NOTIFY).
+
+Rows a transaction reads to decide a write are locked by its statements (the dialect's
+FOR UPDATE / FOR SHARE), so concurrent writers on many hosts serialise per run exactly
+as SQLite's single writer does; claims lock their candidates with FOR UPDATE SKIP LOCKED,
+so daemons never wait on each other's claims and never claim the same run.
+
+Change detection: every commit that writes runs, signals, schedules and what a reader
+shows NOTIFYs one channel (a trigger, so any client's writes count); `data_version()`
+counts those from other processes (LISTEN on a connection of its own), and writes by this
+process's stores at once (except this store's own_writes(), as on SQLite);
+`refresh_interval` asks the daemon for a bounded safety re-read besides.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
+import os
 import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Concatenate, ParamSpec, Self, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TypeVar
 
-from flowctl.errors import (
-    DatabaseError,
-    DatabaseNotFoundError,
-    FlowctlError,
-)
+from flowctl.clock import SystemClock
+from flowctl.errors import DatabaseError, DatabaseNotFoundError, FlowctlError
+from flowctl.model import to_us
+from flowctl.store.dialect import POSTGRES
 from flowctl.store.postgres import schema
 from flowctl.store.postgres.connect import (
     cause,
@@ -29,35 +40,34 @@ from flowctl.store.postgres.connect import (
     session_options,
     unstorable,
 )
-from flowctl.store.postgres.rows import (
-    _OWN_PIDS,
-    BACKSTOP_S,
-    CHANNEL,
-    POOL_MAX,
-    POOL_TIMEOUT_S,
-    Conn,
-    _configure,
-    _configure_pooled,
-    _has_schema,
-    to_us_now,
-)
-from flowctl.store.sqlite.connection import CommitStats
+from flowctl.store.sql import BaseDatabase, TransactionConflict, Tx
 
-# The stores open in this process, by URL: a write through one is seen by the others at once.
-_OPEN: dict[str, weakref.WeakSet[PostgresConnection]] = {}
+R = TypeVar("R")
+Conn = Any  # a psycopg.Connection; Any so that a SQLite-only install type-checks too
 
-log = logging.getLogger(__name__)
-
+CHANNEL = "flowctl_changes"
+BACKSTOP_S = 5.0  # the daemon re-reads its wheel at least this often: a bounded safety net
+POOL_MAX = 10
+POOL_TIMEOUT_S = 15.0
 # deadlock_detected and serialization_failure: the server rolled the transaction back so
 # that another could go on; run from the start again, it sees the other's commit.
 CONFLICTS = frozenset({"40P01", "40001"})
 CONFLICT_TRIES = 5  # in all, the first included
 CONFLICT_BACKOFF_S = 0.01  # the first retry waits up to this, doubling each time after
+# Every table flowctl keeps (constants: VACUUM takes no parameters).
+_TABLES = (
+    "runs, journal, versions, timeline, signals, published, output, notifications, daemons,"
+    " schedules, schedule_history, meta, run_counts, run_count_deltas, definitions, sources"
+)
 
+# The stores open in this process, by URL: a write through one is seen by the others at once.
+_OPEN: dict[str, weakref.WeakSet[PostgresDatabase]] = {}
+# The server processes of this process's open pooled connections: a NOTIFY from one of
+# them is recognised by its sender's pid and ignored (the write was seen at once in
+# process). A closed store's pids leave it: the server may give a pid to another client.
+_OWN_PIDS: set[int] = set()
 
-class ConflictError(DatabaseError):
-    """A transaction the server rolled back for a deadlock or a serialization failure
-    (nothing of it was written); retried() runs it again, a bounded number of times."""
+log = logging.getLogger(__name__)
 
 
 def conflict_backoff(attempt: int, rand: float) -> float:
@@ -67,55 +77,42 @@ def conflict_backoff(attempt: int, rand: float) -> float:
     return rand * CONFLICT_BACKOFF_S * (1 << (attempt - 1))
 
 
-S = TypeVar("S", bound="PostgresConnection")
-P = ParamSpec("P")
-R = TypeVar("R")
+def retry_conflicts(once: Callable[[], R], what: str) -> R:
+    """`once()`, run again from the start while it raises TransactionConflict, up to
+    CONFLICT_TRIES tries in all with jittered backoff between; `what` names it in the log."""
+    for attempt in range(1, CONFLICT_TRIES + 1):
+        try:
+            return once()
+        except TransactionConflict as e:
+            if attempt == CONFLICT_TRIES:
+                raise TransactionConflict(f"{e} (gave up after {attempt} tries)") from None
+            wait = conflict_backoff(attempt, random.random())
+            log.info("%s: %s; try %d in %.3f s", what, e, attempt + 1, wait)
+            time.sleep(wait)
+    raise RuntimeError("unreachable")  # the loop returns or raises
 
 
-def retried(op: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:
-    """Make a store operation (one transaction: one `with self._write()`, and nothing it
-    does outside it) run again from the start when the server rolls its transaction back
-    for a deadlock or a serialization failure, up to CONFLICT_TRIES tries in all, with
-    jittered backoff between. Called inside this thread's transaction, it is part of that
-    one: the outermost operation is the one retried. Every write operation of the store
-    carries it (tests/test_pg_retry.py checks that none lacks it)."""
+class _PgTx(Tx):
+    __slots__ = ()
 
-    @functools.wraps(op)
-    def run(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        if getattr(self._tl, "conn", None) is not None:
-            return op(self, *args, **kwargs)
-        for attempt in range(1, CONFLICT_TRIES + 1):
-            try:
-                return op(self, *args, **kwargs)
-            except ConflictError as e:
-                if attempt == CONFLICT_TRIES:
-                    raise ConflictError(f"{e} (gave up after {attempt} tries)") from None
-                wait = conflict_backoff(attempt, random.random())
-                log.info("%s: %s; try %d in %.3f s", op.__name__, e, attempt + 1, wait)
-                time.sleep(wait)
-        raise AssertionError("unreachable")  # the loop returns or raises
+    def alive(self) -> bool:
+        """A transaction is open, if failed (a savepoint's rollback makes it usable again)."""
+        from psycopg.pq import TransactionStatus
 
-    run.retries_conflicts = True  # type: ignore[attr-defined]
-    return run
+        status = self.conn.info.transaction_status
+        return status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
 
-class PostgresConnection:
+class PostgresDatabase(BaseDatabase):
     """One PostgreSQL database. Thread-safe: each call takes a pooled connection."""
 
-    """One PostgreSQL database. Thread-safe: each call takes a pooled connection."""
-
+    dialect = POSTGRES
     # NOTIFYs cross a network and a LISTEN connection can drop unseen: the daemon refills
     # its wheel at least this often (seconds, its own clock) as a backstop.
-    refresh_interval = BACKSTOP_S
+    refresh_interval: float | None = BACKSTOP_S
 
     def __init__(
-        self,
-        url: str,
-        *,
-        durability: str = "full",
-        create: bool = True,
-        allow_read_only: bool = False,
-        pool_max: int = POOL_MAX,
+        self, url: str, *, durability: str = "full", create: bool = True, pool_max: int = POOL_MAX
     ) -> None:
         """Connect to the database at `url` and create or migrate its schema.
 
@@ -123,49 +120,55 @@ class PostgresConnection:
         nothing is created. A server that cannot be reached, refuses the login or has no
         such database is one line naming the server and the cause.
         """
-        self.url = url.strip()
+        super().__init__()
+        self.url = self.location = url.strip()
         self.path = redact(self.url)  # what messages and front ends show: no password
         self.where = describe(self.url)
         if durability not in ("full", "normal"):
             raise FlowctlError(f"durability must be 'full' or 'normal', got {durability!r}")
         self.durability = durability
-        self.read_only = False
-        del allow_read_only  # a login that cannot write is a server-side error on write
+        self.read_only = False  # a login that cannot write is a server-side error on write
+        self._pids: set[int] = set()  # the server pids of this store's pooled connections
+        self._migrate(create)
+        self._pool = self._open_pool(pool_max)
+        self._listen_lock = threading.Lock()
+        self._listener: Conn | None = None
+        self._version = 0
+        self._stats_lock = threading.Lock()
+        self._listen()
+        _OPEN.setdefault(self.url, weakref.WeakSet()).add(self)
+
+    def _migrate(self, create: bool) -> None:
         first = connect(self.url)
         try:
             _configure(first)
-            if not create and not _has_schema(first):
+            row = first.execute("SELECT to_regclass('flowctl_schema') IS NOT NULL").fetchone()
+            if not create and not (row and row[0]):
                 raise DatabaseNotFoundError(self.path)
+            now_us = lambda: to_us(SystemClock().now())  # noqa: E731  (applied_at)
             try:
-                schema.migrate(first, f"PostgreSQL database {self.where}", lambda: to_us_now())
+                schema.migrate(first, f"PostgreSQL database {self.where}", now_us)
             except driver().Error as e:
-                raise self._fault(e) from None
+                raise self.fault(e) from None
         finally:
             first.close()
+
+    def _open_pool(self, pool_max: int) -> Any:
         from psycopg_pool import ConnectionPool
 
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": 10, **session_options()}
-        if durability == "normal":  # a commit returns before its WAL is flushed
+        if self.durability == "normal":  # a commit returns before its WAL is flushed
             kwargs["options"] += " -c synchronous_commit=off"
-        self._pool = ConnectionPool(
+        return ConnectionPool(
             self.url,
             min_size=1,
             max_size=pool_max,
             kwargs=kwargs,
-            configure=_configure_pooled,
+            configure=self._configure_pooled,
             timeout=POOL_TIMEOUT_S,
             open=True,
             name=f"flowctl-{self.where}",
         )
-        self._tl = threading.local()
-        self._listen_lock = threading.Lock()
-        self._listener: Conn | None = None
-        self._version = 0
-        self._commits = 0
-        self._stats_lock = threading.Lock()
-        self._pending = 0
-        self._listen()
-        _OPEN.setdefault(self.url, weakref.WeakSet()).add(self)
 
     def close(self) -> None:
         _OPEN.get(self.url, weakref.WeakSet()).discard(self)
@@ -175,44 +178,35 @@ class PostgresConnection:
                     self._listener.close()
                 self._listener = None
         self._pool.close()
+        _OWN_PIDS.difference_update(self._pids)
 
-    def __enter__(self) -> Self:
-        return self
+    def _configure_pooled(self, conn: Conn) -> None:
+        _configure(conn)
+        pid = conn.info.backend_pid
+        self._pids.add(pid)
+        _OWN_PIDS.add(pid)
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def set_group_commit(self, on: bool) -> None:
-        """Nothing to do: PostgreSQL commits concurrent writers' transactions together."""
-
-    def free_bytes(self) -> int | None:
-        """None: the server's disk is the server's to watch."""
-        return None
-
-    def file_replaced(self) -> str | None:
-        """A server database has no file to be deleted or replaced under the daemon."""
-        return None
-
-    def _fault(self, e: BaseException) -> FlowctlError:
-        """A server error as one line naming the server."""
+    def fault(self, error: Exception) -> Exception:
+        """A server error as one line naming the server (others as they are)."""
         pg = driver()
-        if isinstance(e, pg.OperationalError | pg.InterfaceError):
-            return DatabaseError(f"lost the connection to PostgreSQL at {self.where}: {cause(e)}")
-        return DatabaseError(f"PostgreSQL at {self.where}: {cause(e)}")
-
-    @contextlib.contextmanager
-    def own_writes(self) -> Iterator[None]:
-        """Mark this thread's writes as the caller's own while the block runs: they are not
-        counted by this store's data_version() (as in the SQLite store)."""
-        self._tl.own = getattr(self._tl, "own", 0) + 1
-        try:
-            yield
-        finally:
-            self._tl.own -= 1
+        if not isinstance(error, pg.Error):
+            return error
+        if getattr(error, "sqlstate", None) in CONFLICTS:
+            return TransactionConflict(f"PostgreSQL at {self.where}: {cause(error)}")
+        refused = unstorable(error)
+        if refused is not None:
+            return refused
+        if isinstance(error, pg.IntegrityError | pg.ProgrammingError):
+            passed: Exception = error  # a statement's own bug: as it is
+            return passed
+        if isinstance(error, pg.OperationalError | pg.InterfaceError):
+            return DatabaseError(
+                f"lost the connection to PostgreSQL at {self.where}: {cause(error)}"
+            )
+        return DatabaseError(f"PostgreSQL at {self.where}: {cause(error)}")
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[Conn]:
-        pg = driver()
         from psycopg_pool import PoolTimeout
 
         try:
@@ -223,24 +217,24 @@ class PostgresConnection:
                 f"cannot connect to PostgreSQL at {self.where}: no connection within"
                 f" {POOL_TIMEOUT_S:g} s (is the server running?)"
             ) from None
-        except pg.Error as e:
-            if getattr(e, "sqlstate", None) in CONFLICTS:
-                raise ConflictError(f"PostgreSQL at {self.where}: {cause(e)}") from None
-            if isinstance(e, pg.OperationalError | pg.InterfaceError):
-                raise self._fault(e) from None
-            refused = unstorable(e)
-            if refused is not None:
-                raise refused from None
-            raise
+        except driver().Error as e:
+            raise self.fault(e) from None
 
-    @contextlib.contextmanager
-    def _write(self) -> Iterator[Conn]:
-        """One transaction; nested in this thread's write it is part of that one. Commits
-        with a NOTIFY, so other stores' data_version() see the change."""
-        conn = getattr(self._tl, "conn", None)
+    # -- transactions --------------------------------------------------------------
+
+    def transact(self, fn: Callable[[Tx], R], *, single: bool = False, writes: int = 1) -> R:
+        """`fn` in one transaction on a pooled connection, committed with a NOTIFY; run
+        again from the start, up to CONFLICT_TRIES times with jittered backoff, when the
+        server rolls it back for a deadlock or a serialization failure (or `fn` finds a
+        concurrent writer got there first). Nested in this thread's transaction, part of
+        that one."""
+        conn = self._tl.conn
         if conn is not None:
-            yield conn
-            return
+            return fn(_PgTx(conn, POSTGRES))
+        what = getattr(fn, "__qualname__", "a transaction")
+        return retry_conflicts(lambda: self._once(fn, writes), what)
+
+    def _once(self, fn: Callable[[Tx], R], writes: int) -> R:
         with self._stats_lock:
             self._pending += 1
         try:
@@ -248,48 +242,46 @@ class PostgresConnection:
                 self._tl.conn = conn
                 try:
                     with conn.transaction():
-                        yield conn
+                        result = fn(_PgTx(conn, POSTGRES))
                 finally:
                     self._tl.conn = None
             with self._stats_lock:
                 self._commits += 1
+                self._writes_committed += writes
             # Stores of this process see it at once, as with SQLite's data_version (the
-            # trigger's NOTIFY reaches them a little later and is ignored: it comes from one
-            # of this process's connections).
-            own = bool(getattr(self._tl, "own", 0))
+            # trigger's NOTIFY reaches them a little later and is ignored: it comes from
+            # one of this process's connections).
+            own = bool(self._tl.own)
             for store in list(_OPEN.get(self.url, ())):
                 if store is not self or not own:
                     store._changed()
+            return result
         finally:
             with self._stats_lock:
                 self._pending -= 1
 
     @contextlib.contextmanager
-    def _reading(self) -> Iterator[Conn]:
-        conn = getattr(self._tl, "conn", None)
+    def reading(self) -> Iterator[Tx]:
+        conn = self._tl.conn
         if conn is not None:
-            yield conn
+            yield _PgTx(conn, POSTGRES)
             return
         with self._connection() as conn:
-            yield conn
+            yield _PgTx(conn, POSTGRES)
 
     @contextlib.contextmanager
-    def _snapshot(self) -> Iterator[Conn]:
+    def snapshot(self) -> Iterator[Tx]:
         """Several reads that see one snapshot (REPEATABLE READ, READ ONLY), as one SQLite
         read transaction does; inside this thread's write, that write's transaction."""
-        conn = getattr(self._tl, "conn", None)
+        conn = self._tl.conn
         if conn is not None:
-            yield conn
+            yield _PgTx(conn, POSTGRES)
             return
         with self._connection() as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield conn
+            yield _PgTx(conn, POSTGRES)
 
-    @retried  # a read under SERIALIZABLE can fail with a serialization failure too
-    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        with self._reading() as c:
-            rows: list[Any] = c.execute(sql, params).fetchall()
-            return rows
+    # -- change notices ------------------------------------------------------------
 
     def _listen(self) -> None:
         """(Re)open the LISTEN connection; holding no lock."""
@@ -327,21 +319,52 @@ class PostgresConnection:
             self._listen()
         return version
 
-    def integrity_check(self) -> str:
-        return "ok"
+    # -- the server's own ----------------------------------------------------------
 
     def pragmas(self) -> dict[str, int | str]:
         """The server settings that bear on durability, for diagnostics."""
-        rows = self._read(
-            "SELECT name, setting FROM pg_settings WHERE name IN"
-            " ('synchronous_commit', 'fsync', 'default_transaction_isolation')"
-        )
+        with self.reading() as tx:
+            rows = tx.all(
+                "SELECT name, setting FROM pg_settings WHERE name IN"
+                " ('synchronous_commit', 'fsync', 'default_transaction_isolation')"
+            )
         return {r[0]: r[1] for r in rows}
 
-    def pending_writes(self) -> int:
-        with self._stats_lock:
-            return self._pending
+    def table_columns(self, table: str) -> list[str]:
+        with self.reading() as tx:
+            rows = tx.all(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema ="
+                " current_schema() AND table_name = ? ORDER BY ordinal_position",
+                [table],
+            )
+        return [str(r[0]) for r in rows]
 
-    def commit_stats(self) -> CommitStats:
-        with self._stats_lock:
-            return CommitStats(self._commits, self._commits)
+    def vacuum(self) -> tuple[int, int]:
+        """VACUUM (ANALYZE) flowctl's tables: the space of deleted rows is reused by new ones
+        and the planner's statistics are fresh; writers do not wait (no VACUUM FULL, which
+        would lock every daemon out). Returns the database's size before and after."""
+        size = "SELECT pg_database_size(current_database())"
+        with self._connection() as c:  # autocommit: VACUUM runs outside a transaction
+            before = int(c.execute(size).fetchone()[0])
+            try:
+                c.execute(f"VACUUM (ANALYZE) {_TABLES}")
+            except driver().Error as e:
+                raise DatabaseError(f"vacuum of PostgreSQL at {self.where} failed: {e}") from None
+            return before, int(c.execute(size).fetchone()[0])
+
+    def backup_to(self, dest: str | os.PathLike[str], *, overwrite: bool = False) -> NoReturn:
+        """`flowctl backup` writes a checked SQLite file; a server database is backed up by
+        the server's tools, which keep its roles, settings and consistency while the fleet
+        writes. Refuses in one line, writing nothing, and says which tool."""
+        raise FlowctlError(
+            f"flowctl backup copies a SQLite file; {self.path} is a PostgreSQL database:"
+            f" back it up with pg_dump (e.g. pg_dump -Fc -f flowctl.dump '{self.path}')"
+        )
+
+
+def _configure(conn: Conn) -> None:
+    """json and jsonb arrive as their text, parsed by the same json.loads as in SQLite."""
+    from psycopg.types.string import TextLoader
+
+    conn.adapters.register_loader("json", TextLoader)
+    conn.adapters.register_loader("jsonb", TextLoader)

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 from flowctl.errors import (
     DatabaseError,
 )
+from flowctl.store.mapping import DEFINITION_COLUMNS, PLAIN_CREATED
 
 APPLICATION_ID = 0x464C4F57  # "FLOW" in the SQLite header: the flowctl schema marker
 
@@ -378,7 +379,6 @@ def _migration_15(db: sqlite_utils.Database) -> None:
 
 # What a run was started from, repeated by every run of the same file: kept once per
 # distinct definition in `definitions` (migration 16), joined back when a run is read.
-DEFINITION_COLUMNS = ("target", "kind", "source_hash", "source_path", "cwd")
 
 
 def _migration_16(db: sqlite_utils.Database) -> None:
@@ -429,9 +429,6 @@ def _migration_17(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN step_started_at INTEGER")
 
 
-# A run's first event when it says nothing its row does not: {"attempt": 1} at
-# runs.created_at. Not stored since migration 18; the timeline reads add it back.
-PLAIN_CREATED = '{"attempt":1}'
 # The timeline events metrics count (claims and reclaims), kept in event_counts.
 COUNTED_EVENTS = ("claimed", "reclaimed")
 

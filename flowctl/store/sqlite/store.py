@@ -1,37 +1,32 @@
-"""The SQLite store: one class composed of one mixin per job.
-
-Each mixin (runs, leases, fenced writes, operator, schedules) subclasses SqliteConnection, which owns the
-connection, its lock and group commit, so every job's methods reach `_write`/`_read` and
-mypy checks them as one class against the Store protocol. Mixins over composition: the
-protocol is one flat set of operations, and composition would need a forwarding method for
-each of them.
-"""
+"""The SQLite store: the store's every transaction (flowctl.store.store) over one file."""
 
 from __future__ import annotations
 
-from flowctl.store.sqlite.fenced import FencedWrites
-from flowctl.store.sqlite.leases import Leases
-from flowctl.store.sqlite.maintenance import Maintenance
-from flowctl.store.sqlite.metrics import MetricsReads
-from flowctl.store.sqlite.notifications import Notifications
-from flowctl.store.sqlite.operator import OperatorWrites
-from flowctl.store.sqlite.output import Output
-from flowctl.store.sqlite.runs import RunReads
-from flowctl.store.sqlite.schedules import Schedules
+import os
+
+from flowctl.store.sqlite.connection import SqliteDatabase
+from flowctl.store.store import SqlStore
 
 
-class SqliteStore(
-    RunReads,
-    Leases,
-    FencedWrites,
-    OperatorWrites,
-    Schedules,
-    Notifications,
-    MetricsReads,
-    Maintenance,
-    Output,
-):
+class SqliteStore(SqlStore):
     """One SQLite file. Thread-safe: calls are serialised on one connection."""
+
+    db: SqliteDatabase
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: str = "full",
+        create: bool = True,
+        allow_read_only: bool = False,
+    ) -> None:
+        """Open (with `create`, create) the database at `path` (see SqliteDatabase)."""
+        super().__init__(
+            SqliteDatabase(
+                path, durability=durability, create=create, allow_read_only=allow_read_only
+            )
+        )
 
 
 __all__ = ["SqliteStore"]

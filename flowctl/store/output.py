@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from flowctl.model import from_us, to_us
+from flowctl.store.core import StoreCore
 from flowctl.store.records import OutputChunk
-from flowctl.store.sqlite.connection import SqliteConnection
 
 _COLUMNS = "seq, run_id, call_index, step, stream, at, text"
 
@@ -25,7 +25,7 @@ def _chunk(row: Sequence[object]) -> OutputChunk:
     )
 
 
-class Output(SqliteConnection):
+class Output(StoreCore):
     """append_output, output, output_tail."""
 
     def append_output(
@@ -36,16 +36,18 @@ class Output(SqliteConnection):
         at: datetime,
         chunks: Sequence[tuple[str, str]],
     ) -> None:
+        """Not fenced (a record of what ran, even late); nothing for a run that is gone."""
+        if not chunks:
+            return
         at_us = to_us(at)
-        with self._write() as conn:
-            conn.executemany(
+        rows = [(run_id, call_index, step, stream, at_us, text, run_id) for stream, text in chunks]
+        self._write(
+            lambda tx: tx.many(
                 "INSERT INTO output (run_id, call_index, step, stream, at, text)"
                 " SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ?)",
-                [
-                    (run_id, call_index, step, stream, at_us, text, run_id)
-                    for stream, text in chunks
-                ],
+                rows,
             )
+        )
 
     def output(
         self, run_id: str, *, after: int = 0, step: str | None = None, limit: int = 1000

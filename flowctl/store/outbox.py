@@ -9,13 +9,15 @@ from datetime import datetime
 from typing import Any
 
 from flowctl.model import from_us, to_us
+from flowctl.store.core import StoreCore
+from flowctl.store.mapping import _loads
 from flowctl.store.records import Notification
-from flowctl.store.sqlite.connection import SqliteConnection
-from flowctl.store.sqlite.rows import TIMELINE_INSERT, _event, _loads
+from flowctl.store.rows import add_events, event, marks
+from flowctl.store.sql import Tx
 from flowctl.transitions import notification_state
 
 
-class Notifications(SqliteConnection):
+class Notifications(StoreCore):
     """The outbox's side of the store."""
 
     def due_notifications(self, now: datetime, limit: int = 64) -> list[Notification]:
@@ -44,13 +46,18 @@ class Notifications(SqliteConnection):
         """Take one pending row for a delivery try: it is due again at `until` (so a crash
         mid-delivery leaves it to the next try), and its try count goes up. False, changing
         nothing, when another deliverer took it first."""
-        with self._write() as c:
-            cur = c.execute(
-                "UPDATE notifications SET due_at = ?, tries = tries + 1, claimed_by = ?"
-                " WHERE seq = ? AND state = 'pending' AND due_at <= ?",
-                [to_us(until), owner, seq, to_us(now)],
-            )
-            return cur.rowcount == 1
+        params = [to_us(until), owner, seq, to_us(now)]
+        return self._write(
+            lambda tx: bool(
+                tx.execute(
+                    "UPDATE notifications SET due_at = ?, tries = tries + 1, claimed_by = ?"
+                    " WHERE seq = ? AND state = 'pending' AND due_at <= ?",
+                    params,
+                ).rowcount
+                == 1
+            ),
+            single=True,
+        )
 
     def notification_claims(self, now: datetime) -> list[tuple[int, str]]:
         """(seq, owner) of pending rows a deliverer holds for a try not yet due again."""
@@ -63,13 +70,18 @@ class Notifications(SqliteConnection):
 
     def release_notification(self, seq: int, owner: str, now: datetime) -> bool:
         """Make a row `owner` held due at `now` (its owner is gone); False if it moved on."""
-        with self._write() as c:
-            cur = c.execute(
-                "UPDATE notifications SET due_at = ?, claimed_by = NULL"
-                " WHERE seq = ? AND state = 'pending' AND claimed_by = ?",
-                [to_us(now), seq, owner],
-            )
-            return cur.rowcount == 1
+        params = [to_us(now), seq, owner]
+        return self._write(
+            lambda tx: bool(
+                tx.execute(
+                    "UPDATE notifications SET due_at = ?, claimed_by = NULL"
+                    " WHERE seq = ? AND state = 'pending' AND claimed_by = ?",
+                    params,
+                ).rowcount
+                == 1
+            ),
+            single=True,
+        )
 
     def settle_notification(
         self,
@@ -86,30 +98,33 @@ class Notifications(SqliteConnection):
         error), pending again at `retry_at`, or failed for good (an error, no retry)."""
         now_us = to_us(now)
         state = notification_state(error, retry_at)
-        with self._write() as c:
-            c.execute(
+        params = [
+            json.dumps(sorted(done)),
+            error,
+            state,
+            None if retry_at is None else to_us(retry_at),
+            None if state == "pending" else now_us,
+            seq,
+        ]
+        rows = [event(run_id, now_us, type_, data) for type_, data in events]
+
+        def write(tx: Tx) -> None:
+            tx.execute(
                 "UPDATE notifications SET channels_done = ?, last_error = ?, state = ?,"
                 " due_at = COALESCE(?, due_at), finished_at = ?, claimed_by = NULL WHERE seq = ?",
-                [
-                    json.dumps(sorted(done)),
-                    error,
-                    state,
-                    None if retry_at is None else to_us(retry_at),
-                    None if state == "pending" else now_us,
-                    seq,
-                ],
+                params,
             )
-            c.executemany(
-                TIMELINE_INSERT,
-                [_event(run_id, now_us, type_, data) for type_, data in events],
-            )
+            add_events(tx, rows)
+
+        self._write(write)
 
     def drop_notifications(self, seqs: Sequence[int]) -> None:
         """Forget outbox rows that no channel wants (no [notify] event matched)."""
         if not seqs:
             return
-        with self._write() as c:
-            c.executemany("DELETE FROM notifications WHERE seq = ?", [[s] for s in seqs])
+        self._write(
+            lambda tx: tx.many("DELETE FROM notifications WHERE seq = ?", [[s] for s in seqs])
+        )
 
     def drop_unwanted_notifications(
         self, statuses: Sequence[str], now: datetime, limit: int
@@ -117,12 +132,15 @@ class Notifications(SqliteConnection):
         """Forget, in one statement, due rows no channel here wants (see the protocol)."""
         if not statuses:
             return 0
-        marks = ",".join("?" * len(statuses))
-        with self._write() as c:
-            cur = c.execute(
-                "DELETE FROM notifications WHERE seq IN (SELECT n.seq FROM notifications n"
-                " JOIN runs r USING (run_id) WHERE n.state = 'pending' AND n.due_at <= ?"
-                f" AND n.status IN ({marks}) AND r.notify IS NULL LIMIT ?)",
-                [to_us(now), *statuses, limit],
-            )
-            return int(cur.rowcount)
+        params = [to_us(now), *statuses, limit]
+        return self._write(
+            lambda tx: int(
+                tx.execute(
+                    "DELETE FROM notifications WHERE seq IN (SELECT n.seq FROM notifications n"
+                    " JOIN runs r USING (run_id) WHERE n.state = 'pending' AND n.due_at <= ?"
+                    f" AND n.status IN ({marks(len(statuses))}) AND r.notify IS NULL LIMIT ?)",
+                    params,
+                ).rowcount
+            ),
+            single=True,
+        )

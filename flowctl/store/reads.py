@@ -19,16 +19,15 @@ from flowctl.model import (
     from_us,
     to_us,
 )
-from flowctl.store.sqlite.listing import RunList
-from flowctl.store.sqlite.rows import (
+from flowctl.store.listing import NO_LIMIT, RunList
+from flowctl.store.mapping import (
     _ENTRY_COLUMNS,
     _RUN_COLUMNS,
-    _RUNS,
-    _RUNS_BY_KEY_JOINED,
     _entry_from_row,
     _loads,
     _run_from_row,
 )
+from flowctl.store.rows import RUNS, RUNS_BY_KEY, marks
 from flowctl.transitions import agenda_kind
 
 
@@ -36,7 +35,7 @@ class RunReads(RunList):
     """Reads of runs and what they recorded."""
 
     def get_run(self, run_id: str) -> Run:
-        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE run_id = ?", [run_id])
+        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE run_id = ?", [run_id])
         if not rows:
             raise RunNotFoundError(run_id)
         return _run_from_row(rows[0])
@@ -46,12 +45,12 @@ class RunReads(RunList):
         ref = ref.strip()
         if not ref:
             raise RunRefMissingError()
-        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE run_id = ?", [ref])
+        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE run_id = ?", [ref])
         if rows:
             return _run_from_row(rows[0])
         hi = ref + "\uffff"
         rows = self._read(
-            f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE run_id >= ? AND run_id < ? LIMIT 2",
+            f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE run_id >= ? AND run_id < ? LIMIT 2",
             [ref, hi],
         )
         if not rows:
@@ -61,14 +60,14 @@ class RunReads(RunList):
         return _run_from_row(rows[0])
 
     def get_run_by_key(self, key: str) -> Run | None:
-        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM {_RUNS_BY_KEY_JOINED} WHERE key = ?", [key])
+        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM {RUNS_BY_KEY} WHERE key = ?", [key])
         return _run_from_row(rows[0]) if rows else None
 
     def runs_by_ids(self, run_ids: Sequence[str]) -> list[Run]:
         if not run_ids:
             return []
         rows = self._read(
-            f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE run_id IN ({','.join('?' * len(run_ids))})",
+            f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE run_id IN ({marks(len(run_ids))})",
             list(run_ids),
         )
         return [_run_from_row(r) for r in rows]
@@ -107,7 +106,7 @@ class RunReads(RunList):
         if limit is not None:
             sql = (
                 "SELECT * FROM (SELECT run_id, at, type, data, seq FROM timeline WHERE run_id = ?"
-                " ORDER BY seq DESC LIMIT ?) ORDER BY seq"
+                " ORDER BY seq DESC LIMIT ?) AS newest ORDER BY seq"
             )
             params.append(limit)
         events = [
@@ -126,7 +125,7 @@ class RunReads(RunList):
         rows = self._read(
             f"SELECT {_ENTRY_COLUMNS} FROM journal WHERE run_id = ? ORDER BY call_index DESC"
             " LIMIT ? OFFSET ?",
-            [run_id, -1 if limit is None else limit, skip],
+            [run_id, NO_LIMIT if limit is None else limit, skip],
         )
         (total,) = self._read("SELECT COUNT(*) FROM journal WHERE run_id = ?", [run_id])[0]
         return [_entry_from_row(r) for r in reversed(rows)], int(total)
@@ -137,7 +136,7 @@ class RunReads(RunList):
         rows = self._read(
             "SELECT run_id, at, type, data FROM timeline WHERE run_id = ? ORDER BY seq DESC"
             " LIMIT ? OFFSET ?",
-            [run_id, -1 if limit is None else limit, skip],
+            [run_id, NO_LIMIT if limit is None else limit, skip],
         )
         (total,) = self._read("SELECT COUNT(*) FROM timeline WHERE run_id = ?", [run_id])[0]
         events = [TimelineEvent(r[0], from_us(r[1]), r[2], _loads(r[3]) or {}) for r in rows]
@@ -151,7 +150,7 @@ class RunReads(RunList):
     def last_entry(self, run_id: str, states: Sequence[EntryState]) -> JournalEntry | None:
         rows = self._read(
             f"SELECT {_ENTRY_COLUMNS} FROM journal WHERE run_id = ? AND state IN"
-            f" ({','.join('?' * len(states))}) ORDER BY call_index DESC LIMIT 1",
+            f" ({marks(len(states))}) ORDER BY call_index DESC LIMIT 1",
             [run_id, *(str(s) for s in states)],
         )
         return _entry_from_row(rows[0]) if rows else None
@@ -189,7 +188,7 @@ class RunReads(RunList):
             return []
         rows = self._read(
             "SELECT run_id FROM runs WHERE status = 'running' AND pause_requested = 1"
-            f" AND run_id IN ({','.join('?' * len(run_ids))})",
+            f" AND run_id IN ({marks(len(run_ids))})",
             list(run_ids),
         )
         return [r[0] for r in rows]
@@ -218,7 +217,7 @@ class RunReads(RunList):
         out: list[tuple[datetime, str, Run]] = []
         rows = self._read(
             f"SELECT {_RUN_COLUMNS}, EXISTS (SELECT 1 FROM journal j WHERE j.run_id = runs.run_id"
-            f" AND j.state = 'retrying') FROM {_RUNS} WHERE status IN ('queued', 'sleeping', 'waiting')"
+            f" AND j.state = 'retrying') FROM {RUNS} WHERE status IN ('queued', 'sleeping', 'waiting')"
             " AND run_at IS NOT NULL AND run_at <= ? ORDER BY run_at LIMIT ?",
             [until_us, limit],
         )
@@ -227,7 +226,7 @@ class RunReads(RunList):
             assert run.run_at is not None
             out.append((run.run_at, agenda_kind(run.status, run.attempt, bool(r[-1])), run))
         rows = self._read(
-            f"SELECT {_RUN_COLUMNS} FROM {_RUNS} WHERE deadline IS NOT NULL AND deadline <= ?"
+            f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE deadline IS NOT NULL AND deadline <= ?"
             " AND status IN ('queued', 'running', 'sleeping', 'waiting', 'paused')"
             " ORDER BY deadline LIMIT ?",
             [until_us, limit],

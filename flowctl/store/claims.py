@@ -1,0 +1,397 @@
+"""Claims: the daemon's view of what is due, and taking due runs under a new lease.
+
+A claim is one transaction: it reads the soonest due runs (one statement in the usual
+case), applies `transitions.claim_verdict` to each, and claims it (a new, higher fence)
+or passes it over (held as a suspect, parked paused, ended). Where several daemons claim
+at once (PostgreSQL), each candidate row is locked with FOR UPDATE SKIP LOCKED: another
+daemon's claim in flight is skipped, never waited for and never claimed twice.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from flowctl.model import DUE, Run, RunStatus, from_us, to_us
+from flowctl.store.core import StoreCore
+from flowctl.store.endings import end, fail, move_counts, park_paused
+from flowctl.store.mapping import _RUN_COLUMNS, _run_from_row
+from flowctl.store.records import Claim, Lease
+from flowctl.store.rows import RUNS, EventRow, add_event, add_events, event, marks, suspect_data
+from flowctl.store.sql import Row, Tx
+from flowctl.transitions import ClaimAction, ClaimVerdict, claim_verdict, claim_wakes
+
+_CLAIMABLE = ("queued", "sleeping", "waiting", "running", "paused")
+
+# Each claimable status's soonest (run_at, run_id) pairs due by ?, at most ? of each, from
+# its own range of the (status, run_at, run_id) index, in index order: no scan, no sort.
+# The caller sorts the union (a few rows; the order of the whole is not SQL's to give).
+_CANDIDATES = " UNION ALL ".join(
+    f"SELECT * FROM (SELECT run_at, run_id FROM runs WHERE status = '{status}'"
+    f" AND run_at <= ? ORDER BY run_at, run_id LIMIT ?) AS c{i}"
+    for i, status in enumerate(_CLAIMABLE)
+)
+
+# A run's row as a claim reads it, and whether it has no journal rows and no version
+# markers (two index probes): a fresh run's replay then reads neither.
+_CLAIM_COLUMNS = (
+    f"{_RUN_COLUMNS}, NOT EXISTS (SELECT 1 FROM journal j WHERE j.run_id = runs.run_id),"
+    " NOT EXISTS (SELECT 1 FROM versions v WHERE v.run_id = runs.run_id)"
+)
+
+# The rows of the ? soonest due runs (each status's first ? by _CANDIDATES, merged by one
+# sort of those few), in one statement: a claim that finds nothing passed over (the usual
+# case) reads the candidates and their rows at once. Not in order: see _due_order.
+_DUE_ROWS = (
+    f"SELECT {_CLAIM_COLUMNS} FROM {RUNS} WHERE run_id IN (SELECT run_id FROM ({_CANDIDATES})"
+    " AS due ORDER BY run_at, run_id LIMIT ?){skip_locked}"
+)
+
+# One run's row, if it is due (`flowctl run --wait`'s claim).
+_ONE_DUE = (
+    f"SELECT {_CLAIM_COLUMNS} FROM {RUNS} WHERE run_id = ? AND runs.status IN"
+    f" ({', '.join(repr(s) for s in _CLAIMABLE)}) AND runs.run_at <= ?{{skip_locked}}"
+)
+
+_CLAIM_UPDATE = (
+    "UPDATE runs SET status = 'running', lease_owner = ?, lease_until = ?, run_at = ?,"
+    " fence = ?, reclaims = ?, started_at = COALESCE(started_at, ?), current_step = NULL,"
+    " step_started_at = NULL, suspect = ?, solo = ?, crashes = ? WHERE run_id = ?"
+)
+
+# Enum members looked up once: `ClaimAction.CLAIM` is an attribute lookup through the
+# enum's metaclass each time (Python 3.11), and a claim makes several per run.
+_CLAIM = ClaimAction.CLAIM
+_RUNNING, _QUEUED = RunStatus.RUNNING, RunStatus.QUEUED
+
+
+class Claims(StoreCore):
+    """The daemon's side of due runs: what is due, and claims."""
+
+    def next_due(self, limit: int) -> list[tuple[int, str]]:
+        """The soonest (run_at µs, run_id) pairs over every claimable status, in order."""
+        out: list[tuple[int, str]] = []
+        with self.db.reading() as tx:
+            for status in sorted(DUE):
+                out.extend(
+                    (int(r[0]), str(r[1]))
+                    for r in tx.all(
+                        "SELECT run_at, run_id FROM runs WHERE status = ? AND run_at IS NOT NULL"
+                        " ORDER BY run_at LIMIT ?",
+                        [str(status), limit],
+                    )
+                )
+        out.sort()
+        return out[:limit]
+
+    def runs_due_between(self, lo: datetime, hi: datetime, *, limit: int) -> list[str]:
+        """Ids of active runs whose run_at lies in [lo, hi] (e.g. passed over by a clock jump)."""
+        out: list[str] = []
+        with self.db.reading() as tx:
+            for status in sorted(DUE):
+                out.extend(
+                    r[0]
+                    for r in tx.all(
+                        "SELECT run_id FROM runs WHERE status = ? AND run_at BETWEEN ? AND ?"
+                        " ORDER BY run_at LIMIT ?",
+                        [str(status), to_us(lo), to_us(hi), limit],
+                    )
+                )
+        return out[:limit]
+
+    def suspect_due(self, now: datetime) -> bool:
+        """Whether a run whose worker died under it is due (a read): it waits to run alone."""
+        rows = self._read(
+            "SELECT 1 FROM runs WHERE status = 'running' AND run_at <= ? LIMIT 1", [to_us(now)]
+        )
+        return bool(rows)
+
+    def claim_due(
+        self,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+        *,
+        run_id: str | None = None,
+        alone: bool = False,
+    ) -> tuple[list[Claim], list[str]]:
+        """Claim up to `limit` due runs in one transaction, bumping each fence.
+
+        Applies claim_verdict(): runs past their deadline, cancelled while their worker
+        died, or poison are ended here instead of claimed; a run reclaimed from a dead
+        worker becomes a suspect, claimed only by a claimer that runs it `alone` (see
+        claim_suspect). Returns the claims and the ids of runs ended.
+        """
+        times = _ClaimTimes(to_us(now), to_us(lease_until), owner, alone)
+        return self._write(lambda tx: _claim_due(tx, times, limit, run_id))
+
+    def claim_suspect(
+        self, owner: str, now: datetime, lease_until: datetime
+    ) -> tuple[Claim | None, list[str]]:
+        """Claim one due suspect (a run whose worker died under it) for a claimer that runs
+        it alone, the one with the fewest crashes charged first. Returns the claim (or None)
+        and the ids of runs ended on the way (poison, deadline, cancelled)."""
+
+        def claim(tx: Tx) -> tuple[Claim | None, list[str]]:
+            times = _ClaimTimes(to_us(now), to_us(lease_until), owner, True)
+            rows = tx.all(
+                "SELECT run_id FROM runs WHERE status = 'running' AND run_at <= ?"
+                " ORDER BY crashes, run_at LIMIT 16{skip_locked}",
+                [times.now_us],
+            )
+            for (rid,) in rows:
+                got = _claim_one(tx, rid, times)
+                if got is not None:
+                    times.flush(tx)
+                    return got, times.ended
+            return None, times.ended
+
+        return self._write(claim)
+
+
+def _claim_due(
+    tx: Tx, times: _ClaimTimes, limit: int, run_id: str | None
+) -> tuple[list[Claim], list[str]]:
+    """claim_due's transaction."""
+    claims: list[Claim] = []
+    if run_id is not None:
+        first = tx.all(_ONE_DUE, [run_id, times.now_us])
+    else:
+        first = tx.all(_DUE_ROWS, [times.now_us, limit] * len(_CLAIMABLE) + [limit])
+        first.sort(key=_due_order)
+    for r in first:
+        # A run ended here may have woken a parent or released a held run: the rows read
+        # before that are read again.
+        row: Run | str = r[0] if times.ended else _run_from_row(r)
+        claim = _claim_one(tx, row, times, (bool(r[-2]), bool(r[-1])))
+        if claim is not None:
+            claims.append(claim)
+    if run_id is None and len(claims) < limit and len(first) == limit:
+        # Some were passed over (held as suspects, paused, ended): the next candidates.
+        _claim_more(tx, times, limit, claims, {r[0] for r in first})
+    times.flush(tx)
+    return claims, times.ended
+
+
+def _claim_more(
+    tx: Tx, times: _ClaimTimes, limit: int, claims: list[Claim], seen: set[str]
+) -> None:
+    """Claims from the candidates after the first read (limit + 16 in all, as one
+    statement of their ids), their rows read as many at a time as claims still wanted.
+    The few rows (at most 5 x (limit + 16)) are merged here: SQLite's ORDER BY over the
+    compound built a temporary b-tree per arm, ten times the whole read."""
+    want = limit + 16
+    candidates = sorted(tuple(r) for r in tx.all(_CANDIDATES, [times.now_us, want] * 5))[:want]
+    ids = [rid for _, rid in candidates if rid not in seen]
+    while ids and len(claims) < limit:
+        chunk, ids = ids[: limit - len(claims)], ids[limit - len(claims) :]
+        loaded, settled = _load_runs(tx, chunk), len(times.ended)
+        for rid in chunk:
+            got = loaded.get(rid)  # absent: another claimer holds it
+            if got is None:
+                continue
+            run, empty = got if len(times.ended) == settled else (rid, None)
+            claim = _claim_one(tx, run, times, empty)
+            if claim is not None:
+                claims.append(claim)
+
+
+def _due_order(row: Row) -> tuple[Any, Any]:
+    """A _CLAIM_COLUMNS row's place in claim order: (run_at, run_id)."""
+    return row[7], row[0]
+
+
+def _load_runs(tx: Tx, run_ids: Sequence[str]) -> dict[str, tuple[Run, tuple[bool, bool]]]:
+    """Rows of these runs as they are inside this transaction (those another claimer holds
+    are skipped), with whether each has no journal rows and no version markers."""
+    rows = tx.all(
+        f"SELECT {_CLAIM_COLUMNS} FROM {RUNS} WHERE run_id IN ({marks(len(run_ids))})"
+        "{skip_locked}",
+        list(run_ids),
+    )
+    return {r[0]: (_run_from_row(r[:-2]), (bool(r[-2]), bool(r[-1]))) for r in rows}
+
+
+def _claim_one(
+    tx: Tx,
+    run: Run | str,
+    times: _ClaimTimes,
+    empty: tuple[bool, bool] | None = None,
+) -> Claim | None:
+    """Claim one run (its row as read in this transaction, or its id) if still due.
+
+    `empty` (read with the row): whether it has no journal rows, no version markers; the
+    claim then says so and the replay reads neither (a fresh run: two statements fewer)."""
+    if isinstance(run, str):
+        row = tx.one(f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE run_id = ?{{skip_locked}}", [run])
+        if row is None:
+            return None  # another claimer holds it
+        run, empty = _run_from_row(row), None
+    prev = run.status
+    if prev not in DUE or run.run_at is None or run.run_at > times.now:
+        return None
+    verdict = claim_verdict(run, times.now, alone=times.alone)
+    if verdict.action is not _CLAIM:
+        _pass_over(tx, run, verdict, times)
+        return None
+    fence = run.fence + 1
+    tx.execute(
+        _CLAIM_UPDATE,
+        [
+            times.owner,
+            times.lease_us,
+            times.lease_us,
+            fence,
+            verdict.reclaims,
+            times.now_us,
+            int(verdict.suspect),
+            int(times.alone),
+            verdict.crashes,
+            run.run_id,
+        ],
+    )
+    times.note(run, verdict, fence)
+    # Sleeps whose deadline has passed resolve now; their resolved_at records the actual
+    # wake. A queued run is parked on no sleep (a suspended sleep leaves it sleeping, and
+    # pause/resume keep that status), so its claim skips the statement; a pending sleep a
+    # fork copied into it is resolved by the replay itself (Context._sleep).
+    if prev is not _QUEUED:
+        tx.execute(
+            "UPDATE journal SET state = 'done', resolved_at = ? WHERE run_id = ?"
+            " AND kind = 'sleep' AND state = 'pending' AND wake_at <= ?",
+            [times.now_us, run.run_id, times.now_us],
+        )
+    return _claimed(run, verdict, fence, times, empty)
+
+
+def _claimed(
+    run: Run,
+    verdict: ClaimVerdict,
+    fence: int,
+    times: _ClaimTimes,
+    empty: tuple[bool, bool] | None,
+) -> Claim:
+    """The claim of `run` as its UPDATE wrote it, without reading it back (one statement
+    fewer per claim): `run` was decoded for this claim alone and nothing else holds it,
+    so its fields are set to what the UPDATE wrote rather than copied into a new Run."""
+    prev = run.status
+    fields = run.__dict__
+    fields["status"] = _RUNNING
+    fields["lease_owner"] = times.owner
+    fields["lease_until"] = fields["run_at"] = times.lease_until
+    fields["fence"] = fence
+    fields["reclaims"] = verdict.reclaims
+    fields["started_at"] = run.started_at or times.now
+    fields["suspect"] = verdict.suspect
+    fields["solo"] = times.alone
+    fields["crashes"] = verdict.crashes
+    no_journal, no_versions = empty or (False, False)
+    return Claim(
+        run=run,
+        lease=Lease(run.run_id, fence, times.owner),
+        woke_from=prev,
+        journal={} if no_journal else None,
+        versions={} if no_versions else None,
+    )
+
+
+def _pass_over(tx: Tx, run: Run, verdict: ClaimVerdict, times: _ClaimTimes) -> None:
+    """What a due run that is not claimed gets (claim_verdict): held as a suspect, parked
+    paused, ended, or left alone (SKIP). Runs ended go to `times.ended`."""
+    rid, now_us, action = run.run_id, times.now_us, verdict.action
+    if action is ClaimAction.SKIP:
+        return
+    if action is ClaimAction.SUSPECT:
+        # Held for a claimer that runs it alone. Record the charge once (solo cleared).
+        if not run.suspect or verdict.charged:
+            tx.execute(
+                "UPDATE runs SET suspect = 1, solo = 0, crashes = ? WHERE run_id = ?",
+                [verdict.crashes, rid],
+            )
+            data = suspect_data(run, verdict.charged, verdict.crashes)
+            add_event(tx, rid, now_us, "suspect", data)
+        return
+    if action is ClaimAction.PAUSE:  # its worker died with a pause requested
+        park_paused(tx, run, RunStatus.QUEUED, now_us, now_us)
+    elif action is ClaimAction.END and verdict.status is not None:
+        end(tx, run, verdict.status, verdict.error, now_us)
+    elif action is ClaimAction.FAIL and verdict.error is not None:
+        fail(tx, run, verdict.error, now_us, timeline_extra={"lease": "lapsed"})
+    else:
+        raise RuntimeError(f"claim verdict {verdict!r} not handled")
+    times.ended.append(rid)
+
+
+class _ClaimTimes:
+    """A claim transaction's `now` and lease end, in µs and as the datetimes its rows get,
+    its owner (and as JSON text), and what it gathers to write before it ends: each made
+    once per transaction rather than per run claimed."""
+
+    __slots__ = (
+        "alone",
+        "ended",
+        "events",
+        "lease_until",
+        "lease_us",
+        "moved",
+        "now",
+        "now_us",
+        "owner",
+        "owner_json",
+    )
+
+    def __init__(self, now_us: int, lease_us: int, owner: str, alone: bool) -> None:
+        self.now_us, self.lease_us = now_us, lease_us
+        self.now, self.lease_until = from_us(now_us), from_us(lease_us)
+        self.owner, self.owner_json, self.alone = owner, _owner_json(owner), alone
+        self.ended: list[str] = []  # runs ended instead of claimed
+        # The claimed runs' timeline rows (woke, claimed, reclaimed), written together by
+        # flush before the transaction ends: one executemany, not one per run. Each run's
+        # rows keep their order, and nothing else in a claim transaction writes to a
+        # claimed run's timeline (a run passed over is not claimed).
+        self.events: list[EventRow] = []
+        # Runs claimed into `running`, by (workflow, status they left): the claim moves
+        # them in the run counts itself (the schema's trigger leaves that to it).
+        self.moved: dict[tuple[str, str, str], int] = {}
+
+    def note(self, run: Run, verdict: ClaimVerdict, fence: int) -> None:
+        """The timeline rows and the counts move of claiming `run` (still as it was read)."""
+        rid, prev, now_us = run.run_id, run.status, self.now_us
+        if prev is _RUNNING:
+            data: dict[str, Any] = {"from": run.lease_owner, "by": self.owner, "fence": fence}
+            if verdict.suspect:
+                data.update(alone=self.alone, crashes=verdict.crashes)
+            self.events.append(event(rid, now_us, "reclaimed", data))
+            return
+        move = (run.workflow, str(prev), "running")
+        self.moved[move] = self.moved.get(move, 0) + 1
+        if run.run_at is not None and claim_wakes(prev, run.run_at, run.created_at):
+            scheduled = to_us(run.run_at)
+            woke = {
+                "from": str(prev),
+                "scheduled": from_us(scheduled).isoformat(timespec="microseconds"),
+                "late_ms": round((now_us - scheduled) / 1000, 3),
+            }
+            self.events.append(event(rid, now_us, "woke", woke))
+        # {"by": owner, "fence": fence, "attempt": attempt} as `event` spells it (compact
+        # JSON), the owner's JSON made once per transaction.
+        data_text = f'{{"by":{self.owner_json},"fence":{fence},"attempt":{run.attempt:d}}}'
+        self.events.append((rid, now_us, "claimed", data_text))
+
+    def flush(self, tx: Tx) -> None:
+        """Write the claimed runs' timeline rows and their counts moves, before the claim's
+        transaction ends (so both are in it, or neither)."""
+        add_events(tx, self.events)
+        self.events = []
+        move_counts(tx, self.moved)
+        self.moved = {}
+
+
+@functools.lru_cache(maxsize=64)
+def _owner_json(owner: str) -> str:
+    """An owner as a JSON string (a daemon claims under one owner all its life)."""
+    return json.dumps(owner)

@@ -1,0 +1,137 @@
+"""What every job of the store shares: the backend it runs on, how a write runs (alone, or
+in the batch runner's round), and the backend's own capabilities passed through.
+
+`StoreCore` is the base of each job's class (runs, claims, fenced writes, operator
+actions, schedules, the outbox, output, metrics, maintenance); `flowctl.store.store.
+SqlStore` is all of them over one `Database`. A job's methods are its transactions,
+written once as procedures over a `Tx` (see flowctl.store.sql).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, TypeVar
+
+from flowctl.store.round import Batch, Write, WriteRound
+from flowctl.store.sql import CommitStats, Database, Row, Tx
+
+R = TypeVar("R")
+
+
+class _Local(threading.local):
+    round: WriteRound | None = None  # the round open on this thread, if any
+
+
+class StoreCore:
+    """One database: a backend, and the round open on each thread (if any)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._local = _Local()
+
+    # -- the handle ------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        return self.db.path
+
+    @property
+    def read_only(self) -> bool:
+        return self.db.read_only
+
+    @property
+    def refresh_interval(self) -> float | None:
+        return self.db.refresh_interval
+
+    @property
+    def location(self) -> str:
+        return self.db.location
+
+    @property
+    def durability(self) -> str:
+        return self.db.durability
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> StoreCore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- running procedures ----------------------------------------------------
+
+    @contextmanager
+    def write_round(self, wait: Callable[[], None]) -> Iterator[WriteRound]:
+        """Open a write round on this thread for the block (see flowctl.store.round)."""
+        if self._local.round is not None:
+            raise RuntimeError("a write round is already open on this thread")
+        self._local.round = WriteRound(self.db, wait)
+        try:
+            yield self._local.round
+        finally:
+            self._local.round = None
+
+    def _write(
+        self,
+        fn: Callable[[Tx], R],
+        *,
+        batch: Batch | None = None,
+        params: Any = None,
+        single: bool = False,
+    ) -> R:
+        """Run the write `fn` as one transaction, or, with a round open on this thread, in
+        the round (with its kind `batch`, if given). Durable when it returns."""
+        rnd = self._local.round
+        if rnd is not None:
+            return rnd.add(Write(fn, batch=batch, params=params, single=single))
+        return self.db.transact(fn, single=single)
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        with self.db.reading() as tx:
+            return tx.all(sql, params)
+
+    # -- the backend's own -------------------------------------------------------
+
+    def data_version(self) -> int:
+        return self.db.data_version()
+
+    def own_writes(self) -> AbstractContextManager[None]:
+        return self.db.own_writes()
+
+    def set_group_commit(self, on: bool) -> None:
+        self.db.set_group_commit(on)
+
+    def take_turns(self) -> None:
+        self.db.take_turns()
+
+    def file_replaced(self) -> str | None:
+        return self.db.file_replaced()
+
+    def file_identity(self) -> tuple[int, int] | None:
+        return self.db.file_identity()
+
+    def free_bytes(self) -> int | None:
+        return self.db.free_bytes()
+
+    def integrity_check(self) -> str:
+        return self.db.integrity_check()
+
+    def pragmas(self) -> dict[str, int | str]:
+        return self.db.pragmas()
+
+    def pending_writes(self) -> int:
+        return self.db.pending_writes()
+
+    def commit_stats(self) -> CommitStats:
+        return self.db.commit_stats()
+
+    def vacuum(self) -> tuple[int, int]:
+        return self.db.vacuum()
+
+    def backup_to(self, dest: str | os.PathLike[str], *, overwrite: bool = False) -> None:
+        self.db.backup_to(dest, overwrite=overwrite)
