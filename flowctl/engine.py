@@ -14,20 +14,10 @@ from typing import Any
 
 from flowctl.clock import Clock
 from flowctl.context import ChildLauncher, Context, LeaseLost, LiveRun, Suspend, error_dict
-from flowctl.errors import (
-    Cancelled,
-    DeadlineExceededError,
-    ExecutionTimeoutError,
-    FlowctlError,
-    InputError,
-    Interrupt,
-    NonDeterminismError,
-    SerializationError,
-    is_non_retryable,
-)
+from flowctl.errors import FlowctlError, InputError, Interrupt, SerializationError
 from flowctl.model import JournalEntry, RunStatus
 from flowctl.store import Claim, Store
-from flowctl.transitions import ErrorKind
+from flowctl.transitions import Ending, ErrorKind, ending, stop_kind
 from flowctl.workflow import Loader
 
 log = logging.getLogger(__name__)
@@ -78,14 +68,15 @@ class Engine:
             wf = self.loader.for_run(run.target, run.kind, run.cwd, source, run.source_hash)
         except FlowctlError as e:
             self._said_unloadable(run.target, e)
-            return self._fail(
-                claim, live, {"type": type(e).__name__, "kind": ErrorKind.LOAD, "message": str(e)}
-            )
+            raised = {"type": type(e).__name__, "message": str(e)}
+            return self._ended(claim, live, ending(ErrorKind.LOAD, run, raised=raised))
         inputs = run.input if isinstance(run.input, dict) else {}
         try:
             wf.check_binds(inputs)
         except InputError as e:
-            return self._end(claim, live, RunStatus.DEAD, _non_retryable(e, claim))
+            return self._ended(
+                claim, live, ending(ErrorKind.NON_RETRYABLE, run, raised=error_dict(e))
+            )
         ctx = Context(
             self.store,
             claim,
@@ -137,13 +128,12 @@ class Engine:
         except (SerializationError, FlowctlError) as e:
             if not _flushed(ctx):
                 return Outcome(run.run_id, None)
-            if isinstance(e, SerializationError):  # a result that is not JSON: the same again
-                return self._end(
-                    claim, live, RunStatus.DEAD, _non_retryable(e, claim, with_traceback=False)
-                )
-            return self._fail(
-                claim, live, {**error_dict(e, with_traceback=False), "kind": ErrorKind.RAISED}
+            # A result that is not JSON fails the same way again: no retry can fix it.
+            kind = (
+                ErrorKind.NON_RETRYABLE if isinstance(e, SerializationError) else ErrorKind.RAISED
             )
+            raised = error_dict(e, with_traceback=False)
+            return self._ended(claim, live, ending(kind, run, raised=raised))
         if ok and last is not None:
             ctx.pending = None
             ctx.recorded(last)
@@ -169,34 +159,10 @@ class Engine:
         if isinstance(stop, LeaseLost):
             log.info("run %s: lease lost (fence %s); abandoning", run.run_id, claim.lease.fence)
             return Outcome(run.run_id, None)
-        if isinstance(stop, Cancelled):
-            reason = self.store.get_run(run.run_id).cancel_reason
-            err = {
-                "type": "Cancelled",
-                "kind": ErrorKind.CANCELLED,
-                "message": reason or str(stop) or "cancelled by operator",
-            }
-            return self._end(claim, live, RunStatus.CANCELLED, err)
-        if isinstance(stop, DeadlineExceededError):
-            err = {
-                "type": "DeadlineExceededError",
-                "kind": ErrorKind.DEADLINE,
-                "message": str(stop) or "deadline exceeded",
-            }
-            return self._end(claim, live, RunStatus.DEAD, err)
-        if isinstance(stop, ExecutionTimeoutError):
-            err = {
-                "type": "ExecutionTimeoutError",
-                "kind": ErrorKind.TIMEOUT,
-                "message": str(stop) or "execution timeout",
-            }
-            return self._fail(claim, live, err)
-        if isinstance(stop, NonDeterminismError):
-            err = {**error_dict(stop), "kind": ErrorKind.NONDETERMINISM}
-            return self._end(claim, live, RunStatus.DEAD, err)
-        if is_non_retryable(stop):
-            return self._end(claim, live, RunStatus.DEAD, _non_retryable(stop, claim))
-        return self._fail(claim, live, {**error_dict(stop), "kind": ErrorKind.RAISED})
+        kind = stop_kind(stop)
+        if kind is ErrorKind.CANCELLED:
+            run = self.store.get_run(run.run_id)  # with the reason the operator gave
+        return self._ended(claim, live, ending(kind, run, raised=error_dict(stop)))
 
     def _said_unloadable(self, target: str, error: FlowctlError) -> None:
         """Log a workflow that does not load, once per target and error (every run of it
@@ -213,6 +179,12 @@ class Engine:
             target,
             error,
         )
+
+    def _ended(self, claim: Claim, live: LiveRun, end: Ending) -> Outcome:
+        """Write the ending transitions.ending decided: the run's end, or a failed attempt."""
+        if end.status is None:
+            return self._fail(claim, live, end.error)
+        return self._end(claim, live, end.status, end.error)
 
     def _fail(self, claim: Claim, live: LiveRun, error: dict[str, Any]) -> Outcome:
         applied = self.store.fail_attempt(
@@ -237,20 +209,6 @@ def _flushed(ctx: Context) -> bool:
     except LeaseLost:
         return False
     return True
-
-
-def _non_retryable(
-    exc: BaseException, claim: Claim, *, with_traceback: bool = True
-) -> dict[str, Any]:
-    """The recorded error of a run that ends `dead` at once: retrying runs the same code on
-    the same input and journal, so it would fail the same way."""
-    return {
-        **error_dict(exc, with_traceback=with_traceback),
-        "kind": ErrorKind.NON_RETRYABLE,
-        "attempt": claim.run.attempt,
-        "non_retryable": True,
-        "dead_reason": "not retried: no retry can fix this error",
-    }
 
 
 class _Children(ChildLauncher):
