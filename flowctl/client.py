@@ -19,8 +19,8 @@ from flowctl.durations import Duration, parse_duration
 from flowctl.errors import FlowctlError, UsageError
 from flowctl.foreground import drive_run
 from flowctl.model import Run, RunStatus
+from flowctl.runtime.targets import TargetCache
 from flowctl.store import open_store
-from flowctl.workflow import TargetCache
 
 
 class WaitTimeoutError(FlowctlError):

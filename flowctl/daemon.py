@@ -21,9 +21,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from flowctl.clock import Clock, SystemClock
-from flowctl.context import LeaseLost, LiveRun
 from flowctl.daemon_watch import Watches
-from flowctl.engine import Engine, Outcome
 from flowctl.errors import (
     Cancelled,
     DatabaseError,
@@ -37,6 +35,8 @@ from flowctl.ids import HOST, make_owner, owner_is_dead, proc_start
 from flowctl.limits import ROOM_RESERVE
 from flowctl.model import JournalEntry, RunStatus, from_us, to_us
 from flowctl.retention import RetentionPass
+from flowctl.runtime.context import LeaseLost, LiveRun
+from flowctl.runtime.engine import Engine, Outcome
 from flowctl.schedule.firing import Scheduler
 from flowctl.store import Claim, Store
 from flowctl.wheel import TimerWheel

@@ -14,8 +14,8 @@ from typing import Any
 
 from flowctl.clock import Clock
 from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
-from flowctl.engine import Engine, Outcome
 from flowctl.model import JournalEntry, RunStatus
+from flowctl.runtime.engine import Engine, Outcome
 from flowctl.store import Claim, Store
 
 log = logging.getLogger(__name__)

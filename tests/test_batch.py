@@ -31,7 +31,7 @@ import sqlite3
 import time
 
 from flowctl import workflow
-from flowctl.context import current
+from flowctl.runtime.context import current
 
 
 def add(a, b):

@@ -21,10 +21,10 @@ from helpers import wait_until
 from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
-from flowctl.engine import Engine, Outcome
 from flowctl.errors import InvalidStateError
 from flowctl.ids import HOST, make_owner, new_run_id, proc_start
 from flowctl.model import EntryState, RunStatus
+from flowctl.runtime.engine import Engine, Outcome
 from flowctl.store import NewRun
 from flowctl.store.sqlite import SqliteStore as Store
 

@@ -48,8 +48,8 @@ FRONT_ENDS: dict[str, tuple[str, ...]] = {
 BACKENDS = ("flowctl.store.sqlite", "flowctl.store.postgres")
 # The store holds SQL and nothing that runs workflows.
 EXECUTION = (
-    "flowctl.context",
-    "flowctl.engine",
+    "flowctl.runtime.context",
+    "flowctl.runtime.engine",
     "flowctl.workflow",
     "flowctl.daemon",
     "flowctl.foreground",
@@ -130,18 +130,18 @@ def test_every_module_keeps_to_its_layer() -> None:
 @pytest.mark.parametrize(
     ("importer", "source", "broken"),
     [
-        ("flowctl.engine", "import typer", "typer"),
+        ("flowctl.runtime.engine", "import typer", "typer"),
         ("flowctl.ops.runs", "from textual.widgets import Static", "textual"),
         ("flowctl.workflow", "def f():\n    import yaml", "yaml"),
         ("flowctl.daemon", "import sqlite3", "sqlite3"),
         ("flowctl.tui.views", "from sqlite_utils import Database", "sqlite_utils"),
         ("flowctl.client", "import psycopg", "psycopg"),
-        ("flowctl.engine", "from flowctl.store.sqlite import runs", "flowctl.store.sqlite"),
+        ("flowctl.runtime.engine", "from flowctl.store.sqlite import runs", "flowctl.store.sqlite"),
         ("flowctl.cli.start", "from flowctl.store import postgres", "flowctl.store.postgres"),
-        ("flowctl.store", "from flowctl.engine import Engine", "flowctl.engine"),
+        ("flowctl.store", "from flowctl.runtime.engine import Engine", "flowctl.runtime.engine"),
         ("flowctl.store.sqlite.leases", "from ... import schedule", "flowctl.schedule"),
         ("flowctl.daemon", "from flowctl import cli", "flowctl.cli"),
-        ("flowctl.engine", "from flowctl.tui.render import ago", "flowctl.tui.render"),
+        ("flowctl.runtime.engine", "from flowctl.tui.render import ago", "flowctl.tui.render"),
         ("flowctl.schedule.firing", "from flowctl import ops", "flowctl.ops"),
         ("flowctl.yamlflow.steps", "from ..ops import schedules", "flowctl.ops"),
     ],
@@ -182,7 +182,7 @@ def test_every_module_is_under_800_lines() -> None:
 
 def test_core_does_not_load_front_ends() -> None:
     code = (
-        "import sys, flowctl.engine, flowctl.daemon, flowctl.ops, flowctl.ops.schedules, "
+        "import sys, flowctl.runtime.engine, flowctl.daemon, flowctl.ops, flowctl.ops.schedules, "
         "flowctl.client, flowctl.testing; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'textual') "
         "or m.split('.')[:2] in (['flowctl', 'cli'], ['flowctl', 'tui'])))"

@@ -29,8 +29,8 @@ from flowctl.notify import (
     wanted,
 )
 from flowctl.ops.metrics import render
+from flowctl.runtime.targets import load_target
 from flowctl.store import Store
-from flowctl.workflow import load_target
 from tests.helpers import query, wait_until
 from tests.notify_helpers import webhook_server
 

@@ -450,7 +450,7 @@ def validate(
     from flowctl.errors import ValidationError
     from flowctl.ops.maintenance import check_children
     from flowctl.ops.schedules import yaml_schedules
-    from flowctl.workflow import load_target
+    from flowctl.runtime.targets import load_target
 
     problems: list[str] = []
     for path in files:

@@ -21,9 +21,9 @@ from flowctl.clock import Clock
 from flowctl.durations import format_duration
 from flowctl.errors import FlowctlError
 from flowctl.model import iso
+from flowctl.runtime.targets import WorkflowDef, load_target
 from flowctl.schedule.calendar import ScheduleSpec, due_fires, jitter_offset
 from flowctl.store import FireOutcome, FirePlan, NewRun, ScheduleRow, Store
-from flowctl.workflow import WorkflowDef, load_target
 
 log = logging.getLogger(__name__)
 

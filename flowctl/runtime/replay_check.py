@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowctl.clock import Clock
-from flowctl.context import Context, LiveRun, Suspend
 from flowctl.errors import FlowctlError, Interrupt, NonDeterminismError
 from flowctl.model import CallKind, EntryState, JournalEntry, Run
+from flowctl.runtime.context import Context, LiveRun, Suspend
+from flowctl.runtime.targets import WorkflowDef
 from flowctl.store import Claim, Lease
-from flowctl.workflow import WorkflowDef
 
 FIX_VERSION = (
     "guard the change with ctx.version() so runs started under the old code keep the old"

@@ -13,12 +13,12 @@ from datetime import datetime
 from typing import Any
 
 from flowctl.clock import Clock
-from flowctl.context import ChildLauncher, Context, LeaseLost, LiveRun, Suspend, error_dict
 from flowctl.errors import FlowctlError, InputError, Interrupt, SerializationError
 from flowctl.model import JournalEntry, RunStatus
+from flowctl.runtime.context import ChildLauncher, Context, LeaseLost, LiveRun, Suspend, error_dict
+from flowctl.runtime.targets import Loader, load_target
 from flowctl.store import Claim, Store
 from flowctl.transitions import Ending, ErrorKind, ending, stop_kind
-from flowctl.workflow import Loader
 
 log = logging.getLogger(__name__)
 
@@ -221,8 +221,6 @@ class _Children(ChildLauncher):
         existing = self.engine.store.get_run_by_key(key)
         if existing is not None:
             return existing.run_id
-        from flowctl.workflow import load_target
-
         wf = load_target(target, cwd=parent.cwd)
         new = wf.new_run(wf.check_input(input), key=key, parent_run_id=parent.run_id)
         run, _ = self.engine.store.create_run(new, self.engine.clock.now())

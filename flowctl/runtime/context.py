@@ -29,11 +29,11 @@ from flowctl.errors import (
     mark_non_retryable,
 )
 from flowctl.limits import lone_surrogate
-from flowctl.live import LiveRun
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
-from flowctl.output import capturing
-from flowctl.recorded import error_dict, error_line, rebuild_error
 from flowctl.retry import options_of
+from flowctl.runtime.live import LiveRun
+from flowctl.runtime.output import capturing
+from flowctl.runtime.recorded import error_dict, error_line, rebuild_error
 from flowctl.store import dumps
 
 if TYPE_CHECKING:
