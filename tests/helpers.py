@@ -77,7 +77,7 @@ def logged_daemon(db: str | Path, log: Path, *args: str) -> subprocess.Popen[byt
 
 
 class ParkedRound:
-    """A minimal batch runner (flowctl.batch) for store tests: greenlets on this thread
+    """A minimal batch runner (flowctl.daemon.batch) for store tests: greenlets on this thread
     whose writes park until `commit_and_resume()` commits the round and resumes them.
 
     With `rounds`, as the daemon's runner: a write that would open a transaction first

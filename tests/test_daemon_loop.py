@@ -20,7 +20,8 @@ from helpers import open_same, wait_until
 
 from flowctl import ops
 from flowctl.clock import FakeClock
-from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
+from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.daemon.lifecycle import POLL_INTERVAL
 from flowctl.model import RunStatus, to_us
 from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.testing import WorkflowEnvironment

@@ -18,7 +18,7 @@ from durable_flows import CALLS, HOOKS, calls, start
 from helpers import open_same
 
 from flowctl.clock import FakeClock
-from flowctl.daemon import DaemonStopping
+from flowctl.daemon.lifecycle import DaemonStopping
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
 from flowctl.runtime.engine import Engine, Outcome
 from flowctl.runtime.live import LiveRun

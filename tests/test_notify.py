@@ -16,9 +16,9 @@ from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.config import load_config
 from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.daemon.notifier import PASS_ROWS, Notifier
 from flowctl.errors import ConfigError, ValidationError
 from flowctl.model import RunStatus
-from flowctl.notifier import PASS_ROWS, Notifier
 from flowctl.notify import (
     ENDINGS,
     NotifyConfig,

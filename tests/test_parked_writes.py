@@ -6,7 +6,7 @@ tests/test_db_faults.py). With the runner's write rounds, a write waits for its 
 before it takes the write lock, so the lock is free while handlers run; with
 take_turns, a write transaction holds the lock file other daemons wait on.
 
-Greenlets on this thread stand in for the runner's handlers, as in flowctl.batch.
+Greenlets on this thread stand in for the runner's handlers, as in flowctl.daemon.batch.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ from typer.testing import CliRunner
 from flowctl import cli, ops, transitions
 from flowctl.client import Client
 from flowctl.clock import FakeClock
-from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
+from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.daemon.lifecycle import POLL_INTERVAL
 from flowctl.errors import InvalidStateError, UsageError
 from flowctl.model import RunStatus
 from flowctl.runtime.context import current

@@ -254,8 +254,8 @@ def _drive(
 ) -> Run:
     """Run it here as a worker; print each step as it is journaled (`known`: call indices
     already journaled before, e.g. copied by a fork, not printed)."""
+    from flowctl.daemon.foreground import drive_run
     from flowctl.explain import error_line
-    from flowctl.foreground import drive_run
     from flowctl.model import JournalEntry
     from flowctl.runtime.engine import Outcome
     from flowctl.runtime.output import command_output_to

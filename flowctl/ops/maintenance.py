@@ -7,11 +7,11 @@ from datetime import timedelta
 from pathlib import Path
 
 from flowctl.clock import Clock
+from flowctl.daemon.retention import prune as prune_batches
+from flowctl.daemon.retention import prune_statuses
 from flowctl.durations import parse_duration
 from flowctl.errors import FlowctlError, TargetError, UsageError
 from flowctl.model import JournalEntry, Run, RunStatus
-from flowctl.retention import prune as prune_batches
-from flowctl.retention import prune_statuses
 from flowctl.runtime.replay_check import Finding
 from flowctl.store import OutputChunk, PrunedRun, Store
 

@@ -89,7 +89,7 @@ class ChildLauncher:
         raise NotImplementedError
 
 
-# A context variable, not a thread-local: the batch runner (flowctl.batch) runs several
+# A context variable, not a thread-local: the batch runner (flowctl.daemon.batch) runs several
 # handlers on one thread, each in its own greenlet, which has its own context variables.
 _current: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
     "flowctl_context", default=None

@@ -77,16 +77,30 @@ def scheduled_run(
 
 
 class Scheduler:
-    """Fires due schedules. `tick(now)` is all the daemon calls; it returns when to call again."""
+    """Fires due schedules. `tick(now)` fires what is due and says when to call again; the
+    daemon keeps that answer in `next_at` (`reread`, `fire_due_at`) and waits for it."""
 
     def __init__(self, store: Store, clock: Clock) -> None:
         self.store = store
         self.clock = clock
         self.fired = 0  # runs created, for logs and tests
+        self.next_at: datetime | None = None  # the soonest fire not yet handled, as last read
 
     def next_fire(self) -> datetime | None:
         """The soonest unhandled fire of any active schedule (a read of one index)."""
         return self.store.next_schedule_fire()
+
+    def reread(self) -> None:
+        """Another process may have changed the schedules (`schedule add/pause/resume`)."""
+        self.next_at = self.next_fire()
+
+    def fire_due_at(self, now: datetime) -> bool:
+        """Fire what is due at `now` if `next_at` says anything is; True if it did (the runs
+        it created are new, and due)."""
+        if self.next_at is None or self.next_at > now:
+            return False
+        self.next_at = self.tick(now)
+        return True
 
     def tick(self, now: datetime | None = None) -> datetime | None:
         """Fire everything due at `now`; return the soonest next fire time (None: no schedule).

@@ -1,7 +1,7 @@
 """The foreground worker behind `flowctl run --wait` and `Client.run`: a Daemon restricted
 to one run, driven from the caller's thread under the usual lease rules.
 
-Split from flowctl.daemon (which serves every run) so that each module keeps to one job.
+Beside flowctl.daemon.loop (which serves every run), so that each module keeps to one job.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from flowctl.clock import Clock
-from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
+from flowctl.daemon.config import DaemonConfig
+from flowctl.daemon.lifecycle import POLL_INTERVAL
+from flowctl.daemon.loop import Daemon
 from flowctl.model import JournalEntry, RunStatus
 from flowctl.runtime.engine import Engine, Outcome
 from flowctl.store import Claim, Store
@@ -63,7 +65,7 @@ def drive_run(
     try:
         while True:
             _raise_if_operator_interrupted(worker.engine)
-            worker._reap_dead_owners()  # a dead daemon's lease on this run lapses at once
+            worker.reap_dead_owners()  # a dead daemon's lease on this run lapses at once
             run = store.get_run(run_id)
             if run.status.is_terminal:
                 return run
@@ -81,11 +83,11 @@ def drive_run(
                     pause = max(0.0, min(pause, (run.run_at - now).total_seconds()))
                 clock.wait_until(idle, start + pause)
                 continue
-            claims = worker._claim(now, 1)
+            claims = worker.claim(now, 1)
             for claim in claims:
                 executing.set()
                 try:
-                    worker._execute(claim)
+                    worker.execute(claim)
                 finally:
                     executing.clear()
             if not claims:
