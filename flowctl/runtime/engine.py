@@ -16,7 +16,7 @@ from flowctl.clock import Clock
 from flowctl.errors import FlowctlError, InputError, Interrupt, SerializationError
 from flowctl.model import JournalEntry, RunStatus
 from flowctl.runtime.context import ChildLauncher, Context, LeaseLost, LiveRun, Suspend, error_dict
-from flowctl.runtime.targets import Loader, load_target
+from flowctl.runtime.targets import Loader, WorkflowDef, load_target
 from flowctl.store import Claim, Store
 from flowctl.transitions import Ending, ErrorKind, ending, stop_kind
 
@@ -61,22 +61,13 @@ class Engine:
         live: LiveRun | None = None,
         on_checkpoint: Callable[[JournalEntry], None] | None = None,
     ) -> Outcome:
+        """Replay the claimed run's handler and write how it ended (or nothing, if the
+        lease was lost): completed, parked, failed or ended, as its Outcome says."""
         run = claim.run
         live = live or LiveRun(claim.lease, self.clock, run.exec_spent, run.timeout)
-        source, _ = self.store.run_source(run.run_id) if run.kind == "yaml" else (None, None)
-        try:
-            wf = self.loader.for_run(run.target, run.kind, run.cwd, source, run.source_hash)
-        except FlowctlError as e:
-            self._said_unloadable(run.target, e)
-            raised = {"type": type(e).__name__, "message": str(e)}
-            return self._ended(claim, live, ending(ErrorKind.LOAD, run, raised=raised))
-        inputs = run.input if isinstance(run.input, dict) else {}
-        try:
-            wf.check_binds(inputs)
-        except InputError as e:
-            return self._ended(
-                claim, live, ending(ErrorKind.NON_RETRYABLE, run, raised=error_dict(e))
-            )
+        wf = self._workflow(claim, live)
+        if isinstance(wf, Outcome):
+            return wf
         ctx = Context(
             self.store,
             claim,
@@ -87,36 +78,66 @@ class Engine:
             children=self.children,
             on_checkpoint=on_checkpoint,
         )
+        stop, result = self._run_handler(wf, ctx, live, run.input)
+        if stop is not None:
+            # Even when stopping (a drain): what the step returned is kept, not run again.
+            if not _flushed(ctx):
+                return Outcome(run.run_id, None)
+            return self._stopped(claim, live, stop)
+        return self._complete(claim, live, ctx, result)
+
+    def _workflow(self, claim: Claim, live: LiveRun) -> WorkflowDef | Outcome:
+        """The run's workflow, its input checked against the handler as it is now; else
+        the ending that writes (a load failure waits for a fix, an input that no longer
+        binds ends the run)."""
+        run = claim.run
+        source, _ = self.store.run_source(run.run_id) if run.kind == "yaml" else (None, None)
+        try:
+            wf = self.loader.for_run(run.target, run.kind, run.cwd, source, run.source_hash)
+        except FlowctlError as e:
+            self._said_unloadable(run.target, e)
+            raised = {"type": type(e).__name__, "message": str(e)}
+            return self._ended(claim, live, ending(ErrorKind.LOAD, run, raised=raised))
+        try:
+            wf.check_binds(run.input if isinstance(run.input, dict) else {})
+        except InputError as e:
+            raised = error_dict(e)
+            return self._ended(claim, live, ending(ErrorKind.NON_RETRYABLE, run, raised=raised))
+        return wf
+
+    def _run_handler(
+        self, wf: WorkflowDef, ctx: Context, live: LiveRun, input: Any
+    ) -> tuple[BaseException | None, Any]:
+        """Call the handler under `ctx`: (how it stopped, None), or (None, what it returned)."""
+        inputs = input if isinstance(input, dict) else {}
         ctx._enter()
-        stop: BaseException | None
         try:
             result = wf.handler(ctx, **inputs)
         except (Exception, Interrupt, Suspend) as e:
             # What a durable call halted on wins over what user code made of it (caught it
             # and raised something else, say).
-            stop = ctx.halted or e
+            return ctx.halted or e, None
         except BaseException as e:
             if self.operator_interrupted and isinstance(e, KeyboardInterrupt):
                 raise
             # SystemExit, KeyboardInterrupt, GeneratorExit from a step or the handler: this
             # attempt fails like any error (retried or dead-lettered), its type recorded. It
             # never escapes to leave the run `running` with nothing in its timeline.
-            stop = ctx.halted or e
+            return ctx.halted or e, None
         else:
             # A handler that swallowed a suspension or non-determinism error, or that was
             # told by the heartbeat to stop, still ends that way.
-            stop = ctx.halted or live.delivered()
+            return ctx.halted or live.delivered(), result
         finally:
             ctx._exit()
-        if stop is not None:
-            # Even when stopping (a drain): what the step returned is kept, not run again.
-            if not _flushed(ctx):
-                return Outcome(run.run_id, None)
-            return self._stopped(claim, live, stop)
+
+    def _complete(self, claim: Claim, live: LiveRun, ctx: Context, result: Any) -> Outcome:
+        """The handler returned: its last step's checkpoint and the completion are one
+        transaction (no step ran between them); the claim says whether there is a parent
+        or schedule to tell."""
+        run = claim.run
         last = ctx.pending
         try:
-            # The last step's checkpoint and the completion: one transaction (no step ran
-            # between them); the claim says whether there is a parent or schedule to tell.
             ok = self.store.complete_run(
                 claim.lease,
                 result,

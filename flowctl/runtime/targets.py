@@ -356,71 +356,80 @@ def load_target(
         path = Path(target)
         return _yaml_def(path if path.is_absolute() else base / path)
     if ":" in target:
-        left, _, fn_name = target.rpartition(":")
-        if not fn_name.isidentifier():
-            raise TargetError(f"{target!r}: after ':' must come a function name")
-        if not left.strip():
-            raise TargetError(
-                f"{target!r}: before ':' must come a file or a module, as in"
-                f" file.py:{fn_name} or module:{fn_name}"
-            )
-        if left.endswith(".py") or "/" in left:
-            path = Path(left) if Path(left).is_absolute() else base / left
-            if _kind_of(path, target) != "file":
-                raise TargetError(f"workflow file {left} does not exist")
-            module = _import_file(path)
-            fn = getattr(module, fn_name, None)
-            if fn is None:
-                raise TargetError(f"{left} has no function {fn_name!r}{_suggest(module, fn_name)}")
-            return _python_def(fn, f"{path.resolve()}:{fn_name}", path.resolve(), str(base))
-        with _import_lock:
-            if str(base) not in sys.path:
-                sys.path.insert(0, str(base))
-            try:
-                module = importlib.import_module(left)
-            except ImportError as e:
-                raise TargetError(f"cannot import module {left!r}: {e}") from None
-            except Exception as e:
-                raise TargetError(f"importing {left} failed: {type(e).__name__}: {e}") from None
-        fn = getattr(module, fn_name, None)
-        if fn is None:
-            raise TargetError(
-                f"module {left} has no function {fn_name!r}{_suggest(module, fn_name)}"
-            )
-        module_file: str | None = getattr(module, "__file__", None)
-        source_path = Path(module_file) if module_file else None
-        return _python_def(fn, target, source_path, str(base))
+        return _python_target(target, base)
     if workflows_dir is not None:
         entry = discover(workflows_dir).get(target)
         if entry is not None:
             if entry.kind == "yaml":
                 return _yaml_def(Path(entry.target))
             return load_target(entry.target, cwd=str(Path(workflows_dir).resolve()))
+    raise _no_workflow(target, base, workflows_dir)
+
+
+def _python_target(target: str, base: Path) -> WorkflowDef:
+    """`file.py:fn` (a path, relative to `base`) or `pkg.module:fn` (imported, `base`
+    first on the path)."""
+    left, _, fn_name = target.rpartition(":")
+    if not fn_name.isidentifier():
+        raise TargetError(f"{target!r}: after ':' must come a function name")
+    if not left.strip():
+        raise TargetError(
+            f"{target!r}: before ':' must come a file or a module, as in"
+            f" file.py:{fn_name} or module:{fn_name}"
+        )
+    if left.endswith(".py") or "/" in left:
+        path = Path(left) if Path(left).is_absolute() else base / left
+        if _kind_of(path, target) != "file":
+            raise TargetError(f"workflow file {left} does not exist")
+        module = _import_file(path)
+        fn = getattr(module, fn_name, None)
+        if fn is None:
+            raise TargetError(f"{left} has no function {fn_name!r}{_suggest(module, fn_name)}")
+        return _python_def(fn, f"{path.resolve()}:{fn_name}", path.resolve(), str(base))
+    with _import_lock:
+        if str(base) not in sys.path:
+            sys.path.insert(0, str(base))
+        try:
+            module = importlib.import_module(left)
+        except ImportError as e:
+            raise TargetError(f"cannot import module {left!r}: {e}") from None
+        except Exception as e:
+            raise TargetError(f"importing {left} failed: {type(e).__name__}: {e}") from None
+    fn = getattr(module, fn_name, None)
+    if fn is None:
+        raise TargetError(f"module {left} has no function {fn_name!r}{_suggest(module, fn_name)}")
+    module_file: str | None = getattr(module, "__file__", None)
+    source_path = Path(module_file) if module_file else None
+    return _python_def(fn, target, source_path, str(base))
+
+
+def _no_workflow(target: str, base: Path, workflows_dir: str | Path | None) -> TargetError:
+    """Why `target` names no workflow, and what to give instead."""
     if target.endswith(".py"):
         path = Path(target) if Path(target).is_absolute() else base / target
         text = _read_for_discovery(path) if _kind_of(path, target) == "file" else None
         names = [e.target.rpartition(":")[2] for e in _python_entries(path, text or "")]
         form = f"{target}:{names[0]}" if len(names) == 1 else f"{target}:FUNCTION"
         found = f" ({target} has @workflow functions: {', '.join(names)})" if len(names) > 1 else ""
-        raise TargetError(f"{target!r} names a file, not a function: use {form}{found}")
+        return TargetError(f"{target!r} names a file, not a function: use {form}{found}")
     as_path = Path(target) if Path(target).is_absolute() else base / target
     kind = _kind_of(as_path, target)
     if kind == "dir":
-        raise TargetError(
+        return TargetError(
             f"{target!r} is a folder, not a workflow: give file.py:function, a .yaml file"
             " inside it, or a name listed by `flowctl workflows`"
         )
     if kind == "file":
-        raise TargetError(
+        return TargetError(
             f"{target!r} is not a workflow file: give file.py:function or a .yaml/.yml file"
         )
     if "/" in target or target.startswith("."):
-        raise TargetError(
+        return TargetError(
             f"{target!r} does not exist: give file.py:function, a .yaml file,"
             " or a name listed by `flowctl workflows`"
         )
     folder = f" in {workflows_dir}" if workflows_dir else ""
-    raise UnknownWorkflowError(
+    return UnknownWorkflowError(
         f"unknown workflow {target!r}{folder}: give file.py:function, module:function, a .yaml file,"
         " or a name listed by `flowctl workflows`"
     )
