@@ -22,7 +22,7 @@ from flowctl.durations import format_duration
 from flowctl.errors import FlowctlError
 from flowctl.model import iso
 from flowctl.runtime.targets import WorkflowDef, load_target
-from flowctl.schedule.calendar import ScheduleSpec, due_fires, jitter_offset
+from flowctl.schedule.calendar import DueFires, ScheduleSpec, due_fires, jitter_offset
 from flowctl.store import FireOutcome, FirePlan, NewRun, ScheduleRow, Store
 
 log = logging.getLogger(__name__)
@@ -150,41 +150,8 @@ class Scheduler:
                 now=now,
             )
         due = due_fires(spec, row.last_fire_at, row.active_from, now)
-        handled = [*due.enqueue, *due.skipped]
-        last = max((f.at for f in handled), default=row.last_fire_at)
-        plans: list[FirePlan] = []
-        if due.older_skipped:
-            oldest = min(f.at for f in due.skipped) if due.skipped else now
-            plans.append(
-                FirePlan(
-                    None,
-                    "skipped-missed",
-                    detail=f"older missed fires before {iso(oldest)} were skipped too"
-                    f" (at most {spec.max_missed} are listed)",
-                )
-            )
-        for fire in due.skipped:
-            plans.append(
-                FirePlan(fire.at, "skipped-missed", detail=f"missed (missed={spec.missed})")
-            )
-        if due.enqueue:
-            try:
-                loaded = load_schedule_workflow(row)
-            except FlowctlError as e:
-                log.warning("schedule %s: %s", row.name, e)
-                plans.extend(FirePlan(f.at, "error", detail=str(e)) for f in due.enqueue)
-            else:
-                for fire in due.enqueue:
-                    run_at = fire.at + jitter_offset(spec, row.name, fire.at)
-                    new = scheduled_run(
-                        loaded, row.name, fire.at, run_at, fire_key(row.name, fire.at)
-                    )
-                    detail = fire.note
-                    if now - fire.at > _LATE:
-                        late = f"caught up {format_duration(now - fire.at)} late (missed={spec.missed})"
-                        detail = f"{detail}; {late}" if detail else late
-                    plans.append(FirePlan(fire.at, "fired", run=new, detail=detail))
-        plans.sort(key=lambda p: p.fire_at or datetime.min.replace(tzinfo=UTC))
+        last = max((f.at for f in [*due.enqueue, *due.skipped]), default=row.last_fire_at)
+        plans = _plans(row, spec, due, now)
         outcomes = self.store.fire_schedule(
             row.name,
             row.revision,
@@ -214,3 +181,39 @@ class Scheduler:
         new = scheduled_run(loaded, name, now, now, manual_key(name, now))
         plan = FirePlan(now, "manual", run=new)
         return self.store.trigger_schedule(name, plan, overlap=spec.overlap, now=now)
+
+
+def _plans(row: ScheduleRow, spec: ScheduleSpec, due: DueFires, now: datetime) -> list[FirePlan]:
+    """What to write for a schedule's due fires, in fire order: the missed ones skipped
+    (and a note for older ones not listed), a run for each fire to enqueue (an error for
+    each, if its workflow does not load)."""
+    plans: list[FirePlan] = []
+    if due.older_skipped:
+        oldest = min(f.at for f in due.skipped) if due.skipped else now
+        plans.append(
+            FirePlan(
+                None,
+                "skipped-missed",
+                detail=f"older missed fires before {iso(oldest)} were skipped too"
+                f" (at most {spec.max_missed} are listed)",
+            )
+        )
+    for fire in due.skipped:
+        plans.append(FirePlan(fire.at, "skipped-missed", detail=f"missed (missed={spec.missed})"))
+    if due.enqueue:
+        try:
+            loaded = load_schedule_workflow(row)
+        except FlowctlError as e:
+            log.warning("schedule %s: %s", row.name, e)
+            plans.extend(FirePlan(f.at, "error", detail=str(e)) for f in due.enqueue)
+        else:
+            for fire in due.enqueue:
+                run_at = fire.at + jitter_offset(spec, row.name, fire.at)
+                new = scheduled_run(loaded, row.name, fire.at, run_at, fire_key(row.name, fire.at))
+                detail = fire.note
+                if now - fire.at > _LATE:
+                    late = f"caught up {format_duration(now - fire.at)} late (missed={spec.missed})"
+                    detail = f"{detail}; {late}" if detail else late
+                plans.append(FirePlan(fire.at, "fired", run=new, detail=detail))
+    plans.sort(key=lambda p: p.fire_at or datetime.min.replace(tzinfo=UTC))
+    return plans
