@@ -1,8 +1,8 @@
 """How a daemon's claimed runs execute: one interface, its kind chosen once from the
 settings (flowctl.daemon.loop.choose), as huey's consumer picks its worker Environment.
 
-    Inline      in the caller's thread, at once: tick() alone (tests, flowctl.testing)
-                and the one-run foreground worker; never served
+    Inline      in the caller's thread, at once: what tick() does outside run_forever
+                (tests, flowctl.testing) and the one-run foreground worker
     Threads     on `concurrency` threads sharing the daemon's connection
     Greenlets   as greenlets on one thread, a round of writes per COMMIT (flowctl.daemon.batch)
     Processes   in worker processes, each a whole daemon (flowctl.daemon.processes)
@@ -46,7 +46,6 @@ class Executor(ABC):
     """Where claimed runs execute. `wakes_per_run`: the loop is woken as each run ends,
     to claim for the freed slot (the batch runner wakes it once per round instead)."""
 
-    name: ClassVar[str]
     wakes_per_run: ClassVar[bool] = True
 
     @abstractmethod
@@ -89,8 +88,6 @@ class InProcess(Executor):
 class Inline(InProcess):
     """In the caller's thread: `submit` returns once the run's handler has stopped."""
 
-    name = "inline"
-
     def __init__(self, execute: Callable[[Claim, LiveRun], object]) -> None:
         self._execute = execute
 
@@ -106,8 +103,6 @@ class Inline(InProcess):
 
 class Threads(InProcess):
     """`concurrency` threads, each executing one claim at a time from a queue."""
-
-    name = "threads"
 
     def __init__(self, count: int) -> None:
         self.count = count
@@ -141,7 +136,6 @@ class Threads(InProcess):
 class Greenlets(InProcess):
     """Handlers as greenlets on one thread, their writes committed a round at a time."""
 
-    name = "greenlets"
     wakes_per_run = False  # the runner wakes the loop once per round in which runs ended
 
     def __init__(self) -> None:

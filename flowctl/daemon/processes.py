@@ -92,8 +92,6 @@ class Processes(Executor):
     """The N worker processes a daemon supervises: started with its settings, replaced
     when one dies, told to drain or stop when it does, waited for when it exits."""
 
-    name = "processes"
-
     def __init__(self, count: int) -> None:
         self.count = count
         self.until_idle = False
