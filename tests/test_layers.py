@@ -368,7 +368,8 @@ def test_the_circle_check_sees_no_circle_where_imports_only_go_down() -> None:
         ),
         (
             "flowctl.config",
-            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from flowctl.daemon import retention",
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from flowctl.daemon import retention",
             "flowctl.daemon.retention",
         ),
         (

@@ -6,8 +6,9 @@ CONTROL_FD is the read end of a pipe from the daemon that started this one (see
 flowctl.daemon.processes): its first line is the settings as JSON (the database, the
 daemon's settings, the log level), then `drain` or `stop` when that daemon drains or
 stops. On READY_FD this one writes a line once it serves (its first pass is done), so
-that daemon can tell a worker that died serving from one that could not start. At the pipe's end that daemon is gone (even by SIGKILL): this one stops at once
-and hands its runs back. SIGINT and SIGTERM are ignored: the daemon that started this
+that daemon can tell a worker that died serving from one that could not start. At the
+pipe's end that daemon is gone (even by SIGKILL): this one stops at once and hands its
+runs back. SIGINT and SIGTERM are ignored: the daemon that started this
 one turns them into `drain` for all its workers, so a Ctrl-C sent to the whole process
 group is not a second signal here.
 """
