@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT))
 from flowctl import ops  # noqa: E402
 from flowctl.clock import FakeClock, SystemClock  # noqa: E402
 from flowctl.daemon import Daemon, DaemonConfig  # noqa: E402
+from flowctl.daemon.retention import prune  # noqa: E402
 from flowctl.model import RunStatus  # noqa: E402
 from flowctl.ops import maintenance  # noqa: E402
-from flowctl.retention import prune  # noqa: E402
 from flowctl.store import open_store  # noqa: E402
 
 FLOW = """

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from flowctl.client import Client
-    from flowctl.context import Context
     from flowctl.errors import (
         Cancelled,
         CommandFailedError,
@@ -26,6 +25,7 @@ if TYPE_CHECKING:
         StepFailedError,
     )
     from flowctl.retry import RetryPolicy, step
+    from flowctl.runtime.context import Context
     from flowctl.workflow import workflow
 
 __version__ = "0.1.0"
@@ -33,7 +33,7 @@ __version__ = "0.1.0"
 # public name -> the module that defines it
 _WHERE: dict[str, str] = {
     "Client": "flowctl.client",
-    "Context": "flowctl.context",
+    "Context": "flowctl.runtime.context",
     "RetryPolicy": "flowctl.retry",
     "step": "flowctl.retry",
     "workflow": "flowctl.workflow",

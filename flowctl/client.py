@@ -15,12 +15,12 @@ from flowctl import ops
 from flowctl.clock import Clock, SystemClock
 from flowctl.config import load_config, resolve_db
 from flowctl.daemon import DaemonConfig
+from flowctl.daemon.foreground import drive_run
 from flowctl.durations import Duration, parse_duration
 from flowctl.errors import FlowctlError, UsageError
-from flowctl.foreground import drive_run
 from flowctl.model import Run, RunStatus
+from flowctl.runtime.targets import TargetCache
 from flowctl.store import open_store
-from flowctl.workflow import TargetCache
 
 
 class WaitTimeoutError(FlowctlError):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flowctl.errors import ConfigError
+from flowctl.status import RunStatus
 
 if TYPE_CHECKING:  # flowctl.notify loads only for a file with a [notify] table
     from flowctl.notify import NotifyConfig
@@ -15,6 +17,8 @@ if TYPE_CHECKING:  # flowctl.notify loads only for a file with a [notify] table
 CONFIG_NAME = "flowctl.toml"
 MAX_WORKERS = 256  # `workers` (and daemon --workers) at most
 AUTO_WORKERS_MAX = 4  # the default: one worker per usable core, at most this many
+# Finished runs: the only ones [retention] and `flowctl prune` ever delete.
+PRUNABLE = (RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.DEAD)
 
 
 def default_workers() -> int:
@@ -175,8 +179,6 @@ def load_config(path: Path | None = None, start: Path | None = None) -> Config:
     from flowctl.errors import DurationError
 
     if "retention" in values:
-        from flowctl.retention import parse_retention
-
         parse_retention(values["retention"], str(path))
     for key in ("lease", "heartbeat", "grace"):
         try:
@@ -259,3 +261,29 @@ def write_default_config(folder: Path, *, force: bool = False) -> Path:
     except OSError as e:
         raise ConfigError(f"cannot write {path}: {e.strerror}") from None
     return path
+
+
+def parse_retention(table: Any, where: str = "flowctl.toml") -> dict[RunStatus, timedelta]:
+    """The `[retention]` table: `completed = "30d"`, `cancelled = "30d"`, `dead = "90d"`.
+    A status left out is kept forever. Applied by the daemon (flowctl.daemon.retention)."""
+    from flowctl.durations import parse_duration
+    from flowctl.errors import DurationError
+
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: retention must be a table [retention]")
+    out: dict[RunStatus, timedelta] = {}
+    for key, value in table.items():
+        status = next((s for s in PRUNABLE if str(s) == key), None)
+        if status is None:
+            raise ConfigError(
+                f"{where}: retention.{key}: use completed, cancelled or dead"
+                " (runs that are not finished are never pruned)"
+            )
+        try:
+            age = parse_duration(value)
+        except DurationError as e:
+            raise ConfigError(f"{where}: retention.{key}: {e}") from None
+        if age <= timedelta(0):
+            raise ConfigError(f"{where}: retention.{key} must be above 0, got {value!r}")
+        out[status] = age
+    return out

@@ -158,7 +158,7 @@ BLOCKING = "__flowctl_blocking__"  # a step body with this attribute true: see b
 
 def blocking(fn: F) -> F:
     """Mark a step body as one that waits (a command, a call of code not known here): the
-    daemon's batch runner (flowctl.batch) always runs it on a thread of its own, never on
+    daemon's batch runner (flowctl.daemon.batch) always runs it on a thread of its own, never on
     the thread that advances the other handlers."""
     setattr(fn, BLOCKING, True)
     return fn

@@ -7,6 +7,9 @@ stores (and the engine, the daemon and the operator front ends) cannot drift apa
 - `guard()`: which statuses each operator action accepts, and the one-line refusal.
 - `parked_run_at()`: when a parked run is next due (wake, signal timeout, retry, deadline).
 - `claim_verdict()`: what claiming a due run does (claim it, or end it here, and why).
+- `stop_kind()`, `ending()`: how a run stopped (deadline, execution timeout, cancel,
+  poison, non-retryable, raised ...) and what that makes of it: its status, error kind
+  and message. The engine and the claim verdict both ask `ending()`: one text per ending.
 - `next_attempt()`: after a failed attempt, retry at T or dead-letter.
 - `requested_only()`: whether cancel/pause apply at once or are asked of a running handler.
 - `held_notice()`: what a heartbeat tells the handler of a run its worker still holds.
@@ -24,7 +27,14 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from flowctl.errors import InvalidStateError
+from flowctl.errors import (
+    Cancelled,
+    DeadlineExceededError,
+    ExecutionTimeoutError,
+    InvalidStateError,
+    NonDeterminismError,
+    is_non_retryable,
+)
 from flowctl.model import CallKind, JournalEntry, Run, RunStatus
 from flowctl.retry import DEFAULT_RUN_RETRY, RetryPolicy
 
@@ -323,32 +333,21 @@ def claim_verdict(run: Run, now: datetime, *, alone: bool = False) -> ClaimVerdi
     """
     lapsed = run.status is RunStatus.RUNNING  # a due running run: its lease lapsed
     if lapsed and run.cancel_requested:
-        return ClaimVerdict(ClaimAction.END, RunStatus.CANCELLED, cancel_error(run.cancel_reason))
+        return _ends(ending(ErrorKind.CANCELLED, run))
     if run.deadline is not None and run.deadline <= now:
-        return ClaimVerdict(ClaimAction.END, RunStatus.DEAD, deadline_error(run.deadline))
+        return _ends(ending(ErrorKind.DEADLINE, run))
     if run.status is RunStatus.PAUSED:
         return ClaimVerdict(ClaimAction.SKIP)
     if lapsed and run.pause_requested:
         return ClaimVerdict(ClaimAction.PAUSE)
     if lapsed and run.timeout is not None and run.exec_spent >= run.timeout:
-        err = {
-            "type": "ExecutionTimeoutError",
-            "kind": ErrorKind.TIMEOUT,
-            "message": f"attempt {run.attempt} used its execution budget of {run.timeout:g}s",
-        }
-        return ClaimVerdict(ClaimAction.FAIL, error=err)
+        return _ends(ending(ErrorKind.TIMEOUT, run))
     reclaims = run.reclaims + 1 if lapsed else run.reclaims
     charged = lapsed and run.solo
     crashes = run.crashes + 1 if charged else run.crashes
     suspect = run.suspect or lapsed
     if crashes >= POISON_CRASHES:
-        err = {
-            "type": "PoisonRunError",
-            "kind": ErrorKind.POISON,
-            "message": f"its worker died {crashes} times while running it alone, without a"
-            " new checkpoint: it is killing its worker",
-        }
-        return ClaimVerdict(ClaimAction.END, RunStatus.DEAD, err)
+        return _ends(ending(ErrorKind.POISON, run, crashes=crashes))
     if suspect and not alone:
         return ClaimVerdict(
             ClaimAction.SUSPECT, crashes=crashes, charged=charged, suspect=True, reclaims=reclaims
@@ -366,6 +365,13 @@ def claim_verdict(run: Run, now: datetime, *, alone: bool = False) -> ClaimVerdi
 
 
 _PLAIN_CLAIM = ClaimVerdict(ClaimAction.CLAIM)
+
+
+def _ends(end: Ending) -> ClaimVerdict:
+    """The claim ends the run here (a terminal status) or fails its attempt (none)."""
+    if end.status is None:
+        return ClaimVerdict(ClaimAction.FAIL, error=end.error)
+    return ClaimVerdict(ClaimAction.END, end.status, end.error)
 
 
 def claim_wakes(prev: RunStatus, run_at: datetime, created_at: datetime) -> bool:
@@ -389,6 +395,7 @@ def agenda_kind(status: RunStatus, attempt: int, retrying_step: bool) -> str:
 
 
 def cancel_error(reason: str | None, by: str | None = None) -> dict[str, Any]:
+    """A cancelled run's recorded error: the operator's reason, or the one default text."""
     err: dict[str, Any] = {
         "type": "Cancelled",
         "kind": ErrorKind.CANCELLED,
@@ -399,12 +406,79 @@ def cancel_error(reason: str | None, by: str | None = None) -> dict[str, Any]:
     return err
 
 
-def deadline_error(deadline: datetime) -> dict[str, Any]:
-    return {
-        "type": "DeadlineExceededError",
-        "kind": ErrorKind.DEADLINE,
-        "message": f"deadline {deadline.isoformat()} passed",
-    }
+# ---------------------------------------------------------------------------
+# How a run ends
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What stopping a run a given way makes of it. `status` is its terminal status, or
+    None when only this attempt failed (next_attempt then retries or dead-letters it).
+    `error` is what is recorded: its `kind` and its `message`, one text per ending whether
+    a live handler stopped (the engine) or a claim found the run so (claim_verdict)."""
+
+    status: RunStatus | None
+    error: dict[str, Any]
+
+    @property
+    def message(self) -> str:
+        return str(self.error["message"])
+
+
+def stop_kind(stop: BaseException) -> ErrorKind:
+    """How a handler stopped, as the kind of its ending: told by the heartbeat (cancel,
+    deadline, budget), replay meeting another call, an error no retry can fix, else raised."""
+    if isinstance(stop, Cancelled):
+        return ErrorKind.CANCELLED
+    if isinstance(stop, DeadlineExceededError):
+        return ErrorKind.DEADLINE
+    if isinstance(stop, ExecutionTimeoutError):
+        return ErrorKind.TIMEOUT
+    if isinstance(stop, NonDeterminismError):
+        return ErrorKind.NONDETERMINISM
+    if is_non_retryable(stop):
+        return ErrorKind.NON_RETRYABLE
+    return ErrorKind.RAISED
+
+
+def ending(
+    kind: ErrorKind, run: Run, *, raised: dict[str, Any] | None = None, crashes: int = 0
+) -> Ending:
+    """The one place a stopped run's status, error kind and message are decided.
+
+    `run` is the run as the one ending it sees it (for a cancel, with the operator's
+    reason). Deadline, execution timeout, cancel and poison (`crashes` charged) have
+    flowctl's own message; the other kinds record the exception itself (`raised`, as
+    error_dict made it): non-retryable and non-determinism end the run dead, a raise or a
+    workflow that did not load fails the attempt.
+    """
+    if kind is ErrorKind.CANCELLED:
+        return Ending(RunStatus.CANCELLED, cancel_error(run.cancel_reason))
+    if kind is ErrorKind.DEADLINE:
+        when = f"deadline {run.deadline.isoformat()}" if run.deadline else "the run's deadline"
+        return Ending(RunStatus.DEAD, _own("DeadlineExceededError", kind, f"{when} passed"))
+    if kind is ErrorKind.TIMEOUT:
+        budget = f" of {run.timeout:g}s" if run.timeout is not None else ""
+        text = f"attempt {run.attempt} used its execution budget{budget}"
+        return Ending(None, _own("ExecutionTimeoutError", kind, text))
+    if kind is ErrorKind.POISON:
+        text = (
+            f"its worker died {crashes} times while running it alone, without a new"
+            " checkpoint: it is killing its worker"
+        )
+        return Ending(RunStatus.DEAD, _own("PoisonRunError", kind, text))
+    error = {**(raised or {"type": "Error", "message": str(kind)}), "kind": kind}
+    if kind is ErrorKind.NON_RETRYABLE:
+        error.update(
+            attempt=run.attempt,
+            non_retryable=True,
+            dead_reason="not retried: no retry can fix this error",
+        )
+    return Ending(None if kind.retryable else RunStatus.DEAD, error)
+
+
+def _own(type_: str, kind: ErrorKind, message: str) -> dict[str, Any]:
+    return {"type": type_, "kind": kind, "message": message}
 
 
 # ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import typer.testing
 
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
-from flowctl.engine import Engine
+from flowctl.runtime.engine import Engine
 from flowctl.store.sqlite import SqliteStore as Store
 
 ROOT = Path(__file__).resolve().parent.parent

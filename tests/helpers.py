@@ -77,7 +77,7 @@ def logged_daemon(db: str | Path, log: Path, *args: str) -> subprocess.Popen[byt
 
 
 class ParkedRound:
-    """A minimal batch runner (flowctl.batch) for store tests: greenlets on this thread,
+    """A minimal batch runner (flowctl.daemon.batch) for store tests: greenlets on this thread,
     inside the store's write round for it (Store.write_round), whose writes are queued and
     park until `write_round()` commits the round and resumes them; a write made by this
     (the main) greenlet commits the round at once, as the runner's own does."""

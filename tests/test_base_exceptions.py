@@ -16,8 +16,8 @@ from helpers import open_same, wait_until
 from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
-from flowctl.engine import Engine, Outcome
 from flowctl.model import RunStatus
+from flowctl.runtime.engine import Engine, Outcome
 from flowctl.store import Claim
 from flowctl.store.sqlite import SqliteStore as Store
 

@@ -1,4 +1,4 @@
-"""The batch runner (flowctl.batch): the daemon's handlers as greenlets on one thread,
+"""The batch runner (flowctl.daemon.batch): the daemon's handlers as greenlets on one thread,
 a round's checkpoints in one COMMIT, step bodies that block kept off that thread.
 
 The daemon runs for real (`run_forever` in a thread, on a FakeClock); what is checked is
@@ -19,9 +19,10 @@ import pytest
 from helpers import ROOT, logged_daemon, wait_until
 
 from flowctl import ops
-from flowctl.batch import INLINE_UNDER, SLOW_INLINE, BatchRunner, Placement
 from flowctl.clock import FakeClock, SystemClock
-from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
+from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.daemon.batch import INLINE_UNDER, SLOW_INLINE, BatchRunner, Placement
+from flowctl.daemon.lifecycle import POLL_INTERVAL
 from flowctl.model import EntryState, RunStatus
 from flowctl.retry import blocking
 from flowctl.store.round import WriteRound
@@ -33,7 +34,7 @@ import sqlite3
 import time
 
 from flowctl import workflow
-from flowctl.context import current
+from flowctl.runtime.context import current
 
 
 def add(a, b):
@@ -329,7 +330,7 @@ def test_a_handler_holding_the_runner_is_named_once_in_the_log(
     ids = started(db_path, fake_clock, f"{hogs}:hog", [{}, {}])
     daemon = Daemon(Store(db_path), fake_clock, DaemonConfig(concurrency=4, heartbeat=1))
     thread = threading.Thread(target=daemon.run_forever, daemon=True)
-    with caplog.at_level("WARNING", logger="flowctl.batch"):
+    with caplog.at_level("WARNING", logger="flowctl.daemon.batch"):
         thread.start()
         fake_clock.advance(POLL_INTERVAL)
         wait_until(lambda: finished(db_path, ids), timeout=20)

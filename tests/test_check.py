@@ -207,8 +207,8 @@ def test_in_process_check_imports_the_file_afresh(
     while the old handler it held keeps its own module."""
     from flowctl.clock import SystemClock
     from flowctl.ops import maintenance
+    from flowctl.runtime.targets import load_target
     from flowctl.store import open_store
-    from flowctl.workflow import load_target
 
     db, ids = sleeping
     old = load_target(str(tmp_path / "flow.py") + ":followup")

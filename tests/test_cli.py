@@ -506,7 +506,7 @@ def test_a_target_that_cannot_take_ctx_is_refused_before_a_run_exists(
     tmp_path: Path, name: str, needle: str
 ) -> None:
     from flowctl.errors import TargetError
-    from flowctl.workflow import load_target
+    from flowctl.runtime.targets import load_target
 
     path = tmp_path / "handlers.py"
     path.write_text(

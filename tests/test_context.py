@@ -19,9 +19,7 @@ from helpers import execute, wait_until
 
 from flowctl import ops
 from flowctl.clock import FakeClock
-from flowctl.context import error_dict, rebuild_error
 from flowctl.daemon import Daemon
-from flowctl.engine import Engine
 from flowctl.errors import (
     CommandFailedError,
     DurableCallError,
@@ -29,6 +27,8 @@ from flowctl.errors import (
     UsageError,
 )
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus, to_us
+from flowctl.runtime.context import error_dict, rebuild_error
+from flowctl.runtime.engine import Engine
 from flowctl.store import Store
 
 T0 = datetime(2026, 3, 29, 0, 59, tzinfo=UTC)

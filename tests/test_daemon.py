@@ -24,11 +24,12 @@ from helpers import query, wait_until
 
 from flowctl import ops
 from flowctl.clock import FakeClock
-from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
+from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.daemon.lifecycle import POLL_INTERVAL
+from flowctl.daemon.wheel import WHEEL_SIZE, TimerWheel
 from flowctl.ids import HOST
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus, to_us
 from flowctl.store.sqlite import SqliteStore as Store
-from flowctl.wheel import WHEEL_SIZE, TimerWheel
 
 FLOWS = '''
 import threading

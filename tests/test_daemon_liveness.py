@@ -7,7 +7,8 @@ import os
 from datetime import timedelta
 
 from flowctl.clock import FakeClock
-from flowctl.daemon import IDLE_BEAT, Daemon, DaemonConfig
+from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.daemon.heartbeat import IDLE_BEAT
 from flowctl.ids import REMOTE_STALE, daemon_live
 from flowctl.store import Store
 

@@ -19,8 +19,11 @@ import pytest
 from helpers import open_same, wait_until
 
 from flowctl import ops
-from flowctl.clock import FakeClock
-from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
+from flowctl.clock import FakeClock, SystemClock
+from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.daemon.executor import Executor, Greenlets, Threads
+from flowctl.daemon.lifecycle import POLL_INTERVAL
+from flowctl.daemon.processes import Processes
 from flowctl.model import RunStatus, to_us
 from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.testing import WorkflowEnvironment
@@ -231,3 +234,25 @@ def test_a_stopped_daemon_leaves_no_thread_behind(
     for t in ours:
         t.join(5)
     assert [t.name for t in ours if t.is_alive()] == []
+
+
+def test_the_executor_is_one_interface_chosen_once_from_the_settings(tmp_path: Path) -> None:
+    """How claims execute is one interface whose kind the settings pick once: greenlets
+    (the batch runner) where the store can round its writes, threads when asked for or for
+    one handler at a time, worker processes for `workers`; a one-run worker never starts
+    processes. tick() outside run_forever executes in the caller's thread whatever the
+    kind (every test that drives tick() relies on it)."""
+    clock = SystemClock()  # worker processes keep system time: an injected clock is refused
+    with Store(tmp_path / "x.db") as store:
+
+        def chosen(config: DaemonConfig, run_id: str | None = None) -> Executor:
+            return Daemon(store, clock, config, only_run_id=run_id).executor
+
+        assert isinstance(chosen(DaemonConfig()), Greenlets)
+        assert isinstance(chosen(DaemonConfig(batch=False)), Threads)
+        assert isinstance(chosen(DaemonConfig(concurrency=1)), Threads)
+        assert isinstance(chosen(DaemonConfig(workers=2)), Processes)
+        assert isinstance(chosen(DaemonConfig(workers=2), run_id="r1"), Threads)
+        for config in (DaemonConfig(), DaemonConfig(batch=False), DaemonConfig(concurrency=1)):
+            daemon = Daemon(store, clock, config)
+            assert daemon.batched() is isinstance(daemon.executor, Greenlets)

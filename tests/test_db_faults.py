@@ -372,7 +372,7 @@ def test_the_batch_runners_writers_of_a_round_whose_commit_fills_the_disk_all_fa
     small_disk: Path,
 ) -> None:
     """The batch runner's writers park until their round's COMMIT (tests/helpers.ParkedRound
-    drives them as flowctl.batch does). When that COMMIT finds the disk full, every writer
+    drives them as flowctl.daemon.batch does). When that COMMIT finds the disk full, every writer
     of the round raises the one-line DiskFullError, nothing of the round is kept, and the
     next round commits once there is room again."""
     db = small_disk / "f.db"

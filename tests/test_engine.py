@@ -21,10 +21,10 @@ from helpers import wait_until
 from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
-from flowctl.engine import Engine, Outcome
 from flowctl.errors import InvalidStateError
 from flowctl.ids import HOST, make_owner, new_run_id, proc_start
 from flowctl.model import EntryState, RunStatus
+from flowctl.runtime.engine import Engine, Outcome
 from flowctl.store import NewRun
 from flowctl.store.sqlite import SqliteStore as Store
 
@@ -478,7 +478,8 @@ def test_a_deadline_passing_during_a_live_handler_aborts_it_at_its_next_durable_
     assert error_of(store, rid) == {
         "type": "DeadlineExceededError",
         "kind": "deadline",
-        "message": "the run's deadline passed",
+        # one text per ending: the same as a claim past the deadline records
+        "message": "deadline 2026-03-29T01:00:00+00:00 passed",
     }
     assert CALLS == {"work": 1}
     assert calls(store, rid) == [(0, "step", "work", "done")]
@@ -542,7 +543,8 @@ def test_an_exhausted_budget_fails_the_attempt_as_a_timeout_and_retries(
     assert error_of(store, rid) == {
         "type": "ExecutionTimeoutError",
         "kind": "timeout",
-        "message": "execution budget of 10s used up",
+        # one text per ending: the same as a claim of a run whose dead worker spent it
+        "message": "attempt 1 used its execution budget of 10s",
         "attempt": 1,
     }
     timed_out = [e for e in store.timeline(rid) if e.type in ("timed out", "failed")]
@@ -670,7 +672,8 @@ def test_a_handler_that_returns_after_being_told_ends_cancelled(
     daemon.tick()
     run = store.get_run(rid)
     assert (run.status, run.result) == (RunStatus.CANCELLED, None)
-    assert error_of(store, rid)["message"] == "cancel requested by operator"
+    # no reason given: the one default text, as a cancel that ends a run at once records
+    assert error_of(store, rid)["message"] == "cancelled by operator"
 
 
 def test_a_handler_ignoring_a_cancel_runs_until_its_lease_lapses_and_its_late_write_is_refused(

@@ -18,10 +18,10 @@ from durable_flows import CALLS, HOOKS, calls, start
 from helpers import open_same
 
 from flowctl.clock import FakeClock
-from flowctl.daemon import DaemonStopping
-from flowctl.engine import Engine, Outcome
-from flowctl.live import LiveRun
+from flowctl.daemon.lifecycle import DaemonStopping
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
+from flowctl.runtime.engine import Engine, Outcome
+from flowctl.runtime.live import LiveRun
 from flowctl.store import Claim, Store
 
 T0 = datetime(2026, 3, 29, 0, 59, tzinfo=UTC)

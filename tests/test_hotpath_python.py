@@ -15,13 +15,13 @@ import pytest
 
 from flowctl import ops
 from flowctl.clock import FakeClock
-from flowctl.engine import Engine
 from flowctl.errors import InputError, SerializationError
 from flowctl.model import RunStatus
-from flowctl.output import capturing
+from flowctl.runtime.engine import Engine
+from flowctl.runtime.output import capturing
+from flowctl.runtime.targets import load_target
 from flowctl.store import dumps
 from flowctl.store.sqlite import SqliteStore
-from flowctl.workflow import load_target
 
 FLOWS = """\
 import enum

@@ -1,8 +1,10 @@
 """The import direction is a checked fact: each library is used by its own package only,
-the store depends on no execution code, and nothing imports a front end.
+the store depends on no execution code, nothing imports a front end, no import runs up a
+layer and no modules import each other in a circle.
 
-The same rules as ruff's banned-api lines in pyproject.toml, checked here at run time over
-the AST of every module (imports inside functions and under TYPE_CHECKING included).
+The library rules are ruff's banned-api lines in pyproject.toml, checked here at run time
+over the AST of every module; every check counts every import, at the top, inside
+functions and under TYPE_CHECKING: a lazy import hides nothing from it.
 """
 
 from __future__ import annotations
@@ -48,14 +50,9 @@ FRONT_ENDS: dict[str, tuple[str, ...]] = {
 BACKENDS = ("flowctl.store.sqlite", "flowctl.store.postgres")
 # The store holds SQL and nothing that runs workflows.
 EXECUTION = (
-    "flowctl.context",
-    "flowctl.engine",
+    "flowctl.runtime",
     "flowctl.workflow",
     "flowctl.daemon",
-    "flowctl.foreground",
-    "flowctl.workers",
-    "flowctl.notifier",
-    "flowctl.wheel",
     "flowctl.client",
     "flowctl.testing",
     "flowctl.cli",
@@ -76,6 +73,18 @@ def module_name(path: Path, root: Path = PACKAGE) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _from_base(node: ast.ImportFrom, importer: str, is_package: bool) -> str:
+    """The module a `from ... import` names, relative imports resolved against `importer`."""
+    base = node.module or ""
+    if node.level:
+        package = importer.split(".")
+        if not is_package:
+            package = package[:-1]
+        package = package[: len(package) - (node.level - 1)]
+        base = ".".join([*package, *([base] if base else [])])
+    return base
+
+
 def imported(source: str, importer: str, *, is_package: bool = False) -> list[tuple[int, str]]:
     """(line, module) for every import in `source`; `from m import n` yields m and m.n
     (n may be a submodule), relative imports are resolved against `importer`."""
@@ -84,13 +93,7 @@ def imported(source: str, importer: str, *, is_package: bool = False) -> list[tu
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                package = importer.split(".")
-                if not is_package:
-                    package = package[:-1]
-                package = package[: len(package) - (node.level - 1)]
-                base = ".".join([*package, *([base] if base else [])])
+            base = _from_base(node, importer, is_package)
             found.append((node.lineno, base))
             found += [(node.lineno, f"{base}.{a.name}") for a in node.names if a.name != "*"]
     return found
@@ -130,18 +133,18 @@ def test_every_module_keeps_to_its_layer() -> None:
 @pytest.mark.parametrize(
     ("importer", "source", "broken"),
     [
-        ("flowctl.engine", "import typer", "typer"),
+        ("flowctl.runtime.engine", "import typer", "typer"),
         ("flowctl.ops.runs", "from textual.widgets import Static", "textual"),
         ("flowctl.workflow", "def f():\n    import yaml", "yaml"),
         ("flowctl.daemon", "import sqlite3", "sqlite3"),
         ("flowctl.tui.views", "from sqlite_utils import Database", "sqlite_utils"),
         ("flowctl.client", "import psycopg", "psycopg"),
-        ("flowctl.engine", "from flowctl.store.sqlite import runs", "flowctl.store.sqlite"),
+        ("flowctl.runtime.engine", "from flowctl.store.sqlite import runs", "flowctl.store.sqlite"),
         ("flowctl.cli.start", "from flowctl.store import postgres", "flowctl.store.postgres"),
-        ("flowctl.store", "from flowctl.engine import Engine", "flowctl.engine"),
+        ("flowctl.store", "from flowctl.runtime.engine import Engine", "flowctl.runtime.engine"),
         ("flowctl.store.sqlite.leases", "from ... import schedule", "flowctl.schedule"),
         ("flowctl.daemon", "from flowctl import cli", "flowctl.cli"),
-        ("flowctl.engine", "from flowctl.tui.render import ago", "flowctl.tui.render"),
+        ("flowctl.runtime.engine", "from flowctl.tui.render import ago", "flowctl.tui.render"),
         ("flowctl.schedule.firing", "from flowctl import ops", "flowctl.ops"),
         ("flowctl.yamlflow.steps", "from ..ops import schedules", "flowctl.ops"),
     ],
@@ -167,6 +170,226 @@ def test_the_layer_check_allows_each_part_its_own() -> None:
     assert [p for imp, src in allowed for p in broken_rules(imp, imported(src, imp))] == []
 
 
+# ---------------------------------------------------------------- the import graph
+
+# The layers, lowest first (README's map): a module imports its own layer and those below,
+# never one above. A name covers itself and everything under it; "flowctl" is the package's
+# own __init__ (the public names), and only it. Every module must fall in one.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    (  # the leaves: stdlib only, and each other
+        "flowctl.errors",
+        "flowctl.status",
+        "flowctl.clock",
+        "flowctl.durations",
+        "flowctl.limits",
+        "flowctl.model",
+        "flowctl.ids",
+        "flowctl.retry",
+        "flowctl.notify",
+        "flowctl.config",
+        "flowctl.transitions",
+        "flowctl.inputs",
+        "flowctl.workflow",
+        "flowctl.starter",
+    ),
+    ("flowctl.store",),
+    ("flowctl.yamlflow", "flowctl.runtime"),  # execution: a run's handler, replayed
+    ("flowctl.schedule",),
+    ("flowctl.daemon",),
+    ("flowctl.ops", "flowctl.explain"),  # operator actions, for every front end
+    (
+        "flowctl.cli",
+        "flowctl.tui",
+        "flowctl.serve",
+        "flowctl.client",
+        "flowctl.testing",
+        "flowctl.__main__",
+        "flowctl",
+    ),
+)
+
+# Import circles the front ends' part of issue 35 removes (in another branch): exactly
+# those, and nothing else may be added here; emptied when that work merges.
+CIRCLES_BEING_REMOVED: frozenset[frozenset[str]] = frozenset(
+    {
+        frozenset({"flowctl.cli.common", "flowctl.cli.lazy"}),
+        frozenset({"flowctl.tui.app", "flowctl.tui.header"}),
+        frozenset({"flowctl.tui.render", "flowctl.tui.views"}),
+    }
+)
+
+
+def package_sources(root: Path = PACKAGE) -> dict[str, tuple[str, bool]]:
+    """Every module of the package: its name -> (its source, whether it is a package).
+    Not samples/: the example workflows `flowctl init --example` copies out are user code."""
+    return {
+        module_name(path, root): (path.read_text(), path.name == "__init__.py")
+        for path in sorted(root.rglob("*.py"))
+        if "samples" not in path.relative_to(root).parts
+    }
+
+
+def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """Which modules of `sources` each one imports, every import counted. `from m import n`
+    imports m.n when that is a module, else m (a package's own __init__, run first by any
+    import of its modules, is not counted as imported by them)."""
+    graph: dict[str, set[str]] = {}
+    for name, (source, is_package) in sources.items():
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = _from_base(node, name, is_package)
+                edges.update(
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in sources else base
+                    for a in node.names
+                )
+        graph[name] = {mod for mod in edges if mod in sources and mod != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The import circles: each set of modules that import each other (strongly connected
+    components of more than one module), found by Tarjan's algorithm."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[frozenset[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            members = stack[stack.index(node) :]
+            del stack[stack.index(node) :]
+            if len(members) > 1:
+                found.append(frozenset(members))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def layer_of(name: str) -> int | None:
+    """The rank in LAYERS of the most specific name covering `name` (None: no layer)."""
+    best: tuple[int, int] | None = None
+    for rank, names in enumerate(LAYERS):
+        for prefix in names:
+            covers = name == prefix or (prefix != "flowctl" and name.startswith(prefix + "."))
+            if covers and (best is None or len(prefix) > best[1]):
+                best = (rank, len(prefix))
+    return None if best is None else best[0]
+
+
+def uphill(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a module in a higher layer than the importer's, as "a -> b"."""
+    return [
+        f"{importer} -> {mod}"
+        for importer, mods in sorted(graph.items())
+        for mod in sorted(mods)
+        if (layer_of(mod) or 0) > (layer_of(importer) or 0)
+    ]
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    found = circles(import_graph(package_sources()))
+    assert [sorted(c) for c in found if c not in CIRCLES_BEING_REMOVED] == []
+    # the allow-list does not outlive the circles it names
+    assert sorted(map(sorted, CIRCLES_BEING_REMOVED - set(found))) == []
+
+
+def test_every_module_has_a_layer_and_no_import_runs_up_one() -> None:
+    graph = import_graph(package_sources())
+    assert "flowctl.daemon.loop" in graph["flowctl.daemon.worker"]  # the graph sees imports
+    assert [name for name in graph if layer_of(name) is None] == []
+    assert uphill(graph) == []
+
+
+PLANTED: dict[str, dict[str, str]] = {
+    "a function-local import": {
+        "flowctl.runtime.engine": "from flowctl.runtime.targets import Loader",
+        "flowctl.runtime.targets": "def load():\n    from flowctl.runtime import engine",
+    },
+    "a TYPE_CHECKING import": {
+        "flowctl.daemon.loop": "from flowctl.daemon.executor import Executor",
+        "flowctl.daemon.executor": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from flowctl.daemon.loop import Daemon"
+        ),
+    },
+    "a ring of three, one relative": {
+        "flowctl.workflow": "import flowctl.inputs",
+        "flowctl.inputs": "from flowctl import yamlflow",
+        "flowctl.yamlflow": "from .. import workflow",
+    },
+}
+
+
+@pytest.mark.parametrize("how", PLANTED)
+def test_the_circle_check_sees_a_planted_circle(how: str) -> None:
+    sources = {name: (text, name == "flowctl.yamlflow") for name, text in PLANTED[how].items()}
+    assert circles(import_graph(sources)) == [frozenset(sources)]
+
+
+def test_the_circle_check_sees_no_circle_where_imports_only_go_down() -> None:
+    sources = {
+        "flowctl": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import flowctl.client",
+            True,
+        ),
+        "flowctl.client": ("from flowctl import ops\nfrom flowctl.daemon import Daemon", False),
+        "flowctl.ops": ("from flowctl.store import Store", True),
+        "flowctl.daemon": ("from flowctl.daemon.loop import Daemon", True),
+        "flowctl.daemon.loop": ("from flowctl import store, workflow", False),
+        "flowctl.store": ("def f():\n    from flowctl.model import Run", True),
+        "flowctl.workflow": ("", False),
+        "flowctl.model": ("", False),
+    }
+    graph = import_graph(sources)
+    assert graph["flowctl.daemon.loop"] == {"flowctl.store", "flowctl.workflow"}
+    assert circles(graph) == [] and uphill(graph) == []
+
+
+@pytest.mark.parametrize(
+    ("importer", "source", "up"),
+    [
+        (
+            "flowctl.store.sqlite.runs",
+            "def f():\n    from flowctl.daemon import loop",
+            "flowctl.daemon.loop",
+        ),
+        (
+            "flowctl.config",
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from flowctl.daemon import retention",
+            "flowctl.daemon.retention",
+        ),
+        (
+            "flowctl.inputs",
+            "def f():\n    from flowctl.yamlflow import steps",
+            "flowctl.yamlflow.steps",
+        ),
+        (
+            "flowctl.runtime.engine",
+            "from flowctl.schedule import firing",
+            "flowctl.schedule.firing",
+        ),
+        ("flowctl.daemon.loop", "from ..ops import runs", "flowctl.ops.runs"),
+    ],
+)
+def test_the_layer_order_sees_an_import_up(importer: str, source: str, up: str) -> None:
+    sources = {importer: (source, False), up: ("", False)}
+    assert uphill(import_graph(sources)) == [f"{importer} -> {up}"]
+
+
 MAX_MODULE_LINES = 800
 
 
@@ -182,7 +405,7 @@ def test_every_module_is_under_800_lines() -> None:
 
 def test_core_does_not_load_front_ends() -> None:
     code = (
-        "import sys, flowctl.engine, flowctl.daemon, flowctl.ops, flowctl.ops.schedules, "
+        "import sys, flowctl.runtime.engine, flowctl.daemon, flowctl.ops, flowctl.ops.schedules, "
         "flowctl.client, flowctl.testing; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'textual') "
         "or m.split('.')[:2] in (['flowctl', 'cli'], ['flowctl', 'tui'])))"

@@ -15,9 +15,9 @@ import pytest
 from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.daemon.retention import prune
 from flowctl.errors import FlowctlError
 from flowctl.model import RunStatus
-from flowctl.retention import prune
 from flowctl.store import Store, open_store
 
 ROOT = Path(__file__).resolve().parent.parent

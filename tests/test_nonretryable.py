@@ -25,9 +25,9 @@ from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon
 from flowctl.errors import DurableCallError, UsageError, is_non_retryable
 from flowctl.model import EntryState, RunStatus
+from flowctl.runtime.targets import load_target
 from flowctl.store import Store
 from flowctl.testing import WorkflowEnvironment
-from flowctl.workflow import load_target
 from tests.conftest import ROOT
 
 TESTS_DIR = str(Path(__file__).resolve().parent)

@@ -16,9 +16,9 @@ from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.config import load_config
 from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.daemon.notifier import PASS_ROWS, Notifier
 from flowctl.errors import ConfigError, ValidationError
 from flowctl.model import RunStatus
-from flowctl.notifier import PASS_ROWS, Notifier
 from flowctl.notify import (
     ENDINGS,
     NotifyConfig,
@@ -29,8 +29,8 @@ from flowctl.notify import (
     wanted,
 )
 from flowctl.ops.metrics import render
+from flowctl.runtime.targets import load_target
 from flowctl.store import Store
-from flowctl.workflow import load_target
 from tests.helpers import query, wait_until
 from tests.notify_helpers import webhook_server
 

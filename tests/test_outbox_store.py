@@ -14,8 +14,8 @@ from helpers import open_same
 from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.daemon.notifier import Notifier
 from flowctl.model import RunStatus
-from flowctl.notifier import Notifier
 from flowctl.notify import NotifyConfig
 from flowctl.store import Store
 

@@ -6,7 +6,7 @@ tests/test_db_faults.py). A queued write takes no lock, so the write lock is fre
 handlers run; with take_turns, the round's transaction holds the lock file other daemons
 wait on.
 
-Greenlets on this thread stand in for the runner's handlers, as in flowctl.batch.
+Greenlets on this thread stand in for the runner's handlers, as in flowctl.daemon.batch.
 """
 
 from __future__ import annotations

@@ -24,10 +24,11 @@ from typer.testing import CliRunner
 from flowctl import cli, ops, transitions
 from flowctl.client import Client
 from flowctl.clock import FakeClock
-from flowctl.context import current
-from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
+from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.daemon.lifecycle import POLL_INTERVAL
 from flowctl.errors import InvalidStateError, UsageError
 from flowctl.model import RunStatus
+from flowctl.runtime.context import current
 from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.transitions import Action
 

@@ -15,8 +15,8 @@ import pytest
 from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.daemon.retention import prune
 from flowctl.model import RunStatus
-from flowctl.retention import prune
 from flowctl.store import Store
 from tests.helpers import db_of, execute, query
 from tests.inproc import run_main

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from flowctl.errors import InputError
-from flowctl.workflow import load_target
+from flowctl.runtime.targets import load_target
 
 FLOW = """{future}
 from flowctl import workflow

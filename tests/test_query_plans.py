@@ -29,8 +29,8 @@ import pytest
 from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.daemon.notifier import Notifier
 from flowctl.model import CallKind, EntryState, JournalEntry
-from flowctl.notifier import Notifier
 from flowctl.notify import NotifyConfig
 from flowctl.store.listing import SORT_BOUNDED
 from flowctl.store.sqlite import SqliteStore as Store

@@ -12,8 +12,8 @@ from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon
 from flowctl.model import RunStatus
+from flowctl.runtime.targets import load_target
 from flowctl.store import Store
-from flowctl.workflow import load_target
 
 FLOW = """
 from flowctl import workflow

@@ -18,9 +18,9 @@ from flowctl import workflow
 from flowctl.clock import FakeClock
 from flowctl.errors import UsageError, ValidationError
 from flowctl.model import SECRET_MASK, Run, RunStatus, mask_secrets
+from flowctl.runtime.targets import load_target
 from flowctl.store import open_store
 from flowctl.testing import WorkflowEnvironment
-from flowctl.workflow import load_target
 
 SECRET = "s3cr3t-value-42"
 DIGEST = hashlib.sha256(SECRET.encode()).hexdigest()[:12]

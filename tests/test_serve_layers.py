@@ -18,7 +18,8 @@ def loaded_after(imports: str) -> list[str]:
 def test_cli_startup_and_the_core_do_not_load_the_http_stack() -> None:
     assert loaded_after("from flowctl import cli") == []
     assert (
-        loaded_after("import flowctl.daemon, flowctl.ops, flowctl.client, flowctl.notifier") == []
+        loaded_after("import flowctl.daemon, flowctl.ops, flowctl.client, flowctl.daemon.notifier")
+        == []
     )
 
 

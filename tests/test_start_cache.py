@@ -14,8 +14,8 @@ import pytest
 from flowctl import Client
 from flowctl.errors import InputError
 
-# The module, not the decorator that `flowctl.workflow` also names.
-workflow = importlib.import_module("flowctl.workflow")
+# The module that loads targets (load_target, TargetCache).
+workflow = importlib.import_module("flowctl.runtime.targets")
 
 FLOWS = """\
 from flowctl import workflow

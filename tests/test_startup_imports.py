@@ -22,9 +22,9 @@ HEAVY = (
     "textual",
     "yaml",
     "cronsim",
-    "flowctl.engine",
+    "flowctl.runtime.engine",
     "flowctl.daemon",
-    "flowctl.context",
+    "flowctl.runtime.context",
     "flowctl.workflow",
     "flowctl.yamlflow",
     "flowctl.schedule",
@@ -105,7 +105,7 @@ def test_ls_loads_the_store_but_not_the_engine_or_pydantic(tmp_path: object) -> 
         "textual",
         "yaml",
         "cronsim",
-        "flowctl.engine",
+        "flowctl.runtime.engine",
         "flowctl.daemon",
         "flowctl.workflow",  # the run list needs no workflow loader (flowctl/ops/listing.py)
         "logging",
@@ -282,9 +282,9 @@ def test_ls_leaves_the_writes_and_every_heavy_module_unloaded(tmp_path: Path) ->
     loaded = set(json.loads(out.strip().splitlines()[-1]))
     assert "flowctl.store.listing" in loaded  # the probe really read the database
     never = (
-        "flowctl.engine",
+        "flowctl.runtime.engine",
         "flowctl.daemon",
-        "flowctl.context",
+        "flowctl.runtime.context",
         "flowctl.workflow",
         "flowctl.transitions",
         "flowctl.retry",

@@ -8,21 +8,33 @@ from typing import Any
 
 import pytest
 
-from flowctl.errors import InvalidStateError
+from flowctl.errors import (
+    Cancelled,
+    DeadlineExceededError,
+    DurableCallError,
+    ExecutionTimeoutError,
+    InvalidStateError,
+    NonDeterminismError,
+    NonRetryableError,
+    mark_non_retryable,
+)
 from flowctl.model import Run, RunStatus
 from flowctl.transitions import (
     GUARDS,
     Action,
     ClaimAction,
     ClaimVerdict,
+    Ending,
     ErrorKind,
     NextAttempt,
     claim_verdict,
+    ending,
     error_kind,
     guard,
     next_attempt,
     parked_run_at,
     refusal,
+    stop_kind,
 )
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -223,3 +235,119 @@ def test_a_parking_run_awaits_a_signal_or_a_child_only_when_it_parks_waiting_on_
     step = JournalEntry("p", 5, CallKind.STEP, "s", EntryState.PENDING, {"tries": 1})
     for status, entry in ((waiting, step), (waiting, None), (RunStatus.QUEUED, child)):
         assert (awaited_child(status, entry), awaited_signal(status, entry)) == (None, None)
+
+
+# ---------------------------------------------------------------- how a run ends
+
+
+@pytest.mark.parametrize(
+    ("stop", "kind"),
+    [
+        (Cancelled("cancel requested by operator"), ErrorKind.CANCELLED),
+        (DeadlineExceededError("the run's deadline passed"), ErrorKind.DEADLINE),
+        (ExecutionTimeoutError("execution budget of 10s used up"), ErrorKind.TIMEOUT),
+        (NonDeterminismError("call #2 was step 'a', now step 'b'"), ErrorKind.NONDETERMINISM),
+        (NonRetryableError("bad card"), ErrorKind.NON_RETRYABLE),
+        (DurableCallError("ctx.sleep inside a step"), ErrorKind.NON_RETRYABLE),
+        (mark_non_retryable(ValueError("bad duration")), ErrorKind.NON_RETRYABLE),
+        (ValueError("boom"), ErrorKind.RAISED),
+        (KeyboardInterrupt(), ErrorKind.RAISED),
+    ],
+)
+def test_how_a_handler_stopped_is_one_kind_of_ending(stop: BaseException, kind: ErrorKind) -> None:
+    assert stop_kind(stop) is kind
+
+
+def test_a_deadline_ends_the_run_dead_with_one_message_however_it_is_found() -> None:
+    run = a_run(status=RunStatus.RUNNING, deadline=T0 + timedelta(seconds=5))
+    want = Ending(
+        RunStatus.DEAD,
+        {
+            "type": "DeadlineExceededError",
+            "kind": "deadline",
+            "message": "deadline 2026-03-01T12:00:05+00:00 passed",
+        },
+    )
+    assert ending(ErrorKind.DEADLINE, run) == want
+    # what the exception said, or whatever it carried, never changes the recorded text
+    assert ending(ErrorKind.DEADLINE, run, raised={"message": "x", "type": "Y"}) == want
+    # a claim past the deadline records the same ending
+    verdict = claim_verdict(dataclasses.replace(run, status=RunStatus.QUEUED), T0 + timedelta(1))
+    assert (verdict.action, verdict.status, verdict.error) == (
+        ClaimAction.END,
+        want.status,
+        want.error,
+    )
+
+
+def test_an_execution_timeout_fails_only_the_attempt_with_one_message() -> None:
+    run = a_run(status=RunStatus.RUNNING, attempt=2, timeout=10.0, exec_spent=12.0)
+    end = ending(ErrorKind.TIMEOUT, run)
+    assert end == Ending(
+        None,  # a failed attempt: next_attempt retries it or dead-letters it
+        {
+            "type": "ExecutionTimeoutError",
+            "kind": "timeout",
+            "message": "attempt 2 used its execution budget of 10s",
+        },
+    )
+    verdict = claim_verdict(run, T0 + timedelta(seconds=30))  # its worker died meanwhile
+    assert (verdict.action, verdict.error) == (ClaimAction.FAIL, end.error)
+
+
+def test_a_cancel_ends_the_run_cancelled_with_the_operators_reason_or_one_default() -> None:
+    given = a_run(status=RunStatus.RUNNING, cancel_requested=True, cancel_reason="dup order")
+    assert ending(ErrorKind.CANCELLED, given) == Ending(
+        RunStatus.CANCELLED, {"type": "Cancelled", "kind": "cancelled", "message": "dup order"}
+    )
+    silent = dataclasses.replace(given, cancel_reason=None)
+    assert ending(ErrorKind.CANCELLED, silent).message == "cancelled by operator"
+    verdict = claim_verdict(silent, T0 + timedelta(seconds=30))
+    assert (verdict.status, verdict.error) == (
+        RunStatus.CANCELLED,
+        ending(ErrorKind.CANCELLED, silent).error,
+    )
+
+
+def test_poison_ends_the_run_dead_naming_the_crashes_charged() -> None:
+    run = a_run(status=RunStatus.RUNNING, suspect=True, solo=True, crashes=4)
+    end = ending(ErrorKind.POISON, run, crashes=5)
+    assert end == Ending(
+        RunStatus.DEAD,
+        {
+            "type": "PoisonRunError",
+            "kind": "poison",
+            "message": "its worker died 5 times while running it alone, without a new"
+            " checkpoint: it is killing its worker",
+        },
+    )
+    verdict = claim_verdict(run, T0 + timedelta(seconds=30), alone=True)
+    assert (verdict.action, verdict.status, verdict.error) == (
+        ClaimAction.END,
+        end.status,
+        end.error,
+    )
+
+
+def test_a_non_retryable_error_ends_the_run_dead_keeping_what_was_raised() -> None:
+    raised = {"type": "NonRetryableError", "message": "bad card", "traceback": "..."}
+    assert ending(ErrorKind.NON_RETRYABLE, a_run(attempt=2), raised=raised) == Ending(
+        RunStatus.DEAD,
+        {
+            **raised,
+            "kind": "non_retryable",
+            "attempt": 2,
+            "non_retryable": True,
+            "dead_reason": "not retried: no retry can fix this error",
+        },
+    )
+    nondeterminism = {"type": "NonDeterminismError", "message": "call #2 ..."}
+    assert ending(ErrorKind.NONDETERMINISM, a_run(), raised=nondeterminism) == Ending(
+        RunStatus.DEAD, {**nondeterminism, "kind": "nondeterminism"}
+    )
+
+
+@pytest.mark.parametrize("kind", [ErrorKind.RAISED, ErrorKind.LOAD])
+def test_a_raise_or_a_workflow_that_did_not_load_fails_only_the_attempt(kind: ErrorKind) -> None:
+    raised = {"type": "ValueError", "message": "boom"}
+    assert ending(kind, a_run(), raised=raised) == Ending(None, {**raised, "kind": kind})

@@ -18,7 +18,7 @@ import pytest
 from durable_flows import CALLS, KNOBS, calls
 
 from flowctl.clock import FakeClock
-from flowctl.foreground import drive_run
+from flowctl.daemon.foreground import drive_run
 from flowctl.model import RunStatus
 from flowctl.store import SCHEMA_VERSION
 from flowctl.store.sqlite import SqliteStore as Store

@@ -14,9 +14,9 @@ from helpers import logged_daemon, wait_until
 
 from flowctl import ops
 from flowctl.clock import SystemClock
+from flowctl.daemon.processes import MAX_PAUSE, replacement_pause
 from flowctl.model import RunStatus
 from flowctl.store import open_store
-from flowctl.workers.engines import MAX_PAUSE, replacement_pause
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from flowctl import cli, ops
 from flowctl.errors import TargetError, ValidationError
-from flowctl.workflow import discover, load_target
+from flowctl.runtime.targets import discover, load_target
 from flowctl.yamlflow import ALIAS_BUDGET, MAX_YAML_BYTES, load_yaml, load_yaml_file
 
 STEPS = "steps:\n  - run: [echo, hi]\n"
@@ -263,12 +263,12 @@ def test_workflows_command_lists_without_importing(tmp_path: Path, monkeypatch: 
 def test_a_folder_or_file_writable_by_others_is_warned_about_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sys.modules["flowctl.workflow"], "_warned", set())
+    monkeypatch.setattr(sys.modules["flowctl.runtime.targets"], "_warned", set())
     folder = tmp_path / "wf"
     folder.mkdir()
     (folder / "ping.yaml").write_text("name: ping\n" + STEPS)
     (folder / "open.yaml").write_text("name: open\n" + STEPS)
-    caplog.set_level(logging.WARNING, logger="flowctl.workflow")
+    caplog.set_level(logging.WARNING, logger="flowctl.runtime.targets")
     discover(folder)
     assert caplog.records == []
     folder.chmod(folder.stat().st_mode | stat.S_IWOTH)

@@ -221,7 +221,7 @@ def daemon(
     import logging  # here, not at start-up: only the daemon configures logging
 
     from flowctl.daemon import Daemon
-    from flowctl.notifier import Notifier
+    from flowctl.daemon.notifier import Notifier
 
     st = _state(ctx)
     if action is not None and action != "stop":
@@ -366,7 +366,7 @@ def _open_when_room(st: State) -> Store:
     later is, so a supervisor does not restart the daemon in a loop."""
     import logging
 
-    from flowctl.daemon import FULL_RETRY
+    from flowctl.daemon.watches import FULL_RETRY
     from flowctl.errors import DiskFullError
 
     said = False
@@ -450,7 +450,7 @@ def validate(
     from flowctl.errors import ValidationError
     from flowctl.ops.maintenance import check_children
     from flowctl.ops.schedules import yaml_schedules
-    from flowctl.workflow import load_target
+    from flowctl.runtime.targets import load_target
 
     problems: list[str] = []
     for path in files:

@@ -264,7 +264,7 @@ def _daemon_config(st: State, **overrides: Any) -> Any:
         "grace": parse_duration(cfg.get("grace")).total_seconds(),
     }
     if "retention" in cfg.values:
-        from flowctl.retention import parse_retention
+        from flowctl.config import parse_retention
 
         values["retention"] = parse_retention(cfg.get("retention"))
     values.update({k: v for k, v in overrides.items() if v is not None})

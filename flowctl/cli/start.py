@@ -33,7 +33,7 @@ from flowctl.limits import MAX_COUNT, one_line, terminal_safe
 from flowctl.model import EntryState, Run, RunStatus, iso
 
 if TYPE_CHECKING:
-    from flowctl.output import CommandListener, StepOutput
+    from flowctl.runtime.output import CommandListener, StepOutput
     from flowctl.store import OutputChunk
 
 # ---------------------------------------------------------------------------
@@ -254,11 +254,11 @@ def _drive(
 ) -> Run:
     """Run it here as a worker; print each step as it is journaled (`known`: call indices
     already journaled before, e.g. copied by a fork, not printed)."""
-    from flowctl.engine import Outcome
+    from flowctl.daemon.foreground import drive_run
     from flowctl.explain import error_line
-    from flowctl.foreground import drive_run
     from flowctl.model import JournalEntry
-    from flowctl.output import command_output_to
+    from flowctl.runtime.engine import Outcome
+    from flowctl.runtime.output import command_output_to
     from flowctl.store.records import Claim
 
     def on_checkpoint(entry: JournalEntry) -> None:
@@ -440,7 +440,7 @@ def _echo_commands(run_id: str) -> CommandListener:
     """Print a command step's output of this run as it comes (stdout to stdout, stderr to
     stderr), not copied into the step's stored output a second time. A closed pipe only
     stops the echo: it never fails the step."""
-    from flowctl.output import uncaptured
+    from flowctl.runtime.output import uncaptured
 
     broken: list[bool] = []
 

@@ -7,12 +7,12 @@ from datetime import timedelta
 from pathlib import Path
 
 from flowctl.clock import Clock
+from flowctl.daemon.retention import prune as prune_batches
+from flowctl.daemon.retention import prune_statuses
 from flowctl.durations import parse_duration
 from flowctl.errors import FlowctlError, TargetError, UsageError
 from flowctl.model import JournalEntry, Run, RunStatus
-from flowctl.replay_check import Finding
-from flowctl.retention import prune as prune_batches
-from flowctl.retention import prune_statuses
+from flowctl.runtime.replay_check import Finding
 from flowctl.store import OutputChunk, PrunedRun, Store
 
 UNFINISHED = (
@@ -86,8 +86,8 @@ def check(
     """Replay every unfinished run (of `targets`: workflow names or targets) against the
     code on disk, imported afresh; nothing is run or written. A target that names no run
     and no workflow is refused (a typo must not pass a pre-deploy gate)."""
-    from flowctl.replay_check import check_runs
-    from flowctl.workflow import WorkflowDef, fresh_imports, load_target
+    from flowctl.runtime.replay_check import check_runs
+    from flowctl.runtime.targets import WorkflowDef, fresh_imports, load_target
 
     runs = store.list_runs(statuses=list(UNFINISHED), limit=2**62, order="run_at")
     if targets:
@@ -158,8 +158,7 @@ def check_children(path: Path) -> list[str]:
     run loads its pinned YAML: a child removed later must not break a run whose child
     already ran. Loading a Python child imports it, as running the parent would."""
     from flowctl import yamlflow
-    from flowctl.workflow import load_target
-    from flowctl.yamlflow.steps import child_target
+    from flowctl.runtime.targets import child_target, load_target
 
     wf = yamlflow.load_yaml(yamlflow.read_yaml_text(path), str(path))
     folder = path.resolve().parent

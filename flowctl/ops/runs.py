@@ -32,8 +32,8 @@ from flowctl.model import (
     local_text,
 )
 from flowctl.ops.parse import check_workflow_filter
+from flowctl.runtime.targets import TargetCache, WorkflowDef, WorkflowEntry, discover, load_target
 from flowctl.store import DaemonInfo, Store
-from flowctl.workflow import TargetCache, WorkflowDef, WorkflowEntry, discover, load_target
 
 # ---------------------------------------------------------------------------
 # Starting runs

@@ -26,6 +26,7 @@ from flowctl.errors import (
     ValidationError,
 )
 from flowctl.model import Run, iso
+from flowctl.runtime.targets import YAML_SUFFIXES, WorkflowDef, load_target
 from flowctl.schedule.calendar import (
     Fire,
     ScheduleSpec,
@@ -37,7 +38,6 @@ from flowctl.schedule.calendar import (
 )
 from flowctl.schedule.firing import Scheduler
 from flowctl.store import FireOutcome, NewSchedule, ScheduleEvent, ScheduleRow, Store
-from flowctl.workflow import YAML_SUFFIXES, WorkflowDef, load_target
 
 SCHEDULE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # Keys of a YAML `schedule:` entry; a flowctl.toml `[schedules.NAME]` table takes `target`

@@ -21,9 +21,9 @@ from flowctl.clock import Clock
 from flowctl.durations import format_duration
 from flowctl.errors import FlowctlError
 from flowctl.model import iso
-from flowctl.schedule.calendar import ScheduleSpec, due_fires, jitter_offset
+from flowctl.runtime.targets import WorkflowDef, load_target
+from flowctl.schedule.calendar import DueFires, ScheduleSpec, due_fires, jitter_offset
 from flowctl.store import FireOutcome, FirePlan, NewRun, ScheduleRow, Store
-from flowctl.workflow import WorkflowDef, load_target
 
 log = logging.getLogger(__name__)
 
@@ -77,16 +77,30 @@ def scheduled_run(
 
 
 class Scheduler:
-    """Fires due schedules. `tick(now)` is all the daemon calls; it returns when to call again."""
+    """Fires due schedules. `tick(now)` fires what is due and says when to call again; the
+    daemon keeps that answer in `next_at` (`reread`, `fire_due_at`) and waits for it."""
 
     def __init__(self, store: Store, clock: Clock) -> None:
         self.store = store
         self.clock = clock
         self.fired = 0  # runs created, for logs and tests
+        self.next_at: datetime | None = None  # the soonest fire not yet handled, as last read
 
     def next_fire(self) -> datetime | None:
         """The soonest unhandled fire of any active schedule (a read of one index)."""
         return self.store.next_schedule_fire()
+
+    def reread(self) -> None:
+        """Another process may have changed the schedules (`schedule add/pause/resume`)."""
+        self.next_at = self.next_fire()
+
+    def fire_due_at(self, now: datetime) -> bool:
+        """Fire what is due at `now` if `next_at` says anything is; True if it did (the runs
+        it created are new, and due)."""
+        if self.next_at is None or self.next_at > now:
+            return False
+        self.next_at = self.tick(now)
+        return True
 
     def tick(self, now: datetime | None = None) -> datetime | None:
         """Fire everything due at `now`; return the soonest next fire time (None: no schedule).
@@ -136,41 +150,8 @@ class Scheduler:
                 now=now,
             )
         due = due_fires(spec, row.last_fire_at, row.active_from, now)
-        handled = [*due.enqueue, *due.skipped]
-        last = max((f.at for f in handled), default=row.last_fire_at)
-        plans: list[FirePlan] = []
-        if due.older_skipped:
-            oldest = min(f.at for f in due.skipped) if due.skipped else now
-            plans.append(
-                FirePlan(
-                    None,
-                    "skipped-missed",
-                    detail=f"older missed fires before {iso(oldest)} were skipped too"
-                    f" (at most {spec.max_missed} are listed)",
-                )
-            )
-        for fire in due.skipped:
-            plans.append(
-                FirePlan(fire.at, "skipped-missed", detail=f"missed (missed={spec.missed})")
-            )
-        if due.enqueue:
-            try:
-                loaded = load_schedule_workflow(row)
-            except FlowctlError as e:
-                log.warning("schedule %s: %s", row.name, e)
-                plans.extend(FirePlan(f.at, "error", detail=str(e)) for f in due.enqueue)
-            else:
-                for fire in due.enqueue:
-                    run_at = fire.at + jitter_offset(spec, row.name, fire.at)
-                    new = scheduled_run(
-                        loaded, row.name, fire.at, run_at, fire_key(row.name, fire.at)
-                    )
-                    detail = fire.note
-                    if now - fire.at > _LATE:
-                        late = f"caught up {format_duration(now - fire.at)} late (missed={spec.missed})"
-                        detail = f"{detail}; {late}" if detail else late
-                    plans.append(FirePlan(fire.at, "fired", run=new, detail=detail))
-        plans.sort(key=lambda p: p.fire_at or datetime.min.replace(tzinfo=UTC))
+        last = max((f.at for f in [*due.enqueue, *due.skipped]), default=row.last_fire_at)
+        plans = _plans(row, spec, due, now)
         outcomes = self.store.fire_schedule(
             row.name,
             row.revision,
@@ -200,3 +181,39 @@ class Scheduler:
         new = scheduled_run(loaded, name, now, now, manual_key(name, now))
         plan = FirePlan(now, "manual", run=new)
         return self.store.trigger_schedule(name, plan, overlap=spec.overlap, now=now)
+
+
+def _plans(row: ScheduleRow, spec: ScheduleSpec, due: DueFires, now: datetime) -> list[FirePlan]:
+    """What to write for a schedule's due fires, in fire order: the missed ones skipped
+    (and a note for older ones not listed), a run for each fire to enqueue (an error for
+    each, if its workflow does not load)."""
+    plans: list[FirePlan] = []
+    if due.older_skipped:
+        oldest = min(f.at for f in due.skipped) if due.skipped else now
+        plans.append(
+            FirePlan(
+                None,
+                "skipped-missed",
+                detail=f"older missed fires before {iso(oldest)} were skipped too"
+                f" (at most {spec.max_missed} are listed)",
+            )
+        )
+    for fire in due.skipped:
+        plans.append(FirePlan(fire.at, "skipped-missed", detail=f"missed (missed={spec.missed})"))
+    if due.enqueue:
+        try:
+            loaded = load_schedule_workflow(row)
+        except FlowctlError as e:
+            log.warning("schedule %s: %s", row.name, e)
+            plans.extend(FirePlan(f.at, "error", detail=str(e)) for f in due.enqueue)
+        else:
+            for fire in due.enqueue:
+                run_at = fire.at + jitter_offset(spec, row.name, fire.at)
+                new = scheduled_run(loaded, row.name, fire.at, run_at, fire_key(row.name, fire.at))
+                detail = fire.note
+                if now - fire.at > _LATE:
+                    late = f"caught up {format_duration(now - fire.at)} late (missed={spec.missed})"
+                    detail = f"{detail}; {late}" if detail else late
+                plans.append(FirePlan(fire.at, "fired", run=new, detail=detail))
+    plans.sort(key=lambda p: p.fire_at or datetime.min.replace(tzinfo=UTC))
+    return plans

@@ -26,10 +26,10 @@ from flowctl.clock import Clock
 from flowctl.durations import parse_duration
 from flowctl.errors import FlowctlError, UnknownWorkflowError, UsageError
 from flowctl.limits import MAX_COUNT, MAX_KEY, SHOW_STEPS, check_utf8, loads_json, one_line
+from flowctl.runtime.targets import YAML_SUFFIXES
 from flowctl.serve.auth import token_matches
 from flowctl.serve.errors import MAX_BODY, HttpError, status_for
 from flowctl.store import Store
-from flowctl.workflow import YAML_SUFFIXES
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from flowctl.errors import TargetError, ValidationError
+from flowctl.inputs import convert_value
 from flowctl.yamlflow.expressions import (
     DEEP_ATTRS,
     STEP_ATTRS,
@@ -52,12 +53,12 @@ from flowctl.yamlflow.schema import (
 )
 from flowctl.yamlflow.steps import (
     Defaults,
+    FindWorkflow,
     InputSpec,
     Step,
     StepContext,
     YamlWorkflow,
     convert_inputs,
-    convert_value,
     load_callable,
     parse_sleep_until,
 )
@@ -298,8 +299,13 @@ def _convert(node: yaml.Node, loader: yaml.SafeLoader, problems: Problems, depth
     return Node(mapping, None, line, col)
 
 
-def load_yaml(text: str, path: str) -> YamlWorkflow:
-    """Parse and validate a YAML workflow; every mistake is reported at once, with its place."""
+def load_yaml(text: str, path: str, *, find_workflow: FindWorkflow | None = None) -> YamlWorkflow:
+    """Parse and validate a YAML workflow; every mistake is reported at once, with its place.
+
+    `find_workflow` finds the workflow a `workflow:` step names by name in the file's
+    folder: the loader of runnable workflows hands its own (flowctl.runtime.targets);
+    without it a bare name is taken as written.
+    """
     problems = Problems(path)
     if len(text) > MAX_YAML_BYTES:
         problems.add(1, 1, "yaml", f"the file is longer than {MAX_YAML_BYTES // 1024} KiB")
@@ -314,6 +320,7 @@ def load_yaml(text: str, path: str) -> YamlWorkflow:
     workflow = build_workflow(root, problems, path, text)
     if problems.items:
         raise ValidationError(problems.lines())
+    workflow.find_workflow = find_workflow
     return workflow
 
 

@@ -29,8 +29,8 @@ from flowctl.errors import (
     FlowctlError,
     mark_non_retryable,
 )
-from flowctl.output import StepOutput
-from flowctl.output import current as current_output
+from flowctl.runtime.output import StepOutput
+from flowctl.runtime.output import current as current_output
 
 POLL_SECONDS = 0.05  # how often stop requests and timeouts are checked
 DEFAULT_CAP = 1 << 20  # bytes kept per stream
@@ -157,8 +157,49 @@ def run_command(
     if cwd is not None and not os.path.isdir(cwd):
         raise FlowctlError(f"working directory {cwd!r} does not exist or is not a folder")
     started = time.monotonic()
+    proc = _start(argv, cmd, env, cwd)
+    sink = current_output()
+    out, err = _Tail(cap, sink, "stdout"), _Tail(cap, sink, "stderr")
+    stop_exc: BaseException | None = None
+    with _running_lock:
+        _running.add(proc.pid)
     try:
-        proc = subprocess.Popen(
+        stop_exc = _supervise(proc, out, err, timeout, should_stop, grace, started)
+    finally:
+        try:
+            _finish(proc)
+        finally:
+            with _running_lock:
+                _running.discard(proc.pid)
+    duration = time.monotonic() - started
+    if stop_exc is not None:
+        raise stop_exc
+    result = CommandResult(
+        argv=argv,
+        exit_code=_exit_code(proc.returncode),
+        stdout=out.text(),
+        stderr=err.text(),
+        duration=duration,
+        stdout_bytes=out.total,
+        stderr_bytes=err.total,
+        stdout_truncated=out.truncated,
+        stderr_truncated=err.truncated,
+    )
+    if result.exit_code != 0:
+        failure = CommandFailedError(result.exit_code, stderr_tail=err.text(ERROR_TAIL), argv=cmd)
+        failure.result = result  # type: ignore[attr-defined]
+        raise failure
+    return result
+
+
+def _start(
+    argv: list[str], cmd: list[str] | str, env: dict[str, str], cwd: str | None
+) -> subprocess.Popen[bytes]:
+    """The command, started in a session (a process group) of its own that dies with this
+    process; what the OS refuses to start is a one-line error (not found: 127, not
+    executable: 126; a NUL byte or an E2BIG environment no retry can fix)."""
+    try:
+        return subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -190,40 +231,6 @@ def run_command(
                 " its path"
             )
         ) from exc
-
-    sink = current_output()
-    out, err = _Tail(cap, sink, "stdout"), _Tail(cap, sink, "stderr")
-    stop_exc: BaseException | None = None
-    with _running_lock:
-        _running.add(proc.pid)
-    try:
-        stop_exc = _supervise(proc, out, err, timeout, should_stop, grace, started)
-    finally:
-        try:
-            _finish(proc)
-        finally:
-            with _running_lock:
-                _running.discard(proc.pid)
-    duration = time.monotonic() - started
-
-    if stop_exc is not None:
-        raise stop_exc
-    result = CommandResult(
-        argv=argv,
-        exit_code=_exit_code(proc.returncode),
-        stdout=out.text(),
-        stderr=err.text(),
-        duration=duration,
-        stdout_bytes=out.total,
-        stderr_bytes=err.total,
-        stdout_truncated=out.truncated,
-        stderr_truncated=err.truncated,
-    )
-    if result.exit_code != 0:
-        failure = CommandFailedError(result.exit_code, stderr_tail=err.text(ERROR_TAIL), argv=cmd)
-        failure.result = result  # type: ignore[attr-defined]
-        raise failure
-    return result
 
 
 def _supervise(

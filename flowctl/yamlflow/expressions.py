@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowctl.errors import NonRetryableError
+from flowctl.inputs import json_type
 
 # What `${{ steps.ID.<attr> }}` may name, per step kind, and which attrs allow deeper paths.
 STEP_ATTRS: dict[str, tuple[str, ...]] = {
@@ -481,23 +482,4 @@ def describe(value: Any) -> str:
         return "a list"
     if isinstance(value, dict):
         return "a mapping"
-    return type(value).__name__
-
-
-def json_type(value: Any) -> str:
-    """The JSON-ish type name of a value (null, bool, int, float, str, list, dict)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str):
-        return "str"
-    if isinstance(value, list):
-        return "list"
-    if isinstance(value, dict):
-        return "dict"
     return type(value).__name__

@@ -19,6 +19,7 @@ from typing import Any
 
 from flowctl.durations import parse_duration
 from flowctl.errors import DurationError, InputError, UsageError
+from flowctl.inputs import convert_value
 from flowctl.retry import RetryPolicy
 from flowctl.yamlflow.expressions import (
     Condition,
@@ -40,7 +41,6 @@ from flowctl.yamlflow.steps import (
     InputSpec,
     Step,
     YamlWorkflow,
-    convert_value,
     merged_retry,
     parse_sleep_until,
 )

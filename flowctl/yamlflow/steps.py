@@ -12,7 +12,6 @@ import copy
 import importlib
 import json
 import os
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from flowctl.errors import (
     UsageError,
     mark_non_retryable,
 )
-from flowctl.model import SECRET_MASK
+from flowctl.inputs import convert_value
 from flowctl.retry import NO_RETRY, RetryPolicy, StepOptions, blocking, with_options
 from flowctl.yamlflow.commands import run_command
 from flowctl.yamlflow.expressions import (
@@ -39,13 +38,14 @@ from flowctl.yamlflow.expressions import (
     describe,
     did_you_mean,
     env_name,
-    json_type,
     step_record,
     to_text,
 )
 
-_TRUE_INPUT = frozenset({"true", "1", "yes", "y", "on"})
-_FALSE_INPUT = frozenset({"false", "0", "no", "n", "off"})
+FindWorkflow = Callable[[str, str], str | None]
+"""The target of the workflow of a name in a folder, if there is one: handed to a YAML
+workflow by whoever loads it (flowctl.runtime.targets.find_workflow), since finding
+workflows is not this package's job."""
 
 
 class StepContext(Protocol):
@@ -129,6 +129,8 @@ class YamlWorkflow:
     schedule_places: list[dict[str, tuple[int, int]]] = field(default_factory=list)
     max_attempts: int | None = None
     notify: dict[str, Any] | None = None  # `notify:`, checked; pinned by each run
+    # Finds the workflow a `workflow:` step names (handed in by load_yaml's caller).
+    find_workflow: FindWorkflow | None = field(default=None, repr=False, compare=False)
 
     def handler(self, ctx: StepContext, /, **input: Any) -> dict[str, Any]:
         """Run the steps in order; each executed step is one durable call."""
@@ -185,72 +187,6 @@ def convert_inputs(wf: YamlWorkflow, raw: dict[str, Any] | None) -> dict[str, An
                 f"pass -i {name}=VALUE"
             )
     return result
-
-
-def convert_value(name: str, kind: str, value: Any, *, secret: bool = False) -> Any:
-    """Strings are converted to the declared type; other values must already have it.
-    A secret value is never quoted in the error: it reaches logs and schedule history."""
-    given = f"got {SECRET_MASK if secret else repr(value)} ({json_type(value)})"
-    wrong = InputError(f"input {name!r} must be {_TYPE_WORDS[kind]}, {given}")
-    if kind == "str":
-        if isinstance(value, str):
-            return value
-        raise wrong
-    if kind == "int":
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str) and re.fullmatch(r"\s*[-+]?[0-9]+\s*", value):
-            try:
-                return int(value)
-            except ValueError:  # more digits than Python converts (4,300)
-                raise InputError(
-                    f"input {name!r} has {len(value.strip()):,} digits; a whole number has at"
-                    " most 4,300"
-                ) from None
-        raise wrong
-    if kind == "float":
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            try:
-                return float(value)
-            except OverflowError:
-                raise InputError(f"input {name!r} is too large for a number (float)") from None
-        if isinstance(value, str) and "_" not in value:
-            try:
-                number = float(value)
-            except ValueError:
-                raise wrong from None
-            if number == number and abs(number) != float("inf"):
-                return number
-        raise wrong
-    if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str):
-            word = value.strip().lower()
-            if word in _TRUE_INPUT:
-                return True
-            if word in _FALSE_INPUT:
-                return False
-        raise wrong
-    wanted: type = list if kind == "list" else dict
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise wrong from None
-    if isinstance(value, wanted):
-        return value
-    raise wrong
-
-
-_TYPE_WORDS = {
-    "str": "a string (str)",
-    "int": "a whole number (int)",
-    "float": "a number (float)",
-    "bool": "true or false (bool: true/false, yes/no, 1/0)",
-    "list": "a JSON list (list)",
-    "dict": "a JSON object (dict)",
-}
 
 
 # ---------------------------------------------------------------------------------------
@@ -438,7 +374,7 @@ class _Runner:
         return step_record(self.ctx.step(step.id, with_options(blocking(call), options)))
 
     def child_target(self, target: str) -> str:
-        return child_target(target, self.ctx.cwd)
+        return child_target(target, self.ctx.cwd, self.wf.find_workflow)
 
 
 # Linux passes no environment string ("NAME=value") longer than this (MAX_ARG_STRLEN).
@@ -457,20 +393,19 @@ def env_value(key: str, text: str) -> str | None:
     return text
 
 
-def child_target(target: str, folder: str | None) -> str:
+def child_target(target: str, folder: str | None, find: FindWorkflow | None = None) -> str:
     """What a `workflow:` step's target names, as its run starts it: a file relative to the
-    folder holding the workflow file; a bare name, the workflow of that name in that folder
-    (as `flowctl run NAME` finds it in the workflows folder); anything else as given."""
+    folder holding the workflow file; a bare name, the workflow `find` gives for that name
+    in that folder (as `flowctl run NAME` finds it in the workflows folder); anything else,
+    or a name nothing finds, as given."""
     file_part = target.split(":", 1)[0] if ".py:" in target else target
     is_file = file_part.endswith((".yaml", ".yml", ".py"))
     if is_file and not os.path.isabs(file_part) and folder:
         return os.path.join(folder, target)
-    if not is_file and ":" not in target and folder:
-        from flowctl.workflow import discover
-
-        entry = discover(folder).get(target)
-        if entry is not None:
-            return entry.target
+    if not is_file and ":" not in target and folder and find is not None:
+        found = find(target, folder)
+        if found is not None:
+            return found
     return target
 
 

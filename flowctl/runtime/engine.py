@@ -13,22 +13,12 @@ from datetime import datetime
 from typing import Any
 
 from flowctl.clock import Clock
-from flowctl.context import ChildLauncher, Context, LeaseLost, LiveRun, Suspend, error_dict
-from flowctl.errors import (
-    Cancelled,
-    DeadlineExceededError,
-    ExecutionTimeoutError,
-    FlowctlError,
-    InputError,
-    Interrupt,
-    NonDeterminismError,
-    SerializationError,
-    is_non_retryable,
-)
+from flowctl.errors import FlowctlError, InputError, Interrupt, SerializationError
 from flowctl.model import JournalEntry, RunStatus
+from flowctl.runtime.context import ChildLauncher, Context, LeaseLost, LiveRun, Suspend, error_dict
+from flowctl.runtime.targets import Loader, WorkflowDef, load_target
 from flowctl.store import Claim, Store
-from flowctl.transitions import ErrorKind
-from flowctl.workflow import Loader
+from flowctl.transitions import Ending, ErrorKind, ending, stop_kind
 
 log = logging.getLogger(__name__)
 
@@ -71,21 +61,13 @@ class Engine:
         live: LiveRun | None = None,
         on_checkpoint: Callable[[JournalEntry], None] | None = None,
     ) -> Outcome:
+        """Replay the claimed run's handler and write how it ended (or nothing, if the
+        lease was lost): completed, parked, failed or ended, as its Outcome says."""
         run = claim.run
         live = live or LiveRun(claim.lease, self.clock, run.exec_spent, run.timeout)
-        source, _ = self.store.run_source(run.run_id) if run.kind == "yaml" else (None, None)
-        try:
-            wf = self.loader.for_run(run.target, run.kind, run.cwd, source, run.source_hash)
-        except FlowctlError as e:
-            self._said_unloadable(run.target, e)
-            return self._fail(
-                claim, live, {"type": type(e).__name__, "kind": ErrorKind.LOAD, "message": str(e)}
-            )
-        inputs = run.input if isinstance(run.input, dict) else {}
-        try:
-            wf.check_binds(inputs)
-        except InputError as e:
-            return self._end(claim, live, RunStatus.DEAD, _non_retryable(e, claim))
+        wf = self._workflow(claim, live)
+        if isinstance(wf, Outcome):
+            return wf
         ctx = Context(
             self.store,
             claim,
@@ -96,36 +78,66 @@ class Engine:
             children=self.children,
             on_checkpoint=on_checkpoint,
         )
+        stop, result = self._run_handler(wf, ctx, live, run.input)
+        if stop is not None:
+            # Even when stopping (a drain): what the step returned is kept, not run again.
+            if not _flushed(ctx):
+                return Outcome(run.run_id, None)
+            return self._stopped(claim, live, stop)
+        return self._complete(claim, live, ctx, result)
+
+    def _workflow(self, claim: Claim, live: LiveRun) -> WorkflowDef | Outcome:
+        """The run's workflow, its input checked against the handler as it is now; else
+        the ending that writes (a load failure waits for a fix, an input that no longer
+        binds ends the run)."""
+        run = claim.run
+        source, _ = self.store.run_source(run.run_id) if run.kind == "yaml" else (None, None)
+        try:
+            wf = self.loader.for_run(run.target, run.kind, run.cwd, source, run.source_hash)
+        except FlowctlError as e:
+            self._said_unloadable(run.target, e)
+            raised = {"type": type(e).__name__, "message": str(e)}
+            return self._ended(claim, live, ending(ErrorKind.LOAD, run, raised=raised))
+        try:
+            wf.check_binds(run.input if isinstance(run.input, dict) else {})
+        except InputError as e:
+            raised = error_dict(e)
+            return self._ended(claim, live, ending(ErrorKind.NON_RETRYABLE, run, raised=raised))
+        return wf
+
+    def _run_handler(
+        self, wf: WorkflowDef, ctx: Context, live: LiveRun, input: Any
+    ) -> tuple[BaseException | None, Any]:
+        """Call the handler under `ctx`: (how it stopped, None), or (None, what it returned)."""
+        inputs = input if isinstance(input, dict) else {}
         ctx._enter()
-        stop: BaseException | None
         try:
             result = wf.handler(ctx, **inputs)
         except (Exception, Interrupt, Suspend) as e:
             # What a durable call halted on wins over what user code made of it (caught it
             # and raised something else, say).
-            stop = ctx.halted or e
+            return ctx.halted or e, None
         except BaseException as e:
             if self.operator_interrupted and isinstance(e, KeyboardInterrupt):
                 raise
             # SystemExit, KeyboardInterrupt, GeneratorExit from a step or the handler: this
             # attempt fails like any error (retried or dead-lettered), its type recorded. It
             # never escapes to leave the run `running` with nothing in its timeline.
-            stop = ctx.halted or e
+            return ctx.halted or e, None
         else:
             # A handler that swallowed a suspension or non-determinism error, or that was
             # told by the heartbeat to stop, still ends that way.
-            stop = ctx.halted or live.delivered()
+            return ctx.halted or live.delivered(), result
         finally:
             ctx._exit()
-        if stop is not None:
-            # Even when stopping (a drain): what the step returned is kept, not run again.
-            if not _flushed(ctx):
-                return Outcome(run.run_id, None)
-            return self._stopped(claim, live, stop)
+
+    def _complete(self, claim: Claim, live: LiveRun, ctx: Context, result: Any) -> Outcome:
+        """The handler returned: its last step's checkpoint and the completion are one
+        transaction (no step ran between them); the claim says whether there is a parent
+        or schedule to tell."""
+        run = claim.run
         last = ctx.pending
         try:
-            # The last step's checkpoint and the completion: one transaction (no step ran
-            # between them); the claim says whether there is a parent or schedule to tell.
             ok = self.store.complete_run(
                 claim.lease,
                 result,
@@ -137,13 +149,12 @@ class Engine:
         except (SerializationError, FlowctlError) as e:
             if not _flushed(ctx):
                 return Outcome(run.run_id, None)
-            if isinstance(e, SerializationError):  # a result that is not JSON: the same again
-                return self._end(
-                    claim, live, RunStatus.DEAD, _non_retryable(e, claim, with_traceback=False)
-                )
-            return self._fail(
-                claim, live, {**error_dict(e, with_traceback=False), "kind": ErrorKind.RAISED}
+            # A result that is not JSON fails the same way again: no retry can fix it.
+            kind = (
+                ErrorKind.NON_RETRYABLE if isinstance(e, SerializationError) else ErrorKind.RAISED
             )
+            raised = error_dict(e, with_traceback=False)
+            return self._ended(claim, live, ending(kind, run, raised=raised))
         if ok and last is not None:
             ctx.pending = None
             ctx.recorded(last)
@@ -169,34 +180,10 @@ class Engine:
         if isinstance(stop, LeaseLost):
             log.info("run %s: lease lost (fence %s); abandoning", run.run_id, claim.lease.fence)
             return Outcome(run.run_id, None)
-        if isinstance(stop, Cancelled):
-            reason = self.store.get_run(run.run_id).cancel_reason
-            err = {
-                "type": "Cancelled",
-                "kind": ErrorKind.CANCELLED,
-                "message": reason or str(stop) or "cancelled by operator",
-            }
-            return self._end(claim, live, RunStatus.CANCELLED, err)
-        if isinstance(stop, DeadlineExceededError):
-            err = {
-                "type": "DeadlineExceededError",
-                "kind": ErrorKind.DEADLINE,
-                "message": str(stop) or "deadline exceeded",
-            }
-            return self._end(claim, live, RunStatus.DEAD, err)
-        if isinstance(stop, ExecutionTimeoutError):
-            err = {
-                "type": "ExecutionTimeoutError",
-                "kind": ErrorKind.TIMEOUT,
-                "message": str(stop) or "execution timeout",
-            }
-            return self._fail(claim, live, err)
-        if isinstance(stop, NonDeterminismError):
-            err = {**error_dict(stop), "kind": ErrorKind.NONDETERMINISM}
-            return self._end(claim, live, RunStatus.DEAD, err)
-        if is_non_retryable(stop):
-            return self._end(claim, live, RunStatus.DEAD, _non_retryable(stop, claim))
-        return self._fail(claim, live, {**error_dict(stop), "kind": ErrorKind.RAISED})
+        kind = stop_kind(stop)
+        if kind is ErrorKind.CANCELLED:
+            run = self.store.get_run(run.run_id)  # with the reason the operator gave
+        return self._ended(claim, live, ending(kind, run, raised=error_dict(stop)))
 
     def _said_unloadable(self, target: str, error: FlowctlError) -> None:
         """Log a workflow that does not load, once per target and error (every run of it
@@ -213,6 +200,12 @@ class Engine:
             target,
             error,
         )
+
+    def _ended(self, claim: Claim, live: LiveRun, end: Ending) -> Outcome:
+        """Write the ending transitions.ending decided: the run's end, or a failed attempt."""
+        if end.status is None:
+            return self._fail(claim, live, end.error)
+        return self._end(claim, live, end.status, end.error)
 
     def _fail(self, claim: Claim, live: LiveRun, error: dict[str, Any]) -> Outcome:
         applied = self.store.fail_attempt(
@@ -239,20 +232,6 @@ def _flushed(ctx: Context) -> bool:
     return True
 
 
-def _non_retryable(
-    exc: BaseException, claim: Claim, *, with_traceback: bool = True
-) -> dict[str, Any]:
-    """The recorded error of a run that ends `dead` at once: retrying runs the same code on
-    the same input and journal, so it would fail the same way."""
-    return {
-        **error_dict(exc, with_traceback=with_traceback),
-        "kind": ErrorKind.NON_RETRYABLE,
-        "attempt": claim.run.attempt,
-        "non_retryable": True,
-        "dead_reason": "not retried: no retry can fix this error",
-    }
-
-
 class _Children(ChildLauncher):
     """Starts child runs idempotently (the key is parent + call index)."""
 
@@ -263,8 +242,6 @@ class _Children(ChildLauncher):
         existing = self.engine.store.get_run_by_key(key)
         if existing is not None:
             return existing.run_id
-        from flowctl.workflow import load_target
-
         wf = load_target(target, cwd=parent.cwd)
         new = wf.new_run(wf.check_input(input), key=key, parent_run_id=parent.run_id)
         run, _ = self.engine.store.create_run(new, self.engine.clock.now())

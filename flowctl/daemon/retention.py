@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from flowctl.clock import Clock
-from flowctl.durations import parse_duration
-from flowctl.errors import ConfigError, DurationError, UsageError
+from flowctl.config import PRUNABLE
+from flowctl.errors import UsageError
 from flowctl.model import RunStatus
 
 if TYPE_CHECKING:
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BATCH = 500  # runs deleted per transaction
-PRUNABLE = (RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.DEAD)
 DEFAULT_STATUSES = (RunStatus.COMPLETED, RunStatus.CANCELLED)  # dead runs are the operator's
 
 
@@ -47,29 +46,6 @@ def prune_statuses(names: Sequence[str] | None) -> tuple[RunStatus, ...]:
         if status not in out:
             out.append(status)
     return tuple(out)
-
-
-def parse_retention(table: Any, where: str = "flowctl.toml") -> dict[RunStatus, timedelta]:
-    """The `[retention]` table: `completed = "30d"`, `cancelled = "30d"`, `dead = "90d"`.
-    A status left out is kept forever."""
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where}: retention must be a table [retention]")
-    out: dict[RunStatus, timedelta] = {}
-    for key, value in table.items():
-        status = next((s for s in PRUNABLE if str(s) == key), None)
-        if status is None:
-            raise ConfigError(
-                f"{where}: retention.{key}: use completed, cancelled or dead"
-                " (runs that are not finished are never pruned)"
-            )
-        try:
-            age = parse_duration(value)
-        except DurationError as e:
-            raise ConfigError(f"{where}: retention.{key}: {e}") from None
-        if age <= timedelta(0):
-            raise ConfigError(f"{where}: retention.{key} must be above 0, got {value!r}")
-        out[status] = age
-    return out
 
 
 def prune(

@@ -1,14 +1,92 @@
-"""A Python workflow's input check: the keys must fit the handler's keyword parameters
-(so a typo fails before the run exists), and string inputs are converted to the handler's
-int/float/bool annotations, as a YAML workflow's inputs are converted to their types."""
+"""Workflow inputs: a given value converted to its declared type, and a Python workflow's
+input check.
+
+A YAML workflow declares each input's type (`convert_value`); a Python handler's keys must
+fit its keyword parameters (so a typo fails before the run exists) and its string inputs
+are converted to its int/float/bool annotations the same way (`python_validator`). A leaf:
+both kinds of workflow use it, and it knows neither.
+"""
 
 from __future__ import annotations
 
 import inspect
+import json
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from flowctl.errors import InputError
+from flowctl.model import SECRET_MASK
+
+_TRUE_INPUT = frozenset({"true", "1", "yes", "y", "on"})
+_FALSE_INPUT = frozenset({"false", "0", "no", "n", "off"})
+
+
+def convert_value(name: str, kind: str, value: Any, *, secret: bool = False) -> Any:
+    """Strings are converted to the declared type; other values must already have it.
+    A secret value is never quoted in the error: it reaches logs and schedule history."""
+    given = f"got {SECRET_MASK if secret else repr(value)} ({json_type(value)})"
+    wrong = InputError(f"input {name!r} must be {_TYPE_WORDS[kind]}, {given}")
+    if kind == "str":
+        if isinstance(value, str):
+            return value
+        raise wrong
+    if kind == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and re.fullmatch(r"\s*[-+]?[0-9]+\s*", value):
+            try:
+                return int(value)
+            except ValueError:  # more digits than Python converts (4,300)
+                raise InputError(
+                    f"input {name!r} has {len(value.strip()):,} digits; a whole number has at"
+                    " most 4,300"
+                ) from None
+        raise wrong
+    if kind == "float":
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            try:
+                return float(value)
+            except OverflowError:
+                raise InputError(f"input {name!r} is too large for a number (float)") from None
+        if isinstance(value, str) and "_" not in value:
+            try:
+                number = float(value)
+            except ValueError:
+                raise wrong from None
+            if number == number and abs(number) != float("inf"):
+                return number
+        raise wrong
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            word = value.strip().lower()
+            if word in _TRUE_INPUT:
+                return True
+            if word in _FALSE_INPUT:
+                return False
+        raise wrong
+    wanted: type = list if kind == "list" else dict
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise wrong from None
+    if isinstance(value, wanted):
+        return value
+    raise wrong
+
+
+_TYPE_WORDS = {
+    "str": "a string (str)",
+    "int": "a whole number (int)",
+    "float": "a number (float)",
+    "bool": "true or false (bool: true/false, yes/no, 1/0)",
+    "list": "a JSON list (list)",
+    "dict": "a JSON object (dict)",
+}
+
 
 # A parameter annotated with one of these (the type, or its name under postponed
 # annotations) takes a string input converted to it, as a YAML input of that type does:
@@ -80,8 +158,6 @@ def _converted(
     todo = [k for k, v in raw.items() if isinstance(v, str) and k in kinds]
     if not todo:
         return raw
-    from flowctl.yamlflow.steps import convert_value
-
     out = dict(raw)
     for key in todo:
         out[key] = convert_value(key, kinds[key], raw[key], secret=key in secret)
@@ -129,3 +205,22 @@ class _Shape:
                 f" it takes: {self.listing()}"
             )
         return raw
+
+
+def json_type(value: Any) -> str:
+    """The JSON-ish type name of a value (null, bool, int, float, str, list, dict)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "dict"
+    return type(value).__name__

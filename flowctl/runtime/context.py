@@ -29,11 +29,11 @@ from flowctl.errors import (
     mark_non_retryable,
 )
 from flowctl.limits import lone_surrogate
-from flowctl.live import LiveRun
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
-from flowctl.output import capturing
-from flowctl.recorded import error_dict, error_line, rebuild_error
-from flowctl.retry import options_of
+from flowctl.retry import RetryPolicy, options_of
+from flowctl.runtime.live import LiveRun
+from flowctl.runtime.output import capturing
+from flowctl.runtime.recorded import error_dict, error_line, rebuild_error
 from flowctl.store import dumps
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class ChildLauncher:
         raise NotImplementedError
 
 
-# A context variable, not a thread-local: the batch runner (flowctl.batch) runs several
+# A context variable, not a thread-local: the batch runner (flowctl.daemon.batch) runs several
 # handlers on one thread, each in its own greenlet, which has its own context variables.
 _current: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
     "flowctl_context", default=None
@@ -322,32 +322,9 @@ class Context:
             if self.halted is not None:
                 # A durable call inside the step: a bug in the workflow, not a step failure.
                 raise self.halted from None
-            duration = self._clock.monotonic() - started
-            tries += 1
-            # A result that is not JSON: the same code returns the same value again.
-            final = policy.final(exc) or isinstance(exc, SerializationError)
-            if final:
-                mark_non_retryable(exc)
-            error = error_dict(exc)
-            if tries < policy.max_attempts and not final and policy.retryable(exc):
-                wake_at = self._clock.now() + policy.delay(tries)
-                retry = self._entry(
-                    index,
-                    CallKind.STEP,
-                    name,
-                    EntryState.RETRYING,
-                    error,
-                    wake_at=wake_at,
-                    tries=tries,
-                    duration=duration,
-                )
-                raise self._halt(self._suspend_retry(retry)) from None
-            failed = self._entry(
-                index, CallKind.STEP, name, EntryState.ERROR, error, tries=tries, duration=duration
-            )
-            self._record(
-                failed, ("step failed", {"name": name, "index": index, "error": error_line(error)})
-            )
+            retry = self._step_failed(index, name, exc, policy, tries + 1, started)
+            if retry is not None:
+                raise self._halt(retry) from None
             raise
         finally:
             self._in_step = None
@@ -362,6 +339,38 @@ class Context:
         # either way before anything after this step runs that could depend on it durably.
         self.pending = done
         return result
+
+    def _step_failed(
+        self, index: int, name: str, exc: Exception, policy: RetryPolicy, tries: int, started: float
+    ) -> Suspend | None:
+        """Try `tries` of a step raised `exc`: the suspension that retries it after its
+        backoff, or None when it fails for good (its error recorded, to re-raise on replay)."""
+        duration = self._clock.monotonic() - started
+        # A result that is not JSON: the same code returns the same value again.
+        final = policy.final(exc) or isinstance(exc, SerializationError)
+        if final:
+            mark_non_retryable(exc)
+        error = error_dict(exc)
+        if tries < policy.max_attempts and not final and policy.retryable(exc):
+            wake_at = self._clock.now() + policy.delay(tries)
+            retry = self._entry(
+                index,
+                CallKind.STEP,
+                name,
+                EntryState.RETRYING,
+                error,
+                wake_at=wake_at,
+                tries=tries,
+                duration=duration,
+            )
+            return self._suspend_retry(retry)
+        failed = self._entry(
+            index, CallKind.STEP, name, EntryState.ERROR, error, tries=tries, duration=duration
+        )
+        self._record(
+            failed, ("step failed", {"name": name, "index": index, "error": error_line(error)})
+        )
+        return None
 
     def _suspend_retry(self, entry: JournalEntry) -> Suspend:
         """Park the run until the step's backoff ends: a durable timer, no worker held."""

@@ -39,11 +39,11 @@ from typing import TYPE_CHECKING, Any
 # module is itself imported only by a daemon that runs the batch runner.
 from greenlet import getcurrent, greenlet
 
-from flowctl.context import step_caller
 from flowctl.retry import BLOCKING
+from flowctl.runtime.context import step_caller
 
 if TYPE_CHECKING:
-    from flowctl.live import LiveRun
+    from flowctl.runtime.live import LiveRun
     from flowctl.store import Claim, Store
     from flowctl.store.round import WriteRound
 

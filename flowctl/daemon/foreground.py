@@ -1,7 +1,7 @@
 """The foreground worker behind `flowctl run --wait` and `Client.run`: a Daemon restricted
 to one run, driven from the caller's thread under the usual lease rules.
 
-Split from flowctl.daemon (which serves every run) so that each module keeps to one job.
+Beside flowctl.daemon.loop (which serves every run), so that each module keeps to one job.
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from flowctl.clock import Clock
-from flowctl.daemon import POLL_INTERVAL, Daemon, DaemonConfig
-from flowctl.engine import Engine, Outcome
-from flowctl.model import JournalEntry, RunStatus
+from flowctl.daemon.config import DaemonConfig
+from flowctl.daemon.lifecycle import POLL_INTERVAL
+from flowctl.daemon.loop import Daemon
+from flowctl.model import JournalEntry, Run, RunStatus
+from flowctl.runtime.engine import Engine, Outcome
 from flowctl.store import Claim, Store
 
 log = logging.getLogger(__name__)
@@ -57,42 +59,56 @@ def drive_run(
     hb = threading.Thread(target=_heartbeat_until, args=(worker, stop), daemon=True)
     hb.start()
     idle = threading.Event()
-    give_up = None if timeout is None else clock.monotonic() + timeout
     executing = threading.Event()
     restore = _mark_operator_interrupts(worker.engine, executing, idle)
     try:
-        while True:
-            _raise_if_operator_interrupted(worker.engine)
-            worker._reap_dead_owners()  # a dead daemon's lease on this run lapses at once
-            run = store.get_run(run_id)
-            if run.status.is_terminal:
-                return run
-            start, now = clock.monotonic(), clock.now()
-            due = run.run_at is not None and run.run_at <= now
-            if not due:
-                if not wait:
-                    return run
-                if on_wait is not None:  # someone else may be running it: say what it did
-                    on_wait()
-                if give_up is not None and clock.monotonic() >= give_up:
-                    return run
-                pause = POLL_INTERVAL
-                if run.run_at is not None and run.status is not RunStatus.RUNNING:
-                    pause = max(0.0, min(pause, (run.run_at - now).total_seconds()))
-                clock.wait_until(idle, start + pause)
-                continue
-            claims = worker._claim(now, 1)
-            for claim in claims:
-                executing.set()
-                try:
-                    worker._execute(claim)
-                finally:
-                    executing.clear()
-            if not claims:
-                clock.wait(idle, POLL_INTERVAL)
+        give_up = None if timeout is None else clock.monotonic() + timeout
+        return _until_done(worker, run_id, wait, on_wait, give_up, idle, executing)
     finally:
         stop.set()
         restore()
+
+
+def _until_done(
+    worker: Daemon,
+    run_id: str,
+    wait: bool,
+    on_wait: Callable[[], None] | None,
+    give_up: float | None,
+    idle: threading.Event,
+    executing: threading.Event,
+) -> Run:
+    """Claim and run `run_id` whenever it is due, until it ends (or, unless `wait`, until
+    it is not due; or past `give_up`); returns the run as it then is."""
+    store, clock = worker.store, worker.clock
+    while True:
+        _raise_if_operator_interrupted(worker.engine)
+        worker.reap_dead_owners()  # a dead daemon's lease on this run lapses at once
+        run = store.get_run(run_id)
+        if run.status.is_terminal:
+            return run
+        start, now = clock.monotonic(), clock.now()
+        if run.run_at is None or run.run_at > now:  # not due
+            if not wait:
+                return run
+            if on_wait is not None:  # someone else may be running it: say what it did
+                on_wait()
+            if give_up is not None and clock.monotonic() >= give_up:
+                return run
+            pause = POLL_INTERVAL
+            if run.run_at is not None and run.status is not RunStatus.RUNNING:
+                pause = max(0.0, min(pause, (run.run_at - now).total_seconds()))
+            clock.wait_until(idle, start + pause)
+            continue
+        claims = worker.claim(now, 1)
+        for claim in claims:
+            executing.set()
+            try:
+                worker.execute(claim)
+            finally:
+                executing.clear()
+        if not claims:
+            clock.wait(idle, POLL_INTERVAL)
 
 
 def _raise_if_operator_interrupted(engine: Engine) -> None:

@@ -1,13 +1,14 @@
-"""A worker of `flowctl daemon --workers N`: a whole daemon engine, started by another.
+"""A worker of `flowctl daemon --workers N`: a whole daemon, started by another.
 
-    python -m flowctl.workers.engine CONTROL_FD READY_FD
+    python -m flowctl.daemon.worker CONTROL_FD READY_FD
 
 CONTROL_FD is the read end of a pipe from the daemon that started this one (see
-flowctl.workers.engines): its first line is the settings as JSON (the database, the
+flowctl.daemon.processes): its first line is the settings as JSON (the database, the
 daemon's settings, the log level), then `drain` or `stop` when that daemon drains or
 stops. On READY_FD this one writes a line once it serves (its first pass is done), so
-that daemon can tell a worker that died serving from one that could not start. At the pipe's end that daemon is gone (even by SIGKILL): this one stops at once
-and hands its runs back. SIGINT and SIGTERM are ignored: the daemon that started this
+that daemon can tell a worker that died serving from one that could not start. At the
+pipe's end that daemon is gone (even by SIGKILL): this one stops at once and hands its
+runs back. SIGINT and SIGTERM are ignored: the daemon that started this
 one turns them into `drain` for all its workers, so a Ctrl-C sent to the whole process
 group is not a second signal here.
 """
@@ -24,11 +25,12 @@ from datetime import timedelta
 from typing import IO, Any
 
 from flowctl.clock import SystemClock
-from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.daemon.config import DaemonConfig
+from flowctl.daemon.loop import Daemon
+from flowctl.daemon.processes import FATAL
 from flowctl.errors import DatabaseNotFoundError, FlowctlError
 from flowctl.model import RunStatus
 from flowctl.store import open_store
-from flowctl.workers.engines import FATAL
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowctl.clock import Clock
-from flowctl.context import Context, LiveRun, Suspend
 from flowctl.errors import FlowctlError, Interrupt, NonDeterminismError
 from flowctl.model import CallKind, EntryState, JournalEntry, Run
+from flowctl.runtime.context import Context, LiveRun, Suspend
+from flowctl.runtime.targets import WorkflowDef
 from flowctl.store import Claim, Lease
-from flowctl.workflow import WorkflowDef
 
 FIX_VERSION = (
     "guard the change with ctx.version() so runs started under the old code keep the old"
@@ -108,85 +108,103 @@ def check_run(
     binds: Callable[[WorkflowDef, dict[str, Any]], str | None] | None = None,
 ) -> Finding | None:
     """Replay one run against `wf`; None when it replays, else what would break."""
-
-    def finding(problem: str, message: str, index: int | None = None, **kw: Any) -> Finding:
-        return Finding(
-            run.run_id,
-            run.workflow,
-            str(run.status),
-            problem,
-            index,
-            kw.get("recorded"),
-            kw.get("now"),
-            message.splitlines()[0] if message else problem,
-            kw.get("fix", FIX_VERSION),
-        )
-
     inputs = run.input if isinstance(run.input, dict) else {}
     problem = binds(wf, inputs) if binds is not None else _binds(wf, inputs)
     if problem is not None:
-        return finding(
-            "input", problem, fix="keep the handler's parameters, or let these runs finish"
+        return _finding(
+            run, "input", problem, fix="keep the handler's parameters, or let these runs finish"
         )
+    ctx, stop = _replay(run, journal, versions, wf, clock, inputs)
+    return _verdict(run, journal, ctx, stop)
+
+
+def _replay(
+    run: Run,
+    journal: dict[int, JournalEntry],
+    versions: dict[str, int],
+    wf: WorkflowDef,
+    clock: Clock,
+    inputs: dict[str, Any],
+) -> tuple[_CheckContext, BaseException | None]:
+    """Run the handler through the replay gate up to the journal's frontier: the context
+    it ran under, and how it stopped (None: it returned)."""
     lease = Lease(run.run_id, run.fence, "flowctl-check")  # never used to write
-    claim = Claim(run, lease)
-    live = LiveRun(lease, clock, 0.0, None)
     ctx = _CheckContext(
         _NoWrites(),
-        claim,
+        Claim(run, lease),
         clock,
         journal=dict(journal),
         versions=dict(versions),
-        live=live,
+        live=LiveRun(lease, clock, 0.0, None),
     )
     ctx._enter()
-    stop: BaseException | None = None
     try:
         wf.handler(ctx, **inputs)
     except (Exception, Interrupt, Suspend, _Frontier) as e:
-        stop = ctx.halted or e
+        return ctx, ctx.halted or e
     except BaseException as e:  # SystemExit and the like from workflow code: the run would fail
-        stop = ctx.halted or e
+        return ctx, ctx.halted or e
     else:
-        stop = ctx.halted
+        return ctx, ctx.halted
     finally:
         ctx._exit()
+
+
+def _verdict(
+    run: Run, journal: dict[int, JournalEntry], ctx: _CheckContext, stop: BaseException | None
+) -> Finding | None:
+    """What a replay that stopped so says of the run: None if it would go on."""
     if isinstance(stop, _Frontier):
         return None
     if isinstance(stop, NonDeterminismError):
-        if ctx.mismatch is not None:
-            index, entry, kind, name = ctx.mismatch
-            return finding(
-                "nondeterminism",
-                str(stop),
-                index,
-                recorded=_call(entry.kind, entry.name),
-                now=_call(kind, name),
-            )
-        return finding("nondeterminism", str(stop))  # a version outside the supported range
+        if ctx.mismatch is None:  # a version outside the supported range
+            return _finding(run, "nondeterminism", str(stop))
+        index, entry, kind, name = ctx.mismatch
+        return _finding(
+            run,
+            "nondeterminism",
+            str(stop),
+            index,
+            recorded=_call(entry.kind, entry.name),
+            now=_call(kind, name),
+        )
     replayed = ctx._index
-    last = max(journal, default=-1)
     if stop is None:
-        if replayed <= last:
-            entry = journal.get(replayed) or journal[min(i for i in journal if i >= replayed)]
-            return finding(
-                "ends-early",
-                f"the workflow now returns after {replayed} call(s); call #{entry.call_index}"
-                f" was recorded as {_call(entry.kind, entry.name)}",
-                entry.call_index,
-                recorded=_call(entry.kind, entry.name),
-                now="returns",
-            )
-        return None  # everything recorded replayed and the handler returned: it would complete
-    return finding(
+        if replayed > max(journal, default=-1):
+            return None  # everything recorded replayed and the handler returned: it completes
+        entry = journal.get(replayed) or journal[min(i for i in journal if i >= replayed)]
+        return _finding(
+            run,
+            "ends-early",
+            f"the workflow now returns after {replayed} call(s); call #{entry.call_index}"
+            f" was recorded as {_call(entry.kind, entry.name)}",
+            entry.call_index,
+            recorded=_call(entry.kind, entry.name),
+            now="returns",
+        )
+    at = journal.get(replayed)
+    return _finding(
+        run,
         "error",
         f"replay raises {type(stop).__name__}: {stop}",
         replayed,
-        recorded=_call(journal[replayed].kind, journal[replayed].name)
-        if replayed in journal
-        else None,
+        recorded=_call(at.kind, at.name) if at is not None else None,
         now=f"raises {type(stop).__name__}",
         fix="fix the code so that recorded runs replay, or let these runs finish first",
+    )
+
+
+def _finding(run: Run, problem: str, message: str, index: int | None = None, **kw: Any) -> Finding:
+    return Finding(
+        run.run_id,
+        run.workflow,
+        str(run.status),
+        problem,
+        index,
+        kw.get("recorded"),
+        kw.get("now"),
+        message.splitlines()[0] if message else problem,
+        kw.get("fix", FIX_VERSION),
     )
 
 

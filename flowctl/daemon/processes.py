@@ -1,9 +1,11 @@
-"""`flowctl daemon --workers N`: N worker processes execute runs, each a whole engine.
+"""`flowctl daemon --workers N`: N worker processes execute runs, each a whole daemon.
 
-The daemon process supervises; it starts N workers (`python -m flowctl.workers.engine`),
+The executor of a daemon with workers (flowctl.daemon.executor): the daemon process
+supervises, in a loop of its own (`Processes.serve`). It starts N workers
+(`python -m flowctl.daemon.worker`),
 each a Daemon of its own on the same database: it registers, claims runs under its own
 leases, keeps its own timer wheel and batch runner, and fires schedules. On SQLite their
-write rounds take turns on the database (flowctl.batch, SqliteConnection.take_turns):
+write rounds take turns on the database (flowctl.daemon.batch, SqliteConnection.take_turns):
 each holds the write lock only for its round's statements, so one worker runs its
 handlers' Python while another writes, and N workers use N cores. On PostgreSQL they
 are daemons of a fleet, as ones started by hand would be. The daemon process itself runs
@@ -18,7 +20,7 @@ daemon spends (0.23 ms), so two workers ran 1,377 runs/s against 3,841 for one p
 Whole engines send nothing: each run costs what it costs in one process, plus the turns.
 
 A worker killed at any moment (SIGKILL included) loses nothing: it is a dead daemon on
-this host, whose leases the other workers lapse at once (Daemon._reap_dead_owners); a run
+this host, whose leases the other workers lapse at once (watches.Reaper); a run
 taken from it is a suspect and runs alone next, so a run that keeps killing its worker
 is dead-lettered as poison. The daemon starts another in its place (after a pause that
 grows while they keep dying young). A worker that cannot serve at all (its database
@@ -41,10 +43,13 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from flowctl.daemon import Daemon
+from flowctl.daemon.executor import Executor, Host
+from flowctl.daemon.lifecycle import POLL_INTERVAL
+from flowctl.errors import DatabaseGoneError
+from flowctl.runtime.live import LiveRun
+from flowctl.store import Claim
 
 log = logging.getLogger(__name__)
 
@@ -83,16 +88,15 @@ class _Worker:
     started: float
 
 
-class Engines:
+class Processes(Executor):
     """The N worker processes a daemon supervises: started with its settings, replaced
     when one dies, told to drain or stop when it does, waited for when it exits."""
 
-    def __init__(self, daemon: Daemon, count: int, *, until_idle: bool) -> None:
-        """`count` workers for `daemon`, which supervises them (Daemon._supervise)."""
-        self.daemon = daemon
+    def __init__(self, count: int) -> None:
         self.count = count
-        self.until_idle = until_idle
+        self.until_idle = False
         self.deaths = 0
+        self._host: Host | None = None
         self._workers: dict[int, _Worker] = {}
         self._lock = threading.Lock()
         self._order: str | None = None  # "drain" or "stop" once told: no more replacements
@@ -101,7 +105,41 @@ class Engines:
         self.fatal: str | None = None  # why a worker could not serve (exit code FATAL)
         self._cpu_at_start = (0.0, 0.0)
 
-    def start(self) -> None:
+    def serve(self, host: Host, until_idle: bool) -> int:
+        """The supervisor's loop: keep the workers going, watch the database file, turn a
+        stop into theirs, wait for them. The exit code: 1 after a hard stop or a worker
+        that could not serve, else 0; DatabaseGoneError if the file went."""
+        self._host, self.until_idle = host, until_idle
+        life = host.life
+        self._start_workers()
+        life.serving.set()
+        gone: DatabaseGoneError | None = None
+        try:
+            while not life.stopping and not (until_idle and self.done()):
+                host.watch_file()  # as each worker does: the same one line, exit 1
+                life.wait(host.clock.monotonic() + POLL_INTERVAL)
+        except DatabaseGoneError as e:
+            gone = e
+        life.stopping = True
+        if life.hard:
+            self.stop()
+        self.close()
+        if gone is not None:
+            raise gone
+        host.watch_file(now=True)  # a worker may have seen it first (or could not open it)
+        if self.fatal is not None:
+            log.error("%s: stopped", self.fatal)
+        return 1 if life.hard or self.fatal is not None else 0
+
+    def submit(self, claim: Claim, live: LiveRun) -> None:
+        raise AssertionError("worker processes claim their own runs: nothing is submitted")
+
+    @property
+    def host(self) -> Host:
+        assert self._host is not None, "not serving"
+        return self._host
+
+    def _start_workers(self) -> None:
         self._cpu_at_start = (_own_cpu(), _children_cpu())
         for slot in range(self.count):
             self._place(self._spawn(slot))
@@ -127,7 +165,7 @@ class Engines:
         """Tell the workers to drain (unless told to stop, or done), wait for them, kill any
         still there past the grace, and log where the CPU went."""
         self.drain()
-        deadline = time.monotonic() + self.daemon.config.grace + KILL_AFTER
+        deadline = time.monotonic() + self.host.config.grace + KILL_AFTER
         with self._lock:
             workers = list(self._workers.values())
         for worker in workers:
@@ -170,7 +208,7 @@ class Engines:
         ready, serving = os.pipe()
         try:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "flowctl.workers.engine", str(read), str(serving)],
+                [sys.executable, "-m", "flowctl.daemon.worker", str(read), str(serving)],
                 pass_fds=(read, serving),
                 stdin=subprocess.DEVNULL,
             )
@@ -191,12 +229,11 @@ class Engines:
     def _settings(self) -> dict[str, Any]:
         """What a worker needs to be this daemon's twin: its database (the URL itself, not
         the redacted one it shows), settings and log level."""
-        store = self.daemon.store
-        config = asdict(self.daemon.config)
+        store = self.host.store
+        config = asdict(self.host.config)
         config["workers"] = 1
         config["retention"] = {
-            status.value: age.total_seconds()
-            for status, age in self.daemon.config.retention.items()
+            status.value: age.total_seconds() for status, age in self.host.config.retention.items()
         }
         return {
             "db": store.location,
@@ -225,7 +262,7 @@ class Engines:
                 told = self._order
             if code == FATAL and told is None:
                 self.fatal = f"worker pid {worker.popen.pid} could not serve (see its log)"
-                self.daemon.stop()  # the supervisor drains the others and exits
+                self.host.stop()  # the supervisor drains the others and exits
             if (
                 told is not None
                 or code == FATAL

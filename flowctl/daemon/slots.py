@@ -1,0 +1,67 @@
+"""The runs a daemon's handlers execute now: one slot of `concurrency` each, what the
+heartbeat extends, a stop interrupts and a drain waits for."""
+
+from __future__ import annotations
+
+import threading
+
+from flowctl.clock import Clock
+from flowctl.runtime.live import LiveRun
+from flowctl.store import Claim
+
+
+class Slots:
+    """Live runs by id, under one lock (the loop, the executors and the heartbeat thread
+    all look). A run stays here until its handler stops, whatever it wrote."""
+
+    def __init__(self, concurrency: int) -> None:
+        self.concurrency = concurrency
+        self._live: dict[str, LiveRun] = {}
+        self._silenced: set[str] = set()  # runs whose lease we no longer extend (another's)
+        self._lock = threading.Lock()
+        self.solo: str | None = None  # the suspect running alone here, if any
+
+    def take(self, claim: Claim, clock: Clock) -> LiveRun:
+        """The claimed run's slot, with the view its engine and heartbeat share."""
+        run = claim.run
+        live = LiveRun(claim.lease, clock, run.exec_spent, run.timeout)
+        with self._lock:
+            self._live[run.run_id] = live
+        return live
+
+    def release(self, run_id: str) -> None:
+        """Its handler stopped (here, or in a worker process): the slot is free."""
+        with self._lock:
+            self._live.pop(run_id, None)
+            self._silenced.discard(run_id)
+            if self.solo == run_id:
+                self.solo = None
+
+    def free(self) -> int:
+        with self._lock:
+            return self.concurrency - len(self._live)
+
+    def holds(self, run_id: str) -> bool:
+        with self._lock:
+            return run_id in self._live
+
+    def get(self, run_id: str) -> LiveRun | None:
+        with self._lock:
+            return self._live.get(run_id)
+
+    def lives(self) -> list[LiveRun]:
+        with self._lock:
+            return list(self._live.values())
+
+    def extended(self) -> list[tuple[str, LiveRun]]:
+        """The runs whose leases the heartbeat extends: every live one not handed away."""
+        with self._lock:
+            return [(rid, live) for rid, live in self._live.items() if rid not in self._silenced]
+
+    def silence(self, run_ids: list[str]) -> None:
+        """Extend these leases no more: another worker holds them now, or they were released."""
+        with self._lock:
+            self._silenced.update(run_ids)
+
+    def __len__(self) -> int:
+        return len(self._live)
