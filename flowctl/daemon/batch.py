@@ -13,7 +13,7 @@ Durability is unchanged: a write returns to its handler only after the COMMIT th
 holds it, so every checkpoint is on disk before the step after it runs. The store's
 write lock is held only while the round's statements run, not while handlers run their
 Python: a second daemon on the same file writes its round meanwhile (the two take turns
-on a lock file, see SqliteConnection.take_turns), so two daemons use two cores. A write
+on a lock file, see SqliteDatabase.take_turns), so two daemons use two cores. A write
 waits for its round at most ROUND_MAX plus one step body.
 
 A step body that blocks (sleeps, waits on the network, runs a command) would hold up

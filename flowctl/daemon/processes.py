@@ -5,7 +5,7 @@ supervises, in a loop of its own (`Processes.serve`). It starts N workers
 (`python -m flowctl.daemon.worker`),
 each a Daemon of its own on the same database: it registers, claims runs under its own
 leases, keeps its own timer wheel and batch runner, and fires schedules. On SQLite their
-write rounds take turns on the database (flowctl.daemon.batch, SqliteConnection.take_turns):
+write rounds take turns on the database (flowctl.daemon.batch, SqliteDatabase.take_turns):
 each holds the write lock only for its round's statements, so one worker runs its
 handlers' Python while another writes, and N workers use N cores. On PostgreSQL they
 are daemons of a fleet, as ones started by hand would be. The daemon process itself runs
