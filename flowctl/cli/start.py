@@ -255,9 +255,9 @@ def _drive(
     """Run it here as a worker; print each step as it is journaled (`known`: call indices
     already journaled before, e.g. copied by a fork, not printed)."""
     from flowctl.engine import Outcome
-    from flowctl.explain import error_line
     from flowctl.foreground import drive_run
     from flowctl.model import JournalEntry
+    from flowctl.ops.explain import error_line
     from flowctl.output import command_output_to
     from flowctl.store.records import Claim
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from flowctl.clock import Clock
 from flowctl.errors import FlowctlError, UsageError
-from flowctl.explain import DaemonFact, OperatorEvent, Why, WhyFacts, explain
 from flowctl.limits import MAX_COUNT, SHOW_STEPS
 from flowctl.model import (
     CallKind,
@@ -24,6 +23,7 @@ from flowctl.model import (
     iso,
     local_text,
 )
+from flowctl.ops.explain import DaemonFact, OperatorEvent, Why, WhyFacts, explain
 from flowctl.store import Store
 from flowctl.transitions import load_failures
 
