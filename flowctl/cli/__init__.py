@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - older typer uses click itself
     from click import exceptions as click_exc  # type: ignore[no-redef]
 
 from flowctl.cli import coerce, lazy
-from flowctl.cli.common import State, _Group
+from flowctl.cli.common import State, _Group, said
 from flowctl.clock import SystemClock
 from flowctl.errors import FlowctlError
 from flowctl.limits import clip_middle, is_utf8, one_line, shown_bytes
@@ -265,6 +265,6 @@ def main() -> None:
         typer.echo("aborted", err=True)
         sys.exit(130)
     except FlowctlError as e:
-        typer.echo(f"flowctl: {clip_middle(one_line(str(e)))}", err=True)
+        typer.echo(f"flowctl: {said(e)}", err=True)
         sys.exit(e.exit_code)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from flowctl.errors import FlowctlError
+from flowctl.errors import FlowctlError, UsageError
 from flowctl.limits import clip_middle, one_line
 
 if TYPE_CHECKING:  # the store (sqlite_utils, the backend) loads when a command opens it;
@@ -63,13 +63,25 @@ class _Group(TyperGroup):
         try:
             rv = super().invoke(ctx)
         except FlowctlError as e:
-            typer.echo(f"flowctl: {clip_middle(one_line(str(e)))}", err=True)
+            typer.echo(f"flowctl: {said(e)}", err=True)
             raise typer.Exit(e.exit_code) from None
         root = ctx.parent is None  # `schedule ...` is a group inside this one: say it once
         note = ctx.obj.read_only_note() if root and isinstance(ctx.obj, State) else None
         if note:  # said after the output, so a failed write says only its own one line
             typer.echo(note, err=True)
         return rv
+
+
+def flag(field: str) -> str:
+    """A field as this CLI spells it: "max_attempts" -> "--max-attempts"."""
+    return "--" + field.replace("_", "-")
+
+
+def said(e: FlowctlError) -> str:
+    """The one line an error is printed as: the field a UsageError is about spelled as
+    this CLI's flag (errors.UsageError.spelled), cut to fit (limits.clip_middle)."""
+    text = e.spelled(flag) if isinstance(e, UsageError) else str(e)
+    return clip_middle(one_line(text))
 
 
 class _Command(TyperCommand):

@@ -27,6 +27,7 @@ from flowctl.cli.common import (
     _state,
     _table,
 )
+from flowctl.cli.inputs import parse_inputs
 from flowctl.durations import format_duration
 from flowctl.errors import FlowctlError, UsageError
 from flowctl.limits import MAX_COUNT, one_line
@@ -174,7 +175,7 @@ def schedule_add(
     from flowctl.ops import schedules as schedule_ops
 
     st = _state(ctx)
-    data = ops.parse_inputs(inputs, input_json)
+    data = parse_inputs(inputs, input_json)
     info = schedule_ops.add_schedule(
         st.open_store(create=True),
         name,
@@ -417,7 +418,7 @@ def schedule_explain(
 
     st = _state(ctx)
     zone = _given_tz(tz) or _default_tz(st)
-    after = ops.parse_time(from_, st.clock, flag="--from", tz=zone) if from_ else None
+    after = ops.parse_time(from_, st.clock, field="from", tz=zone) if from_ else None
     result = schedule_ops.explain_schedule(
         expression, clock=st.clock, tz=zone, count=count, gap=gap, fold=fold, after=after
     )

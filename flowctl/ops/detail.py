@@ -93,9 +93,15 @@ def show_run(
     """One run in full, but its checkpoints and timeline a page at a time: the newest
     `steps` of each after the `skip` newest (None: every one), with the totals."""
     if steps is not None and not 1 <= steps <= MAX_COUNT:
-        raise UsageError(f"--steps must be between 1 and {MAX_COUNT:,}, got {steps}")
+        raise UsageError(
+            lambda f: f"{f('steps')} must be between 1 and {MAX_COUNT:,}, got {steps}",
+            field="steps",
+        )
     if not 0 <= skip <= MAX_COUNT:
-        raise UsageError(f"--skip must be between 0 and {MAX_COUNT:,}, got {skip}")
+        raise UsageError(
+            lambda f: f"{f('skip')} must be between 0 and {MAX_COUNT:,}, got {skip}",
+            field="skip",
+        )
     run = store.find_run(ref)
     checkpoints, checkpoints_total = store.journal_page(run.run_id, steps, skip)
     timeline, timeline_total = store.timeline_page(run.run_id, steps, skip)

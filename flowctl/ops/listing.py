@@ -43,7 +43,7 @@ def list_runs(
     order: str = "created_desc",
 ) -> list[Run]:
     if limit < 1:
-        raise UsageError(f"--limit must be at least 1, got {limit}")
+        raise UsageError(lambda f: f"{f('limit')} must be at least 1, got {limit}", field="limit")
     check_workflow_filter(workflow)
     check_search(search)
     return store.list_runs(

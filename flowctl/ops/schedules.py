@@ -196,7 +196,11 @@ def add_schedule(
     existing = _find_schedule(store, name)
     if existing is not None and not replace:
         raise ScheduleError(
-            f"schedule {name!r} already exists: use --replace to redefine it, or another name"
+            lambda f: (
+                f"schedule {name!r} already exists: use {f('replace')} to redefine it,"
+                " or another name"
+            ),
+            field="replace",
         )
     if existing is not None and existing.source != "cli":
         raise ScheduleError(
@@ -320,7 +324,9 @@ def explain_schedule(
     (after `after`, default now), and every wall time a DST gap or fold changes, with what
     the gap/fold policy does there."""
     if count < 1 or count > 1000:
-        raise UsageError(f"--count must be between 1 and 1000, got {count}")
+        raise UsageError(
+            lambda f: f"{f('count')} must be between 1 and 1000, got {count}", field="count"
+        )
     spec = parse_spec(cron=expression, tz=tz, gap=gap, fold=fold)
     start = clock.now() if after is None else after
     return {
@@ -669,10 +675,12 @@ def agenda(
     run starts, retries, wakes, signal timeouts, deadlines (overdue ones first), and schedule
     fires. At most `limit` items, the soonest."""
     if limit < 1:
-        raise UsageError(f"--limit must be at least 1, got {limit}")
+        raise UsageError(lambda f: f"{f('limit')} must be at least 1, got {limit}", field="limit")
     span = parse_duration(until)
     if span.total_seconds() <= 0:
-        raise UsageError(f"--until must be a positive duration, got {until!r}")
+        raise UsageError(
+            lambda f: f"{f('until')} must be a positive duration, got {until!r}", field="until"
+        )
     now = clock.now()
     end = now + span
     items = [
