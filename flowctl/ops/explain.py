@@ -159,178 +159,209 @@ def _no_daemon_text(facts: WhyFacts, now: datetime) -> str:
     return f"no daemon is running on this database{last}: start one with `flowctl daemon`"
 
 
+Answer = tuple[str, dict[str, Any], str]
+"""One reason: its name, its facts and its sentence."""
+
+
 def explain(facts: WhyFacts, now: datetime) -> Why:
-    """The one reason that applies to the run now, as a sentence and as facts."""
+    """The one reason that applies to the run now, as a sentence and as facts: the first
+    of ended, past its deadline, running, paused, parked and due that applies."""
     run = facts.run
-    daemon = _daemon_facts(facts)
-    alive = [d for d in facts.daemons if d.alive]
+    reason, extra, message = (
+        _ended(run, now)
+        or _past_deadline(facts, now)
+        or _running(facts, now)
+        or _paused(facts, now)
+        or _parked_or_due(facts, now)
+    )
     base: dict[str, Any] = {"deadline": iso(run.deadline)} if run.deadline else {}
+    return Why(run.run_id, run.status, reason, message, {**base, **extra})
 
-    def out(reason: str, message: str, **extra: Any) -> Why:
-        return Why(run.run_id, run.status, reason, message, {**base, **extra})
 
-    # -- ended ----------------------------------------------------------------
+def _alive(facts: WhyFacts) -> list[DaemonFact]:
+    return [d for d in facts.daemons if d.alive]
+
+
+def _ended(run: Run, now: datetime) -> Answer | None:
+    """Completed, cancelled or dead: what ended it, and how to run it again."""
+    redrive = f"flowctl redrive {run.run_id}"
     if run.status is RunStatus.COMPLETED:
-        return out(
+        return (
             "completed",
+            {"finished_at": iso(run.finished_at)},
             f"completed at {when(run.finished_at, now)}; nothing left to run",
-            finished_at=iso(run.finished_at),
         )
     if run.status is RunStatus.CANCELLED:
         by = (run.error or {}).get("by")
-        return out(
+        return (
             "cancelled",
+            {"finished_at": iso(run.finished_at), "by": by, "redrive": redrive},
             f"cancelled at {when(run.finished_at, now)}{f' by {by}' if by else ''}"
-            f"; `flowctl redrive {run.run_id}` queues it again",
-            finished_at=iso(run.finished_at),
-            by=by,
-            redrive=f"flowctl redrive {run.run_id}",
+            f"; `{redrive}` queues it again",
         )
     if run.status is RunStatus.DEAD:
-        err = error_line(run.error)
         why_final = (run.error or {}).get("dead_reason")
         tail = f" ({why_final})" if why_final else ""
-        return out(
+        error = run.error and {k: v for k, v in run.error.items() if k != "traceback"}
+        return (
             "dead",
-            f"dead since {when(run.finished_at, now)} with {err}{tail};"
-            f" `flowctl redrive {run.run_id}` gives it a fresh attempt budget",
-            error=run.error and {k: v for k, v in run.error.items() if k != "traceback"},
-            finished_at=iso(run.finished_at),
-            redrive=f"flowctl redrive {run.run_id}",
+            {"error": error, "finished_at": iso(run.finished_at), "redrive": redrive},
+            f"dead since {when(run.finished_at, now)} with {error_line(run.error)}{tail};"
+            f" `{redrive}` gives it a fresh attempt budget",
         )
+    return None
 
-    # -- past its deadline ----------------------------------------------------------
-    if run.deadline is not None and run.deadline <= now:
-        actor = (
-            "the daemon dead-letters it at its next claim"
-            if alive
-            else "the next daemon to run on this database dead-letters it"
-        )
-        if run.status is RunStatus.RUNNING and not facts.lease_owner_gone:
-            doing = _doing(facts.last_checkpoint, run.current_step)
-            actor = (
-                f"{doing} still runs in {_owner_text(run, facts)}, told at its heartbeat;"
-                " the run ends dead when the handler stops"
-            )
-        return out(
-            "deadline_passed",
-            f"deadline passed at {when(run.deadline, now)}; {actor}",
-            daemon=daemon,
-        )
 
-    # -- running ----------------------------------------------------------------------
-    if run.status is RunStatus.RUNNING:
-        owner = _owner_text(run, facts)
+def _past_deadline(facts: WhyFacts, now: datetime) -> Answer | None:
+    """Past its deadline and not dead yet: who dead-letters it, and when."""
+    run = facts.run
+    if run.deadline is None or run.deadline > now:
+        return None
+    actor = (
+        "the daemon dead-letters it at its next claim"
+        if _alive(facts)
+        else "the next daemon to run on this database dead-letters it"
+    )
+    if run.status is RunStatus.RUNNING and not facts.lease_owner_gone:
         doing = _doing(facts.last_checkpoint, run.current_step)
-        lease = {
-            "lease_owner": run.lease_owner,
-            "lease_until": iso(run.lease_until),
-            "step": run.current_step,
-        }
-        if facts.cancel_requested is not None or run.cancel_requested:
-            ev = facts.cancel_requested
-            since = f" at {when(ev.at, now)}{_by(ev)}" if ev else ""
-            return out(
-                "cancel_requested",
-                f"cancel requested{since} while {doing} still runs in {owner}; it ends"
-                " cancelled when the handler stops (a Python step is not interrupted)",
-                cancel_requested_by=ev.by if ev else None,
-                cancel_requested_at=iso(ev.at) if ev else None,
-                **lease,
-            )
-        if facts.pause_requested is not None or run.pause_requested:
-            ev = facts.pause_requested or OperatorEvent(now, None)
-            return out(
-                "pause_requested",
-                f"pause requested at {when(ev.at, now)}{_by(ev)}; {doing} still runs in"
-                f" {owner}, and the run parks as paused at its next durable call",
-                **lease,
-            )
-        if facts.lease_owner_gone:
-            return out(
-                "lease_owner_gone",
-                f"its lease is held by {owner}, a process that is gone; "
-                + ("a daemon reclaims it at once" if alive else _no_daemon_text(facts, now)),
-                daemon=daemon,
-                **lease,
-            )
-        if run.lease_until is not None and run.lease_until <= now:
-            return out(
-                "lease_expired",
-                f"its lease held by {owner} expired at {when(run.lease_until, now)}; "
-                + ("a daemon reclaims it at once" if alive else _no_daemon_text(facts, now)),
-                daemon=daemon,
-                **lease,
-            )
-        return out(
-            "running",
-            f"running: {doing} runs in {owner}, lease until {when(run.lease_until, now)}",
-            **lease,
+        actor = (
+            f"{doing} still runs in {_owner_text(run, facts)}, told at its heartbeat;"
+            " the run ends dead when the handler stops"
         )
+    return (
+        "deadline_passed",
+        {"daemon": _daemon_facts(facts)},
+        f"deadline passed at {when(run.deadline, now)}; {actor}",
+    )
 
-    # -- paused -----------------------------------------------------------------------
-    if run.status is RunStatus.PAUSED:
-        ev = facts.paused
-        since = f" since {when(ev.at, now)}{_by(ev)}" if ev else ""
-        wake = facts.paused_wake
-        if wake is None:
-            then = "resume makes it due at once"
-        elif wake <= now:
-            then = (
-                f"its wake time {when(wake, now)} passed while paused: resume makes it due at once"
-            )
-        else:
-            then = f"resume makes it due at its wake time {when(wake, now)}"
-        return out(
-            "paused",
-            f"paused{since}; it is never claimed while paused ({then};"
-            f" `flowctl resume {run.run_id}`)",
-            paused_at=iso(ev.at) if ev else None,
-            paused_by=ev.by if ev else None,
-            wake_at=iso(wake),
-            resume=f"flowctl resume {run.run_id}",
+
+def _running(facts: WhyFacts, now: datetime) -> Answer | None:
+    """Running: what it does where, and what is pending on it (a cancel or a pause), or
+    why its lease will be taken over (its owner is gone, or the lease expired)."""
+    run = facts.run
+    if run.status is not RunStatus.RUNNING:
+        return None
+    owner = _owner_text(run, facts)
+    doing = _doing(facts.last_checkpoint, run.current_step)
+    lease = {
+        "lease_owner": run.lease_owner,
+        "lease_until": iso(run.lease_until),
+        "step": run.current_step,
+    }
+    if facts.cancel_requested is not None or run.cancel_requested:
+        ev = facts.cancel_requested
+        since = f" at {when(ev.at, now)}{_by(ev)}" if ev else ""
+        return (
+            "cancel_requested",
+            {
+                "cancel_requested_by": ev.by if ev else None,
+                "cancel_requested_at": iso(ev.at) if ev else None,
+                **lease,
+            },
+            f"cancel requested{since} while {doing} still runs in {owner}; it ends"
+            " cancelled when the handler stops (a Python step is not interrupted)",
         )
+    if facts.pause_requested is not None or run.pause_requested:
+        ev = facts.pause_requested or OperatorEvent(now, None)
+        return (
+            "pause_requested",
+            lease,
+            f"pause requested at {when(ev.at, now)}{_by(ev)}; {doing} still runs in"
+            f" {owner}, and the run parks as paused at its next durable call",
+        )
+    reclaim = "a daemon reclaims it at once" if _alive(facts) else _no_daemon_text(facts, now)
+    if facts.lease_owner_gone:
+        return (
+            "lease_owner_gone",
+            {"daemon": _daemon_facts(facts), **lease},
+            f"its lease is held by {owner}, a process that is gone; {reclaim}",
+        )
+    if run.lease_until is not None and run.lease_until <= now:
+        return (
+            "lease_expired",
+            {"daemon": _daemon_facts(facts), **lease},
+            f"its lease held by {owner} expired at {when(run.lease_until, now)}; {reclaim}",
+        )
+    return (
+        "running",
+        lease,
+        f"running: {doing} runs in {owner}, lease until {when(run.lease_until, now)}",
+    )
 
-    # -- parked until a time or an event ------------------------------------------------
+
+def _paused(facts: WhyFacts, now: datetime) -> Answer | None:
+    """Paused by an operator: since when, by whom, and when resuming makes it due."""
+    run = facts.run
+    if run.status is not RunStatus.PAUSED:
+        return None
+    ev = facts.paused
+    since = f" since {when(ev.at, now)}{_by(ev)}" if ev else ""
+    wake = facts.paused_wake
+    if wake is None:
+        then = "resume makes it due at once"
+    elif wake <= now:
+        then = f"its wake time {when(wake, now)} passed while paused: resume makes it due at once"
+    else:
+        then = f"resume makes it due at its wake time {when(wake, now)}"
+    return (
+        "paused",
+        {
+            "paused_at": iso(ev.at) if ev else None,
+            "paused_by": ev.by if ev else None,
+            "wake_at": iso(wake),
+            "resume": f"flowctl resume {run.run_id}",
+        },
+        f"paused{since}; it is never claimed while paused ({then}; `flowctl resume {run.run_id}`)",
+    )
+
+
+def _parked_or_due(facts: WhyFacts, now: datetime) -> Answer:
+    """Parked until a time or an event (and, with no daemon, that nothing will wake it),
+    or due now: then who will claim it."""
+    run = facts.run
     due = run.run_at is not None and run.run_at <= now
     parked = _parked(facts, now)
     if parked is not None and not due:
-        reason, message, extra = parked
-        if not alive:
+        reason, extra, message = parked
+        if not _alive(facts):
             message += f"; but {_no_daemon_text(facts, now)}"
-        return out(reason, message, daemon=daemon, **extra)
+        return reason, {"daemon": _daemon_facts(facts), **extra}, message
+    return _due(facts, now, _DUE_WHAT.get(parked[0] if parked else "", str(run.status)))
 
-    # -- due now ----------------------------------------------------------------------
+
+def _due(facts: WhyFacts, now: datetime, what: str) -> Answer:
+    """Due now (`what` made it due): no daemon to claim it, every slot busy, or a free
+    slot that claims it within moments."""
+    run = facts.run
     since = when(run.run_at, now)
-    what = _DUE_WHAT.get(parked[0] if parked else "", str(run.status))
+    daemon = _daemon_facts(facts)
+    alive = _alive(facts)
     if not alive:
-        return out(
+        return (
             "no_daemon",
+            {"due_at": iso(run.run_at), "daemon": daemon},
             f"due since {since} ({what}), but {_no_daemon_text(facts, now)}",
-            due_at=iso(run.run_at),
-            daemon=daemon,
         )
     slots = sum(d.concurrency for d in alive)
     busy = sum(d.held for d in alive)
+    load = {
+        "due_at": iso(run.run_at),
+        "queued_behind": facts.due_ahead,
+        "slots": slots,
+        "busy": busy,
+        "daemon": daemon,
+    }
     if busy >= slots:
-        return out(
+        return (
             "queued_no_slot",
+            load,
             f"due since {since}, queued behind {facts.due_ahead} run(s): all {slots} worker"
             f" slot(s) of {len(alive)} daemon(s) are busy",
-            due_at=iso(run.run_at),
-            queued_behind=facts.due_ahead,
-            slots=slots,
-            busy=busy,
-            daemon=daemon,
         )
-    return out(
+    return (
         "due",
+        load,
         f"due since {since}; a daemon has {slots - busy} free slot(s) and claims it within moments",
-        due_at=iso(run.run_at),
-        queued_behind=facts.due_ahead,
-        slots=slots,
-        busy=busy,
-        daemon=daemon,
     )
 
 
@@ -365,94 +396,97 @@ def _doing(entry: JournalEntry | None, step: str | None) -> str:
     return f"its handler (after checkpoint #{entry.call_index} {entry.kind} {entry.name!r})"
 
 
-def _parked(facts: WhyFacts, now: datetime) -> tuple[str, str, dict[str, Any]] | None:
-    """What a sleeping, waiting or queued run is parked on: (reason, message, facts)."""
+def _parked(facts: WhyFacts, now: datetime) -> Answer | None:
+    """What a sleeping, waiting or queued run is parked on."""
+    if facts.run.status is RunStatus.SLEEPING:
+        return _sleeping(facts, now)
+    if facts.run.status is RunStatus.WAITING:
+        return _waiting(facts, now)
+    if facts.run.status is RunStatus.QUEUED:
+        return _queued(facts, now)
+    return None
+
+
+def _sleeping(facts: WhyFacts, now: datetime) -> Answer:
+    pending = facts.pending
+    index = f" (sleep #{pending.call_index} {pending.name!r})" if pending else ""
+    wake = pending.wake_at if pending and pending.wake_at else facts.run.run_at
+    extra: dict[str, Any] = {"wake_at": iso(wake)}
+    if pending:
+        extra["call_index"] = pending.call_index
+    return "sleeping", extra, f"sleeping until {when(wake, now)}{index}"
+
+
+def _waiting(facts: WhyFacts, now: datetime) -> Answer:
+    """Waiting for a signal (since when, until when, whether one is buffered already), or
+    for a child run."""
+    pending = facts.pending
+    if pending is not None and pending.kind is CallKind.SIGNAL:
+        since = f" since {when(pending.recorded_at, now)}" if pending.recorded_at else ""
+        timeout = (
+            f", timeout at {when(pending.wake_at, now)}" if pending.wake_at else ", with no timeout"
+        )
+        buffered = "; a matching signal is buffered, it is due now" if facts.buffered_signal else ""
+        return (
+            "waiting_signal",
+            {
+                "signal": pending.name,
+                "since": iso(pending.recorded_at),
+                "timeout_at": iso(pending.wake_at),
+                "call_index": pending.call_index,
+            },
+            f"waiting for signal {pending.name!r}{since}{timeout}"
+            f" (call #{pending.call_index}){buffered}",
+        )
+    child = facts.child
+    if child is None:
+        return "waiting_child", {}, "waiting for a child run"
+    return (
+        "waiting_child",
+        {"child_run_id": child.run_id, "child_status": str(child.status)},
+        f"waiting for child run {child.run_id} ({child.workflow}), which is {child.status}",
+    )
+
+
+def _queued(facts: WhyFacts, now: datetime) -> Answer:
+    """Queued: behind its schedule's active run, for a step's retry, for its workflow to
+    load, for its next attempt, or to start."""
     run = facts.run
     pending = facts.pending
-    if run.status is RunStatus.SLEEPING:
-        index = f" (sleep #{pending.call_index} {pending.name!r})" if pending else ""
-        wake = pending.wake_at if pending and pending.wake_at else run.run_at
-        extra: dict[str, Any] = {"wake_at": iso(wake)}
-        if pending:
-            extra["call_index"] = pending.call_index
-        return "sleeping", f"sleeping until {when(wake, now)}{index}", extra
-    if run.status is RunStatus.WAITING:
-        if pending is not None and pending.kind is CallKind.SIGNAL:
-            since = f" since {when(pending.recorded_at, now)}" if pending.recorded_at else ""
-            timeout = (
-                f", timeout at {when(pending.wake_at, now)}"
-                if pending.wake_at
-                else ", with no timeout"
-            )
-            buffered = (
-                "; a matching signal is buffered, it is due now" if facts.buffered_signal else ""
-            )
-            return (
-                "waiting_signal",
-                f"waiting for signal {pending.name!r}{since}{timeout}"
-                f" (call #{pending.call_index}){buffered}",
-                {
-                    "signal": pending.name,
-                    "since": iso(pending.recorded_at),
-                    "timeout_at": iso(pending.wake_at),
-                    "call_index": pending.call_index,
-                },
-            )
-        child = facts.child
-        if child is not None:
-            return (
-                "waiting_child",
-                f"waiting for child run {child.run_id} ({child.workflow}), which is {child.status}",
-                {"child_run_id": child.run_id, "child_status": str(child.status)},
-            )
-        return "waiting_child", "waiting for a child run", {}
-    if run.status is RunStatus.QUEUED:
-        if run.run_at is None and run.schedule:
-            return (
-                "held",
-                f"queued behind the active run of schedule {run.schedule!r} (overlap=queue)",
-                {"schedule": run.schedule},
-            )
-        if pending is not None and pending.state is EntryState.RETRYING:
-            return (
-                "retry_step",
-                f"queued for a retry of step {pending.name!r} (call #{pending.call_index},"
-                f" try {pending.tries + 1}) at {when(pending.wake_at, now)} after"
-                f" {error_line(pending.value)}",
-                {
-                    "retry_at": iso(pending.wake_at),
-                    "step": pending.name,
-                    "call_index": pending.call_index,
-                    "error": error_line(pending.value),
-                },
-            )
-        failures = load_failures(run)
-        if failures:
-            return (
-                "retry_load",
-                f"waiting for its workflow to load: tried again at {when(run.run_at, now)},"
-                f" no attempt spent ({failures} failure(s) in a row: fix the workflow or"
-                f" cancel the run) after {error_line(run.error)}",
-                {
-                    "retry_at": iso(run.run_at),
-                    "load_failures": failures,
-                    "error": error_line(run.error),
-                },
-            )
-        if run.attempt > 1:
-            return (
-                "retry_run",
-                f"queued for attempt {run.attempt}/{run.max_attempts} at"
-                f" {when(run.run_at, now)} after {error_line(run.error)}",
-                {
-                    "retry_at": iso(run.run_at),
-                    "attempt": run.attempt,
-                    "error": error_line(run.error),
-                },
-            )
+    if run.run_at is None and run.schedule:
         return (
-            "scheduled",
-            f"queued to start at {when(run.run_at, now)}",
-            {"start_at": iso(run.run_at)},
+            "held",
+            {"schedule": run.schedule},
+            f"queued behind the active run of schedule {run.schedule!r} (overlap=queue)",
         )
-    return None
+    if pending is not None and pending.state is EntryState.RETRYING:
+        error = error_line(pending.value)
+        return (
+            "retry_step",
+            {
+                "retry_at": iso(pending.wake_at),
+                "step": pending.name,
+                "call_index": pending.call_index,
+                "error": error,
+            },
+            f"queued for a retry of step {pending.name!r} (call #{pending.call_index},"
+            f" try {pending.tries + 1}) at {when(pending.wake_at, now)} after {error}",
+        )
+    failures = load_failures(run)
+    error = error_line(run.error)
+    if failures:
+        return (
+            "retry_load",
+            {"retry_at": iso(run.run_at), "load_failures": failures, "error": error},
+            f"waiting for its workflow to load: tried again at {when(run.run_at, now)},"
+            f" no attempt spent ({failures} failure(s) in a row: fix the workflow or"
+            f" cancel the run) after {error}",
+        )
+    if run.attempt > 1:
+        return (
+            "retry_run",
+            {"retry_at": iso(run.run_at), "attempt": run.attempt, "error": error},
+            f"queued for attempt {run.attempt}/{run.max_attempts} at"
+            f" {when(run.run_at, now)} after {error}",
+        )
+    return "scheduled", {"start_at": iso(run.run_at)}, f"queued to start at {when(run.run_at, now)}"
