@@ -1,7 +1,7 @@
 """The `flowctl` command: parse -> ops -> render. Builds the app, registers the commands
-(flowctl/cli/start.py, listing.py, show.py, actions.py, admin.py, schedule.py, ...) by name
-in the order `flowctl --help` lists them (COMMANDS: a module is imported only when its
-command is used, cli/lazy.py), and holds `main`. With `_Group` (flowctl/cli/common.py) this
+(flowctl/cli/start.py, listing.py, show.py, actions.py, admin.py, daemon.py, schedule.py,
+...) by name in the order `flowctl --help` lists them (COMMANDS: a module is imported only
+when its command is used, cli/lazy.py), and holds `main`. With `_Group` (flowctl/cli/common.py) this
 is the one place errors become exit codes.
 
 Annotations are evaluated when the module loads (no `from __future__ import annotations`):
@@ -177,7 +177,7 @@ COMMANDS: tuple[tuple[str, str, str, str], ...] = (
     ),
     (
         "daemon",
-        "flowctl.cli.admin:daemon",
+        "flowctl.cli.daemon:daemon",
         "Run queued work and wake sleepers on time; SIGTERM/Ctrl-C drains; `daemon stop` drains a running one; --install makes it a systemd user service.",
         "Daemon",
     ),
