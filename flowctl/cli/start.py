@@ -334,23 +334,20 @@ NO_DAEMON = (
 )
 
 
+_RUNS = typer.Argument(metavar="RUN...", help="Run ids or unique prefixes.")
+_WAIT_TIMEOUT = typer.Option(
+    "--timeout", metavar="DURATION", help="Give up after this long (exit 124), e.g. 10m."
+)
+_WAIT_JSON = typer.Option(
+    "--json", help="Print the run as JSON (a list for several RUNs), once they end."
+)
+
+
 def wait(
     ctx: typer.Context,
-    run_refs: Annotated[
-        list[str], typer.Argument(metavar="RUN...", help="Run ids or unique prefixes.")
-    ],
-    timeout: Annotated[
-        str | None,
-        typer.Option(
-            "--timeout", metavar="DURATION", help="Give up after this long (exit 124), e.g. 10m."
-        ),
-    ] = None,
-    as_json: Annotated[
-        bool,
-        typer.Option(
-            "--json", help="Print the run as JSON (a list for several RUNs), once they end."
-        ),
-    ] = False,
+    run_refs: Annotated[list[str], _RUNS],
+    timeout: Annotated[str | None, _WAIT_TIMEOUT] = None,
+    as_json: Annotated[bool, _WAIT_JSON] = False,
 ) -> None:
     """Wait until runs end (a daemon or another `run --wait` runs them); say each as it
     ends. With no daemon running, say so once on stderr, and wait on. Exit 0 when every one completed, 1 when any is dead or cancelled, 124 when
@@ -363,32 +360,8 @@ def wait(
         found = st.store.find_run(ref)
         runs.setdefault(found.run_id, found)
     give_up = None if budget is None else st.clock.monotonic() + budget
-    idle = threading.Event()
-    said: set[str] = set()
-    look_for_daemon: float | None = st.clock.monotonic()  # None once "no daemon" was said
     try:
-        while True:
-            for rid, r in runs.items():
-                if not r.status.is_terminal:
-                    runs[rid] = r = st.store.get_run(rid)
-                if r.status.is_terminal and rid not in said and not as_json:
-                    said.add(rid)
-                    _print_end(r, st.clock.now())
-            active = [r for r in runs.values() if not r.status.is_terminal]
-            now = st.clock.monotonic()
-            if not active or (give_up is not None and now >= give_up):
-                break
-            if look_for_daemon is not None and now >= look_for_daemon:
-                # Said once, on stderr (stdout stays the ends, or one JSON document); the
-                # wait goes on: a daemon may start later, or a `run --wait` runs its run.
-                if ops.daemon_running(st.store, clock=st.clock):
-                    look_for_daemon = now + DAEMON_LOOK
-                else:
-                    typer.echo(NO_DAEMON, err=True)
-                    look_for_daemon = None
-            st.clock.wait_until(
-                idle, now + WAIT_POLL if give_up is None else min(now + WAIT_POLL, give_up)
-            )
+        active = _watch(st, runs, give_up, quiet=as_json)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     final = list(runs.values())
@@ -400,3 +373,34 @@ def wait(
         raise typer.Exit(TIMED_OUT)
     if any(r.status in (RunStatus.DEAD, RunStatus.CANCELLED) for r in final):
         raise typer.Exit(1)
+
+
+def _watch(st: State, runs: dict[str, Run], give_up: float | None, *, quiet: bool) -> list[Run]:
+    """Read the runs every WAIT_POLL until none is active or `give_up` (the clock's
+    monotonic time) passes, saying each end (unless `quiet`) and, once, on stderr, that no
+    daemon serves the database. Updates `runs`; returns those still active."""
+    idle = threading.Event()
+    said: set[str] = set()
+    look_for_daemon: float | None = st.clock.monotonic()  # None once "no daemon" was said
+    while True:
+        for rid, r in runs.items():
+            if not r.status.is_terminal:
+                runs[rid] = r = st.store.get_run(rid)
+            if r.status.is_terminal and rid not in said and not quiet:
+                said.add(rid)
+                _print_end(r, st.clock.now())
+        active = [r for r in runs.values() if not r.status.is_terminal]
+        now = st.clock.monotonic()
+        if not active or (give_up is not None and now >= give_up):
+            return active
+        if look_for_daemon is not None and now >= look_for_daemon:
+            # Said once, on stderr (stdout stays the ends, or one JSON document); the
+            # wait goes on: a daemon may start later, or a `run --wait` runs its run.
+            if ops.daemon_running(st.store, clock=st.clock):
+                look_for_daemon = now + DAEMON_LOOK
+            else:
+                typer.echo(NO_DAEMON, err=True)
+                look_for_daemon = None
+        st.clock.wait_until(
+            idle, now + WAIT_POLL if give_up is None else min(now + WAIT_POLL, give_up)
+        )
