@@ -193,6 +193,23 @@ def add_schedule(
     wf = load_target(target, workflows_dir=workflows_dir, cwd=cwd)
     data = dict(input or {})
     wf.check_input(dict(data))
+    _check_free(store, name, replace=replace)
+    new = NewSchedule(
+        name=name,
+        target=wf.target,
+        cwd=wf.cwd,
+        input=data,
+        spec=spec.to_json(),
+        source="cli",
+        next_fire_at=_first_fire(spec, now),
+        secret_keys=wf.secret_inputs,
+    )
+    return _schedule_info(store.add_schedule(new, now, replace=replace))
+
+
+def _check_free(store: Store, name: str, *, replace: bool) -> None:
+    """`name` is free for `schedule add`: no schedule has it, or (with `replace`) one
+    added by `schedule add` does; a declared one is changed in its file."""
     existing = _find_schedule(store, name)
     if existing is not None and not replace:
         raise ScheduleError(
@@ -207,17 +224,6 @@ def add_schedule(
             f"schedule {name!r} is declared in {existing.origin}: change it there and run"
             " `flowctl schedule sync`"
         )
-    new = NewSchedule(
-        name=name,
-        target=wf.target,
-        cwd=wf.cwd,
-        input=data,
-        spec=spec.to_json(),
-        source="cli",
-        next_fire_at=_first_fire(spec, now),
-        secret_keys=wf.secret_inputs,
-    )
-    return _schedule_info(store.add_schedule(new, now, replace=replace))
 
 
 def list_schedules(store: Store) -> list[ScheduleInfo]:
@@ -601,17 +607,7 @@ def sync_schedules(
     report = SyncReport()
     for d in declared:
         row = existing.get(d.name)
-        anchor = now.replace(microsecond=0)
-        if row is not None:
-            try:
-                old = ScheduleSpec.from_json(row.spec)
-            except ScheduleError:
-                old = None
-            if old is not None and old.anchor is not None:
-                interval = parse_spec(**d.options, anchor=now).every
-                if interval is not None and interval == old.every:
-                    anchor = old.anchor
-        spec = parse_spec(**d.options, anchor=anchor)
+        spec = parse_spec(**d.options, anchor=_kept_anchor(row, d.options, now))
         new = NewSchedule(
             name=d.name,
             target=d.target,
@@ -635,6 +631,21 @@ def sync_schedules(
             store.remove_schedule(name)
             report.removed.append(name)
     return report
+
+
+def _kept_anchor(row: ScheduleRow | None, options: dict[str, Any], now: datetime) -> datetime:
+    """An `every` schedule redefined with its interval unchanged keeps its anchor (its
+    fires stay where they were); anything else is anchored now, on a whole second."""
+    if row is not None:
+        try:
+            old = ScheduleSpec.from_json(row.spec)
+        except ScheduleError:
+            old = None
+        if old is not None and old.anchor is not None:
+            interval = parse_spec(**options, anchor=now).every
+            if interval is not None and interval == old.every:
+                return old.anchor
+    return now.replace(microsecond=0)
 
 
 @dataclass(frozen=True)

@@ -453,7 +453,7 @@ def render_schedule(item: dict[str, Any], width: int = 80, now: datetime | None 
     zone with DST marks (a gap or fold the policy changed, an offset change between two
     fires); its last fires with their runs. `item` is `flowctl schedule show --json`'s
     object (or `ls`'s, without upcoming fires and history)."""
-    from zoneinfo import ZoneInfo
+    from zoneinfo import ZoneInfo  # lazy: zone data loads for a schedule's card alone
 
     zone: Any = UTC
     if item.get("tz"):
@@ -474,9 +474,16 @@ def render_schedule(item: dict[str, Any], width: int = 80, now: datetime | None 
         nxt = _instant(item.get("next_fire_at"))
         parts.append(_kv("next", "—" if nxt is None else _zoned(nxt, zone), width))
         return Content.assemble(*parts)
+    parts += _next_fires(item, zone, width, now)
+    parts += _last_fires(item, zone, width)
+    return Content.assemble(*parts)
 
+
+def _next_fires(item: dict[str, Any], zone: Any, width: int, now: datetime | None) -> list[Content]:
+    """The upcoming fires in the schedule's zone, each marked where the clocks change
+    before it or a DST policy moved it."""
     paused = " (paused: none fire until it is resumed)" if item.get("paused") else ""
-    parts.append(_section(f"Next fires{paused}"))
+    parts = [_section(f"Next fires{paused}")]
     if not item["upcoming"]:
         parts.append(_indent("none", width, "dim"))
     offset = None
@@ -498,12 +505,17 @@ def render_schedule(item: dict[str, Any], width: int = 80, now: datetime | None 
                 Content.styled("".join(f"{x}\n" for x in _wrap(f"! {mark}", width, 4)), "$warning")
             )
         offset = local.utcoffset()
+    return parts
 
+
+def _last_fires(item: dict[str, Any], zone: Any, width: int) -> list[Content]:
+    """The newest decisions (HISTORY_SHOWN, newest first): fired, skipped, error, with the
+    run each started and its status."""
     history = list(item.get("history") or [])[-HISTORY_SHOWN:]
-    parts.append(_section("Last fires"))
+    parts = [_section("Last fires")]
     if not history:
         parts.append(_indent("none yet", width, "dim"))
-    for event in reversed(history):  # newest first
+    for event in reversed(history):
         at = _instant(event.get("fire_at")) or _instant(event.get("at"))
         when = "—" if at is None else _zoned(at, zone)
         run = event.get("run_id") or ""
@@ -512,4 +524,4 @@ def render_schedule(item: dict[str, Any], width: int = 80, now: datetime | None 
         head = Content.assemble(f"  {when}  ", (f"{event['action']:<15}", style))
         tail = " ".join(x for x in (run, status) if x) or (event.get("detail") or "")
         parts.append(_head_and_tail(head, tail, width, "dim"))
-    return Content.assemble(*parts)
+    return parts
