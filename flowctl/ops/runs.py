@@ -153,7 +153,8 @@ def _queue(
     for i, (raw, run_id) in enumerate(zip(inputs, new_run_ids(len(inputs)), strict=True)):
         label = None if labels is None else labels[i]
         if not isinstance(raw, dict):
-            raise InputError(f"{label or 'input'} is {type(raw).__name__}: give a JSON object")
+            shown = label or "the input"
+            raise InputError(f"{shown} is {type(raw).__name__}: each input is a JSON object")
         try:
             checked = wf.check_input(dict(raw))
         except InputError as e:
