@@ -66,26 +66,28 @@ class Client:
         timeout: Duration | None = None,
         max_attempts: int | None = None,
     ) -> str:
-        """Queue a run and return its id; a daemon runs it. A known `key` returns the first run."""
-        run_at = at
-        if delay is not None:
-            run_at = self.clock.now() + parse_duration(delay)
-        deadline_at = (
-            deadline
-            if isinstance(deadline, datetime) or deadline is None
-            else (self.clock.now() + parse_duration(deadline))
+        """Queue a run and return its id; a daemon runs it. A known `key` returns the first run.
+
+        `delay` is a duration from now; `at` a time (a past one means now); `deadline` a
+        time or a duration from now. A bad value is a UsageError whose `field` names it
+        ("in" for `delay`), checked as the CLI and the HTTP API check it (ops.start_options).
+        """
+        options = ops.start_options(
+            self.clock,
+            delay=delay,
+            at=at,
+            deadline=deadline,
+            timeout=timeout,
+            max_attempts=max_attempts,
         )
         started = ops.start(
             self.store,
             target,
             input or {},
             clock=self.clock,
-            workflows_dir=self.workflows_dir,
+            options=options,
             key=key,
-            run_at=run_at,
-            deadline=deadline_at,
-            timeout=parse_duration(timeout) if timeout is not None else None,
-            max_attempts=max_attempts,
+            workflows_dir=self.workflows_dir,
             targets=self._targets,
         )
         return started.run.run_id
@@ -106,26 +108,24 @@ class Client:
 
         Thousands of runs cost one fsync, not one each. One bad input queues none.
         `keys[i]` is run i's idempotency key: a known key gives the first run's id.
+        The options are `start`'s.
         """
-        run_at = at
-        if delay is not None:
-            run_at = self.clock.now() + parse_duration(delay)
-        deadline_at = (
-            deadline
-            if isinstance(deadline, datetime) or deadline is None
-            else (self.clock.now() + parse_duration(deadline))
+        options = ops.start_options(
+            self.clock,
+            delay=delay,
+            at=at,
+            deadline=deadline,
+            timeout=timeout,
+            max_attempts=max_attempts,
         )
         started = ops.start_many(
             self.store,
             target,
             inputs,
             clock=self.clock,
+            options=options,
             keys=keys,
             workflows_dir=self.workflows_dir,
-            run_at=run_at,
-            deadline=deadline_at,
-            timeout=parse_duration(timeout) if timeout is not None else None,
-            max_attempts=max_attempts,
             targets=self._targets,
         )
         return [s.run.run_id for s in started]

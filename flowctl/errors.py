@@ -7,9 +7,13 @@ what was wrong and what is accepted. `exit_code` is what the CLI exits with:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TypeVar
 
 E = TypeVar("E", bound=BaseException)
+
+Spell = Callable[[str], str]
+"""How a front end spells a field: "deadline" -> "--deadline" (the CLI), "deadline" (HTTP)."""
 
 
 class FlowctlError(Exception):
@@ -18,16 +22,38 @@ class FlowctlError(Exception):
     exit_code = 1
 
 
+def _as_named(field: str) -> str:
+    return field
+
+
 class UsageError(FlowctlError):
-    """Bad input: arguments, durations, JSON, YAML, configuration."""
+    """Bad input: arguments, durations, JSON, YAML, configuration.
+
+    `field` is the option it is about, named as ops, the Client and the HTTP API name it
+    ("deadline", "max_attempts"), or None. A check shared by the front ends gives its
+    message as words of a `Spell` (`lambda f: f"{f('timeout')} must be positive"`), so each
+    front end says the field its own way from the one check (`spelled`: `--timeout` in
+    the CLI) and nobody edits the text afterwards; str(e) names it as ops does.
+    """
 
     exit_code = 2
+    field: str | None = None  # also for a subclass whose __init__ skips this one's
+    _words: Callable[[Spell], str] | None = None
+
+    def __init__(self, message: str | Callable[[Spell], str], *, field: str | None = None) -> None:
+        self.field = field
+        self._words = None if isinstance(message, str) else message
+        super().__init__(message if isinstance(message, str) else message(_as_named))
+
+    def spelled(self, spell: Spell) -> str:
+        """The message with each field it names spelled by `spell`."""
+        return str(self) if self._words is None else self._words(spell)
 
 
 class DurationError(UsageError, ValueError):
     """A duration that does not parse, or one beyond the ten-year limit (`too_long`)."""
 
-    def __init__(self, text: object, *, too_long: bool = False) -> None:
+    def __init__(self, text: object, *, too_long: bool = False, field: str | None = None) -> None:
         if too_long:
             message = (
                 f"duration {text!r} is longer than the limit of 10 years (3650d):"
@@ -38,7 +64,7 @@ class DurationError(UsageError, ValueError):
                 f"invalid duration {text!r}: use seconds (90), a unit (500ms, 30s, 5m, 2h, 7d), "
                 "words (30 sec, 5 minutes, 2 hours, 7 days), or a compound (1h30m)"
             )
-        super().__init__(message)
+        super().__init__(message, field=field)
         self.text = text
         self.too_long = too_long
 

@@ -210,20 +210,6 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def check_key(key: str | None, what: str = "--key") -> None:
-    """An idempotency key is non-blank text of at most MAX_KEY characters (None: no key)."""
-    if key is None:
-        return
-    if not key.strip():
-        raise UsageError(
-            f"{what} must not be empty: give the name this run is known by, e.g. user-42"
-        )
-    if len(key) > MAX_KEY:
-        raise UsageError(
-            f"{what} is {len(key):,} characters long: at most {MAX_KEY:,} are accepted"
-        )
-
-
 def check_search(search: str | None) -> None:
     """Search text is at most MAX_SEARCH characters (it matches ids, keys and names)."""
     if search is not None and len(search) > MAX_SEARCH:

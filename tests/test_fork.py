@@ -158,7 +158,8 @@ def test_index_outside_the_journal_is_a_usage_error_and_writes_nothing(
     for bad in (-1, 4):
         with pytest.raises(UsageError) as e:
             ops.fork(store, origin, bad, clock=fake_clock)
-        assert str(e.value) == (
+        assert e.value.field == "from"  # the CLI spells it --from
+        assert e.value.spelled(lambda f: f"--{f}") == (
             f"--from {bad} is outside the journal of run {origin}: use 0..3"
             " (0 starts over, 3 keeps every checkpoint)"
         )

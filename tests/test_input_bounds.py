@@ -135,8 +135,8 @@ def test_one_line_escapes_what_would_break_a_line() -> None:
 
 def test_a_json_object_that_gives_a_key_twice_is_refused_not_settled_by_the_last() -> None:
     # As `-i name=a -i name=b` is refused: one of the two values would be silently lost.
+    from flowctl.cli.inputs import parse_inputs
     from flowctl.errors import InputError
-    from flowctl.ops.parse import parse_inputs
 
     with pytest.raises(InputError) as exc:
         parse_inputs(None, '{"name": "a", "deep": {"x": 1, "x": 2}}')

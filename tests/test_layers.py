@@ -196,7 +196,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("flowctl.yamlflow", "flowctl.runtime"),  # execution: a run's handler, replayed
     ("flowctl.schedule",),
     ("flowctl.daemon",),
-    ("flowctl.ops", "flowctl.explain"),  # operator actions, for every front end
+    ("flowctl.ops",),  # operator actions and why, for every front end
     (
         "flowctl.cli",
         "flowctl.tui",
@@ -208,15 +208,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
 )
 
-# Import circles the front ends' part of issue 35 removes (in another branch): exactly
-# those, and nothing else may be added here; emptied when that work merges.
-CIRCLES_BEING_REMOVED: frozenset[frozenset[str]] = frozenset(
-    {
-        frozenset({"flowctl.cli.common", "flowctl.cli.lazy"}),
-        frozenset({"flowctl.tui.app", "flowctl.tui.header"}),
-        frozenset({"flowctl.tui.render", "flowctl.tui.views"}),
-    }
-)
 
 
 def package_sources(root: Path = PACKAGE) -> dict[str, tuple[str, bool]]:
@@ -301,9 +292,7 @@ def uphill(graph: dict[str, set[str]]) -> list[str]:
 
 def test_no_modules_import_each_other_in_a_circle() -> None:
     found = circles(import_graph(package_sources()))
-    assert [sorted(c) for c in found if c not in CIRCLES_BEING_REMOVED] == []
-    # the allow-list does not outlive the circles it names
-    assert sorted(map(sorted, CIRCLES_BEING_REMOVED - set(found))) == []
+    assert [sorted(c) for c in found] == []
 
 
 def test_every_module_has_a_layer_and_no_import_runs_up_one() -> None:

@@ -4,6 +4,7 @@ serving a SQLite file and a PostgreSQL database (`served_db`, `db`) in turn."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -352,26 +353,52 @@ def test_token_from_a_private_flowctl_toml_and_no_auth_on_loopback(db: str, tmp_
         proc.wait(timeout=30)
 
 
-@pytest.mark.parametrize(
-    ("cli", "http"),
-    [
-        ("--input must be a JSON object", "input must be a JSON object"),
-        ("--in 5m or --at, not both", "in 5m or at, not both"),
-        ("--max-attempts must be at least 1", "max_attempts must be at least 1"),
-        ("--interval stays", "--interval stays"),  # not a field of the API: left alone
-        (
-            "needs input 'user' (pass -i user=VALUE)",
-            'needs input \'user\' (give "input": {"user": ...})',
-        ),
-        # the CLI's command is said as the API's request
-        ("start one with `flowctl run ... --key k1`", 'start one with POST /runs with "key": "k1"'),
-        ("see `flowctl ls --status dead`", "see `flowctl ls --status dead`"),  # left whole
-    ],
-)
-def test_shared_messages_name_http_fields_not_cli_flags(cli: str, http: str) -> None:
-    from flowctl.serve.routes import as_fields
+# One bad value per start option, as the CLI takes it and as the API takes it. The CLI
+# run is refused before a database is opened, so it needs none.
+SPELLED = [
+    ({"deadline": "2001-01-01T00:00Z"}, ["--deadline", "2001-01-01T00:00Z"]),
+    ({"deadline": "whenever"}, ["--deadline", "whenever"]),
+    ({"at": "2001-01-01T00:00Z"}, ["--at", "2001-01-01T00:00Z"]),  # names `at` twice
+    ({"at": "tomorrowish"}, ["--at", "tomorrowish"]),
+    ({"timeout": "0s"}, ["--timeout", "0s"]),
+    ({"max_attempts": 0}, ["--max-attempts", "0"]),
+    ({"in": "5m", "at": "now"}, ["--in", "5m", "--at", "now"]),
+]
 
-    assert as_fields(cli) == http
+
+@pytest.mark.parametrize(("body", "args"), SPELLED)
+def test_one_ops_check_is_spelled_as_a_flag_in_the_cli_and_as_a_field_over_http(
+    api: Api, project: Path, tmp_path: Path, body: dict[str, object], args: list[str]
+) -> None:
+    """The same bad value is refused by one check in ops (ops.start_options): the CLI
+    says it with its flag (`--max-attempts`), the API with its field (`max_attempts`),
+    each from the error's structured field, no text rewritten."""
+    from flowctl import ops
+    from flowctl.clock import SystemClock
+    from flowctl.errors import UsageError
+
+    values = {("delay" if k == "in" else k): v for k, v in body.items()}
+    with pytest.raises(UsageError) as caught:
+        ops.start_options(SystemClock(), **values)  # type: ignore[arg-type]
+    error = caught.value
+    reply = api.call(
+        "POST", "/runs", {"target": "flows.py:followup", "input": {"user": "1"}} | body
+    )
+    assert reply.status == 400, reply.body
+    assert error.field is not None and reply.json() == {"error": error.spelled(lambda f: f)}
+    db = str(tmp_path / "none.db")
+    argv = ["run", f"{project}/flows.py:followup", "-i", "user=1", *args]
+    cli = subprocess.run(
+        [sys.executable, "-m", "flowctl", "--db", db, *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    flag = error.spelled(lambda f: "--" + f.replace("_", "-"))
+    assert (cli.returncode, cli.stderr) == (2, f"flowctl: {flag}\n")
+    assert flag != error.spelled(lambda f: f)  # the two spellings differ: both came from the field
+    assert not (tmp_path / "none.db").exists()
 
 
 def test_a_stored_lone_surrogate_is_sent_escaped_not_a_500() -> None:

@@ -37,7 +37,7 @@ def test_a_blank_or_huge_key_is_refused_and_nothing_is_written(
     store: Store, flow: str, key: str
 ) -> None:
     clock = FakeClock(START)
-    with pytest.raises(UsageError, match=r"--key (must not be empty|is [0-9,]+ characters)"):
+    with pytest.raises(UsageError, match=r"^key (must not be empty|is [0-9,]+ characters)"):
         ops.start(store, flow, {}, clock=clock, key=key)
     with pytest.raises(UsageError, match="key #2 "):
         ops.start_many(store, flow, [{}, {}], clock=clock, keys=["ok", key])

@@ -37,7 +37,7 @@ HEAVY = (
     "httpx",
     "pydantic",
     "rich",
-    "logging",  # only the daemon configures it (cli/admin.py imports it there)
+    "logging",  # only the daemon configures it (cli/daemon.py, loaded by `flowctl daemon`)
 )
 
 

@@ -22,7 +22,7 @@ from flowctl.ids import HOST, make_owner
 from flowctl.store import NewRun
 from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.tui.app import FlowctlApp, HeaderLine
-from flowctl.tui.render import daemon_line, late_text, short_path
+from flowctl.tui.header import daemon_line, late_text, short_path
 from flowctl.tui.views import DaemonUp, WakeLateness, wake_lateness
 from tests.test_tui import pilot_test, settle
 

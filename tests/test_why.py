@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 from flowctl import cli, ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
-from flowctl.explain import DaemonFact, OperatorEvent, WhyFacts, explain, when
 from flowctl.ids import HOST, make_owner
 from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus
+from flowctl.ops.explain import DaemonFact, OperatorEvent, WhyFacts, explain, when
 from flowctl.store.sqlite import SqliteStore as Store
 
 NOW = datetime(2026, 3, 29, 12, 0, tzinfo=UTC)

@@ -1,7 +1,7 @@
 """The `flowctl` command: parse -> ops -> render. Builds the app, registers the commands
-(flowctl/cli/start.py, listing.py, show.py, actions.py, admin.py, schedule.py, ...) by name
-in the order `flowctl --help` lists them (COMMANDS: a module is imported only when its
-command is used, cli/lazy.py), and holds `main`. With `_Group` (flowctl/cli/common.py) this
+(flowctl/cli/start.py, listing.py, show.py, actions.py, admin.py, daemon.py, schedule.py,
+...) by name in the order `flowctl --help` lists them (COMMANDS: a module is imported only
+when its command is used, cli/lazy.py), and holds `main`. With `_Group` (flowctl/cli/common.py) this
 is the one place errors become exit codes.
 
 Annotations are evaluated when the module loads (no `from __future__ import annotations`):
@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - older typer uses click itself
     from click import exceptions as click_exc  # type: ignore[no-redef]
 
 from flowctl.cli import coerce, lazy
-from flowctl.cli.common import State, _Group
+from flowctl.cli.common import State, _Group, said
 from flowctl.clock import SystemClock
 from flowctl.errors import FlowctlError
 from flowctl.limits import clip_middle, is_utf8, one_line, shown_bytes
@@ -177,7 +177,7 @@ COMMANDS: tuple[tuple[str, str, str, str], ...] = (
     ),
     (
         "daemon",
-        "flowctl.cli.admin:daemon",
+        "flowctl.cli.daemon:daemon",
         "Run queued work and wake sleepers on time; SIGTERM/Ctrl-C drains; `daemon stop` drains a running one; --install makes it a systemd user service.",
         "Daemon",
     ),
@@ -265,6 +265,6 @@ def main() -> None:
         typer.echo("aborted", err=True)
         sys.exit(130)
     except FlowctlError as e:
-        typer.echo(f"flowctl: {clip_middle(one_line(str(e)))}", err=True)
+        typer.echo(f"flowctl: {said(e)}", err=True)
         sys.exit(e.exit_code)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,5 +1,6 @@
-"""The commands around the runs: `flowctl init`, `workflows`, `daemon`, `status`,
-`validate` and `tui`: parse -> flowctl.ops (or the daemon, or the TUI) -> render.
+"""The commands around the runs: `flowctl init`, `workflows`, `status`, `validate`, `tui`
+and `copy`: parse -> flowctl.ops (or the TUI) -> render. `flowctl daemon` is
+flowctl/cli/daemon.py.
 
 flowctl/cli/__init__.py registers them on the app, in the order `flowctl --help` lists them.
 """
@@ -7,28 +8,15 @@ flowctl/cli/__init__.py registers them on the app, in the order `flowctl --help`
 from __future__ import annotations
 
 import sys
-import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from flowctl import ops
-from flowctl.cli.common import (
-    State,
-    _daemon_config,
-    _emit_json,
-    _local,
-    _state,
-    _table,
-)
-from flowctl.cli.schedule import _sync_at_daemon_start
-from flowctl.durations import parse_duration
+from flowctl.cli.common import _emit_json, _local, _state, _table
 from flowctl.errors import FlowctlError, UsageError
 from flowctl.limits import ROOM_RESERVE, one_line
-
-if TYPE_CHECKING:
-    from flowctl.store import Store
 
 # ---------------------------------------------------------------------------
 # init / workflows
@@ -125,264 +113,7 @@ def workflows(
 
 
 # ---------------------------------------------------------------------------
-# daemon / status
-
-
-def _from_config(key: str) -> str:
-    """The default shown for a daemon option that flowctl.toml may set."""
-    from flowctl.config import AUTO_WORKERS_MAX, DEFAULTS
-
-    if key == "workers":  # not a constant: it depends on the machine
-        shown = f"one per core, at most {AUTO_WORKERS_MAX}: {DEFAULTS[key]} here; 1 on PostgreSQL"
-        return f"[default: {shown}; or `{key}` in flowctl.toml]"
-    return f"[default: {DEFAULTS[key]}, or `{key}` in flowctl.toml]"
-
-
-def daemon(
-    ctx: typer.Context,
-    action: Annotated[
-        str | None,
-        typer.Argument(
-            metavar="[stop]",
-            help="stop: ask the daemons on this database to drain, and wait for them to exit.",
-        ),
-    ] = None,
-    install: Annotated[
-        bool,
-        typer.Option(
-            "--install", help="Install and start a systemd user service for this database."
-        ),
-    ] = False,
-    uninstall: Annotated[
-        bool, typer.Option("--uninstall", help="Stop and remove that service.")
-    ] = False,
-    print_unit: Annotated[
-        bool, typer.Option("--print", help="Print the systemd unit (with --install: only print).")
-    ] = False,
-    concurrency: Annotated[
-        int | None,
-        typer.Option(
-            "--concurrency",
-            "-c",
-            max=1024,
-            help=f"Runs executed at once.  {_from_config('concurrency')}",
-        ),
-    ] = None,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            "--workers",
-            min=1,
-            max=256,
-            help="Worker processes that execute runs, each with --concurrency of its own and"
-            " taking turns to write; the daemon process supervises them (1: the daemon"
-            " process alone, which uses one core)."
-            f"  {_from_config('workers')}",
-        ),
-    ] = None,
-    threads: Annotated[
-        bool,
-        typer.Option(
-            "--threads",
-            help="Run handlers on --concurrency threads, not as greenlets on one thread: for"
-            " workflows that do slow work outside ctx.step (SQLite; PostgreSQL always uses"
-            " threads).",
-        ),
-    ] = False,
-    lease: Annotated[
-        str | None, typer.Option("--lease", help=f"Lease length.  {_from_config('lease')}")
-    ] = None,
-    heartbeat: Annotated[
-        str | None,
-        typer.Option("--heartbeat", help=f"Heartbeat interval.  {_from_config('heartbeat')}"),
-    ] = None,
-    grace: Annotated[
-        str | None,
-        typer.Option(
-            "--grace",
-            help=f"On SIGTERM, wait this long for running handlers.  {_from_config('grace')}",
-        ),
-    ] = None,
-    until_idle: Annotated[
-        bool, typer.Option("--until-idle", help="Exit when nothing is running or due.")
-    ] = False,
-    log_level: Annotated[
-        str, typer.Option("--log-level", help="debug, info, warning or error.")
-    ] = "info",
-    as_json: Annotated[
-        bool,
-        typer.Option(
-            "--json", help="With `stop`, --install or --uninstall: print what was done as JSON."
-        ),
-    ] = False,
-) -> None:
-    """Run queued work and wake sleepers on time; SIGTERM/Ctrl-C drains; `daemon stop`
-    drains a running one; --install makes it a systemd user service.  Example: flowctl daemon -c 8"""
-    import logging  # here, not at start-up: only the daemon configures logging
-
-    from flowctl.daemon import Daemon
-    from flowctl.daemon.notifier import Notifier
-
-    st = _state(ctx)
-    if action is not None and action != "stop":
-        raise UsageError(f"flowctl daemon {action!r}: the only action is `stop`")
-    if sum((action is not None, install or print_unit, uninstall)) > 1:
-        raise UsageError("give one of `stop`, --install/--print or --uninstall")
-    if as_json and ((action is None and not install and not uninstall) or print_unit):
-        raise UsageError(
-            "--json goes with `daemon stop`, --install or --uninstall (a serving daemon"
-            " writes its log; --print writes the unit)"
-        )
-    if action == "stop":
-        if until_idle:
-            raise UsageError("--until-idle goes with a serving daemon, not `daemon stop`")
-        _stop_daemons(st, as_json)
-        return
-    if install or print_unit or uninstall:
-        _service(st, uninstall=uninstall, print_only=print_unit, grace=grace, as_json=as_json)
-        return
-    level = getattr(logging, log_level.upper(), None)
-    if not isinstance(level, int):
-        raise UsageError(f"--log-level {log_level!r}: use debug, info, warning or error")
-    if concurrency is not None and concurrency < 1:
-        raise UsageError(f"--concurrency must be at least 1, got {concurrency}")
-    cfg = _daemon_config(
-        st,
-        concurrency=concurrency,
-        lease=parse_duration(lease).total_seconds() if lease else None,
-        heartbeat=parse_duration(heartbeat).total_seconds() if heartbeat else None,
-        grace=parse_duration(grace).total_seconds() if grace is not None else None,
-        workers=workers,
-        batch=False if threads else None,
-    )
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
-    )
-    db = st.db_path
-    created = isinstance(db, Path) and not db.exists()
-    d = Daemon(_open_when_room(st), st.clock, cfg)
-    logging.getLogger("flowctl").info(
-        "daemon %s %s %s (concurrency %d %s, workers %d, lease %gs, heartbeat %gs)",
-        d.owner,
-        "created a new database at" if created else "on",
-        d.store.path,  # a URL's password is not logged
-        cfg.concurrency,
-        "as greenlets on one thread" if d.batched() else "on threads",
-        cfg.workers,
-        cfg.lease,
-        cfg.heartbeat,
-    )
-    if cfg.workers > 1:
-        logging.getLogger("flowctl").info(
-            "this process supervises %d worker processes, each executing up to %d runs",
-            cfg.workers,
-            cfg.concurrency,
-        )
-    for other in ops.other_live_daemons(st.store, d.owner):
-        logging.getLogger("flowctl").info(
-            "daemon pid %d on %s already serves this database; this one shares the work"
-            " (each run is claimed by one of them)",
-            other.pid,
-            other.host,
-        )
-        break
-    _sync_at_daemon_start(st)  # YAML `schedule:` blocks and flowctl.toml [schedules.*]
-    # Notifications go out beside the daemon's loop, on their own thread, as this daemon.
-    served = threading.Event()
-    Notifier(d.store, st.clock, st.config.notify(), d.owner).start(served)
-    try:
-        code = d.run_forever(until_idle=until_idle, install_signals=True)
-    finally:
-        served.set()
-    raise typer.Exit(code)
-
-
-def _stop_daemons(st: State, as_json: bool) -> None:
-    """`flowctl daemon stop`: SIGTERM (the drain) to this database's daemons, then wait."""
-    from flowctl.ops.service import STOP_MARGIN, stop_daemons
-
-    grace = _daemon_config(st).grace
-    results = stop_daemons(st.store, st.clock, wait=grace + STOP_MARGIN)
-    if as_json:
-        _emit_json(
-            [
-                {"pid": r.daemon.pid, "host": r.daemon.host, "stopped": r.stopped, "note": r.note}
-                for r in results
-            ]
-        )
-    elif not results:
-        typer.echo(f"no daemon is running on {st.db_path}")
-    for r in [] if as_json else results:
-        typer.echo(f"daemon pid {r.daemon.pid} on {r.daemon.host}: {r.note}")
-    if not all(r.stopped for r in results):
-        raise typer.Exit(1)
-
-
-def _service(
-    st: State, *, uninstall: bool, print_only: bool, grace: str | None, as_json: bool = False
-) -> None:
-    """`daemon --install/--print/--uninstall`: the systemd user unit of this database."""
-    from flowctl.ops import service
-
-    target = st.db_path
-    if not isinstance(target, Path):
-        raise UsageError(
-            "daemon --install/--print/--uninstall write a unit for a SQLite file; for a"
-            " database URL write the unit by hand (README: Many machines)"
-        )
-    db = target.resolve()
-    if uninstall:
-        report = service.uninstall(db)
-        if not as_json:
-            typer.echo(f"removed {report.path}")
-    else:
-        seconds = parse_duration(grace).total_seconds() if grace else _daemon_config(st).grace
-        workdir = st.config.root if st.config.path is not None else db.parent
-        text = service.unit_text(service.flowctl_argv(), db, workdir, seconds)
-        if print_only:
-            typer.echo(text, nl=False)
-            return
-        report = service.install(text, db)
-        if not as_json:
-            typer.echo(f"wrote {report.path}")
-    if as_json:
-        _emit_json(
-            {
-                "unit": str(report.path),
-                "removed" if uninstall else "installed": True,
-                "ran": [" ".join(argv) for argv in report.ran],
-                "notes": report.notes,
-            }
-        )
-        return
-    for argv in report.ran:
-        typer.echo(f"ran: {' '.join(argv)}")
-    for note in report.notes:
-        typer.echo(note)
-
-
-def _open_when_room(st: State) -> Store:
-    """The daemon's database; a full disk at start-up is waited out (said once), as one
-    later is, so a supervisor does not restart the daemon in a loop."""
-    import logging
-
-    from flowctl.daemon.watches import FULL_RETRY
-    from flowctl.errors import DiskFullError
-
-    said = False
-    while True:
-        try:
-            store = st.open_store(create=True)
-            if said:
-                logging.getLogger("flowctl").warning("the database has room again: serving")
-            return store
-        except DiskFullError as e:
-            if not said:
-                logging.getLogger("flowctl").warning(
-                    "%s; nothing committed is lost; retrying every %gs", e, FULL_RETRY
-                )
-                said = True
-            st.clock.wait(threading.Event(), FULL_RETRY)
+# status
 
 
 def status(

@@ -29,6 +29,31 @@ def _whole(value: Any) -> int:
     return int(text)
 
 
+def _plain(kind: Any, value: Any, low: float | None, high: float | None) -> Any:
+    """`value` as a `kind` option (str, bool or a whole number in low..high); a refusal is
+    a ValueError whose text is the one line the user is shown."""
+    if kind is str:
+        return value if isinstance(value, str) else str(value)
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "t", "yes", "y", "on"):
+            return True
+        if text in ("0", "false", "f", "no", "n", "off"):
+            return False
+        raise ValueError(f"{value!r} is not true or false")
+    try:
+        number = _whole(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a whole number") from None
+    if low is not None and number < low:
+        raise ValueError(f"must be at least {low}, got {number}")
+    if high is not None and number > high:
+        raise ValueError(f"must be at most {high}, got {number}")
+    return number
+
+
 def install() -> None:
     """Route plain annotations through `_convert`; a no-op on a Typer without pydantic."""
     try:
@@ -50,30 +75,11 @@ def install() -> None:
             return self._one(value, param, ctx)
 
         def _one(self, value: Any, param: Any, ctx: Any) -> Any:
-            kind = self.annotation
-            if kind is str:
-                return value if isinstance(value, str) else str(value)
-            if kind is bool:
-                if isinstance(value, bool):
-                    return value
-                text = str(value).strip().lower()
-                if text in ("1", "true", "t", "yes", "y", "on"):
-                    return True
-                if text in ("0", "false", "f", "no", "n", "off"):
-                    return False
-                raise BadParameter(f"{value!r} is not true or false", ctx=ctx, param=param)
+            info = self.parameter_info
             try:
-                number = _whole(value)
-            except ValueError:
-                raise BadParameter(
-                    f"{value!r} is not a whole number", ctx=ctx, param=param
-                ) from None
-            low, high = self.parameter_info.min, self.parameter_info.max
-            if low is not None and number < low:
-                raise BadParameter(f"must be at least {low}, got {number}", ctx=ctx, param=param)
-            if high is not None and number > high:
-                raise BadParameter(f"must be at most {high}, got {number}", ctx=ctx, param=param)
-            return number
+                return _plain(self.annotation, value, info.min, info.max)
+            except ValueError as e:
+                raise BadParameter(str(e), ctx=ctx, param=param) from None
 
     def build(descriptor: Any) -> Any:
         info = descriptor.parameter_info

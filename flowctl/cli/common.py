@@ -2,9 +2,10 @@
 one `flowctl: ...` line and its exit code, the per-invocation State, and the renderers
 (JSON, tables, local and relative times).
 
-flowctl/cli/__init__.py builds the app and registers the command modules (runs, admin,
-schedule); they import from here, never from each other (admin's daemon start-up call into
-schedule aside), so there is no import cycle.
+flowctl/cli/__init__.py builds the app and registers the command modules (start, listing,
+show, actions, admin, daemon, schedule, ...); they import from here, never from each other
+(the daemon's start-up call into schedule aside). This module imports lazy.py (the group
+builds stand-ins), never a command module, so there is no import cycle.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperGroup
 
-from flowctl.errors import FlowctlError
+from flowctl.cli.lazy import resolve
+from flowctl.errors import FlowctlError, UsageError
 from flowctl.limits import clip_middle, one_line
 
 if TYPE_CHECKING:  # the store (sqlite_utils, the backend) loads when a command opens it;
@@ -41,8 +43,6 @@ class _Group(TyperGroup):
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         """The command, built now if it was a stand-in (flowctl/cli/lazy.py)."""
-        from flowctl.cli.lazy import resolve
-
         return resolve(self.commands, cmd_name)
 
     def format_usage(self, ctx: Any, formatter: Any) -> None:
@@ -63,7 +63,7 @@ class _Group(TyperGroup):
         try:
             rv = super().invoke(ctx)
         except FlowctlError as e:
-            typer.echo(f"flowctl: {clip_middle(one_line(str(e)))}", err=True)
+            typer.echo(f"flowctl: {said(e)}", err=True)
             raise typer.Exit(e.exit_code) from None
         root = ctx.parent is None  # `schedule ...` is a group inside this one: say it once
         note = ctx.obj.read_only_note() if root and isinstance(ctx.obj, State) else None
@@ -72,18 +72,16 @@ class _Group(TyperGroup):
         return rv
 
 
-class _Command(TyperCommand):
-    """flowctl's commands (cli/lazy.py builds them with this class): help in panels."""
+def flag(field: str) -> str:
+    """A field as this CLI spells it: "max_attempts" -> "--max-attempts"."""
+    return "--" + field.replace("_", "-")
 
-    def format_usage(self, ctx: Any, formatter: Any) -> None:
-        from flowctl.cli.panels import write_usage
 
-        write_usage(self, ctx, formatter)
-
-    def format_options(self, ctx: Any, formatter: Any) -> None:
-        from flowctl.cli.panels import write_params
-
-        write_params(self, ctx, formatter)
+def said(e: FlowctlError) -> str:
+    """The one line an error is printed as: the field a UsageError is about spelled as
+    this CLI's flag (errors.UsageError.spelled), cut to fit (limits.clip_middle)."""
+    text = e.spelled(flag) if isinstance(e, UsageError) else str(e)
+    return clip_middle(one_line(text))
 
 
 class State:

@@ -34,6 +34,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from typer.core import TyperCommand
+
 # long option -> placeholder; an option not listed gets N (int) or TEXT (str)
 PLACEHOLDERS: dict[str, str] = {
     "--db": "PATH",
@@ -123,3 +125,17 @@ def polish(command: Any) -> None:
         command.help = _example_block(command.help)
     for sub in getattr(command, "commands", {}).values():
         polish(sub)
+
+
+class FlowctlCommand(TyperCommand):
+    """flowctl's commands (cli/lazy.py builds each with this class): help in panels."""
+
+    def format_usage(self, ctx: Any, formatter: Any) -> None:
+        from flowctl.cli.panels import write_usage  # loaded only when help is printed
+
+        write_usage(self, ctx, formatter)
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        from flowctl.cli.panels import write_params
+
+        write_params(self, ctx, formatter)

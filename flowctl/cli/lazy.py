@@ -3,9 +3,10 @@
 Typer turns every command function into a click command (signature, Annotated options,
 converters) each time the app runs, tens of ms of CPU for flowctl's ~35 commands, and
 `flowctl --help` or `flowctl ls` needs one of them at most. `install()` makes Typer give
-each flowctl command as a `LazyCommand`: its name and help, nothing else. `_Group` (common.py)
-builds the real one from the same `CommandInfo` the moment it is looked up to run, complete
-or show its own help; the group's command list reads the stubs' help and builds nothing.
+each flowctl command as a `LazyCommand`: its name and help, nothing else. `_Group`
+(common.py, which imports this module) builds the real one from the same `CommandInfo` the
+moment it is looked up to run, complete or show its own help, as a `FlowctlCommand`
+(helpfmt.py); the group's command list reads the stubs' help and builds nothing.
 What is built is exactly what Typer builds (its own function does it), so options, help and
 errors are unchanged; only when differs. Other Typer apps in the process are left alone.
 
@@ -73,7 +74,7 @@ class LazyCommand(TyperCommand):
         self.options = options
 
     def build(self) -> Any:
-        from flowctl.cli.helpfmt import polish
+        from flowctl.cli.helpfmt import FlowctlCommand, polish
 
         info = self.command_info
         if isinstance(info.callback, Deferred):
@@ -83,10 +84,8 @@ class LazyCommand(TyperCommand):
             info = copy.copy(info)
             info.callback = target
         if info.cls in (None, TyperCommand):  # help in panels (cli/panels.py)
-            from flowctl.cli.common import _Command
-
             info = copy.copy(info)
-            info.cls = _Command
+            info.cls = FlowctlCommand
         command = _TYPER_FROM_INFO[0](command_info=info, **self.options)
         polish(command)
         return command

@@ -32,8 +32,8 @@ from flowctl.limits import MAX_COUNT
 from flowctl.status import STATUS_NAMES, RunStatus
 
 if TYPE_CHECKING:
-    from flowctl.explain import OperatorEvent
     from flowctl.model import Run
+    from flowctl.ops.explain import OperatorEvent
 
 
 def ls(

@@ -14,7 +14,10 @@ from flowctl.errors import UsageError
 from flowctl.limits import terminal_safe
 from flowctl.model import iso
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: ops.maintenance loads when a command runs
+    from datetime import datetime
+
+    from flowctl.ops.maintenance import PruneReport
     from flowctl.store import OutputChunk
 
 
@@ -130,26 +133,24 @@ def logs(
             typer.echo("[]" if sep == "[\n" else "\n]")
 
 
+_OLDER_THAN = typer.Option(
+    "--older-than", metavar="DURATION", help="Runs that finished before this long ago, e.g. 30d."
+)
+_PRUNE_STATUS = typer.Option(
+    "--status",
+    "-s",
+    help="completed, cancelled or dead; repeatable (default: completed and cancelled).",
+)
+_DRY_RUN = typer.Option("--dry-run", help="Only say what would go.")
+_PRUNE_JSON = typer.Option("--json", help="Print JSON.")
+
+
 def prune(
     ctx: typer.Context,
-    older_than: Annotated[
-        str,
-        typer.Option(
-            "--older-than",
-            metavar="DURATION",
-            help="Runs that finished before this long ago, e.g. 30d.",
-        ),
-    ],
-    status: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--status",
-            "-s",
-            help="completed, cancelled or dead; repeatable (default: completed and cancelled).",
-        ),
-    ] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would go.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    older_than: Annotated[str, _OLDER_THAN],
+    status: Annotated[list[str] | None, _PRUNE_STATUS] = None,
+    dry_run: Annotated[bool, _DRY_RUN] = False,
+    as_json: Annotated[bool, _PRUNE_JSON] = False,
 ) -> None:
     """Delete finished runs (journal, timeline, signals, output, published values) that
     ended before the cutoff; never a run that is not finished.  Example: flowctl prune --older-than 30d"""
@@ -159,23 +160,7 @@ def prune(
     report = ops.prune(st.store, older_than, status, clock=st.clock, dry_run=dry_run)
     statuses = [str(s) for s in report.statuses]
     if as_json:
-        _emit_json(
-            {
-                "dry_run": report.dry_run,
-                "statuses": statuses,
-                "cutoff": iso(st.clock.now() - report.cutoff_age),
-                "count": len(report.runs),
-                "runs": [
-                    {
-                        "run_id": r.run_id,
-                        "workflow": r.workflow,
-                        "status": str(r.status),
-                        "finished_at": iso(r.finished_at),
-                    }
-                    for r in report.runs
-                ],
-            }
-        )
+        _emit_json(_prune_json(report, st.clock.now()))
         return
     if report.dry_run:
         if report.runs:
@@ -191,6 +176,25 @@ def prune(
         f"deleted {len(report.runs)} run(s) ({', '.join(statuses)}) that finished more than"
         f" {older_than} ago; `flowctl vacuum` gives the space back"
     )
+
+
+def _prune_json(report: PruneReport, now: datetime) -> dict[str, Any]:
+    """What `prune --json` prints: the cutoff and every run deleted (or, dry, to be)."""
+    return {
+        "dry_run": report.dry_run,
+        "statuses": [str(s) for s in report.statuses],
+        "cutoff": iso(now - report.cutoff_age),
+        "count": len(report.runs),
+        "runs": [
+            {
+                "run_id": r.run_id,
+                "workflow": r.workflow,
+                "status": str(r.status),
+                "finished_at": iso(r.finished_at),
+            }
+            for r in report.runs
+        ],
+    }
 
 
 def _mb(n: int) -> str:

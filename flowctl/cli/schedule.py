@@ -27,6 +27,7 @@ from flowctl.cli.common import (
     _state,
     _table,
 )
+from flowctl.cli.inputs import parse_inputs
 from flowctl.durations import format_duration
 from flowctl.errors import FlowctlError, UsageError
 from flowctl.limits import MAX_COUNT, one_line
@@ -127,54 +128,52 @@ def _sync_at_daemon_start(st: State) -> None:
         log.info("schedules synced: %s", changed)
 
 
+# The arguments and options of `schedule add`, one line each in its signature.
+_NAME = typer.Argument(help="Schedule name, e.g. nightly-report.")
+_TARGET = typer.Argument(help="file.py:function, module:function, file.yaml, or a name.")
+_CRON = typer.Option("--cron", help='5-field cron or @daily-style alias: "0 9 * * MON-FRI".')
+_EVERY = typer.Option("--every", help="Interval from now: 15m, 2h, 1d.")
+_TZ = typer.Option("--tz", help="IANA zone, e.g. Europe/Paris (default: local).")
+_ARG = typer.Option(
+    "-i", "--arg", metavar="KEY=VALUE", help="Input: key=value or key:=JSON. Repeatable."
+)
+_INPUT = typer.Option("--input", metavar="JSON", help="The whole input as a JSON object.")
+_MISSED = typer.Option("--missed", help=_POLICY_HELP["missed"])
+_MAX_MISSED = typer.Option(
+    "--max-missed", max=MAX_COUNT, help="With --missed all: at most this many."
+)
+_OVERLAP = typer.Option("--overlap", help=_POLICY_HELP["overlap"])
+_GAP = typer.Option("--gap", help=_POLICY_HELP["gap"])
+_FOLD = typer.Option("--fold", help=_POLICY_HELP["fold"])
+_JITTER = typer.Option("--jitter", help="Delay each start by a stable random 0..D, e.g. 5m.")
+_REPLACE = typer.Option("--replace", help="Redefine an existing schedule of this name.")
+_ADD_JSON = typer.Option("--json", help="Print the schedule as JSON.")
+
+
 @schedule_app.command("add")
 def schedule_add(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Schedule name, e.g. nightly-report.")],
-    target: Annotated[
-        str, typer.Argument(help="file.py:function, module:function, file.yaml, or a name.")
-    ],
-    cron: Annotated[
-        str | None,
-        typer.Option("--cron", help='5-field cron or @daily-style alias: "0 9 * * MON-FRI".'),
-    ] = None,
-    every: Annotated[
-        str | None, typer.Option("--every", help="Interval from now: 15m, 2h, 1d.")
-    ] = None,
-    tz: Annotated[
-        str | None, typer.Option("--tz", help="IANA zone, e.g. Europe/Paris (default: local).")
-    ] = None,
-    inputs: Annotated[
-        list[str] | None,
-        typer.Option(
-            "-i", "--arg", metavar="KEY=VALUE", help="Input: key=value or key:=JSON. Repeatable."
-        ),
-    ] = None,
-    input_json: Annotated[
-        str | None,
-        typer.Option("--input", metavar="JSON", help="The whole input as a JSON object."),
-    ] = None,
-    missed: Annotated[str, typer.Option("--missed", help=_POLICY_HELP["missed"])] = "skip",
-    max_missed: Annotated[
-        int,
-        typer.Option("--max-missed", max=MAX_COUNT, help="With --missed all: at most this many."),
-    ] = 100,
-    overlap: Annotated[str, typer.Option("--overlap", help=_POLICY_HELP["overlap"])] = "skip",
-    gap: Annotated[str, typer.Option("--gap", help=_POLICY_HELP["gap"])] = "shift",
-    fold: Annotated[str, typer.Option("--fold", help=_POLICY_HELP["fold"])] = "first",
-    jitter: Annotated[
-        str, typer.Option("--jitter", help="Delay each start by a stable random 0..D, e.g. 5m.")
-    ] = "0s",
-    replace: Annotated[
-        bool, typer.Option("--replace", help="Redefine an existing schedule of this name.")
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the schedule as JSON.")] = False,
+    name: Annotated[str, _NAME],
+    target: Annotated[str, _TARGET],
+    cron: Annotated[str | None, _CRON] = None,
+    every: Annotated[str | None, _EVERY] = None,
+    tz: Annotated[str | None, _TZ] = None,
+    inputs: Annotated[list[str] | None, _ARG] = None,
+    input_json: Annotated[str | None, _INPUT] = None,
+    missed: Annotated[str, _MISSED] = "skip",
+    max_missed: Annotated[int, _MAX_MISSED] = 100,
+    overlap: Annotated[str, _OVERLAP] = "skip",
+    gap: Annotated[str, _GAP] = "shift",
+    fold: Annotated[str, _FOLD] = "first",
+    jitter: Annotated[str, _JITTER] = "0s",
+    replace: Annotated[bool, _REPLACE] = False,
+    as_json: Annotated[bool, _ADD_JSON] = False,
 ) -> None:
     """Add a schedule.  Example: flowctl schedule add nightly --cron "0 9 * * MON-FRI" --tz Europe/Paris examples/report.yaml -i team=ops"""
     from flowctl.ops import schedules as schedule_ops
 
     st = _state(ctx)
-    data = ops.parse_inputs(inputs, input_json)
+    data = parse_inputs(inputs, input_json)
     info = schedule_ops.add_schedule(
         st.open_store(create=True),
         name,
@@ -417,7 +416,7 @@ def schedule_explain(
 
     st = _state(ctx)
     zone = _given_tz(tz) or _default_tz(st)
-    after = ops.parse_time(from_, st.clock, flag="--from", tz=zone) if from_ else None
+    after = ops.parse_time(from_, st.clock, field="from", tz=zone) if from_ else None
     result = schedule_ops.explain_schedule(
         expression, clock=st.clock, tz=zone, count=count, gap=gap, fold=fold, after=after
     )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,7 +19,10 @@ from flowctl.cli.common import (
 from flowctl.durations import format_duration
 from flowctl.errors import UsageError
 from flowctl.limits import SHOW_STEPS, one_line, terminal_safe
-from flowctl.model import EntryState, RunStatus, human_value
+from flowctl.model import EntryState, Run, RunStatus, human_value
+
+if TYPE_CHECKING:  # annotations only: `show` opens the store through the State
+    from flowctl.store import Store
 
 
 def _clip(text: str, limit: int) -> str:
@@ -41,27 +45,24 @@ def _describe_value(value: Any) -> str:
     return text if len(text) <= 60 else text[:59] + "…"
 
 
+_RUN = typer.Argument(metavar="RUN", help="Run id or unique prefix.")
+_SHOW_JSON = typer.Option("--json", help="Print run, checkpoints and timeline as JSON.")
+_STEPS = typer.Option(
+    "--steps",
+    metavar="N",
+    help=f"Show the newest N checkpoints and timeline events (default {SHOW_STEPS}).",
+)
+_SKIP = typer.Option("--skip", metavar="K", help="Leave out the K newest first: page back.")
+_ALL = typer.Option("--all", help="Show every checkpoint and timeline event.")
+
+
 def show(
     ctx: typer.Context,
-    run_ref: Annotated[str, typer.Argument(metavar="RUN", help="Run id or unique prefix.")],
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print run, checkpoints and timeline as JSON.")
-    ] = False,
-    steps: Annotated[
-        int | None,
-        typer.Option(
-            "--steps",
-            metavar="N",
-            help=f"Show the newest N checkpoints and timeline events (default {SHOW_STEPS}).",
-        ),
-    ] = None,
-    skip: Annotated[
-        int,
-        typer.Option("--skip", metavar="K", help="Leave out the K newest first: page back."),
-    ] = 0,
-    every: Annotated[
-        bool, typer.Option("--all", help="Show every checkpoint and timeline event.")
-    ] = False,
+    run_ref: Annotated[str, _RUN],
+    as_json: Annotated[bool, _SHOW_JSON] = False,
+    steps: Annotated[int | None, _STEPS] = None,
+    skip: Annotated[int, _SKIP] = 0,
+    every: Annotated[bool, _ALL] = False,
 ) -> None:
     """Show one run: header, checkpoints by call index, timeline.  Example: flowctl show m8rtkeefq3x7bz2w
 
@@ -75,8 +76,18 @@ def show(
     if as_json:
         _emit_json(detail.to_json())
         return
+    _print_header(st.store, detail, st.clock.now())
+    _print_error(detail.run)
+    _print_now(detail)
+    typer.echo("")
+    _print_checkpoints(detail)
+    _print_timeline(detail)
+
+
+def _print_header(store: Store, detail: ops.RunDetail, now: datetime) -> None:
+    """What the run is and where it stands: status (and why, while it is not finished),
+    input, attempt, times, budget, schedule, parent, result."""
     r = detail.run
-    now = st.clock.now()
     typer.echo(f"run       {r.run_id}")
     typer.echo(f"workflow  {r.workflow}  ({r.kind}: {r.target})")
     if r.status.is_terminal:
@@ -85,7 +96,7 @@ def show(
         answer = ops.explain_detail(detail, now)
         said = answer.message if answer else ops.why(detail, now)
         typer.echo(f"status    {r.status} — {one_line(said)}")
-        asked = ops.cancel_requests(st.store, [r]).get(r.run_id)
+        asked = ops.cancel_requests(store, [r]).get(r.run_id)
         if asked is not None:  # who asked, and that the run has not stopped yet
             text = ops.cancel_pending_text(r, asked).removeprefix("cancel ")
             typer.echo(
@@ -107,29 +118,44 @@ def show(
         typer.echo(f"parent    {r.parent_run_id}")
     if r.status is RunStatus.COMPLETED:
         typer.echo(f"result    {_shown_json(r.result)}")
-    if r.error:
-        typer.echo(f"error     {_first_error_line(r)}")
-        for k in ("exit_code", "dead_reason", "by"):  # by: who cancelled it
-            if k in r.error:
-                typer.echo(f"          {k}: {one_line(str(r.error[k]))}")
-        if r.status is RunStatus.DEAD:
-            tb = r.error.get("traceback")
-            tail = r.error.get("stderr_tail")
-            if not tb and tail and str(tail).strip():
-                typer.echo("          stderr (last lines):")
-                tb = tail
-            if tb:
-                lines = str(tb).rstrip().splitlines()[-12:]
-                typer.echo("          " + "\n          ".join(terminal_safe(x) for x in lines))
+
+
+def _print_error(r: Run) -> None:
+    """The run's error: its first line and fields, and for a dead run the traceback's
+    (or the command's stderr's) last lines."""
+    if not r.error:
+        return
+    typer.echo(f"error     {_first_error_line(r)}")
+    for k in ("exit_code", "dead_reason", "by"):  # by: who cancelled it
+        if k in r.error:
+            typer.echo(f"          {k}: {one_line(str(r.error[k]))}")
+    if r.status is not RunStatus.DEAD:
+        return
+    tb = r.error.get("traceback")
+    tail = r.error.get("stderr_tail")
+    if not tb and tail and str(tail).strip():
+        typer.echo("          stderr (last lines):")
+        tb = tail
+    if tb:
+        lines = str(tb).rstrip().splitlines()[-12:]
+        typer.echo("          " + "\n          ".join(terminal_safe(x) for x in lines))
+
+
+def _print_now(detail: ops.RunDetail) -> None:
+    """What the run published, the notes on it, and the output of the step running now."""
     for key, (value, _at) in detail.published.items():
         typer.echo(f"published {key} = {_shown_json(value)}")
     for note in detail.notes:
         typer.echo(f"note      {one_line(note)}")
     if detail.output_step is not None:  # the step running now: its last lines
-        head = f"output    of step {detail.output_step} (`flowctl logs {r.run_id} -f`):"
+        head = f"output    of step {detail.output_step} (`flowctl logs {detail.run.run_id} -f`):"
         tail = (f"          {terminal_safe(line)}" for line in detail.output_tail)
         typer.echo("\n".join([head, *tail]))
-    typer.echo("")
+
+
+def _print_checkpoints(detail: ops.RunDetail) -> None:
+    """The page of checkpoints by call index (with what it left out), the version markers
+    and the signals buffered for the run."""
     typer.echo("checkpoints")
     if not detail.checkpoints and not detail.versions:
         typer.echo("  (none)")
@@ -157,6 +183,10 @@ def show(
         typer.echo("buffered signals")
         for name, payload, at in detail.pending_signals:
             typer.echo(f"  {one_line(name)} {_shown_json(payload)} (sent {_local(at)})")
+
+
+def _print_timeline(detail: ops.RunDetail) -> None:
+    """The page of timeline events, oldest first, with what it left out."""
     typer.echo("")
     typer.echo("timeline")
     older, newer = _cut(detail, detail.timeline_total, len(detail.timeline))

@@ -2,9 +2,10 @@
 defaults and writes live here so each one behaves the same. Nothing here prints.
 
     flowctl.ops.runs        start, list, signal, cancel, redrive, fork, pause ...
+    flowctl.ops.options     a run's start options and key, resolved and checked once
     flowctl.ops.listing     the run list and its counts (no workflow loader: `flowctl ls`)
     flowctl.ops.detail      show and why: one run in full
-    flowctl.ops.parse       operator input: -i/--input, times, statuses
+    flowctl.ops.parse       operator input: times, statuses, JSON lines
     flowctl.ops.schedules   schedules and the agenda (imported where used: it loads cron)
 
 The run actions are re-exported, so `from flowctl import ops; ops.start(...)` is the one
@@ -34,11 +35,11 @@ if TYPE_CHECKING:
         waiting_for,
         workflow_names,
     )
+    from flowctl.ops.options import StartOptions, check_key, start_options
     from flowctl.ops.parse import (
         STATUS_NAMES,
         parse_duration_or_time,
         parse_input_lines,
-        parse_inputs,
         parse_json_arg,
         parse_since,
         parse_start_at,
@@ -76,12 +77,14 @@ if TYPE_CHECKING:
 __all__ = [
     "STATUS_NAMES",
     "RunDetail",
+    "StartOptions",
     "Started",
     "StatusReport",
     "cancel",
     "cancel_pending_text",
     "cancel_requests",
     "check_copy_source",
+    "check_key",
     "check_start",
     "copy_summary",
     "count_listed",
@@ -94,7 +97,6 @@ __all__ = [
     "other_live_daemons",
     "parse_duration_or_time",
     "parse_input_lines",
-    "parse_inputs",
     "parse_json_arg",
     "parse_since",
     "parse_start_at",
@@ -115,6 +117,7 @@ __all__ = [
     "source_changed_note",
     "start",
     "start_many",
+    "start_options",
     "status",
     "waiting_for",
     "wake_now",
@@ -137,6 +140,7 @@ _LISTING = frozenset(
         "workflow_names",
     )
 )
+_OPTIONS = frozenset(("StartOptions", "check_key", "start_options"))
 _DETAIL = frozenset(
     (
         "RunDetail",
@@ -163,6 +167,8 @@ def __getattr__(name: str) -> object:
         module = importlib.import_module("flowctl.ops.listing")
     elif name in _DETAIL:
         module = importlib.import_module("flowctl.ops.detail")
+    elif name in _OPTIONS:
+        module = importlib.import_module("flowctl.ops.options")
     else:
         module = importlib.import_module("flowctl.ops.runs")
     value = getattr(module, name)

@@ -12,7 +12,6 @@ from typing import Any
 
 from flowctl.clock import Clock
 from flowctl.errors import FlowctlError, UsageError
-from flowctl.explain import DaemonFact, OperatorEvent, Why, WhyFacts, explain
 from flowctl.limits import MAX_COUNT, SHOW_STEPS
 from flowctl.model import (
     CallKind,
@@ -24,6 +23,7 @@ from flowctl.model import (
     iso,
     local_text,
 )
+from flowctl.ops.explain import DaemonFact, OperatorEvent, Why, WhyFacts, explain
 from flowctl.store import Store
 from flowctl.transitions import load_failures
 
@@ -93,9 +93,15 @@ def show_run(
     """One run in full, but its checkpoints and timeline a page at a time: the newest
     `steps` of each after the `skip` newest (None: every one), with the totals."""
     if steps is not None and not 1 <= steps <= MAX_COUNT:
-        raise UsageError(f"--steps must be between 1 and {MAX_COUNT:,}, got {steps}")
+        raise UsageError(
+            lambda f: f"{f('steps')} must be between 1 and {MAX_COUNT:,}, got {steps}",
+            field="steps",
+        )
     if not 0 <= skip <= MAX_COUNT:
-        raise UsageError(f"--skip must be between 0 and {MAX_COUNT:,}, got {skip}")
+        raise UsageError(
+            lambda f: f"{f('skip')} must be between 0 and {MAX_COUNT:,}, got {skip}",
+            field="skip",
+        )
     run = store.find_run(ref)
     checkpoints, checkpoints_total = store.journal_page(run.run_id, steps, skip)
     timeline, timeline_total = store.timeline_page(run.run_id, steps, skip)
@@ -181,25 +187,12 @@ def why(detail: RunDetail, now: datetime) -> str:
     """One sentence on what the run is doing or waiting for (the TUI's why line); times
     are local with the zone, as in every human-facing line (model.local_text)."""
     run = detail.run
-    from flowctl.durations import format_duration
-
     if run.deadline is not None and run.deadline <= now and not run.status.is_terminal:
         if detail.why_facts is not None:
             return f"{run.status}: {explain(detail.why_facts, now).message}"
         return f"{run.status}: deadline passed at {local_text(run.deadline)}"
-
-    def until(at: datetime | None) -> str:
-        if at is None:
-            return ""
-        delta = at - now
-        return (
-            f"{local_text(at)} (in {format_duration(delta)})"
-            if delta.total_seconds() > 0
-            else f"{local_text(at)} (due)"
-        )
-
     if run.status is RunStatus.SLEEPING:
-        return f"sleeping until {until(run.run_at)}"
+        return f"sleeping until {_until(run.run_at, now)}"
     if run.status is RunStatus.WAITING:
         pending = _last(detail, EntryState.PENDING)
         what = (
@@ -207,37 +200,62 @@ def why(detail: RunDetail, now: datetime) -> str:
             if pending is not None and pending.kind is CallKind.SIGNAL
             else "a child run"
         )
-        tail = f", timeout at {until(run.run_at)}" if run.run_at else ""
+        tail = f", timeout at {_until(run.run_at, now)}" if run.run_at else ""
         return f"waiting for {what}{tail}"
     if run.status is RunStatus.QUEUED:
-        if run.run_at is None and run.schedule:  # held by overlap=queue
-            return f"queued behind the active run of schedule {run.schedule!r} (overlap=queue)"
-        retrying = _last(detail, EntryState.RETRYING)
-        if retrying is not None:
-            return f"queued: step {retrying.name!r} retries at {until(run.run_at)}"
-        if load_failures(run):
-            return f"queued: its workflow did not load; tried again at {until(run.run_at)}"
-        if run.attempt > 1:
-            return f"queued: attempt {run.attempt}/{run.max_attempts} at {until(run.run_at)}"
-        return f"queued to start at {until(run.run_at)}"
+        return _why_queued(detail, now)
     if run.status is RunStatus.RUNNING:
-        cancel = ""
-        if run.cancel_requested:
-            asked = detail.why_facts.cancel_requested if detail.why_facts else None
-            by = f" by {asked.by}" if asked is not None and asked.by else ""
-            at = f" at {local_text(asked.at)}" if asked is not None else ""
-            cancel = f" (cancel requested{by}{at}, pending: it ends when the handler stops)"
-        if run.pause_requested:
-            cancel += " (pause requested: it parks at its next durable call)"
-        lease = f", lease until {local_text(run.lease_until)}" if run.lease_until else ""
-        return f"running on {run.lease_owner}{lease}{cancel}"
+        return _why_running(detail)
     if run.status is RunStatus.PAUSED:
         due = run.paused_run_at
-        then = "at once" if due is None or due <= now else f"at {until(due)}"
+        then = "at once" if due is None or due <= now else f"at {_until(due, now)}"
         return f"paused (was {run.paused_status}); `flowctl resume` makes it due {then}"
     if run.status is RunStatus.DEAD and run.error:
         return f"dead: {run.error.get('type')}: {str(run.error.get('message', '')).splitlines()[0] if run.error.get('message') else ''}"
     return str(run.status)
+
+
+def _until(at: datetime | None, now: datetime) -> str:
+    """`at` in local time, and how far off (or "due")."""
+    from flowctl.durations import format_duration
+
+    if at is None:
+        return ""
+    delta = at - now
+    if delta.total_seconds() > 0:
+        return f"{local_text(at)} (in {format_duration(delta)})"
+    return f"{local_text(at)} (due)"
+
+
+def _why_queued(detail: RunDetail, now: datetime) -> str:
+    """Queued: behind its schedule's run, for a step retry, for its workflow to load, for
+    its next attempt, or to start."""
+    run = detail.run
+    if run.run_at is None and run.schedule:  # held by overlap=queue
+        return f"queued behind the active run of schedule {run.schedule!r} (overlap=queue)"
+    retrying = _last(detail, EntryState.RETRYING)
+    if retrying is not None:
+        return f"queued: step {retrying.name!r} retries at {_until(run.run_at, now)}"
+    if load_failures(run):
+        return f"queued: its workflow did not load; tried again at {_until(run.run_at, now)}"
+    if run.attempt > 1:
+        return f"queued: attempt {run.attempt}/{run.max_attempts} at {_until(run.run_at, now)}"
+    return f"queued to start at {_until(run.run_at, now)}"
+
+
+def _why_running(detail: RunDetail) -> str:
+    """Running: where, its lease, and a cancel or pause asked for and not yet acted on."""
+    run = detail.run
+    cancel = ""
+    if run.cancel_requested:
+        asked = detail.why_facts.cancel_requested if detail.why_facts else None
+        by = f" by {asked.by}" if asked is not None and asked.by else ""
+        at = f" at {local_text(asked.at)}" if asked is not None else ""
+        cancel = f" (cancel requested{by}{at}, pending: it ends when the handler stops)"
+    if run.pause_requested:
+        cancel += " (pause requested: it parks at its next durable call)"
+    lease = f", lease until {local_text(run.lease_until)}" if run.lease_until else ""
+    return f"running on {run.lease_owner}{lease}{cancel}"
 
 
 def _last(detail: RunDetail, state: EntryState) -> JournalEntry | None:
@@ -256,31 +274,13 @@ def explain_detail(detail: RunDetail, now: datetime) -> Why | None:
 
 def why_facts(store: Store, ref: str) -> WhyFacts:
     """Read from the store everything `explain` needs to say why a run is not running."""
-    from flowctl.ids import owner_alive, owner_is_dead
+    from flowctl.ids import owner_is_dead
 
     run = store.find_run(ref)
     pending = store.last_entry(run.run_id, (EntryState.PENDING, EntryState.RETRYING))
-    done = store.last_entry(run.run_id, (EntryState.DONE, EntryState.ERROR))
-    daemons = tuple(
-        DaemonFact(
-            d.owner,
-            d.host,
-            d.pid,
-            owner_alive(d.owner),
-            int(d.info.get("concurrency", 1)),
-            store.held_count(d.owner),
-        )
-        for d in store.daemons()
-    )
+    daemons = _daemons(store)
     active = not run.status.is_terminal
-    child = None
-    if pending is not None and pending.kind is CallKind.STEP and isinstance(pending.value, dict):
-        child_id = pending.value.get("child_run_id")
-        if isinstance(child_id, str):
-            try:
-                child = store.get_run(child_id)
-            except FlowctlError:
-                child = None
+    running = run.status is RunStatus.RUNNING
     buffered = (
         pending is not None
         and pending.kind is CallKind.SIGNAL
@@ -294,7 +294,7 @@ def why_facts(store: Store, ref: str) -> WhyFacts:
     return WhyFacts(
         run=run,
         pending=pending,
-        last_checkpoint=done,
+        last_checkpoint=store.last_entry(run.run_id, (EntryState.DONE, EntryState.ERROR)),
         daemons=daemons,
         daemon_last_seen=(
             store.daemon_last_seen() if active and not any(d.alive for d in daemons) else None
@@ -303,26 +303,48 @@ def why_facts(store: Store, ref: str) -> WhyFacts:
             store.due_ahead(run.run_id, run.run_at) if active and run.run_at is not None else 0
         ),
         lease_owner_gone=(
-            run.status is RunStatus.RUNNING
-            and run.lease_owner is not None
-            and owner_is_dead(run.lease_owner)
+            running and run.lease_owner is not None and owner_is_dead(run.lease_owner)
         ),
         cancel_requested=(
-            operator(["cancel requested"])
-            if run.status is RunStatus.RUNNING and run.cancel_requested
-            else None
+            operator(["cancel requested"]) if running and run.cancel_requested else None
         ),
-        pause_requested=(
-            operator(["pause requested"])
-            if run.status is RunStatus.RUNNING and run.pause_requested
-            else None
-        ),
+        pause_requested=operator(["pause requested"]) if running and run.pause_requested else None,
         paused=operator(["paused"]) if run.status is RunStatus.PAUSED else None,
         paused_wake=run.paused_run_at,
-        child=child,
+        child=_child(store, pending),
         buffered_signal=buffered,
         db=store.path,
     )
+
+
+def _daemons(store: Store) -> tuple[DaemonFact, ...]:
+    """Every daemon registered on the database: alive or not, its slots, runs it holds."""
+    from flowctl.ids import owner_alive
+
+    return tuple(
+        DaemonFact(
+            d.owner,
+            d.host,
+            d.pid,
+            owner_alive(d.owner),
+            int(d.info.get("concurrency", 1)),
+            store.held_count(d.owner),
+        )
+        for d in store.daemons()
+    )
+
+
+def _child(store: Store, pending: JournalEntry | None) -> Run | None:
+    """The child run a step parked on waits for (None if it waits for none, or it is gone)."""
+    if pending is None or pending.kind is not CallKind.STEP or not isinstance(pending.value, dict):
+        return None
+    child_id = pending.value.get("child_run_id")
+    if not isinstance(child_id, str):
+        return None
+    try:
+        return store.get_run(child_id)
+    except FlowctlError:
+        return None
 
 
 def why_run(store: Store, ref: str, *, clock: Clock) -> Why:

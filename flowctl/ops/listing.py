@@ -15,7 +15,7 @@ from flowctl.model import CallKind, Run, RunStatus
 from flowctl.ops.parse import check_workflow_filter, parse_statuses
 
 if TYPE_CHECKING:  # the caller opened the store; this module needs only its interface
-    from flowctl.explain import OperatorEvent
+    from flowctl.ops.explain import OperatorEvent
     from flowctl.store import RunListing
 
 
@@ -43,7 +43,7 @@ def list_runs(
     order: str = "created_desc",
 ) -> list[Run]:
     if limit < 1:
-        raise UsageError(f"--limit must be at least 1, got {limit}")
+        raise UsageError(lambda f: f"{f('limit')} must be at least 1, got {limit}", field="limit")
     check_workflow_filter(workflow)
     check_search(search)
     return store.list_runs(
@@ -91,7 +91,7 @@ def cancel_requests(store: RunListing, runs: Sequence[Run]) -> dict[str, Operato
     out = {}
     for run in runs:
         if run.status is RunStatus.RUNNING and run.cancel_requested:
-            from flowctl.explain import OperatorEvent  # only then: `ls` start-up stays light
+            from flowctl.ops.explain import OperatorEvent  # only then: `ls` start-up stays light
 
             ev = store.last_event(run.run_id, ["cancel requested"])
             by = ev.data.get("by") if ev is not None else None

@@ -59,7 +59,10 @@ def prune(
     """Delete (or list, with dry_run) finished runs that ended more than `older_than` ago."""
     age = parse_duration(older_than)
     if age <= timedelta(0):
-        raise UsageError(f"--older-than must be above 0, got {older_than!r}")
+        raise UsageError(
+            lambda f: f"{f('older_than')} must be above 0, got {older_than!r}",
+            field="older_than",
+        )
     wanted = prune_statuses(statuses)
     gone = prune_batches(store, wanted, clock.now() - age, dry_run=dry_run)
     return PruneReport(wanted, age, dry_run, gone)

@@ -1,6 +1,7 @@
-"""Operator input, parsed once for every front end: `-i key=value` and `--input` JSON,
-times (`--at`, `--since`, `--deadline`), statuses. Bad input raises a one-line
-UsageError/InputError naming the flag and what is accepted; nothing is written.
+"""Operator input, parsed once for every front end: times ("at", "since", "deadline"),
+statuses, one JSON object per line. Bad input raises a one-line UsageError naming the
+field and what is accepted; the field is a structured `field`, spelled by the front end
+(`--at` in the CLI, "at" over HTTP: errors.UsageError.spelled). Nothing is written.
 """
 
 from __future__ import annotations
@@ -37,60 +38,22 @@ def parse_input_lines(text: str, source: str) -> list[tuple[int, dict[str, Any]]
     return out
 
 
-def parse_inputs(pairs: list[str] | None = None, input_json: str | None = None) -> dict[str, Any]:
-    """`--input JSON` first, then `-i key=value` (string) and `-i key:=JSON` (typed) on top.
-
-    One name given twice (twice with -i, or in --input and with -i) is refused rather
-    than one value silently winning.
-    """
-    data: dict[str, Any] = {}
-    given: set[str] = set()
-    if input_json is not None:
-        loaded = loads_json(input_json, "--input")
-        if not isinstance(loaded, dict):
-            raise InputError(
-                f"--input must be a JSON object like '{{\"user\": 42}}', got {input_json!r}"
-            )
-        data.update(loaded)
-    for pair in pairs or []:
-        if ":=" in pair and (
-            pair.find(":=") < pair.find("=") + 1 or "=" not in pair.split(":=")[0]
-        ):
-            key, _, raw = pair.partition(":=")
-            value = loads_json(
-                raw,
-                f"-i {key.strip()}:=",
-                hint=f"; the value after ':=' must be JSON, for a plain string use {key}=VALUE",
-            )
-        elif "=" in pair:
-            key, _, value = pair.partition("=")
-        else:
-            raise InputError(
-                f"-i {pair!r}: use key=value for a string or key:=JSON for a typed value"
-            )
-        key = key.strip()
-        if not key:
-            raise InputError(f"-i {pair!r}: the input name before '=' is empty")
-        if key in given:
-            raise InputError(f"input {key!r} is given twice with -i: give each input once")
-        if key in data:
-            raise InputError(f"input {key!r} is given in --input and with -i: give each input once")
-        given.add(key)
-        data[key] = value
-    return data
-
-
 def parse_json_arg(flag: str, text: str) -> Any:
     return loads_json(text, flag)
 
 
-def parse_time(text: str, clock: Clock, *, flag: str = "--at", tz: str | None = None) -> datetime:
-    """An ISO-8601 time ("2026-12-01T09:00:00+01:00", "2026-12-01 09:00" in local time)."""
+def parse_time(text: str, clock: Clock, *, field: str = "at", tz: str | None = None) -> datetime:
+    """An ISO-8601 time ("2026-12-01T09:00:00+01:00", "2026-12-01 09:00" in local time, or in
+    `tz`), in UTC; UsageError about `field` for anything else or a year out of range."""
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
         raise UsageError(
-            f"{flag} {text!r} is not a time: use ISO-8601 like 2026-12-01T09:00:00Z or '2026-12-01 09:00'"
+            lambda f: (
+                f"{f(field)} {text!r} is not a time: use ISO-8601 like"
+                " 2026-12-01T09:00:00Z or '2026-12-01 09:00'"
+            ),
+            field=field,
         ) from None
     try:
         if value.tzinfo is None:
@@ -98,14 +61,17 @@ def parse_time(text: str, clock: Clock, *, flag: str = "--at", tz: str | None = 
 
             zone = ZoneInfo(tz) if tz else None
             value = value.replace(tzinfo=zone) if zone else value.astimezone()
-        return check_time(value, f"{flag} {text!r}")
-    except (OverflowError, ValueError, KeyError):
+        return check_time(value, repr(text))
+    except (OverflowError, ValueError, KeyError, UsageError):
         raise UsageError(
-            f"{flag} {text!r} is out of range; use a year between {MIN_YEAR} and {MAX_YEAR}"
+            lambda f: (
+                f"{f(field)} {text!r} is out of range; use a year between {MIN_YEAR} and {MAX_YEAR}"
+            ),
+            field=field,
         ) from None
 
 
-def parse_duration_or_time(text: str, clock: Clock, *, flag: str) -> datetime:
+def parse_duration_or_time(text: str, clock: Clock, *, field: str) -> datetime:
     """A duration from now ("15m") or an absolute ISO time."""
     try:
         return clock.now() + parse_duration(text)
@@ -113,9 +79,13 @@ def parse_duration_or_time(text: str, clock: Clock, *, flag: str) -> datetime:
         pass
     if not _looks_like_time(text):
         raise UsageError(
-            f"{flag} {text!r} is neither a duration (15m, 2h, 7d) nor an ISO-8601 time (2026-12-01T09:00Z)"
+            lambda f: (
+                f"{f(field)} {text!r} is neither a duration (15m, 2h, 7d) nor an ISO-8601"
+                " time (2026-12-01T09:00Z)"
+            ),
+            field=field,
         )
-    return parse_time(text, clock, flag=flag)
+    return parse_time(text, clock, field=field)
 
 
 def _looks_like_time(text: str) -> bool:
@@ -128,19 +98,23 @@ def _looks_like_time(text: str) -> bool:
 
 
 def parse_start_at(text: str, clock: Clock) -> datetime:
-    """`run --at`: `now`, or an ISO time that has not passed (a past one is a typo, not
-    a wish to start at once: say `now` for that)."""
+    """A start time ("at"): `now`, or an ISO time that has not passed (a past one is a
+    typo, not a wish to start at once: say `now` for that)."""
     if text.strip().lower() == "now":
         return clock.now()
-    when = parse_time(text, clock, flag="--at")
+    when = parse_time(text, clock, field="at")
     if when < clock.now():
         raise UsageError(
-            f"--at {text!r} is in the past ({when.isoformat()}); give a later time, or --at now"
+            lambda f: (
+                f"{f('at')} {text!r} is in the past ({when.isoformat()}); give a later"
+                f" time, or {f('at')} now"
+            ),
+            field="at",
         )
     return when
 
 
-def parse_since(text: str, clock: Clock, *, flag: str = "--since") -> datetime:
+def parse_since(text: str, clock: Clock, *, field: str = "since") -> datetime:
     """A duration ago ("2h", "2h ago", "3 days") or an ISO time."""
     spoken = text.strip()
     if spoken.lower().endswith(" ago"):
@@ -151,20 +125,27 @@ def parse_since(text: str, clock: Clock, *, flag: str = "--since") -> datetime:
         pass
     if not _looks_like_time(text):
         raise UsageError(
-            f"{flag} {text!r} is neither a duration ago (2h, 7d, '3 days ago') nor an ISO-8601"
-            " time (2026-12-01T09:00Z)"
+            lambda f: (
+                f"{f(field)} {text!r} is neither a duration ago (2h, 7d, '3 days ago')"
+                " nor an ISO-8601 time (2026-12-01T09:00Z)"
+            ),
+            field=field,
         )
-    return parse_time(text, clock, flag=flag)
+    return parse_time(text, clock, field=field)
 
 
 def parse_statuses(values: list[str] | None) -> list[RunStatus] | None:
-    """`--status a --status b,c`; an empty one is refused (it would silently mean "all")."""
+    """`status` filters, each one or several with commas; an empty one is refused (it
+    would silently mean "all")."""
     if not values:
         return None
     out = []
     for value in values:
         if not value.strip(" ,"):
-            raise UsageError(f"--status is empty: use one of {STATUS_NAMES}, or leave it out")
+            raise UsageError(
+                lambda f: f"{f('status')} is empty: use one of {STATUS_NAMES}, or leave it out",
+                field="status",
+            )
         for part in value.split(","):
             part = part.strip().lower()
             if not part:
@@ -172,7 +153,9 @@ def parse_statuses(values: list[str] | None) -> list[RunStatus] | None:
             try:
                 out.append(RunStatus(part))
             except ValueError:
-                raise UsageError(f"unknown status {part!r}: use one of {STATUS_NAMES}") from None
+                raise UsageError(
+                    f"unknown status {part!r}: use one of {STATUS_NAMES}", field="status"
+                ) from None
     return out or None
 
 
@@ -180,5 +163,9 @@ def check_workflow_filter(workflow: str | None) -> None:
     """An empty workflow filter is refused: it would silently list every workflow."""
     if workflow is not None and not workflow.strip():
         raise UsageError(
-            "--workflow is empty: give a workflow name (see `flowctl workflows`), or leave it out"
+            lambda f: (
+                f"{f('workflow')} is empty: give a workflow name (see `flowctl workflows`),"
+                " or leave it out"
+            ),
+            field="workflow",
         )

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from flowctl.clock import Clock
-from flowctl.durations import parse_duration
 from flowctl.errors import (
     InputError,
     InvalidStateError,
@@ -23,14 +22,9 @@ from flowctl.errors import (
     UsageError,
 )
 from flowctl.ids import new_run_ids
-from flowctl.limits import MAX_KEY, ROOM_RESERVE, check_key, one_line
-from flowctl.model import (
-    ACTIVE,
-    Run,
-    RunStatus,
-    iso,
-    local_text,
-)
+from flowctl.limits import MAX_KEY, ROOM_RESERVE, one_line
+from flowctl.model import ACTIVE, Run, RunStatus, iso
+from flowctl.ops.options import StartOptions, check_key, start_options
 from flowctl.ops.parse import check_workflow_filter
 from flowctl.runtime.targets import TargetCache, WorkflowDef, WorkflowEntry, discover, load_target
 from flowctl.store import DaemonInfo, Store
@@ -51,51 +45,134 @@ def start(
     input: dict[str, Any] | None = None,
     *,
     clock: Clock,
+    options: StartOptions | None = None,
+    key: str | None = None,
     workflows_dir: str | Path | None = None,
     cwd: str | None = None,
-    key: str | None = None,
+    targets: TargetCache | None = None,
     run_at: datetime | None = None,
     deadline: datetime | None = None,
     timeout: timedelta | float | str | None = None,
     max_attempts: int | None = None,
-    schedule: str | None = None,
-    scheduled_at: datetime | None = None,
-    targets: TargetCache | None = None,
 ) -> Started:
-    """Validate and queue a run. Nothing is written when anything is wrong.
+    """Validate and queue one run: start_many of one. Nothing is written when anything is
+    wrong. A key already used returns its run before the target is loaded, so a repeated
+    request is answered even when its input no longer fits the workflow.
 
-    `targets` lets a caller that starts many runs load each target once (see TargetCache).
+    `options` are a front end's, resolved by start_options; a Python caller may give
+    run_at, deadline, timeout and max_attempts instead, resolved the same way.
     """
     check_key(key)
     if key is not None:
         existing = store.get_run_by_key(key)
         if existing is not None:
             return Started(existing, False)
-    load = targets.load if targets is not None else load_target
-    wf = load(target, workflows_dir=workflows_dir, cwd=cwd)
-    if schedule is None:
-        _check_schedule_block(wf)
-    checked = wf.check_input(dict(input or {}))
-    if max_attempts is not None and max_attempts < 1:
-        raise UsageError(f"--max-attempts must be at least 1, got {max_attempts}")
-    budget = parse_duration(timeout) if timeout is not None else wf.timeout
-    if budget is not None and budget.total_seconds() <= 0:
-        raise UsageError("--timeout must be a positive duration")
-    now = clock.now()
-    if deadline is not None and deadline <= now:
-        raise UsageError(f"--deadline {local_text(deadline)} is already in the past")
-    new = wf.new_run(
-        checked,
-        run_at=run_at,
-        max_attempts=max_attempts,
-        deadline=deadline,
-        timeout=budget,
-        key=key,
-        schedule=schedule,
-        scheduled_at=scheduled_at,
+    resolved = _resolved(clock, options, run_at, deadline, timeout, max_attempts)
+    wf = (targets.load if targets is not None else load_target)(
+        target, workflows_dir=workflows_dir, cwd=cwd
     )
-    run, created = store.create_run(new, now)
-    return Started(run, created)
+    (started,) = _queue(store, wf, [input or {}], [key], None, resolved, clock)
+    return started
+
+
+def start_many(
+    store: Store,
+    target: str,
+    inputs: Sequence[dict[str, Any]],
+    *,
+    clock: Clock,
+    options: StartOptions | None = None,
+    keys: Sequence[str | None] | None = None,
+    labels: Sequence[str] | None = None,
+    workflows_dir: str | Path | None = None,
+    cwd: str | None = None,
+    targets: TargetCache | None = None,
+    run_at: datetime | None = None,
+    deadline: datetime | None = None,
+    timeout: timedelta | float | str | None = None,
+    max_attempts: int | None = None,
+) -> list[Started]:
+    """Validate and queue many runs of one target in one transaction (one fsync).
+
+    Every input is checked before anything is written: one bad input writes nothing and
+    its error names it by `labels[i]` (default its position, "input #1" the first).
+    `keys[i]`, when given, is run i's idempotency key: a key already used, or used
+    earlier in the same batch, returns that run (created False) instead of a new one.
+    The options are given as `start` takes them.
+    """
+    if keys is not None and len(keys) != len(inputs):
+        raise UsageError(f"{len(keys)} keys for {len(inputs)} inputs: give one key per input")
+    if labels is not None and len(labels) != len(inputs):
+        raise UsageError(f"{len(labels)} labels for {len(inputs)} inputs: give one per input")
+    for i, key in enumerate(keys or []):
+        check_key(key, field="keys", label=f"key #{i + 1}")
+    resolved = _resolved(clock, options, run_at, deadline, timeout, max_attempts)
+    wf = (targets.load if targets is not None else load_target)(
+        target, workflows_dir=workflows_dir, cwd=cwd
+    )
+    shown = labels or [f"input #{i + 1}" for i in range(len(inputs))]
+    return _queue(store, wf, inputs, keys or [None] * len(inputs), shown, resolved, clock)
+
+
+def _resolved(
+    clock: Clock,
+    options: StartOptions | None,
+    run_at: datetime | None,
+    deadline: datetime | None,
+    timeout: timedelta | float | str | None,
+    max_attempts: int | None,
+) -> StartOptions:
+    """The front end's resolved options, or a Python caller's values resolved now."""
+    if options is None:
+        return start_options(
+            clock, at=run_at, deadline=deadline, timeout=timeout, max_attempts=max_attempts
+        )
+    if (run_at, deadline, timeout, max_attempts) != (None, None, None, None):
+        raise TypeError("give options= or run_at/deadline/timeout/max_attempts, not both")
+    return options
+
+
+def _queue(
+    store: Store,
+    wf: WorkflowDef,
+    inputs: Sequence[dict[str, Any]],
+    keys: Sequence[str | None],
+    labels: Sequence[str] | None,
+    options: StartOptions,
+    clock: Clock,
+) -> list[Started]:
+    """Check every input against `wf` (an error names input i by labels[i], when given),
+    then create the runs in one transaction."""
+    _check_schedule_block(wf)
+    if options.timeout is None and wf.timeout is not None and wf.timeout <= timedelta(0):
+        raise UsageError(
+            f"workflow {wf.name} declares a timeout of {wf.timeout.total_seconds():g}s:"
+            " a budget must be a positive duration"
+        )
+    news = []
+    for i, (raw, run_id) in enumerate(zip(inputs, new_run_ids(len(inputs)), strict=True)):
+        label = None if labels is None else labels[i]
+        if not isinstance(raw, dict):
+            shown = label or "the input"
+            raise InputError(f"{shown} is {type(raw).__name__}: each input is a JSON object")
+        try:
+            checked = wf.check_input(dict(raw))
+        except InputError as e:
+            if label is None:
+                raise
+            raise InputError(f"{label}: {e}") from None
+        news.append(
+            wf.new_run(
+                checked,
+                run_at=options.run_at,
+                max_attempts=options.max_attempts,
+                deadline=options.deadline,
+                timeout=options.timeout,
+                key=keys[i],
+                run_id=run_id,
+            )
+        )
+    return [Started(run, created) for run, created in store.create_runs(news, clock.now())]
 
 
 def _check_schedule_block(wf: WorkflowDef) -> None:
@@ -122,73 +199,6 @@ def check_start(
     return targets
 
 
-def start_many(
-    store: Store,
-    target: str,
-    inputs: Sequence[dict[str, Any]],
-    *,
-    clock: Clock,
-    keys: Sequence[str | None] | None = None,
-    workflows_dir: str | Path | None = None,
-    cwd: str | None = None,
-    run_at: datetime | None = None,
-    deadline: datetime | None = None,
-    timeout: timedelta | float | str | None = None,
-    max_attempts: int | None = None,
-    targets: TargetCache | None = None,
-    labels: Sequence[str] | None = None,
-) -> list[Started]:
-    """Validate and queue many runs of one target in one transaction (one fsync).
-
-    Every input is checked before anything is written: one bad input writes nothing and
-    its error names it by `labels[i]` (default its position, "input #1" the first).
-    `keys[i]`, when given, is run i's idempotency key: a key already used, or used
-    earlier in the same batch, returns that run (created False) instead of a new one.
-    """
-    if keys is not None and len(keys) != len(inputs):
-        raise UsageError(f"{len(keys)} keys for {len(inputs)} inputs: give one key per input")
-    if labels is not None and len(labels) != len(inputs):
-        raise UsageError(f"{len(labels)} labels for {len(inputs)} inputs: give one per input")
-
-    def label(i: int) -> str:
-        return labels[i] if labels is not None else f"input #{i + 1}"
-
-    for i, key in enumerate(keys or []):
-        check_key(key, f"key #{i + 1}")
-    load = targets.load if targets is not None else load_target
-    wf = load(target, workflows_dir=workflows_dir, cwd=cwd)
-    _check_schedule_block(wf)
-    if max_attempts is not None and max_attempts < 1:
-        raise UsageError(f"--max-attempts must be at least 1, got {max_attempts}")
-    budget = parse_duration(timeout) if timeout is not None else wf.timeout
-    if budget is not None and budget.total_seconds() <= 0:
-        raise UsageError("--timeout must be a positive duration")
-    now = clock.now()
-    if deadline is not None and deadline <= now:
-        raise UsageError(f"--deadline {local_text(deadline)} is already in the past")
-    news = []
-    run_ids = new_run_ids(len(inputs))
-    for i, raw in enumerate(inputs):
-        if not isinstance(raw, dict):
-            raise InputError(f"{label(i)} is {type(raw).__name__}: each input is a JSON object")
-        try:
-            checked = wf.check_input(dict(raw))
-        except InputError as e:
-            raise InputError(f"{label(i)}: {e}") from None
-        news.append(
-            wf.new_run(
-                checked,
-                run_at=run_at,
-                max_attempts=max_attempts,
-                deadline=deadline,
-                timeout=budget,
-                key=None if keys is None else keys[i],
-                run_id=run_ids[i],
-            )
-        )
-    return [Started(run, created) for run, created in store.create_runs(news, now)]
-
-
 def fork(
     store: Store,
     ref: str,
@@ -209,8 +219,11 @@ def fork(
     size = max(journal, default=-1) + 1
     if not 0 <= from_index <= size:
         raise UsageError(
-            f"--from {from_index} is outside the journal of run {origin.run_id}: use 0..{size}"
-            f" (0 starts over, {size} keeps every checkpoint)"
+            lambda f: (
+                f"{f('from')} {from_index} is outside the journal of run {origin.run_id}:"
+                f" use 0..{size} (0 starts over, {size} keeps every checkpoint)"
+            ),
+            field="from",
         )
     wf = load_target(origin.target, cwd=origin.cwd)
     checked = wf.check_input(dict(origin.input if input is None else input))
@@ -274,13 +287,13 @@ def run_by_key(store: Store, key: str) -> Run:
 
     Keys are unique across all runs, so at most one run has it; an ended one is not a
     target, and the error says which run ended so the sender can tell a typo from a late
-    reply. A blank or over-long key is bad input (exit 2), as `run --key` says.
+    reply. A blank or over-long key is bad input (exit 2), as starting a run says.
     """
     check_key(key)
     run = store.get_run_by_key(key)
     if run is None:
         raise RunNotFoundError(
-            key, f"no run has the key {key!r}: start one with `flowctl run ... --key {key}`"
+            key, f"no run has the key {key!r}: check it, or start a run with that key first"
         )
     if run.status.is_terminal:
         raise RunNotFoundError(

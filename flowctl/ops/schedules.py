@@ -193,16 +193,7 @@ def add_schedule(
     wf = load_target(target, workflows_dir=workflows_dir, cwd=cwd)
     data = dict(input or {})
     wf.check_input(dict(data))
-    existing = _find_schedule(store, name)
-    if existing is not None and not replace:
-        raise ScheduleError(
-            f"schedule {name!r} already exists: use --replace to redefine it, or another name"
-        )
-    if existing is not None and existing.source != "cli":
-        raise ScheduleError(
-            f"schedule {name!r} is declared in {existing.origin}: change it there and run"
-            " `flowctl schedule sync`"
-        )
+    _check_free(store, name, replace=replace)
     new = NewSchedule(
         name=name,
         target=wf.target,
@@ -214,6 +205,25 @@ def add_schedule(
         secret_keys=wf.secret_inputs,
     )
     return _schedule_info(store.add_schedule(new, now, replace=replace))
+
+
+def _check_free(store: Store, name: str, *, replace: bool) -> None:
+    """`name` is free for `schedule add`: no schedule has it, or (with `replace`) one
+    added by `schedule add` does; a declared one is changed in its file."""
+    existing = _find_schedule(store, name)
+    if existing is not None and not replace:
+        raise ScheduleError(
+            lambda f: (
+                f"schedule {name!r} already exists: use {f('replace')} to redefine it,"
+                " or another name"
+            ),
+            field="replace",
+        )
+    if existing is not None and existing.source != "cli":
+        raise ScheduleError(
+            f"schedule {name!r} is declared in {existing.origin}: change it there and run"
+            " `flowctl schedule sync`"
+        )
 
 
 def list_schedules(store: Store) -> list[ScheduleInfo]:
@@ -320,7 +330,9 @@ def explain_schedule(
     (after `after`, default now), and every wall time a DST gap or fold changes, with what
     the gap/fold policy does there."""
     if count < 1 or count > 1000:
-        raise UsageError(f"--count must be between 1 and 1000, got {count}")
+        raise UsageError(
+            lambda f: f"{f('count')} must be between 1 and 1000, got {count}", field="count"
+        )
     spec = parse_spec(cron=expression, tz=tz, gap=gap, fold=fold)
     start = clock.now() if after is None else after
     return {
@@ -595,17 +607,7 @@ def sync_schedules(
     report = SyncReport()
     for d in declared:
         row = existing.get(d.name)
-        anchor = now.replace(microsecond=0)
-        if row is not None:
-            try:
-                old = ScheduleSpec.from_json(row.spec)
-            except ScheduleError:
-                old = None
-            if old is not None and old.anchor is not None:
-                interval = parse_spec(**d.options, anchor=now).every
-                if interval is not None and interval == old.every:
-                    anchor = old.anchor
-        spec = parse_spec(**d.options, anchor=anchor)
+        spec = parse_spec(**d.options, anchor=_kept_anchor(row, d.options, now))
         new = NewSchedule(
             name=d.name,
             target=d.target,
@@ -629,6 +631,21 @@ def sync_schedules(
             store.remove_schedule(name)
             report.removed.append(name)
     return report
+
+
+def _kept_anchor(row: ScheduleRow | None, options: dict[str, Any], now: datetime) -> datetime:
+    """An `every` schedule redefined with its interval unchanged keeps its anchor (its
+    fires stay where they were); anything else is anchored now, on a whole second."""
+    if row is not None:
+        try:
+            old = ScheduleSpec.from_json(row.spec)
+        except ScheduleError:
+            old = None
+        if old is not None and old.anchor is not None:
+            interval = parse_spec(**options, anchor=now).every
+            if interval is not None and interval == old.every:
+                return old.anchor
+    return now.replace(microsecond=0)
 
 
 @dataclass(frozen=True)
@@ -669,10 +686,12 @@ def agenda(
     run starts, retries, wakes, signal timeouts, deadlines (overdue ones first), and schedule
     fires. At most `limit` items, the soonest."""
     if limit < 1:
-        raise UsageError(f"--limit must be at least 1, got {limit}")
+        raise UsageError(lambda f: f"{f('limit')} must be at least 1, got {limit}", field="limit")
     span = parse_duration(until)
     if span.total_seconds() <= 0:
-        raise UsageError(f"--until must be a positive duration, got {until!r}")
+        raise UsageError(
+            lambda f: f"{f('until')} must be a positive duration, got {until!r}", field="until"
+        )
     now = clock.now()
     end = now + span
     items = [

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,6 @@ from starlette.responses import Response
 
 from flowctl import ops
 from flowctl.clock import Clock
-from flowctl.durations import parse_duration
 from flowctl.errors import FlowctlError, UnknownWorkflowError, UsageError
 from flowctl.limits import MAX_COUNT, MAX_KEY, SHOW_STEPS, check_utf8, loads_json, one_line
 from flowctl.runtime.targets import YAML_SUFFIXES
@@ -73,6 +70,11 @@ def error_response(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
+def field_name(field: str) -> str:
+    """A field as the API spells it: as the body field or query parameter it is."""
+    return field
+
+
 def authorised(request: Request) -> bool:
     token = served(request).token
     return token is None or token_matches(request.headers.get("authorization"), token)
@@ -90,35 +92,15 @@ async def call(request: Request, op: Callable[[], Any], status: int = 200) -> Re
         result = await run_in_threadpool(op)
     except HttpError as e:
         return error_response(e.status, e.message)
+    except UsageError as e:
+        return error_response(status_for(e), e.spelled(field_name))
     except FlowctlError as e:
-        return error_response(status_for(e), as_fields(one_line(str(e))))
+        return error_response(status_for(e), str(e))
     except (OverflowError, RecursionError) as e:
         return error_response(400, f"a value is out of range: {type(e).__name__}")
     if isinstance(result, Response):
         return result
     return JSONResponse(result, status_code=status)
-
-
-# The checks shared with the CLI name its flags; over HTTP the same values are body fields
-# and query parameters, so a client is told the name it sent.
-_FLAG = re.compile(
-    r"--(deadline|timeout|max-attempts|key|in|at|input|status|workflow|limit|search)\b"
-)
-
-
-_PASS_INPUT = re.compile(r"pass -i ([^=\s]+)=VALUE")
-_START_KEYED = re.compile(r"`flowctl run \.\.\. --key ([^`]*)`")
-
-
-def as_fields(message: str) -> str:
-    """A shared check's message with CLI flags named as the HTTP fields they are; a quoted
-    command (`flowctl run ... --key K`) is left whole, as a command it still is."""
-    message = _START_KEYED.sub(lambda m: f'POST /runs with "key": "{m.group(1)}"', message)
-    parts = message.split("`")
-    for i in range(0, len(parts), 2):  # outside backticks only
-        text = _PASS_INPUT.sub(lambda m: f'give "input": {{"{m.group(1)}": ...}}', parts[i])
-        parts[i] = _FLAG.sub(lambda m: m.group(1).replace("-", "_"), text)
-    return "`".join(parts)
 
 
 async def read_body(request: Request) -> bytes:
@@ -193,26 +175,6 @@ def check_target(target: Any, root: Path) -> str:
     return text
 
 
-def _duration_field(body: dict[str, Any], name: str) -> Any:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise UsageError(f'{name} must be a duration like "15m" or a number of seconds')
-    if not isinstance(value, str) and not value >= 0:  # as the CLI refuses `--in -5`
-        raise UsageError(f"{name} must not be negative, got {value}: give seconds from now")
-    return value
-
-
-def _string_field(body: dict[str, Any], name: str) -> str | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise UsageError(f"{name} must be a string, got {type(value).__name__}")
-    return value
-
-
 def start_run(s: Served, body: Any) -> JSONResponse:
     if not isinstance(body, dict):
         raise UsageError(
@@ -227,48 +189,24 @@ def start_run(s: Served, body: Any) -> JSONResponse:
         inputs = {}
     if not isinstance(inputs, dict):
         raise UsageError('input must be a JSON object like {"user": 42}')
-    key = _string_field(body, "key")
-    at_text = _string_field(body, "at")
-    delay = _duration_field(body, "in")
-    if delay is not None and at_text is not None:
-        raise UsageError("give in or at, not both")
-    now = s.clock.now()
-    run_at: datetime | None = None
-    if delay is not None:
-        run_at = now + parse_duration(delay)
-    elif at_text is not None:
-        run_at = ops.parse_start_at(at_text, s.clock)
-    deadline_value = _duration_field(body, "deadline")
-    deadline = (
-        None
-        if deadline_value is None
-        else (
-            ops.parse_duration_or_time(deadline_value, s.clock, flag="deadline")
-            if isinstance(deadline_value, str)
-            else now + parse_duration(deadline_value)
-        )
+    options = ops.start_options(
+        s.clock,
+        delay=body.get("in"),
+        at=body.get("at"),
+        deadline=body.get("deadline"),
+        timeout=body.get("timeout"),
+        max_attempts=body.get("max_attempts"),
     )
-    timeout = _duration_field(body, "timeout")
-    attempts = body.get("max_attempts")
-    if attempts is not None and (
-        isinstance(attempts, bool)
-        or not isinstance(attempts, int)
-        or not 1 <= attempts <= MAX_COUNT
-    ):
-        raise UsageError(f"max_attempts must be an integer from 1 to {MAX_COUNT}")
     try:
         started = ops.start(
             s.store,
             target,
             inputs,
             clock=s.clock,
+            options=options,
+            key=body.get("key"),
             workflows_dir=s.workflows_dir,
             cwd=str(s.root),
-            key=key,
-            run_at=run_at,
-            deadline=deadline,
-            timeout=timeout,
-            max_attempts=attempts,
         )
     except UnknownWorkflowError:
         # The CLI's hint lists module:function, which HTTP refuses (check_target).

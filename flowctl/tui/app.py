@@ -4,7 +4,8 @@ Only the `flowctl.tui` package imports Textual, and only `flowctl tui` imports t
 every other command starts without paying for Textual. The TUI is split by job:
 
 - `flowctl.tui.app` (here): the app — its state, bindings, workers and live refresh.
-- `flowctl.tui.actions`: the actions on the selected run (each asks first, runs through ops).
+- `flowctl.tui.actions`: the actions on the selected run (each asks first, runs through
+  ops), composed into the app; `flowctl.tui.schedule_actions` those on a schedule.
 - `flowctl.tui.header`: the header line (database path, daemon, filters, clock).
 - `flowctl.tui.views`: which runs each tab lists, with which columns; `load_page`.
 - `flowctl.tui.render`: pure text — cells, countdowns, the detail pane, error blocks.
@@ -37,7 +38,7 @@ from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on, work
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
@@ -48,10 +49,12 @@ from flowctl import ops
 from flowctl.clock import Clock
 from flowctl.limits import MAX_SEARCH
 from flowctl.model import CallKind, EntryState, Run, RunStatus
+from flowctl.ops import schedules as schedule_ops
 from flowctl.store import Store
+from flowctl.tui.actions import Acting, RunActions
 from flowctl.tui.fit import fit, natural_widths
 from flowctl.tui.header import HeaderLine
-from flowctl.tui.messages import DetailLoaded, PageLoaded, ScheduleLoaded
+from flowctl.tui.messages import ActionDone, DetailLoaded, PageLoaded, ScheduleLoaded
 from flowctl.tui.render import (
     DETAIL_STEPS,
     describe_error,
@@ -109,8 +112,12 @@ def _first_busy_view(store: Store) -> str:
 # The app
 
 
-class FlowctlApp(ScheduleActions):
-    """A live view of one flowctl database. Built from explicit inputs: a Store and a Clock."""
+class FlowctlApp(App[None]):
+    """A live view of one flowctl database. Built from explicit inputs: a Store and a Clock.
+
+    Its actions on runs and schedules are composed objects (`run_actions`,
+    `schedule_actions`, flowctl/tui/actions.py): the key bindings call the action_ methods
+    here, which hand them on."""
 
     TITLE = "flowctl"
     CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: subclasses live elsewhere
@@ -173,11 +180,14 @@ class FlowctlApp(ScheduleActions):
         self._detail_error: str | None = None
         self._total = 0
         self._search_timer: Timer | None = None
+        acting = Acting(self)
+        self.run_actions = RunActions(acting, store, clock, self.selected_run, self.awaited_signal)
+        self.schedule_actions = ScheduleActions(acting, store, clock, self.selected_schedule)
 
     # -- layout ----------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield HeaderLine(id="header")
+        yield HeaderLine(self, id="header")
         yield ViewBar(id="views")
         with Horizontal(id="body"):
             with Vertical(id="list"):
@@ -278,8 +288,6 @@ class FlowctlApp(ScheduleActions):
 
     @work(thread=True, exclusive=True, group="detail")
     def _load_schedule(self, name: str) -> None:
-        from flowctl.ops import schedules as schedule_ops
-
         try:
             item = schedule_ops.show_schedule(self.store, name, clock=self.clock).to_json()
         except Exception as e:
@@ -615,6 +623,47 @@ class FlowctlApp(ScheduleActions):
             return 80
         width = pane.scrollable_content_region.width
         return width if width > 0 else 80
+
+    # -- actions on the selected run or schedule (actions.py, schedule_actions.py) --
+
+    def action_cancel_run(self) -> None:
+        self.run_actions.cancel()
+
+    def action_redrive_run(self) -> None:
+        self.run_actions.redrive()
+
+    def action_wake_run(self) -> None:
+        self.run_actions.wake()
+
+    def action_pause_run(self) -> None:
+        """Pause or resume the selected run; in the Schedules view, the selected schedule."""
+        if self.view == "schedules":
+            self.schedule_actions.toggle_pause()
+        else:
+            self.run_actions.pause_or_resume()
+
+    def action_trigger_schedule(self) -> None:
+        if self.view != "schedules":
+            self.notify("t fires a schedule now: open the Schedules view (7)", severity="warning")
+            return
+        self.schedule_actions.trigger()
+
+    async def action_signal_run(self) -> None:
+        await self.run_actions.signal(sent=self._reload)
+
+    def action_copy_id(self) -> None:
+        self.run_actions.copy_id()
+
+    @on(ActionDone)
+    def _action_done(self, message: ActionDone) -> None:
+        if not self.is_running:
+            return
+        self.notify(
+            message.message,
+            severity="error" if message.error else "information",
+            timeout=8 if message.error else 4,
+        )
+        self._reload()  # our own writes do not move data_version on our own connection
 
     # -- switching views, searching, filtering ---------------------------------
 

@@ -1,18 +1,40 @@
-"""The header line: the database's full path, whether a daemon runs on it, the active
-filter and search, and the clock. It reads the app's own state (store, clock, daemons,
-filters), so it is built for `FlowctlApp` and queries nothing itself. The clock is local
-time with the zone, as every time the TUI shows."""
+"""The header line: the database's full path, whether a daemon runs on it (since when,
+runs held, wake lateness), the active filter and search, and the clock (local time with
+the zone, as every time the TUI shows).
+
+It reads what it shows from a `HeaderSource` (the app is one) each time it renders, and
+queries nothing itself; `daemon_line` and `short_path` fit its parts to the width.
+"""
 
 from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Protocol
 
 from textual.content import Content
 from textual.widgets import Static
 
-from flowctl.tui.render import daemon_line, short_path, to_second
+from flowctl.clock import Clock
+from flowctl.durations import format_duration
+from flowctl.store import Store
+from flowctl.tui.render import to_second
+from flowctl.tui.views import DaemonUp, WakeLateness
 from flowctl.tui.widgets import TICK_SECONDS
 
 WIDE = 100  # from this width the clock shows the date too
 PATH_MIN = 20  # cells of the database path kept before the daemon part shortens
+
+
+class HeaderSource(Protocol):
+    """What the header shows, as the app holds it: read each time the header renders."""
+
+    store: Store
+    clock: Clock
+    shown_path: str
+    daemons: list[DaemonUp] | None  # None: not looked at yet
+    lateness: WakeLateness | None
+    workflow: str | None
+    search: str | None
 
 
 class HeaderLine(Static):
@@ -20,35 +42,90 @@ class HeaderLine(Static):
     lateness p99), active filter and search on the left; the clock on the right (its own
     timer re-renders it every second)."""
 
+    def __init__(self, source: HeaderSource, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.source = source
+
     def on_mount(self) -> None:
         self.set_interval(TICK_SECONDS, self.refresh)
 
     def render(self) -> Content:
-        from flowctl.tui.app import FlowctlApp  # the app imports this module
-
-        app = self.app
-        if not isinstance(app, FlowctlApp):
-            return Content()
-        now = app.clock.now()
-        read_only = "  read-only" if app.store.read_only else ""
+        src = self.source
+        now = src.clock.now()
+        read_only = "  read-only" if src.store.read_only else ""
         # The date goes first on a narrow screen: the daemon's state matters more.
         clock = f"{to_second(now) if self.size.width >= WIDE else to_second(now)[11:]} "
         fixed = len(" flowctl  ") + len(read_only) + len(clock)
-        path_min = min(len(app.shown_path), PATH_MIN)
+        path_min = min(len(src.shown_path), PATH_MIN)
         room = self.size.width - fixed - path_min - 1
-        daemon = daemon_line(app.daemons, now, app.lateness, room)
-        path = short_path(app.shown_path, self.size.width - fixed - len(daemon[0]) - 1)
+        daemon = daemon_line(src.daemons, now, src.lateness, room)
+        path = short_path(src.shown_path, self.size.width - fixed - len(daemon[0]) - 1)
         left = Content.assemble(
             (" flowctl ", "bold reverse"), f" {path}", (read_only, "bold $warning"), daemon
         )
         filters = Content.assemble(
             ("  workflow: ", "dim"),
-            (app.workflow or "all", "bold $accent" if app.workflow else ""),
+            (src.workflow or "all", "bold $accent" if src.workflow else ""),
             ("  search: ", "dim"),
-            (app.search or "—", "bold $accent" if app.search else ""),
+            (src.search or "—", "bold $accent" if src.search else ""),
         )
         room = self.size.width - left.cell_length - len(clock) - 1
-        if app.workflow or app.search or room >= filters.cell_length:
+        if src.workflow or src.search or room >= filters.cell_length:
             left = Content.assemble(left, filters)  # unset filters give way on a narrow screen
         pad = max(1, self.size.width - left.cell_length - len(clock))
         return Content.assemble(left, " " * pad, (clock, "dim"))
+
+
+def late_text(seconds: float) -> str:
+    """A wake lateness as an operator reads it: 0.4ms, 37ms, 1.2s, 2m05s."""
+    if seconds < 0.01:
+        return f"{seconds * 1000:.1f}ms"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    return format_duration(seconds)
+
+
+def daemon_line(
+    daemons: list[DaemonUp] | None,
+    now: datetime,
+    lateness: WakeLateness | None = None,
+    room: int = 1 << 20,
+) -> tuple[str, str]:
+    """(text, style) of the header's daemon part: who wakes the sleepers (since when, runs
+    held, wake lateness p99), or that nothing will; the longest wording that fits `room`
+    cells. None: not looked at yet (the first page is loading)."""
+    if daemons is None:
+        return ("", "")
+    if not daemons:
+        return ("  no daemon — sleepers will not wake", "bold $warning")
+    first = min(daemons, key=lambda d: d.started_at)
+    held = sum(d.held for d in daemons)
+    runs = f"{held} run" + ("" if held == 1 else "s")
+    since = format_duration(max(now - first.started_at, timedelta(0)))
+    many = f"{len(daemons)} daemons" if len(daemons) > 1 else "daemon"
+    full, medium, compact = "", "", ""
+    if lateness is not None and lateness.p99 is None:
+        full, medium, compact = ", no wakes in the last hour", ", no wakes 1h", " · p99 —"
+    elif lateness is not None and lateness.p99 is not None:
+        late = late_text(lateness.p99)
+        full, medium, compact = f", wakes p99 {late} late", f", wake p99 {late}", f" · p99 {late}"
+    forms = (
+        f"  {many} up since {to_second(first.started_at)} ({since}), holding {runs}{full}",
+        f"  {many} up {since}, {runs} held{medium}",
+        f"  {many} {since} · {runs}{compact}",
+    )
+    fitting = [f for f in forms if len(f) <= room]
+    return (fitting[0] if fitting else forms[-1], "$success")
+
+
+def short_path(path: str, room: int) -> str:
+    """`path` in `room` cells: its end (which names the file) after an ellipsis; never
+    less than the file name itself."""
+    if len(path) <= room:
+        return path
+    name = path.rsplit("/", 1)[-1]
+    if room <= len(name) + 1:
+        return name
+    return "…" + path[-(room - 1) :]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import textwrap
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.text import Text
 from textual.content import Content
@@ -31,9 +31,6 @@ from flowctl.model import (
     human_value,
     local_text,
 )
-
-if TYPE_CHECKING:
-    from flowctl.tui.views import DaemonUp, WakeLateness
 
 # The newest checkpoints and timeline events the detail pane reads and shows, each; the
 # rest of a long run stays in the store (`flowctl show RUN --all`).
@@ -294,7 +291,23 @@ def _running_now(detail: ops.RunDetail, now: datetime, width: int) -> list[Conte
 
 
 def render_detail(detail: ops.RunDetail, now: datetime, width: int = 80) -> Content:
-    """Everything an operator asks about one run, as one scrollable block of text."""
+    """Everything an operator asks about one run, as one scrollable block of text: its head
+    and notes, what it does now (if running: first, so a 24-line terminal shows it), its
+    facts, input and outcome, what it published and was sent, checkpoints and timeline."""
+    parts = _detail_head(detail, width)
+    if detail.run.status is RunStatus.RUNNING:
+        parts += [*_running_now(detail, now, width), Content("\n")]
+    parts += _detail_facts(detail, now, width)
+    parts += _input_and_outcome(detail, width)
+    parts += _published_and_sent(detail, width)
+    parts += _checkpoints(detail, now, width)
+    parts += _timeline(detail, width)
+    return Content.assemble(*parts)
+
+
+def _detail_head(detail: ops.RunDetail, width: int) -> list[Content]:
+    """The run id, workflow and status (the workflow on a line of its own in a narrow
+    pane, not broken mid-name), then each note on the run."""
     run = detail.run
     status_style = {
         RunStatus.DEAD: "bold $error",
@@ -309,7 +322,7 @@ def render_detail(detail: ops.RunDetail, now: datetime, width: int = 80) -> Cont
             "  ",
             (str(run.status), status_style),
         )
-    else:  # a narrow pane: the workflow on a line of its own, not broken mid-name
+    else:
         head = Content.assemble(
             (run.run_id, "bold"),
             "  ",
@@ -322,14 +335,19 @@ def render_detail(detail: ops.RunDetail, now: datetime, width: int = 80) -> Cont
         parts.append(
             Content.styled("".join(f"{x}\n" for x in _wrap(f"! {note}", width, 0)), "$warning")
         )
-    if run.status is RunStatus.RUNNING:  # first: on a 24-line terminal it is what shows
-        parts.extend(_running_now(detail, now, width))
-        parts.append(Content("\n"))
-    parts.append(_kv("why", ops.why(detail, now), width))
-    parts.append(_kv("attempt", f"{run.attempt} of {run.max_attempts}", width))
-    parts.append(_kv("deadline", _deadline(run, now), width))
-    parts.append(_kv("budget", _budget(run), width))
-    parts.append(_kv("created", to_second(run.created_at), width))
+    return parts
+
+
+def _detail_facts(detail: ops.RunDetail, now: datetime, width: int) -> list[Content]:
+    """Why it is where it is, attempts, deadline, budget, times, target, schedule, parent."""
+    run = detail.run
+    parts = [
+        _kv("why", ops.why(detail, now), width),
+        _kv("attempt", f"{run.attempt} of {run.max_attempts}", width),
+        _kv("deadline", _deadline(run, now), width),
+        _kv("budget", _budget(run), width),
+        _kv("created", to_second(run.created_at), width),
+    ]
     if run.started_at:
         parts.append(_kv("started", to_second(run.started_at), width))
     if run.finished_at:
@@ -339,56 +357,70 @@ def render_detail(detail: ops.RunDetail, now: datetime, width: int = 80) -> Cont
         parts.append(_kv("schedule", f"{run.schedule} at {to_second(run.scheduled_at)}", width))
     if run.parent_run_id:
         parts.append(_kv("parent", run.parent_run_id, width))
+    return parts
 
-    parts.append(_section("Input"))
-    parts.append(_indent(_pretty_json(run.shown_input), width))
+
+def _input_and_outcome(detail: ops.RunDetail, width: int) -> list[Content]:
+    """The input, the result of a completed run, and the whole error of one that failed
+    (with the failing step's traceback or stderr when the run's error lacks them: the
+    step's checkpoint keeps them)."""
+    run = detail.run
+    parts = [_section("Input"), _indent(_pretty_json(run.shown_input), width)]
     if run.status is RunStatus.COMPLETED:
-        parts.append(_section("Result"))
-        parts.append(_indent(_pretty_json(run.result), width))
-    if run.error:
-        title = {RunStatus.DEAD: "Error", RunStatus.CANCELLED: "Cancelled"}.get(
-            run.status, "Last error"
-        )
-        parts.extend(_error_block(run.error, title, width))
-        # The run's error may be recorded without the failing step's traceback or stderr
-        # tail; the step's checkpoint keeps them.
-        failed = [c for c in detail.checkpoints if c.state is EntryState.ERROR]
-        step_error = failed[-1].value if failed and isinstance(failed[-1].value, dict) else {}
-        for key, label in (("traceback", "Traceback"), ("stderr_tail", "Stderr (tail)")):
-            if step_error.get(key) and not run.error.get(key):
-                parts.append(_section(f"{label} of step {failed[-1].name!r}"))
-                parts.append(_indent(str(step_error[key])[-TEXT_LIMIT:], width))
+        parts += [_section("Result"), _indent(_pretty_json(run.result), width)]
+    if not run.error:
+        return parts
+    title = {RunStatus.DEAD: "Error", RunStatus.CANCELLED: "Cancelled"}.get(
+        run.status, "Last error"
+    )
+    parts.extend(_error_block(run.error, title, width))
+    failed = [c for c in detail.checkpoints if c.state is EntryState.ERROR]
+    step_error = failed[-1].value if failed and isinstance(failed[-1].value, dict) else {}
+    for key, label in (("traceback", "Traceback"), ("stderr_tail", "Stderr (tail)")):
+        if step_error.get(key) and not run.error.get(key):
+            parts.append(_section(f"{label} of step {failed[-1].name!r}"))
+            parts.append(_indent(str(step_error[key])[-TEXT_LIMIT:], width))
+    return parts
 
+
+def _published_and_sent(detail: ops.RunDetail, width: int) -> list[Content]:
+    """The values the run published, and the signals buffered for it."""
+    parts: list[Content] = []
     if detail.published:
         parts.append(_section("Published"))
         for key, (value, _at) in detail.published.items():
             parts.append(_indent(f"{key} = {compact_json(value, 120)}", width))
-
     if detail.pending_signals:
         parts.append(_section("Buffered signals"))
         for name, payload, sent_at in detail.pending_signals:
             line = f"{_short_when(sent_at)}  {name}  {compact_json(payload, 120)}"
             parts.append(_indent(line, width))
+    return parts
 
-    hidden, hidden_events = detail.left_out()
-    parts.append(
-        _section(f"Checkpoints ({max(detail.checkpoints_total, len(detail.checkpoints))})")
-    )
+
+def _checkpoints(detail: ops.RunDetail, now: datetime, width: int) -> list[Content]:
+    """The newest checkpoints (and how many earlier ones are left out), then versions."""
+    hidden, _ = detail.left_out()
+    total = max(detail.checkpoints_total, len(detail.checkpoints))
+    parts = [_section(f"Checkpoints ({total})")]
     if hidden > 0:
         parts.append(_indent(f"… {hidden:,} earlier checkpoints not shown", width, "dim"))
     if not detail.checkpoints:
         parts.append(_indent("none yet", width, "dim"))
-    for entry in detail.checkpoints:
-        parts.append(_checkpoint_line(entry, now, width))
+    parts += [_checkpoint_line(entry, now, width) for entry in detail.checkpoints]
     for change_id, version, _at in detail.versions:
         parts.append(_indent(f"version {change_id} = {version}", width, "dim"))
+    return parts
 
-    parts.append(_section("Timeline"))
-    if hidden_events > 0:
-        parts.append(_indent(f"… {hidden_events:,} earlier events not shown", width, "dim"))
-    for event in detail.timeline:
-        parts.append(_timeline_line(event, width))
-    return Content.assemble(*parts)
+
+def _timeline(detail: ops.RunDetail, width: int) -> list[Content]:
+    """The newest timeline events (and how many earlier ones are left out)."""
+    _, hidden = detail.left_out()
+    parts = [_section("Timeline")]
+    if hidden > 0:
+        parts.append(_indent(f"… {hidden:,} earlier events not shown", width, "dim"))
+    parts += [_timeline_line(event, width) for event in detail.timeline]
+    return parts
 
 
 def _instant(text: str | None) -> datetime | None:
@@ -421,7 +453,7 @@ def render_schedule(item: dict[str, Any], width: int = 80, now: datetime | None 
     zone with DST marks (a gap or fold the policy changed, an offset change between two
     fires); its last fires with their runs. `item` is `flowctl schedule show --json`'s
     object (or `ls`'s, without upcoming fires and history)."""
-    from zoneinfo import ZoneInfo
+    from zoneinfo import ZoneInfo  # lazy: zone data loads for a schedule's card alone
 
     zone: Any = UTC
     if item.get("tz"):
@@ -442,9 +474,16 @@ def render_schedule(item: dict[str, Any], width: int = 80, now: datetime | None 
         nxt = _instant(item.get("next_fire_at"))
         parts.append(_kv("next", "—" if nxt is None else _zoned(nxt, zone), width))
         return Content.assemble(*parts)
+    parts += _next_fires(item, zone, width, now)
+    parts += _last_fires(item, zone, width)
+    return Content.assemble(*parts)
 
+
+def _next_fires(item: dict[str, Any], zone: Any, width: int, now: datetime | None) -> list[Content]:
+    """The upcoming fires in the schedule's zone, each marked where the clocks change
+    before it or a DST policy moved it."""
     paused = " (paused: none fire until it is resumed)" if item.get("paused") else ""
-    parts.append(_section(f"Next fires{paused}"))
+    parts = [_section(f"Next fires{paused}")]
     if not item["upcoming"]:
         parts.append(_indent("none", width, "dim"))
     offset = None
@@ -466,12 +505,17 @@ def render_schedule(item: dict[str, Any], width: int = 80, now: datetime | None 
                 Content.styled("".join(f"{x}\n" for x in _wrap(f"! {mark}", width, 4)), "$warning")
             )
         offset = local.utcoffset()
+    return parts
 
+
+def _last_fires(item: dict[str, Any], zone: Any, width: int) -> list[Content]:
+    """The newest decisions (HISTORY_SHOWN, newest first): fired, skipped, error, with the
+    run each started and its status."""
     history = list(item.get("history") or [])[-HISTORY_SHOWN:]
-    parts.append(_section("Last fires"))
+    parts = [_section("Last fires")]
     if not history:
         parts.append(_indent("none yet", width, "dim"))
-    for event in reversed(history):  # newest first
+    for event in reversed(history):
         at = _instant(event.get("fire_at")) or _instant(event.get("at"))
         when = "—" if at is None else _zoned(at, zone)
         run = event.get("run_id") or ""
@@ -480,59 +524,4 @@ def render_schedule(item: dict[str, Any], width: int = 80, now: datetime | None 
         head = Content.assemble(f"  {when}  ", (f"{event['action']:<15}", style))
         tail = " ".join(x for x in (run, status) if x) or (event.get("detail") or "")
         parts.append(_head_and_tail(head, tail, width, "dim"))
-    return Content.assemble(*parts)
-
-
-def late_text(seconds: float) -> str:
-    """A wake lateness as an operator reads it: 0.4ms, 37ms, 1.2s, 2m05s."""
-    if seconds < 0.01:
-        return f"{seconds * 1000:.1f}ms"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    return format_duration(seconds)
-
-
-def daemon_line(
-    daemons: list[DaemonUp] | None,
-    now: datetime,
-    lateness: WakeLateness | None = None,
-    room: int = 1 << 20,
-) -> tuple[str, str]:
-    """(text, style) of the header's daemon part: who wakes the sleepers (since when, runs
-    held, wake lateness p99), or that nothing will; the longest wording that fits `room`
-    cells. None: not looked at yet (the first page is loading)."""
-    if daemons is None:
-        return ("", "")
-    if not daemons:
-        return ("  no daemon — sleepers will not wake", "bold $warning")
-    first = min(daemons, key=lambda d: d.started_at)
-    held = sum(d.held for d in daemons)
-    runs = f"{held} run" + ("" if held == 1 else "s")
-    since = format_duration(max(now - first.started_at, timedelta(0)))
-    many = f"{len(daemons)} daemons" if len(daemons) > 1 else "daemon"
-    full, medium, compact = "", "", ""
-    if lateness is not None and lateness.p99 is None:
-        full, medium, compact = ", no wakes in the last hour", ", no wakes 1h", " · p99 —"
-    elif lateness is not None and lateness.p99 is not None:
-        late = late_text(lateness.p99)
-        full, medium, compact = f", wakes p99 {late} late", f", wake p99 {late}", f" · p99 {late}"
-    forms = (
-        f"  {many} up since {to_second(first.started_at)} ({since}), holding {runs}{full}",
-        f"  {many} up {since}, {runs} held{medium}",
-        f"  {many} {since} · {runs}{compact}",
-    )
-    fitting = [f for f in forms if len(f) <= room]
-    return (fitting[0] if fitting else forms[-1], "$success")
-
-
-def short_path(path: str, room: int) -> str:
-    """`path` in `room` cells: its end (which names the file) after an ellipsis; never
-    less than the file name itself."""
-    if len(path) <= room:
-        return path
-    name = path.rsplit("/", 1)[-1]
-    if room <= len(name) + 1:
-        return name
-    return "…" + path[-(room - 1) :]
+    return parts

@@ -1,39 +1,53 @@
 """The TUI's actions on the selected schedule: pause or resume it (p), fire it now (t, asks
 first). Each runs the `flowctl.ops.schedules` call the CLI's `flowctl schedule pause /
-resume / trigger` runs, in a thread worker; the outcome is a notification (ActionDone,
-handled by RunActions), and the page is re-queried.
+resume / trigger` runs, in a thread worker (actions.Acting); the outcome is a notification
+(ActionDone, handled by the app), and the page is re-queried. `ScheduleActions` is
+composed into `FlowctlApp`, as `RunActions` is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from textual.content import Content
 
-from flowctl.tui.actions import RunActions
+from flowctl.clock import Clock
+from flowctl.ops import schedules as schedule_ops
+from flowctl.store import Store
+from flowctl.tui.actions import Acting
 from flowctl.tui.render import to_minute
 
 
-class ScheduleActions(RunActions):
-    """Schedule actions of `FlowctlApp` (its base, after RunActions)."""
+class ScheduleActions:
+    """The actions on the schedule under the cursor (`selected`, as `schedule show --json`
+    gives it; None: no schedule selected)."""
 
-    def selected_schedule(self) -> dict[str, Any] | None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        acting: Acting,
+        store: Store,
+        clock: Clock,
+        selected: Callable[[], dict[str, Any] | None],
+    ) -> None:
+        self.acting = acting
+        self.app = acting.app
+        self.store = store
+        self.clock = clock
+        self.selected = selected
 
     def _require_schedule(self) -> dict[str, Any] | None:
-        item = self.selected_schedule()
+        item = self.selected()
         if item is None:
-            self.notify("select a schedule first", severity="warning")
+            self.app.notify("select a schedule first", severity="warning")
         return item
 
-    def toggle_schedule_pause(self) -> None:
+    def toggle_pause(self) -> None:
         """Pause the selected schedule, or resume it from now (fires that fell in the
         pause are not run): no question, it is undone with the same key."""
         item = self._require_schedule()
         if item is None:
             return
-        from flowctl.ops import schedules as schedule_ops
-
         name = str(item["name"])
         if item.get("paused"):
 
@@ -43,24 +57,20 @@ class ScheduleActions(RunActions):
                 when = "no further fire" if nxt is None else f"next fire {to_minute(nxt)}"
                 return f"resumed schedule {name}: {when} (fires missed while paused do not run)"
 
-            self._run_action(resume, f"resume of schedule {name} failed")
+            self.acting.run(resume, f"resume of schedule {name} failed")
             return
 
         def pause() -> str:
             schedule_ops.pause_schedule(self.store, name, clock=self.clock)
             return f"paused schedule {name}: it fires no run until resumed (p)"
 
-        self._run_action(pause, f"pause of schedule {name} failed")
+        self.acting.run(pause, f"pause of schedule {name} failed")
 
-    def action_trigger_schedule(self) -> None:
-        if self.view != "schedules":
-            self.notify("t fires a schedule now: open the Schedules view (7)", severity="warning")
-            return
+    def trigger(self) -> None:
+        """Fire the selected schedule now, after asking."""
         item = self._require_schedule()
         if item is None:
             return
-        from flowctl.ops import schedules as schedule_ops
-
         name = str(item["name"])
 
         def trigger() -> str:
@@ -82,4 +92,4 @@ class ScheduleActions(RunActions):
                 "dim",
             ),
         )
-        self._confirm("Trigger", question, trigger, f"trigger of schedule {name} failed")
+        self.acting.confirm("Trigger", question, trigger, f"trigger of schedule {name} failed")

@@ -17,9 +17,9 @@ from rich.text import Text
 
 from flowctl import ops
 from flowctl.durations import format_duration
-from flowctl.explain import OperatorEvent
 from flowctl.model import Run, RunStatus
 from flowctl.ops import schedules as schedule_ops
+from flowctl.ops.explain import OperatorEvent
 from flowctl.store import Store
 from flowctl.tui.render import (
     ago,
