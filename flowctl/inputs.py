@@ -200,9 +200,11 @@ class _Shape:
                 )
         missing = [n for n in self.required if n not in raw]
         if missing:
+            first, listing = missing[0], self.listing()
             raise InputError(
-                f"workflow {self.name} needs input {missing[0]!r} (pass -i {missing[0]}=VALUE);"
-                f" it takes: {self.listing()}"
+                lambda f: f"workflow {self.name} needs input {first!r} (give"
+                f" {f('input.' + first)}); it takes: {listing}",
+                field=f"input.{first}",
             )
         return raw
 

@@ -17,8 +17,8 @@ from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.errors import InputError, SerializationError
 from flowctl.model import RunStatus
+from flowctl.output import capturing
 from flowctl.runtime.engine import Engine
-from flowctl.runtime.output import capturing
 from flowctl.runtime.targets import load_target
 from flowctl.store import dumps
 from flowctl.store.sqlite import SqliteStore

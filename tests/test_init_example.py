@@ -11,7 +11,7 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-from flowctl import starter
+from flowctl.cli import starter
 from flowctl.errors import UsageError
 from tests.conftest import ROOT
 

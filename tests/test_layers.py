@@ -190,10 +190,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "flowctl.transitions",
         "flowctl.inputs",
         "flowctl.workflow",
-        "flowctl.starter",
     ),
     ("flowctl.store",),
-    ("flowctl.yamlflow", "flowctl.runtime"),  # execution: a run's handler, replayed
+    # execution: a run's handler, replayed; what its steps print (output), which YAML's
+    # commands and the runtime's steps both capture
+    ("flowctl.yamlflow", "flowctl.runtime", "flowctl.output"),
     ("flowctl.schedule",),
     ("flowctl.daemon",),
     ("flowctl.ops",),  # operator actions and why, for every front end
@@ -207,7 +208,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "flowctl",
     ),
 )
-
 
 
 def package_sources(root: Path = PACKAGE) -> dict[str, tuple[str, bool]]:

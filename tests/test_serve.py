@@ -401,6 +401,28 @@ def test_one_ops_check_is_spelled_as_a_flag_in_the_cli_and_as_a_field_over_http(
     assert not (tmp_path / "none.db").exists()
 
 
+def test_a_missing_input_is_asked_for_as_each_front_end_gives_inputs(
+    api: Api, project: Path, tmp_path: Path
+) -> None:
+    """A required workflow input not given names the field `input.user`: over HTTP as
+    that, in the CLI as the option that gives it (`-i user=VALUE`); one error, no text
+    rewritten."""
+    reply = api.call("POST", "/runs", {"target": "flows.py:followup", "input": {}})
+    assert reply.status == 400, reply.body
+    said = reply.json()["error"]
+    assert "needs input 'user' (give input.user)" in said and "-i" not in said
+    db = str(tmp_path / "none.db")
+    cli = subprocess.run(
+        [sys.executable, "-m", "flowctl", "--db", db, "run", f"{project}/flows.py:followup"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert cli.returncode == 2
+    assert "needs input 'user' (give -i user=VALUE)" in cli.stderr
+
+
 def test_a_stored_lone_surrogate_is_sent_escaped_not_a_500() -> None:
     # Rows written before such input was refused still hold one: every response that meets
     # it must still encode (UTF-8 cannot), so the API escapes all that is not ASCII.

@@ -36,7 +36,7 @@ def init(
     ] = False,
 ) -> None:
     """Create flowctl.toml here with the documented defaults, and its database.  Example: flowctl init --example"""
-    from flowctl import starter
+    from flowctl.cli import starter
     from flowctl.config import DEFAULTS, write_default_config
 
     here = Path.cwd()

@@ -73,7 +73,10 @@ class _Group(TyperGroup):
 
 
 def flag(field: str) -> str:
-    """A field as this CLI spells it: "max_attempts" -> "--max-attempts"."""
+    """A field as this CLI spells it: "max_attempts" -> "--max-attempts"; one value of the
+    input, "input.user" -> "-i user=VALUE"."""
+    if field.startswith("input."):
+        return f"-i {field.removeprefix('input.')}=VALUE"
     return "--" + field.replace("_", "-")
 
 

@@ -27,8 +27,8 @@ from flowctl.ops.maintenance import run_output
 from flowctl.store import Store
 
 if TYPE_CHECKING:  # annotations only: the engine and the store's records load with the run
+    from flowctl.output import CommandListener, StepOutput
     from flowctl.runtime.engine import Outcome
-    from flowctl.runtime.output import CommandListener, StepOutput
     from flowctl.store import OutputChunk
     from flowctl.store.records import Claim
 
@@ -38,7 +38,7 @@ def drive(st: State, run: Run, *, wait: bool, quiet: bool, known: set[int] | Non
     it unless `quiet` (`known`: call indices journaled before, e.g. copied by a fork, not
     printed). Ctrl-C leaves the run to a daemon and exits 130."""
     from flowctl.daemon.foreground import drive_run  # the engine loads only for a run driven here
-    from flowctl.runtime.output import command_output_to
+    from flowctl.output import command_output_to
 
     printer = RunPrinter(st.store, st.clock, run, wait=wait, quiet=quiet, known=known)
     echo = nullcontext() if quiet else command_output_to(_echo_commands(run.run_id))
@@ -256,7 +256,7 @@ def _echo_commands(run_id: str) -> CommandListener:
     """Print a command step's output of this run as it comes (stdout to stdout, stderr to
     stderr), not copied into the step's stored output a second time. A closed pipe only
     stops the echo: it never fails the step."""
-    from flowctl.runtime.output import uncaptured
+    from flowctl.output import uncaptured
 
     broken: list[bool] = []
 

@@ -30,9 +30,9 @@ from flowctl.errors import (
 )
 from flowctl.limits import lone_surrogate
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
+from flowctl.output import capturing
 from flowctl.retry import RetryPolicy, options_of
 from flowctl.runtime.live import LiveRun
-from flowctl.runtime.output import capturing
 from flowctl.runtime.recorded import error_dict, error_line, rebuild_error
 from flowctl.store import dumps
 

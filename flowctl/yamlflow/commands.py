@@ -29,8 +29,8 @@ from flowctl.errors import (
     FlowctlError,
     mark_non_retryable,
 )
-from flowctl.runtime.output import StepOutput
-from flowctl.runtime.output import current as current_output
+from flowctl.output import StepOutput
+from flowctl.output import current as current_output
 
 POLL_SECONDS = 0.05  # how often stop requests and timeouts are checked
 DEFAULT_CAP = 1 << 20  # bytes kept per stream

@@ -182,11 +182,18 @@ def convert_inputs(wf: YamlWorkflow, raw: dict[str, Any] | None) -> dict[str, An
         elif spec.default is not None or not spec.required:
             result[name] = copy.deepcopy(spec.default)
         else:
-            raise InputError(
-                f"missing required input {name!r} ({spec.type}) for workflow {wf.name!r}: "
-                f"pass -i {name}=VALUE"
-            )
+            raise _missing(wf.name, name, spec.type)
     return result
+
+
+def _missing(workflow: str, name: str, type_: str) -> InputError:
+    """A required input not given: the field `input.NAME`, each front end's way to give it
+    (the CLI: `-i NAME=VALUE`)."""
+    return InputError(
+        lambda f: f"missing required input {name!r} ({type_}) for workflow {workflow!r}:"
+        f" give {f('input.' + name)}",
+        field=f"input.{name}",
+    )
 
 
 # ---------------------------------------------------------------------------------------

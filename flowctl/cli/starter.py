@@ -12,7 +12,7 @@ from pathlib import Path
 
 from flowctl.errors import UsageError
 
-SAMPLES = Path(__file__).parent / "samples"
+SAMPLES = Path(__file__).parent.parent / "samples"  # flowctl/samples
 # What to run first in a project the samples were written into, and what it shows.
 FIRST_RUN = "flowctl run onboarding -i user=42"
 
