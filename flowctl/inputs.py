@@ -202,8 +202,10 @@ class _Shape:
         if missing:
             first, listing = missing[0], self.listing()
             raise InputError(
-                lambda f: f"workflow {self.name} needs input {first!r} (give"
-                f" {f('input.' + first)}); it takes: {listing}",
+                lambda f: (
+                    f"workflow {self.name} needs input {first!r} (give"
+                    f" {f('input.' + first)}); it takes: {listing}"
+                ),
                 field=f"input.{first}",
             )
         return raw

@@ -190,8 +190,10 @@ def _missing(workflow: str, name: str, type_: str) -> InputError:
     """A required input not given: the field `input.NAME`, each front end's way to give it
     (the CLI: `-i NAME=VALUE`)."""
     return InputError(
-        lambda f: f"missing required input {name!r} ({type_}) for workflow {workflow!r}:"
-        f" give {f('input.' + name)}",
+        lambda f: (
+            f"missing required input {name!r} ({type_}) for workflow {workflow!r}:"
+            f" give {f('input.' + name)}"
+        ),
         field=f"input.{name}",
     )
 
