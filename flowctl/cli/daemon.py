@@ -67,8 +67,7 @@ _WORKERS = typer.Option(
 _THREADS = typer.Option(
     "--threads",
     help="Run handlers on --concurrency threads, not as greenlets on one thread: for"
-    " workflows that do slow work outside ctx.step (SQLite; PostgreSQL always uses"
-    " threads).",
+    " workflows that do slow work outside ctx.step.",
 )
 _LEASE = typer.Option("--lease", help=f"Lease length.  {_from_config('lease')}")
 _HEARTBEAT = typer.Option("--heartbeat", help=f"Heartbeat interval.  {_from_config('heartbeat')}")
