@@ -56,6 +56,10 @@ _ONE_DUE = (
     f" ({', '.join(repr(s) for s in _CLAIMABLE)}) AND runs.run_at <= ?{{skip_locked}}"
 )
 
+_SLEEPS_DUE = (
+    "UPDATE journal SET state = 'done', resolved_at = ? WHERE run_id = ?"
+    " AND kind = 'sleep' AND state = 'pending' AND wake_at <= ?"
+)
 _CLAIM_UPDATE = (
     "UPDATE runs SET status = 'running', lease_owner = ?, lease_until = ?, run_at = ?,"
     " fence = ?, reclaims = ?, started_at = COALESCE(started_at, ?), current_step = NULL,"
@@ -138,6 +142,7 @@ class Claims(StoreCore):
 
         def claim(tx: Tx) -> tuple[Claim | None, list[str]]:
             times = _ClaimTimes(to_us(now), to_us(lease_until), owner, True)
+            times.begin(tx)
             rows = tx.all(
                 "SELECT run_id FROM runs WHERE status = 'running' AND run_at <= ?"
                 " ORDER BY crashes, run_at LIMIT 16{skip_locked}",
@@ -157,6 +162,7 @@ def _claim_due(
     tx: Tx, times: _ClaimTimes, limit: int, run_id: str | None
 ) -> tuple[list[Claim], list[str]]:
     """claim_due's transaction."""
+    times.begin(tx)
     claims: list[Claim] = []
     if run_id is not None:
         first = tx.all(_ONE_DUE, [run_id, times.now_us])
@@ -239,8 +245,7 @@ def _claim_one(
         _pass_over(tx, run, verdict, times)
         return None
     fence = run.fence + 1
-    tx.execute(
-        _CLAIM_UPDATE,
+    times.update(
         [
             times.owner,
             times.lease_us,
@@ -254,49 +259,13 @@ def _claim_one(
             run.run_id,
         ],
     )
-    times.note(run, verdict, fence)
     # Sleeps whose deadline has passed resolve now; their resolved_at records the actual
     # wake. A queued run is parked on no sleep (a suspended sleep leaves it sleeping, and
     # pause/resume keep that status), so its claim skips the statement; a pending sleep a
     # fork copied into it is resolved by the replay itself (Context._sleep).
     if prev is not _QUEUED:
-        tx.execute(
-            "UPDATE journal SET state = 'done', resolved_at = ? WHERE run_id = ?"
-            " AND kind = 'sleep' AND state = 'pending' AND wake_at <= ?",
-            [times.now_us, run.run_id, times.now_us],
-        )
-    return _claimed(run, verdict, fence, times, empty)
-
-
-def _claimed(
-    run: Run,
-    verdict: ClaimVerdict,
-    fence: int,
-    times: _ClaimTimes,
-    empty: tuple[bool, bool] | None,
-) -> Claim:
-    """The claim of `run` as its UPDATE wrote it, without reading it back (one statement
-    fewer per claim): `run` was decoded for this claim alone and nothing else holds it,
-    so its fields are set to what the UPDATE wrote rather than copied into a new Run."""
-    prev = run.status
-    fields = run.__dict__
-    fields["status"] = _RUNNING
-    fields["lease_owner"] = times.owner
-    fields["lease_until"] = fields["run_at"] = times.lease_until
-    fields["fence"] = fence
-    fields["reclaims"] = verdict.reclaims
-    fields["started_at"] = run.started_at or times.now
-    fields["suspect"] = verdict.suspect
-    fields["solo"] = times.alone
-    fields["crashes"] = verdict.crashes
-    no_journal, no_versions = empty or (False, False)
-    return Claim(
-        run=run,
-        lease=Lease(run.run_id, fence, times.owner),
-        woke_from=prev,
-        journal={} if no_journal else None,
-        versions={} if no_versions else None,
-    )
+        tx.execute(_SLEEPS_DUE, [times.now_us, run.run_id, times.now_us])
+    return times.claimed(run, verdict, fence, empty)
 
 
 def _pass_over(tx: Tx, run: Run, verdict: ClaimVerdict, times: _ClaimTimes) -> None:
@@ -328,8 +297,8 @@ def _pass_over(tx: Tx, run: Run, verdict: ClaimVerdict, times: _ClaimTimes) -> N
 
 class _ClaimTimes:
     """A claim transaction's `now` and lease end, in µs and as the datetimes its rows get,
-    its owner (and as JSON text), and what it gathers to write before it ends: each made
-    once per transaction rather than per run claimed."""
+    its owner (and as JSON text), its claim statement, and what it gathers to write
+    before it ends: each made once per transaction rather than per run claimed."""
 
     __slots__ = (
         "alone",
@@ -342,12 +311,17 @@ class _ClaimTimes:
         "now_us",
         "owner",
         "owner_json",
+        "update",
     )
 
     def __init__(self, now_us: int, lease_us: int, owner: str, alone: bool) -> None:
         self.now_us, self.lease_us = now_us, lease_us
         self.now, self.lease_until = from_us(now_us), from_us(lease_us)
         self.owner, self.owner_json, self.alone = owner, _owner_json(owner), alone
+
+    def begin(self, tx: Tx) -> None:
+        """A (new) try of the claim's transaction: nothing gathered yet."""
+        self.update = tx.statement(_CLAIM_UPDATE)
         self.ended: list[str] = []  # runs ended instead of claimed
         # The claimed runs' timeline rows (woke, claimed, reclaimed), written together by
         # flush before the transaction ends: one executemany, not one per run. Each run's
@@ -356,9 +330,37 @@ class _ClaimTimes:
         self.events: list[EventRow] = []
         # Runs claimed into `running`, by (workflow, status they left): the claim moves
         # them in the run counts itself (the schema's trigger leaves that to it).
-        self.moved: dict[tuple[str, str, str], int] = {}
+        self.moved: dict[tuple[str, RunStatus], int] = {}
 
-    def note(self, run: Run, verdict: ClaimVerdict, fence: int) -> None:
+    def claimed(
+        self, run: Run, verdict: ClaimVerdict, fence: int, empty: tuple[bool, bool] | None
+    ) -> Claim:
+        """The claim of `run` as its UPDATE wrote it, with its timeline rows and counts
+        move gathered. Not read back (one statement fewer per claim): `run` was decoded
+        for this claim alone and nothing else holds it, so its fields are set to what the
+        UPDATE wrote rather than copied into a new Run."""
+        prev = run.status
+        self._note(run, verdict, fence)
+        fields = run.__dict__
+        fields["status"] = _RUNNING
+        fields["lease_owner"] = self.owner
+        fields["lease_until"] = fields["run_at"] = self.lease_until
+        fields["fence"] = fence
+        fields["reclaims"] = verdict.reclaims
+        fields["started_at"] = run.started_at or self.now
+        fields["suspect"] = verdict.suspect
+        fields["solo"] = self.alone
+        fields["crashes"] = verdict.crashes
+        no_journal, no_versions = empty or (False, False)
+        return Claim(
+            run=run,
+            lease=Lease(run.run_id, fence, self.owner),
+            woke_from=prev,
+            journal={} if no_journal else None,
+            versions={} if no_versions else None,
+        )
+
+    def _note(self, run: Run, verdict: ClaimVerdict, fence: int) -> None:
         """The timeline rows and the counts move of claiming `run` (still as it was read)."""
         rid, prev, now_us = run.run_id, run.status, self.now_us
         if prev is _RUNNING:
@@ -367,7 +369,7 @@ class _ClaimTimes:
                 data.update(alone=self.alone, crashes=verdict.crashes)
             self.events.append(event(rid, now_us, "reclaimed", data))
             return
-        move = (run.workflow, str(prev), "running")
+        move = (run.workflow, prev)  # its text made once per move, at flush
         self.moved[move] = self.moved.get(move, 0) + 1
         if run.run_at is not None and claim_wakes(prev, run.run_at, run.created_at):
             scheduled = to_us(run.run_at)
@@ -387,7 +389,7 @@ class _ClaimTimes:
         transaction ends (so both are in it, or neither)."""
         add_events(tx, self.events)
         self.events = []
-        move_counts(tx, self.moved)
+        move_counts(tx, {(wf, str(prev), "running"): n for (wf, prev), n in self.moved.items()})
         self.moved = {}
 
 

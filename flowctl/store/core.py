@@ -88,7 +88,7 @@ class StoreCore:
         the round (with its kind `batch`, if given). Durable when it returns."""
         rnd = self._local.round
         if rnd is not None:
-            return rnd.add(Write(fn, batch=batch, params=params, single=single))
+            return rnd.add(Write(fn, batch, params, single))
         return self.db.transact(fn, single=single)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:

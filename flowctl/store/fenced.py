@@ -28,7 +28,7 @@ from flowctl.store.endings import (
 )
 from flowctl.store.mapping import _ENTRY_COLUMNS, _RUN_COLUMNS, _dt, _loads, _run_from_row, _us
 from flowctl.store.records import Lease, checkpoint_params, dumps
-from flowctl.store.round import Write, run_alone, run_batched
+from flowctl.store.round import Write, all_applied, run_alone, run_batched
 from flowctl.store.rows import (
     CLEARED,
     FENCED,
@@ -258,7 +258,7 @@ def _spent(tx: Tx, lease: Lease, exec_spent: float) -> None:
 
 def _journal_row(lease: Lease, entry: JournalEntry, now_us: int) -> list[Any]:
     """JOURNAL_HELD's parameters: `entry`'s journal row, then the lease that must hold."""
-    return [*checkpoint_params(lease.run_id, entry, now_us), lease.run_id, lease.fence, lease.owner]
+    return checkpoint_params(lease.run_id, entry, now_us, lease.run_id, lease.fence, lease.owner)
 
 
 def _journal_held(tx: Tx, row: list[Any]) -> bool:
@@ -409,18 +409,17 @@ def _completions(tx: Tx, writes: list[Write[Any]]) -> None:
 
     The checkpoints' INSERT is the fence check of all: when every lease held, every
     completion is written by one executemany per statement; else each run is written
-    alone (its checkpoint again, the same row) and one whose lease is lost writes
-    nothing. An error after the checkpoints fails the round (no run is left half
-    completed)."""
-    rows = [w.params[0] for w in writes]
-    if tx.many(JOURNAL_HELD, rows) != len(rows):
+    alone (its checkpoint again, the same row, and its completion, in a savepoint) and
+    one whose lease is lost writes nothing. Raises only when the transaction can no
+    longer go on (a write is then whole, or not written)."""
+    if not all_applied(tx, JOURNAL_HELD, [w.params[0] for w in writes]):
         for write in writes:
             run_alone(tx, write)
         return
     endings = [w.params[1] for w in writes]
-    if tx.many(_COMPLETE, endings) != len(endings):
-        # Each checkpoint's INSERT found its run held, in this same transaction.
-        raise RuntimeError("a completion found its run no longer held")
+    # Each checkpoint's INSERT found its run held, in this same transaction, so each
+    # completion's UPDATE finds it too.
+    tx.many(_COMPLETE, endings)
     moved: dict[tuple[str, str, str], int] = {}
     for chunk, marks in in_chunks([ending[3] for ending in endings]):
         for (workflow,) in tx.all(f"SELECT workflow FROM runs WHERE run_id IN ({marks})", chunk):

@@ -46,23 +46,39 @@ def dumps(value: Any, what: str = "value") -> str:
     return text
 
 
-def checkpoint_params(run_id: str, entry: JournalEntry, now_us: int) -> list[Any]:
+def checkpoint_params(
+    run_id: str, entry: JournalEntry, now_us: int, *then: Any
+) -> list[Any]:
     """A checkpoint's journal row, in the column order both backends' journal INSERTs
     name (run_id, call_index, kind, name, state, value, wake_at, recorded_at,
-    resolved_at, tries, duration_us): one spelling of it for every fenced write."""
+    resolved_at, tries, duration_us), then `then` (a fenced INSERT's lease): one
+    spelling of it for every fenced write."""
     return [
         run_id,
         entry.call_index,
         str(entry.kind),
         entry.name,
         str(entry.state),
-        None if entry.value is None else dumps(entry.value, f"result of {entry.name!r}"),
+        None if entry.value is None else _result_json(entry),
         None if entry.wake_at is None else to_us(entry.wake_at),
         now_us,
         None if entry.resolved_at is None else to_us(entry.resolved_at),
         entry.tries,
         None if entry.duration is None else round(entry.duration * 1e6),
+        *then,
     ]
+
+
+def _result_json(entry: JournalEntry) -> str:
+    """A step's value as JSON, as `dumps` makes it; one that is not JSON is refused naming
+    the step (the name is formatted only then: a checkpoint is the hottest write)."""
+    try:
+        text: str | None = _ENCODER.encode(entry.value)
+    except (TypeError, ValueError):
+        text = None
+    if text is None or "\\ud" in text:  # not JSON, or a surrogate: dumps decides, naming it
+        return dumps(entry.value, f"result of {entry.name!r}")
+    return text
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,7 @@ of the round, each told the error.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from flowctl.store.sql import Database, TransactionConflict, Tx
@@ -40,7 +39,6 @@ class Write(Generic[R]):
     def __init__(
         self,
         run: Callable[[Tx], R],
-        *,
         batch: Batch | None = None,
         params: Any = None,
         single: bool = False,
@@ -94,7 +92,8 @@ class WriteRound:
             return 0
         self._committing = True
         try:
-            self._db.transact(lambda tx: _write_all(tx, writes), writes=len(writes))
+            # Each write is whole or undone on its own: the round needs no savepoint.
+            self._db.transact(lambda tx: _write_all(tx, writes), single=True, writes=len(writes))
         except Exception as e:  # the transaction failed whole: nothing of it was kept
             for write in writes:
                 write.error = e
@@ -142,31 +141,30 @@ def run_batched(tx: Tx, sql: str, writes: list[Write[Any]]) -> None:
     When it changed fewer rows than writes (a lease lost), or failed, each runs again
     alone for its own answer: a row already written is written again with the same
     values (such a statement inserts or replaces one row), so nothing applies twice."""
-    try:
-        with _guarded(tx):
-            if tx.many(sql, [w.params for w in writes]) == len(writes):
-                for write in writes:
-                    write.result = True
-                return
-    except Exception:
-        if not tx.alive():
-            raise
+    if all_applied(tx, sql, [w.params for w in writes]):
+        for write in writes:
+            write.result = True
+        return
     for write in writes:
         write.run = _statement(sql, write.params)
         write.single = True
         run_alone(tx, write)
 
 
+def all_applied(tx: Tx, sql: str, rows: list[Any]) -> bool:
+    """One executemany of `sql` for `rows`: whether each changed its one row. False too
+    when it failed and the transaction goes on (its rows undone where a failed statement
+    aborts the transaction): the caller then runs each alone, for its own answer."""
+    try:
+        if tx.dialect.statement_atomic:  # rows before a failed one stand: written again
+            return tx.many(sql, rows) == len(rows)
+        with tx.savepoint():
+            return tx.many(sql, rows) == len(rows)
+    except Exception:
+        if not tx.alive():
+            raise
+        return False
+
+
 def _statement(sql: str, params: Any) -> Callable[[Tx], bool]:
     return lambda tx: bool(tx.execute(sql, params).rowcount == 1)
-
-
-@contextmanager
-def _guarded(tx: Tx) -> Iterator[None]:
-    """A savepoint where a failed statement aborts the transaction (PostgreSQL); nothing
-    where it is undone alone (SQLite: rows before it stand, and are written again)."""
-    if tx.dialect.statement_atomic:
-        yield
-    else:
-        with tx.savepoint():
-            yield

@@ -12,6 +12,7 @@ one COMMIT.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -61,6 +62,12 @@ class Tx:
         """Run one statement; the driver's cursor (rowcount, fetchone, fetchall, iteration)."""
         sql = self._cache.get(template)
         return self.conn.execute(sql if sql is not None else self.dialect.sql(template), params)
+
+    def statement(self, template: str) -> Callable[[Sequence[Any]], Any]:
+        """`template` made this backend's statement once, as a callable of its parameters
+        (a C-level partial: no Python frame per call), for one run's statement in a loop
+        over many (a claim's UPDATE per run). Valid inside this transaction only."""
+        return functools.partial(self.conn.execute, self._sql(template))
 
     def one(self, template: str, params: Sequence[Any] = ()) -> Row | None:
         row: Row | None = self.execute(template, params).fetchone()
@@ -129,9 +136,10 @@ class Database(Protocol):
 
     def transact(self, fn: Callable[[Tx], R], *, single: bool = False, writes: int = 1) -> R:
         """Run `fn` as one write transaction, durable when this returns; nested in this
-        thread's transaction, part of that one. `single`: `fn` changes the database with
-        at most one statement and nothing in it fails after that (no savepoint needed in
-        a shared group where a failed statement is undone alone). `writes`: how many
+        thread's transaction, part of that one. `single`: `fn` needs no savepoint of its
+        own in a shared group where a failed statement is undone alone: it changes the
+        database with at most one statement and nothing fails after it, or (a write
+        round) with writes that are each whole or undone on their own. `writes`: how many
         callers' writes `fn` makes durable (a round's), for commit_stats."""
         ...
 

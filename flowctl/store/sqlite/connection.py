@@ -76,7 +76,8 @@ class SqliteDatabase(BaseDatabase):
         self._identity = identity(self.path)
         # Group commit (see set_group_commit): the open group, its commit.
         self._group_commit = False
-        self._gc = threading.Condition(threading.Lock())
+        self._gc_lock = threading.Lock()  # the counters; the condition's own lock
+        self._gc = threading.Condition(self._gc_lock)
         self._txn_open = False
         self._group_id = 0
         self._group_writes = 0
@@ -184,6 +185,8 @@ class SqliteDatabase(BaseDatabase):
             )
         try:
             result, group = self._run(fn, single, writes)
+            if self._committed_id >= group and not self._group_errors:
+                return result  # committed by its own writer: nothing to wait for
             with self._gc:
                 while self._committed_id < group:
                     self._gc.wait()
@@ -199,7 +202,7 @@ class SqliteDatabase(BaseDatabase):
         group is committed here when fn's writer is the last in flight, or the group is
         full or old (or group commit is off)."""
         tl = self._tl
-        with self._gc:
+        with self._gc_lock:  # the lock alone (the Condition's enter is Python-level)
             self._pending += 1
         with self._lock:
             tl.depth = 1
@@ -224,7 +227,7 @@ class SqliteDatabase(BaseDatabase):
                 return result, self._group_id
             finally:
                 tl.depth = 0
-                with self._gc:
+                with self._gc_lock:
                     self._pending -= 1
                     last = self._pending == 0
                 if self._txn_open and (
