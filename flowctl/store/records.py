@@ -46,9 +46,7 @@ def dumps(value: Any, what: str = "value") -> str:
     return text
 
 
-def checkpoint_params(
-    run_id: str, entry: JournalEntry, now_us: int, *then: Any
-) -> list[Any]:
+def checkpoint_params(run_id: str, entry: JournalEntry, now_us: int, *then: Any) -> list[Any]:
     """A checkpoint's journal row, in the column order both backends' journal INSERTs
     name (run_id, call_index, kind, name, state, value, wake_at, recorded_at,
     resolved_at, tries, duration_us), then `then` (a fenced INSERT's lease): one
