@@ -132,8 +132,8 @@ def _inspect(path: Path) -> int:
     files get a `PRAGMA quick_check` here, so corruption is reported on open by every
     command, reads included.
     """
-    wal = Path(f"{path}-wal")
-    has_wal = wal.exists() and wal.stat().st_size > 0
+    wal_bytes = _bytes(Path(f"{path}-wal"))
+    has_wal = wal_bytes > 0
     if path.stat().st_size == 0 and not has_wal:
         return 0
     # With no WAL to read, look with immutable=1: no lock, no -shm, no -wal is created.
@@ -173,13 +173,23 @@ def _inspect(path: Path) -> int:
                 f"{path} has an invalid flowctl schema version {version} (valid: 1 to"
                 f" {schema.SCHEMA_VERSION}); it was changed by hand: restore a copy"
             )
-        if path.stat().st_size + (wal.stat().st_size if has_wal else 0) <= QUICK_CHECK_MAX_BYTES:
+        if path.stat().st_size + wal_bytes <= QUICK_CHECK_MAX_BYTES:
             _quick_check(conn, str(path))
     except sqlite3.Error as e:
         raise fault(e, str(path)) from None
     finally:
         conn.close()
     return version
+
+
+def _bytes(path: Path) -> int:
+    """A file's size, 0 when it is not there: another process's last connection to close
+    removes the WAL, so it can go between a look and a stat (a daemon started as another
+    was killed failed to start, with a traceback, on that race)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _quick_check(conn: sqlite3.Connection, path: str) -> None:
