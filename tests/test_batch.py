@@ -380,3 +380,41 @@ def test_a_real_daemon_runs_every_durable_call_through_its_batch_runner(
     assert "not JSON-serialisable" in dead.error["message"]
     text = (tmp_path / "daemon.log").read_text()
     assert "as greenlets on one thread" in text and "Traceback" not in text
+
+
+def test_a_postgresql_daemon_runs_its_handlers_on_the_batch_runner_sharing_commits(
+    pg_url: str, fake_clock: FakeClock, flows: str
+) -> None:
+    """The batch runner is not SQLite's: on PostgreSQL the daemon picks it too (the store
+    offers the write round through its protocol), and a round's checkpoints share COMMITs."""
+    from flowctl.daemon.executor import Greenlets
+    from flowctl.store.postgres.store import PostgresStore
+
+    daemon = Daemon(PostgresStore(pg_url), fake_clock, DaemonConfig(concurrency=8, heartbeat=1))
+    assert isinstance(daemon.executor, Greenlets)
+    with PostgresStore(pg_url) as observer:
+        ids = [
+            ops.start(observer, f"{flows}:three", {"n": i}, clock=fake_clock).run.run_id
+            for i in range(40)
+        ]
+        thread = threading.Thread(target=daemon.run_forever, daemon=True)
+        thread.start()
+        try:
+            assert daemon.serving.wait(10)
+            assert "flowctl-runner" in {t.name for t in threading.enumerate()}
+            fake_clock.advance(POLL_INTERVAL)
+            done = lambda: all(observer.get_run(r).status.is_terminal for r in ids)  # noqa: E731
+            wait_until(done, timeout=30)
+            for i, rid in enumerate(ids):
+                run = observer.get_run(rid)
+                assert (run.status, run.result) == (RunStatus.COMPLETED, i + 3)
+                journal = observer.journal(rid)
+                assert [journal[k].value for k in sorted(journal)] == [i + 1, i + 2, i + 3]
+        finally:
+            daemon.stop(drain=False)
+            thread.join(10)
+    stats = daemon.store.commit_stats()
+    daemon.store.close()
+    assert not thread.is_alive()
+    assert stats.writes >= 120
+    assert stats.commits < stats.writes / 2
