@@ -1,27 +1,42 @@
-"""PostgreSQL figures beside SQLite's, with real `flowctl daemon` processes.
+"""PostgreSQL figures beside SQLite's, and beside DBOS on the same server, with real
+`flowctl daemon` processes.
 
     export FLOWCTL_BENCH_PG_URL=$(.ci/pg-cluster start "$(mktemp -d)")   # a throwaway server
-    .venv/bin/python benchmarks/postgres.py            # full sizes (a few minutes)
-    .venv/bin/python benchmarks/postgres.py --quick    # smaller sizes
+    .venv/bin/python benchmarks/postgres.py --dbos       # full sizes, DBOS too (minutes)
+    .venv/bin/python benchmarks/postgres.py --quick      # smaller sizes, flowctl only
 
-For each store: three-step workflows/s with one and with two daemon processes; wake
-lateness p50/p99 of sleepers with two daemons; claim latency (one claim_due of one run,
-in process). Figures are read back from what the daemons recorded (the timeline), not
-from a stopwatch around the processes. Each figure gets a fresh database (a new file, or
-a new PostgreSQL database on the server). Prints figures, not pass/fail.
+Each round runs, one after the other (alternating, so the machine's load meets them all
+alike), on a fresh database each: flowctl on SQLite with one daemon, flowctl on PostgreSQL
+with one daemon and with two, and (--dbos) DBOS on the same PostgreSQL server. Figures
+are medians over the rounds:
+
+- three-step workflows/s, enqueue included: the daemons are up first, then one client
+  enqueues every run (start_many, 500 at a time; DBOS: enqueue_workflow one by one, as its
+  API offers) and the clock stops when the last one has completed;
+- the daemons' CPU per workflow: user + system seconds of every daemon process and its
+  worker processes, from the kernel (/proc), between serving and the last completion
+  (DBOS: its one process, enqueue included);
+- wake lateness p50/p99 with two daemons, sleepers due at --wake-rate per second;
+- claim latency: one claim_due of one due run, in process.
+
+DBOS runs in an environment of its own (--dbos makes it once, with pip, in
+~/.cache/flowctl-bench/dbos-3.4): it is never a flowctl dependency. Prints figures, never
+pass/fail.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -36,6 +51,9 @@ from flowctl.model import RunStatus, from_us, to_us  # noqa: E402
 from flowctl.store import NewRun, Store, open_store  # noqa: E402
 
 FLOWS = str(ROOT / "benchmarks" / "flows.py")
+DBOS_VENV = Path.home() / ".cache" / "flowctl-bench" / "dbos-3.4"
+DBOS_SPEC = "dbos>=3.4,<3.5"
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager
@@ -75,80 +93,129 @@ def stop(procs: list[subprocess.Popen[bytes]]) -> None:
         p.wait(timeout=60)
 
 
-def enqueue(store: Store, target: str, inputs: list[dict[str, object]]) -> None:
-    clock = SystemClock()
-    for i in inputs:
-        ops.start(store, target, i, clock=clock, cwd=str(ROOT))
+def tree_cpu(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes and their live descendants (the
+    kernel's counts, every thread included)."""
+    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, cpu seconds)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK)
+    wanted, total = set(pids), 0.0
+    for _ in range(4):  # daemon -> worker processes -> their commands
+        wanted |= {pid for pid, (parent, _) in stats.items() if parent in wanted}
+    for pid in wanted:
+        total += stats.get(pid, (0, 0.0))[1]
+    return total
 
 
-def wait_done(store: Store, n: int, timeout: float = 600) -> None:
+def wait_serving(store: Store, daemons: int, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while len(store.daemons()) < daemons:
+        if time.monotonic() > end:
+            raise SystemExit(f"{daemons} daemon(s) did not start within {timeout} s")
+        time.sleep(0.05)
+
+
+def wait_done(store: Store, n: int, timeout: float = 900) -> None:
     end = time.monotonic() + timeout
     while store.count_by_status()[RunStatus.COMPLETED] < n:
         if time.monotonic() > end:
             raise SystemExit(f"only {store.count_by_status()} after {timeout}s")
-        time.sleep(0.05)
+        time.sleep(0.02)
 
 
-def events_at(store: Store, types: tuple[str, ...]) -> list[int]:
-    """Times (us) of every timeline event of these types, over all runs."""
-    out = []
-    for run in store.list_runs(limit=10**7):
-        out += [to_us(e.at) for e in store.timeline(run.run_id) if e.type in types]
-    return sorted(out)
-
-
-def throughput(kind: str, base: str | None, runs: int, daemons: int) -> float:
-    """Three-step workflows per second, from the first claim to the last completion."""
+def throughput(kind: str, base: str | None, runs: int, daemons: int) -> tuple[float, float]:
+    """(three-step workflows/s with enqueue, daemons' CPU ms per workflow)."""
     with fresh(kind, base) as db:
         store = open_store(db)
+        procs = [daemon(db) for _ in range(daemons)]
         try:
-            enqueue(store, f"{FLOWS}:three", [{"n": i} for i in range(runs)])
-            procs = [daemon(db) for _ in range(daemons)]
+            wait_serving(store, daemons)
+            cpu0, start = tree_cpu([p.pid for p in procs]), time.perf_counter()
+            clock, inputs = SystemClock(), [{"n": i} for i in range(runs)]
+            for i in range(0, runs, 500):
+                ops.start_many(store, f"{FLOWS}:three", inputs[i : i + 500], clock=clock)
             wait_done(store, runs)
-            stop(procs)
-            claimed = events_at(store, ("claimed",))
-            done = events_at(store, ("completed",))
+            wall, cpu = time.perf_counter() - start, tree_cpu([p.pid for p in procs]) - cpu0
         finally:
+            stop(procs)
             store.close()
-    return runs / ((done[-1] - claimed[0]) / 1e6)
+    return runs / wall, cpu / runs * 1000
 
 
-def lateness(kind: str, base: str | None, sleepers: int) -> tuple[float, float] | None:
-    """p50/p99 (ms) of how late sleepers woke, two daemons serving them.
+def dbos_python() -> Path:
+    """The Python of DBOS's own environment, made (once) with pip."""
+    python = DBOS_VENV / "bin" / "python"
+    if not python.exists():
+        print(f"making {DBOS_VENV} ({DBOS_SPEC}) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(DBOS_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", DBOS_SPEC], check=True)
+    return python
+
+
+def dbos_throughput(base: str, runs: int) -> tuple[float, float]:
+    """DBOS's (workflows/s with enqueue, CPU ms per workflow) on a fresh database."""
+    with fresh("postgres", base) as db:
+        out = subprocess.run(
+            [str(dbos_python()), "-I", str(ROOT / "benchmarks" / "dbos_peer.py"), db, str(runs)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=1800,
+        ).stdout
+    got = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+    return runs / got["wall_s"], got["cpu_s"] / runs * 1000
+
+
+def lateness(kind: str, base: str | None, rate: int, seconds: float) -> tuple[float, float] | None:
+    """p50/p99 (ms) of how late sleepers woke, two daemons serving them, `rate` wakes/s
+    for `seconds`.
 
     Every sleeper must have fallen asleep (its sleep checkpoint committed) before the first
     deadline, or the figure would time the set-up (creating and first running the runs
     while others are due) instead of the wake-ups: if one did not, the set-up is retried
     with twice the lead, and after 3 tries there is no figure (None).
     """
-    lead = 3.0 + sleepers * 0.005
+    sleepers = int(rate * seconds)
+    lead = 3.0 + sleepers * 0.004
     for _ in range(3):
-        with fresh(kind, base) as db:
-            store = open_store(db)
-            try:
-                procs = [daemon(db), daemon(db)]
-                start = time.time() + lead
-                enqueue(
-                    store,
-                    f"{FLOWS}:sleeper",
-                    [{"at": start + i * (5.0 / sleepers)} for i in range(sleepers)],
-                )
-                wait_done(store, sleepers)
-                stop(procs)
-                asleep = [
-                    e.recorded_at
-                    for run in store.list_runs(limit=10**7)
-                    for e in store.journal(run.run_id).values()
-                    if e.kind == "sleep"
-                ]
-                late = sorted(store.recent_wakes(from_us(0), limit=10**7))
-            finally:
-                store.close()
-        if len(asleep) == sleepers and max(to_us(t) for t in asleep) < start * 1e6:
-            late_ms = [x * 1000 for x in late]
-            p99 = late_ms[min(len(late_ms) - 1, int(0.99 * len(late_ms)))]
-            return late_ms[len(late_ms) // 2], p99
+        late = _wakes(kind, base, sleepers, seconds, lead)
+        if late is not None:
+            return late[len(late) // 2], late[min(len(late) - 1, int(0.99 * len(late)))]
         lead *= 2
+    return None
+
+
+def _wakes(kind: str, base: str | None, n: int, seconds: float, lead: float) -> list[float] | None:
+    """Sorted lateness (ms) of n sleepers due over `seconds` from `lead` s on, or None when
+    one was not yet asleep at the first deadline."""
+    with fresh(kind, base) as db:
+        store = open_store(db)
+        procs = [daemon(db), daemon(db)]
+        try:
+            wait_serving(store, 2)
+            start = time.time() + lead
+            inputs = [{"at": start + i * (seconds / n)} for i in range(n)]
+            for i in range(0, n, 500):
+                ops.start_many(store, f"{FLOWS}:sleeper", inputs[i : i + 500], clock=SystemClock())
+            wait_done(store, n)
+            asleep = [
+                e.recorded_at
+                for run in store.list_runs(limit=10**7)
+                for e in store.journal(run.run_id).values()
+                if e.kind == "sleep"
+            ]
+            late = sorted(x * 1000 for x in store.recent_wakes(from_us(0), limit=10**7))
+        finally:
+            stop(procs)
+            store.close()
+    if len(asleep) == n and max(to_us(t) for t in asleep) < start * 1e6:
+        return late
     return None
 
 
@@ -172,30 +239,76 @@ def claim_latency(kind: str, base: str | None, runs: int) -> tuple[float, float]
     return took[len(took) // 2], took[int(0.99 * len(took))]
 
 
+def rounds_of(
+    legs: dict[str, Callable[[], tuple[float, float]]], rounds: int
+) -> dict[str, list[tuple[float, float]]]:
+    """Each leg once per round, in turn; every figure kept."""
+    got: dict[str, list[tuple[float, float]]] = {name: [] for name in legs}
+    for r in range(rounds):
+        for name, leg in legs.items():
+            got[name].append(leg())
+            rate, cpu = got[name][-1]
+            print(
+                f"  round {r + 1}: {name:18} {rate:7.0f}/s  {cpu:6.2f} ms CPU/workflow"
+                f"  (load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
+    return got
+
+
+def report(got: dict[str, list[tuple[float, float]]]) -> None:
+    med = {
+        k: (statistics.median(r for r, _ in v), statistics.median(c for _, c in v))
+        for k, v in got.items()
+    }
+    print("\nthree-step workflows, enqueue included (medians):")
+    for name, (rate, cpu) in med.items():
+        print(f"  {name:18} {rate:7.0f} workflows/s   {cpu:6.2f} ms CPU per workflow")
+    pg1, pg2, lite = med["postgres 1 daemon"], med["postgres 2 daemons"], med["sqlite 1 daemon"]
+    print(f"  PostgreSQL / SQLite (1 daemon each): {pg1[0] / lite[0]:.2f}x")
+    print(f"  PostgreSQL 2 daemons / 1 daemon:     {pg2[0] / pg1[0]:.2f}x")
+    if "dbos" in med:
+        print(f"  flowctl PostgreSQL 1 daemon / DBOS:  {pg1[0] / med['dbos'][0]:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds")
+    parser.add_argument("--dbos", action="store_true", help="DBOS 3.4 beside flowctl")
+    parser.add_argument("--wake-rate", type=int, default=1000, help="wakes per second")
     parser.add_argument("--pg", default=os.environ.get("FLOWCTL_BENCH_PG_URL"))
     args = parser.parse_args()
     if not args.pg:
         raise SystemExit("give --pg URL or FLOWCTL_BENCH_PG_URL (see the docstring)")
-    runs, sleepers, claims = (500, 200, 500) if args.quick else (3000, 1000, 2000)
-    print(f"runs {runs}, sleepers {sleepers}, claims {claims}; cpus {os.cpu_count()}")
+    runs, wake_s, claims = (600, 1.0, 500) if args.quick else (3000, 5.0, 2000)
+    print(f"$ {' '.join([os.path.basename(sys.executable), *sys.argv])}")
+    print(
+        f"runs {runs}, {args.rounds} rounds; {os.cpu_count()} CPU(s), load"
+        f" {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    legs: dict[str, Callable[[], tuple[float, float]]] = {
+        "sqlite 1 daemon": lambda: throughput("sqlite", None, runs, 1),
+        "postgres 1 daemon": lambda: throughput("postgres", args.pg, runs, 1),
+        "postgres 2 daemons": lambda: throughput("postgres", args.pg, runs, 2),
+    }
+    if args.dbos:
+        legs["dbos"] = lambda: dbos_throughput(args.pg, runs)
+    report(rounds_of(legs, args.rounds))
     for kind in ("sqlite", "postgres"):
-        one = throughput(kind, args.pg, runs, 1)
-        two = throughput(kind, args.pg, runs, 2)
-        woke = lateness(kind, args.pg, sleepers)
+        woke = lateness(kind, args.pg, args.wake_rate, wake_s)
         wake = (
             "n/a (set-up overlapped the wakes)"
             if woke is None
-            else (f"p50 {woke[0]:6.1f} ms p99 {woke[1]:6.1f} ms")
+            else (f"p50 {woke[0]:6.1f} ms  p99 {woke[1]:6.1f} ms")
         )
         c50, c99 = claim_latency(kind, args.pg, claims)
         print(
-            f"{kind:8}  three-step/s: 1 daemon {one:7.0f}, 2 daemons {two:7.0f}"
-            f"  | wake lateness (2 daemons) {wake}"
+            f"{kind:8}  wake lateness (2 daemons, {args.wake_rate}/s) {wake}"
             f"  | claim p50 {c50:5.2f} ms p99 {c99:5.2f} ms"
         )
+    print(f"load at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

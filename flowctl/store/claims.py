@@ -264,7 +264,7 @@ def _claim_one(
     # pause/resume keep that status), so its claim skips the statement; a pending sleep a
     # fork copied into it is resolved by the replay itself (Context._sleep).
     if prev is not _QUEUED:
-        tx.execute(_SLEEPS_DUE, [times.now_us, run.run_id, times.now_us])
+        tx.send(_SLEEPS_DUE, [times.now_us, run.run_id, times.now_us])
     return times.claimed(run, verdict, fence, empty)
 
 

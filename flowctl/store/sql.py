@@ -63,10 +63,20 @@ class Tx:
         sql = self._cache.get(template)
         return self.conn.execute(sql if sql is not None else self.dialect.sql(template), params)
 
+    def send(self, template: str, params: Sequence[Any] = ()) -> None:
+        """Run one statement whose result nobody reads. A backend that pipelines
+        (PostgreSQL) sends it without waiting for the server: its error, if any, is
+        raised by the transaction's next statement that is read, by the end of the
+        enclosing savepoint, or by the COMMIT — so only where such an error may fail the
+        transaction (or that savepoint) as a whole."""
+        sql = self._cache.get(template)
+        self.conn.execute(sql if sql is not None else self.dialect.sql(template), params)
+
     def statement(self, template: str) -> Callable[[Sequence[Any]], Any]:
         """`template` made this backend's statement once, as a callable of its parameters
         (a C-level partial: no Python frame per call), for one run's statement in a loop
-        over many (a claim's UPDATE per run). Valid inside this transaction only."""
+        over many (a claim's UPDATE per run). Sent as `send` sends: its result is not
+        read. Valid inside this transaction only."""
         return functools.partial(self.conn.execute, self._sql(template))
 
     def one(self, template: str, params: Sequence[Any] = ()) -> Row | None:
@@ -193,7 +203,7 @@ class _ThreadState(threading.local):
 
     depth = 0  # inside this thread's write transaction: a nested write is part of it
     own = 0  # inside own_writes(): this thread's commits do not move data_version
-    conn: Any = None  # the connection of this thread's open transaction (a pool's)
+    tx: Any = None  # this thread's open transaction (PostgreSQL: on a pooled connection)
 
 
 class BaseDatabase:

@@ -23,7 +23,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from flowctl.clock import SystemClock
@@ -93,12 +93,60 @@ def retry_conflicts(once: Callable[[], R], what: str) -> R:
 
 
 class _PgTx(Tx):
-    __slots__ = ()
+    """A transaction in pipeline mode: `send` (and `statement`) queue a statement without
+    waiting; everything else waits for the server's answer (a sync), so a rowcount, a
+    row or an error belongs to the statement that asked for it."""
+
+    __slots__ = ("_pipe",)
+
+    def __init__(self, conn: Conn, pipe: Any = None) -> None:
+        super().__init__(conn, POSTGRES)
+        self._pipe = pipe  # None: not pipelined (a read), every statement waits anyway
+
+    def execute(self, template: str, params: Sequence[Any] = ()) -> Any:
+        cur = self.conn.execute(self._sql(template), params)
+        if self._pipe is not None:
+            self._pipe.sync()
+        return cur
+
+    def many(self, template: str, rows: Sequence[Sequence[Any]]) -> int:
+        if not rows:
+            return 0
+        with self.conn.cursor() as cur:
+            cur.executemany(self._sql(template), rows)
+            if self._pipe is not None:
+                self._pipe.sync()  # the rowcount arrives with the results
+            return int(cur.rowcount)
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """As Tx.savepoint, one round trip: the block's statements are sent behind the
+        SAVEPOINT and their errors raised by the sync that ends the block."""
+        self.send("SAVEPOINT flowctl_write")
+        try:
+            yield
+            if self._pipe is not None:
+                self._pipe.sync()
+        except BaseException:
+            if self.alive():
+                self.send("ROLLBACK TO flowctl_write")
+                self.execute("RELEASE flowctl_write")
+            raise
+        self.send("RELEASE flowctl_write")
+
+    def _settle(self) -> None:
+        """Take the answers of what was sent, their errors dropped: the block's own error
+        is the one raised (a sent statement's, when it is one, was raised by the sync)."""
+        if self._pipe is not None:
+            with contextlib.suppress(driver().Error):
+                self._pipe.sync()
 
     def alive(self) -> bool:
-        """A transaction is open, if failed (a savepoint's rollback makes it usable again)."""
+        """A transaction is open, if failed (a savepoint's rollback makes it usable again).
+        What was sent is answered first: until then the status says only "busy"."""
         from psycopg.pq import TransactionStatus
 
+        self._settle()
         status = self.conn.info.transaction_status
         return status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
@@ -228,9 +276,9 @@ class PostgresDatabase(BaseDatabase):
         server rolls it back for a deadlock or a serialization failure (or `fn` finds a
         concurrent writer got there first). Nested in this thread's transaction, part of
         that one."""
-        conn = self._tl.conn
-        if conn is not None:
-            return fn(_PgTx(conn, POSTGRES))
+        tx = self._tl.tx
+        if tx is not None:
+            return fn(tx)
         what = getattr(fn, "__qualname__", "a transaction")
         return retry_conflicts(lambda: self._once(fn, writes), what)
 
@@ -238,13 +286,15 @@ class PostgresDatabase(BaseDatabase):
         with self._stats_lock:
             self._pending += 1
         try:
-            with self._connection() as conn:
-                self._tl.conn = conn
+            # Pipeline mode: what a transaction only sends (a claim's UPDATE per run, a
+            # round's savepoints) rides with the next statement it waits for.
+            with self._connection() as conn, conn.pipeline() as pipe:
+                self._tl.tx = tx = _PgTx(conn, pipe)
                 try:
                     with conn.transaction():
-                        result = fn(_PgTx(conn, POSTGRES))
+                        result = fn(tx)
                 finally:
-                    self._tl.conn = None
+                    self._tl.tx = None
             with self._stats_lock:
                 self._commits += 1
                 self._writes_committed += writes
@@ -262,24 +312,24 @@ class PostgresDatabase(BaseDatabase):
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Tx]:
-        conn = self._tl.conn
-        if conn is not None:
-            yield _PgTx(conn, POSTGRES)
+        tx = self._tl.tx
+        if tx is not None:
+            yield tx
             return
         with self._connection() as conn:
-            yield _PgTx(conn, POSTGRES)
+            yield _PgTx(conn)
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[Tx]:
         """Several reads that see one snapshot (REPEATABLE READ, READ ONLY), as one SQLite
         read transaction does; inside this thread's write, that write's transaction."""
-        conn = self._tl.conn
-        if conn is not None:
-            yield _PgTx(conn, POSTGRES)
+        tx = self._tl.tx
+        if tx is not None:
+            yield tx
             return
         with self._connection() as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield _PgTx(conn, POSTGRES)
+            yield _PgTx(conn)
 
     # -- change notices ------------------------------------------------------------
 
