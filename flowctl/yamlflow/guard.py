@@ -24,8 +24,12 @@ import sys
 import threading
 
 # Runs in the guard: stdlib only, no flowctl (the guard starts from any Python, a .pyz's too).
+# It outlives signals sent to everyone (a service manager's SIGTERM to the whole cgroup): it
+# ends at its pipe's end only, after the process it guards.
 GUARD_CODE = """\
 import os, signal, sys
+for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
+    signal.signal(signum, signal.SIG_IGN)
 groups = set()
 for line in sys.stdin.buffer:
     pgid = int(line[1:])
@@ -84,7 +88,8 @@ def _restart() -> None:
     read, write = os.pipe()
     try:
         _guard = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", GUARD_CODE],
+            # The last word names it in `ps`: sys.argv[1] of the guard, unused.
+            [sys.executable, "-I", "-S", "-c", GUARD_CODE, f"flowctl-guard-of-{os.getpid()}"],
             stdin=read,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -23,6 +23,7 @@ from helpers import wait_until
 from flowctl import ops
 from flowctl.clock import SystemClock
 from flowctl.store import open_store
+from tests.proctree import alive, marked, parent, tree_command, whole_tree
 
 from .conftest import ROOT, Daemons, read, statuses
 
@@ -138,7 +139,7 @@ def test_a_command_step_timeout_is_kept_within_its_grace(tmp_path: Path, daemons
     wait_until(lambda: pids.exists() and pids.read_text().strip(), timeout=30)
     seen = time.monotonic()  # the command has started: its 1 s runs
     command = int(pids.read_text().split()[0])
-    wait_until(lambda: not _alive(command), timeout=15)
+    wait_until(lambda: not alive(command), timeout=15)
     ended = time.monotonic() - seen
     # SIGTERM ends `sleep` at once: about 1 s; ignored, SIGKILL comes 5 s (the grace) later.
     assert ended < 3.5, ended
@@ -147,48 +148,11 @@ def test_a_command_step_timeout_is_kept_within_its_grace(tmp_path: Path, daemons
     assert "CommandTimeoutError" in error
 
 
-def _alive(pid: int) -> bool:
-    """Alive and not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _marked(marker: str) -> dict[int, list[str]]:
-    """The live processes whose command line holds `marker`: pid -> argv."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if any(marker in arg for arg in argv) and _alive(int(entry)):
-            found[int(entry)] = argv
-    return found
-
-
-def _parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
-
-
-def _whole(tree: dict[int, list[str]]) -> dict[int, list[str]] | None:
-    """The step's tree once all of it runs: the shell and its two `sleep`s (exec'd: a
-    child forked but not yet exec'd still shows the shell's command line)."""
-    names = sorted(argv[0] for argv in tree.values())
-    return tree if names == ["/bin/sh", "sleep", "sleep"] else None
-
-
 TREE = """\
 name: tree
 steps:
   - id: tree
-    run: "sleep {marker} & sleep {marker}; wait"
+    run: "{command}"
 """
 
 
@@ -198,21 +162,21 @@ def test_a_command_steps_process_tree_dies_with_its_worker_on_sigkill(
 ) -> None:
     db = tmp_path / "f.db"
     marker = f"600.{uuid.uuid4().int % 10**9:09d}"  # a `sleep` length no one else uses
-    _start(db, tmp_path, TREE.format(marker=marker))
+    _start(db, tmp_path, TREE.format(command=tree_command(marker)))
     daemon = daemons.start(db, "--workers", "1" if kill == "one-process-daemon" else "2")
     try:
-        tree = wait_until(lambda: _whole(_marked(marker)), timeout=30)
+        tree = wait_until(lambda: whole_tree(marker), timeout=30)
         (shell,) = (pid for pid, argv in tree.items() if argv[0] == "/bin/sh")
-        runner = _parent(shell)  # the process running the step
+        runner = parent(shell)  # the process running the step
         assert (runner == daemon.pid) == (kill == "one-process-daemon")
         if kill == "daemon-group":
             os.killpg(daemon.pid, signal.SIGKILL)
         else:
             os.kill(runner, signal.SIGKILL)
-        wait_until(lambda: not any(_alive(pid) for pid in tree), timeout=10)
+        wait_until(lambda: not any(alive(pid) for pid in tree), timeout=10)
         if kill != "worker":  # else the daemon's new worker runs the step again
             daemon.wait(10)
-            assert _marked(marker) == {}
+            assert marked(marker) == {}
     finally:
-        for pid in _marked(marker):  # whatever a failure left
+        for pid in marked(marker):  # whatever a failure left
             os.kill(pid, signal.SIGKILL)
