@@ -4,9 +4,9 @@ A command runs in its own process group (a new session), so a Ctrl-C or SIGTERM 
 the daemon's group does not kill it mid-step; flowctl stops it itself (SIGTERM to the
 group, then SIGKILL after a grace period) when a timeout, cancellation or deadline says so.
 It starts with the default action for the signals that stop a process and none blocked,
-whatever the process running it ignores or blocks (a worker ignores SIGINT and SIGTERM, a
-daemon started by `&` in a script SIGINT and SIGQUIT), so that SIGTERM reaches it and a
-`trap ... TERM` runs. When the command ends, whatever is left of its process group is
+whatever the process running it ignores or blocks (a daemon started by `&` in a script
+ignores SIGINT and SIGQUIT, and the worker processes used to ignore SIGINT and SIGTERM),
+so that SIGTERM reaches it and a `trap ... TERM` runs. When the command ends, whatever is left of its process group is
 killed too, and if the process running it dies first, even by SIGKILL, the group dies
 with it (flowctl.yamlflow.guard), so no orphan from the group outlives the step.
 """
@@ -203,8 +203,9 @@ def _start(
     argv: list[str], cmd: list[str] | str, env: dict[str, str], cwd: str | None
 ) -> subprocess.Popen[bytes]:
     """The command, started in a session (a process group) of its own that dies with this
-    process, its stop signals at their default action; what the OS refuses to start is a one-line error (not found: 127, not
-    executable: 126; a NUL byte or an E2BIG environment no retry can fix)."""
+    process, its stop signals at their default action; what the OS refuses to start is a
+    one-line error (not found: 127, not executable: 126; a NUL byte or an E2BIG
+    environment no retry can fix)."""
     try:
         return subprocess.Popen(
             argv,
