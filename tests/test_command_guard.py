@@ -73,7 +73,7 @@ def _kill_the_runner(runner: subprocess.Popen[str], marker: str, guard_killed: b
     tree = wait_until(lambda: whole_tree(marker), timeout=10)
     shell = next(pid for pid, argv in tree.items() if argv[0] == "/bin/sh")
     assert parent(shell) == runner.pid
-    (now_guard,) = _guards_of(runner.pid)
+    (now_guard,) = _guards_of(runner.pid)  # replaced before the command started
     assert (now_guard != guard) == guard_killed
     runner.kill()
     runner.wait()

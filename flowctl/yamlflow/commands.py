@@ -161,6 +161,7 @@ def run_command(
         raise pending
     if cwd is not None and not os.path.isdir(cwd):
         raise FlowctlError(f"working directory {cwd!r} does not exist or is not a folder")
+    guard.ensure()
     started = time.monotonic()
     proc = _start(argv, cmd, env, cwd)
     sink = current_output()

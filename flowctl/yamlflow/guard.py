@@ -50,6 +50,20 @@ _pipe = -1  # write end of the guard's stdin; -1: no guard running for this proc
 _guard: subprocess.Popen[bytes] | None = None
 
 
+def ensure() -> None:
+    """Have a live guard before a command starts, so that no moment of the command's life
+    is unguarded (a guard found dead only when a group is listed would leave the moments
+    before its replacement starts)."""
+    global _pipe
+    with _lock:
+        if _pipe >= 0 and _guard is not None and _guard.poll() is None:
+            return
+        if _pipe >= 0:
+            os.close(_pipe)
+            _pipe = -1
+        _restart()
+
+
 def watch(pgid: int) -> None:
     """List a command's process group with the guard (starting the guard if need be)."""
     with _lock:
