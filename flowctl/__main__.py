@@ -6,12 +6,22 @@ collector, triggered by allocation counts, walks them again and again while they
 about 8 ms of a 60 ms `flowctl --help`. So the collector is off while the CLI is imported,
 those objects are then moved out of its sight (`gc.freeze()`: they are not garbage), and it
 is on again before any command runs, so a daemon or the TUI collects as usual.
+
+`-m flowctl.daemon.worker FD FD` starts a worker of `flowctl daemon --workers N`: the
+single-file build (flowctl.pyz, whose entry point this is) starts its workers from itself
+that way, on a Python that may have no flowctl installed (flowctl.daemon.processes).
 """
 
 import gc
+import sys
 
 
 def main() -> None:
+    """Run the `flowctl` command (or a worker process, see above)."""
+    if sys.argv[1:3] == ["-m", "flowctl.daemon.worker"]:
+        from flowctl.daemon.worker import main as serve
+
+        sys.exit(serve(sys.argv[3:]))
     was_enabled = gc.isenabled()
     gc.disable()
     try:

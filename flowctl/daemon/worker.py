@@ -8,9 +8,11 @@ daemon's settings, the log level), then `drain` or `stop` when that daemon drain
 stops. On READY_FD this one writes a line once it serves (its first pass is done), so
 that daemon can tell a worker that died serving from one that could not start. At the
 pipe's end that daemon is gone (even by SIGKILL): this one stops at once and hands its
-runs back. SIGINT and SIGTERM are ignored: the daemon that started this
+runs back. SIGINT and SIGTERM do nothing here: the daemon that started this
 one turns them into `drain` for all its workers, so a Ctrl-C sent to the whole process
-group is not a second signal here.
+group is not a second signal here. They are caught, not ignored: an ignored signal stays
+ignored in every program this worker starts (a step's own subprocess), a caught one is
+back at its default action there.
 """
 
 from __future__ import annotations
@@ -68,9 +70,14 @@ def say_ready(fd: int, daemon: Daemon) -> None:
     os.close(fd)
 
 
+def _unheeded(signum: int, frame: object) -> None:
+    """SIGINT and SIGTERM: the daemon that started this worker tells it what to do."""
+
+
 def main(argv: list[str]) -> int:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    """Serve as a worker of the daemon at the other end of CONTROL_FD; the exit code."""
+    signal.signal(signal.SIGINT, _unheeded)
+    signal.signal(signal.SIGTERM, _unheeded)
     control = os.fdopen(int(argv[0]), "rb")
     ready = int(argv[1])
     settings = json.loads(control.readline())

@@ -3,8 +3,12 @@
 A command runs in its own process group (a new session), so a Ctrl-C or SIGTERM sent to
 the daemon's group does not kill it mid-step; flowctl stops it itself (SIGTERM to the
 group, then SIGKILL after a grace period) when a timeout, cancellation or deadline says so.
-When the command ends, whatever is left of its process group is killed too, so no orphan
-from the group outlives the step.
+It starts with the default action for the signals that stop a process and none blocked,
+whatever the process running it ignores or blocks (a daemon started by `&` in a script
+ignores SIGINT and SIGQUIT, and the worker processes used to ignore SIGINT and SIGTERM),
+so that SIGTERM reaches it and a `trap ... TERM` runs. When the command ends, whatever is left of its process group is
+killed too, and if the process running it dies first, even by SIGKILL, the group dies
+with it (flowctl.yamlflow.guard), so no orphan from the group outlives the step.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from flowctl.errors import (
 )
 from flowctl.output import StepOutput
 from flowctl.output import current as current_output
+from flowctl.yamlflow import guard
 
 POLL_SECONDS = 0.05  # how often stop requests and timeouts are checked
 DEFAULT_CAP = 1 << 20  # bytes kept per stream
@@ -156,6 +161,7 @@ def run_command(
         raise pending
     if cwd is not None and not os.path.isdir(cwd):
         raise FlowctlError(f"working directory {cwd!r} does not exist or is not a folder")
+    guard.ensure()
     started = time.monotonic()
     proc = _start(argv, cmd, env, cwd)
     sink = current_output()
@@ -163,6 +169,7 @@ def run_command(
     stop_exc: BaseException | None = None
     with _running_lock:
         _running.add(proc.pid)
+    guard.watch(proc.pid)
     try:
         stop_exc = _supervise(proc, out, err, timeout, should_stop, grace, started)
     finally:
@@ -171,6 +178,7 @@ def run_command(
         finally:
             with _running_lock:
                 _running.discard(proc.pid)
+            guard.forget(proc.pid)
     duration = time.monotonic() - started
     if stop_exc is not None:
         raise stop_exc
@@ -196,8 +204,9 @@ def _start(
     argv: list[str], cmd: list[str] | str, env: dict[str, str], cwd: str | None
 ) -> subprocess.Popen[bytes]:
     """The command, started in a session (a process group) of its own that dies with this
-    process; what the OS refuses to start is a one-line error (not found: 127, not
-    executable: 126; a NUL byte or an E2BIG environment no retry can fix)."""
+    process, its stop signals at their default action; what the OS refuses to start is a
+    one-line error (not found: 127, not executable: 126; a NUL byte or an E2BIG
+    environment no retry can fix)."""
     try:
         return subprocess.Popen(
             argv,
@@ -207,7 +216,7 @@ def _start(
             env=env,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=_die_with(os.getpid()) if _PRCTL is not None else None,
+            preexec_fn=_prepare_child(os.getpid()),
         )
     except FileNotFoundError as exc:
         raise CommandFailedError(127, f"{argv[0]}: command not found", argv=cmd) from exc
@@ -318,21 +327,30 @@ _PRCTL = _load_prctl()  # looked up once, never inside a forked child
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with(parent: int) -> Callable[[], None]:
-    """Runs in the forked child: SIGKILL it when the worker that started it dies.
+# What stops a process: a command must not inherit them ignored (SIG_IGN survives exec).
+STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
 
-    The command has its own session so a Ctrl-C aimed at the daemon's group does not
-    reach it; this keeps a `kill -9` of the daemon from leaving it running as an orphan
-    beside the copy a reclaiming worker starts.
+
+def _prepare_child(parent: int) -> Callable[[], None]:
+    """Runs in the forked child, before exec: the stop signals at their default action
+    and no signal blocked (both survive exec), and SIGKILL when `parent` dies.
+
+    The parent-death signal fires when the *thread* that forked dies, not the process:
+    that thread is the one running run_command, which waits in _supervise until the
+    command's leader is reaped, so it fires only when the whole process dies. It reaches
+    the leader alone; flowctl.yamlflow.guard kills the rest of the group then.
     """
 
-    def set_death_signal() -> None:
+    def prepare() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
         if _PRCTL is not None:
             _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the worker died before the signal was armed
-            os._exit(137)
+            if os.getppid() != parent:  # the worker died before the signal was armed
+                os._exit(137)
 
-    return set_death_signal
+    return prepare
 
 
 def _pidfd(pid: int) -> int | None:

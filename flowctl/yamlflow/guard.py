@@ -1,0 +1,135 @@
+"""A guard process that kills the process groups of this process's commands when it dies.
+
+A command step runs in a process group of its own (flowctl.yamlflow.commands). Its
+leader gets a parent-death signal, but that is not inherited: `sleep 60 & sleep 60; wait`
+leaves its two `sleep`s running as orphans when the worker that started the shell is
+killed with SIGKILL (or with its daemon's whole process group), and the daemon that
+reclaims the run starts the step again beside them. So the first command a process
+starts also starts a guard: a tiny `python -I -S -c` in a session of its own (a signal
+to the daemon's group does not reach it), reading a pipe on which this process writes
+`+PGID` when a command starts and `-PGID` once its group is gone. When this process dies,
+however it dies, the kernel closes the pipe's write end; at its end the guard SIGKILLs
+every group still listed and exits. One guard per process (a forked child starts its
+own), started lazily so a daemon that runs no command has none.
+
+What it cannot catch: a process that leaves its group (setsid, setpgid) on purpose, and a
+SIGKILL of the guard itself.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+# Runs in the guard: stdlib only, no flowctl (the guard starts from any Python, a .pyz's too).
+# It outlives signals sent to everyone (a service manager's SIGTERM to the whole cgroup): it
+# ends at its pipe's end only, after the process it guards.
+GUARD_CODE = """\
+import os, signal, sys
+for signum in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
+    signal.signal(signum, signal.SIG_IGN)
+groups = set()
+for line in sys.stdin.buffer:
+    pgid = int(line[1:])
+    if line[:1] == b"+":
+        groups.add(pgid)
+    else:
+        groups.discard(pgid)
+for pgid in groups:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+_lock = threading.Lock()
+_groups: set[int] = set()  # the groups the guard must kill if this process dies now
+_pipe = -1  # write end of the guard's stdin; -1: no guard running for this process
+_guard: subprocess.Popen[bytes] | None = None
+
+
+def ensure() -> None:
+    """Have a live guard before a command starts, so that no moment of the command's life
+    is unguarded (a guard found dead only when a group is listed would leave the moments
+    before its replacement starts)."""
+    global _pipe
+    with _lock:
+        if _pipe >= 0 and _guard is not None and _guard.poll() is None:
+            return
+        if _pipe >= 0:
+            os.close(_pipe)
+            _pipe = -1
+        _restart()
+
+
+def watch(pgid: int) -> None:
+    """List a command's process group with the guard (starting the guard if need be)."""
+    with _lock:
+        _groups.add(pgid)
+        if _pipe < 0 or not _send(f"+{pgid}\n"):
+            _restart()
+
+
+def forget(pgid: int) -> None:
+    """The group is gone (reaped and killed): the guard must no longer kill it, since its
+    number may be reused."""
+    with _lock:
+        _groups.discard(pgid)
+        if _pipe >= 0:
+            _send(f"-{pgid}\n")
+
+
+def _send(line: str) -> bool:
+    """Write one line (short enough to be atomic); False when the guard is gone."""
+    global _pipe
+    try:
+        os.write(_pipe, line.encode())
+        return True
+    except OSError:
+        os.close(_pipe)
+        _pipe = -1
+        return False
+
+
+def _restart() -> None:
+    """Start a guard and tell it every group listed now. Without a Python to start (an
+    embedded interpreter), the leaders' parent-death signal is all that is left."""
+    global _pipe, _guard
+    if not sys.executable:
+        return
+    read, write = os.pipe()
+    try:
+        _guard = subprocess.Popen(
+            # The last word names it in `ps`: sys.argv[1] of the guard, unused.
+            [sys.executable, "-I", "-S", "-c", GUARD_CODE, f"flowctl-guard-of-{os.getpid()}"],
+            stdin=read,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError:
+        os.close(write)
+        return
+    finally:
+        os.close(read)
+    _pipe = write
+    for pgid in _groups:
+        if not _send(f"+{pgid}\n"):
+            return
+
+
+def _after_fork_in_child() -> None:
+    """A forked child is another process: it must not keep its parent's guard alive (the
+    guard sees its end only when every copy of the pipe's write end is closed), nor list
+    its own commands with it."""
+    global _pipe, _guard, _lock
+    _lock = threading.Lock()
+    if _pipe >= 0:
+        os.close(_pipe)
+    _pipe, _guard = -1, None
+    _groups.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
