@@ -26,7 +26,7 @@ _HOW = (
 _checked: dict[str, str | None] = {}  # base url -> why it cannot be used (None: usable)
 
 
-def _unavailable(why: str) -> None:
+def unavailable(why: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true but {why}", pytrace=False)
     pytest.skip(why)
@@ -36,7 +36,7 @@ def server_url() -> str:
     """The server's base URL (its maintenance database), or skip / fail as above."""
     url = os.environ.get(URL_ENV, "").strip()
     if not url:
-        _unavailable(_HOW)
+        unavailable(_HOW)
     if url not in _checked:
         try:
             import psycopg
@@ -50,7 +50,7 @@ def server_url() -> str:
                 _checked[url] = f"the server at {URL_ENV} cannot be used: {e}".splitlines()[0]
     why = _checked[url]
     if why is not None:
-        _unavailable(why)
+        unavailable(why)
     return url
 
 
