@@ -89,7 +89,7 @@ def begin_session() -> str | None:
 def end_session(folder: str) -> None:
     """Stop the session's cluster, if a test started it, and remove its folder."""
     with _locked(folder):
-        if Path(folder, "url").exists():
+        if Path(folder, "cluster").exists():  # started, or killed while starting
             _pg_cluster("stop", folder)
     shutil.rmtree(folder, ignore_errors=True)
     if os.environ.get(DIR_ENV) == folder:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.helpers import wait_until
 from tests.pg import (
     BIN_ENV,
     DIR_ENV,
@@ -117,6 +119,13 @@ def _postmasters(under: str) -> dict[int, int]:
     return found
 
 
+def _leave_no_server(tmp: str) -> None:
+    """A failed test still stops the servers it caused (SIGQUIT: immediate shutdown)."""
+    for pid in _postmasters(tmp):
+        os.kill(pid, signal.SIGQUIT)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def test_without_a_url_the_session_starts_one_cluster_for_all_workers_and_stops_it() -> None:
     """The README's test command on a fresh machine with the server programs installed:
     two xdist workers share one throwaway cluster, gone when the session ends."""
@@ -148,7 +157,34 @@ def test_without_a_url_the_session_starts_one_cluster_for_all_workers_and_stops_
         assert _postmasters(tmp) == {}  # stopped when the session ended
         assert [p for p in os.listdir(tmp) if p.startswith(DIR_PREFIX)] == []  # removed
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _leave_no_server(tmp)
 
 
 SECOND = "test_a_database_that_does_not_exist_is_one_line_naming_it"
+
+
+@pytest.mark.crash
+def test_a_cluster_left_by_a_killed_session_is_stopped_by_the_next_one() -> None:
+    if server_binaries() is None:
+        unavailable("PostgreSQL's server programs are not installed (apt-get install postgresql)")
+    tmp = tempfile.mkdtemp(prefix="fx", dir="/tmp")
+    os.chmod(tmp, 0o711)
+    try:
+        env = _env(**{URL_ENV: None, DIR_ENV: None, BIN_ENV: None, "TMPDIR": tmp})
+        killed = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+             "tests/test_pg_urls.py"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=env,
+        )  # fmt: skip
+        try:
+            wait_until(lambda: _postmasters(tmp), timeout=90)
+        finally:
+            killed.kill()  # SIGKILL: its session never ends, its cluster stays
+            killed.wait()
+        assert _postmasters(tmp) != {}
+        later = _pytest(env, "-p", "no:xdist", "--collect-only", f"{__file__}::{FRESH}")
+        assert later.returncode == 0, later.stdout
+        assert _postmasters(tmp) == {}
+        assert [p for p in os.listdir(tmp) if p.startswith(DIR_PREFIX)] == []
+    finally:
+        _leave_no_server(tmp)
