@@ -204,6 +204,7 @@ def test_the_daemon_log_and_the_http_api_mask_it(secret_url: str, tmp_path: Path
     assert not _leaks(secret_url, bodies), bodies
 
 
+@pytest.mark.tui
 @pilot_test
 async def test_the_tui_header_names_the_url_without_its_password(secret_url: str) -> None:
     from flowctl.clock import SystemClock
