@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -202,15 +203,47 @@ def is_database_url(name: str) -> bool:
     return name.strip().lower().startswith(DATABASE_URL_SCHEMES)
 
 
+# The password of a URL (scheme://user:PASSWORD@host; up to the token's last `@`, so one
+# with an unencoded `@` or `/` is masked whole) and of a `password=` setting (a URL's query
+# or a key=value connection string; `sslpassword=` too).
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@'\"]*:)[^\s'\"]*@")
+_KEY_PASSWORD = re.compile(r"(?i)(\b\w*password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&#'\"]+)")
+_PIECE_MIN = 3  # shorter pieces of a password are not searched for (they would mask words)
+
+
+def mask_password(text: str, url: str | None = None) -> str:
+    """`text` with every database password in it shown as ***: the one place flowctl hides
+    them, for every message, log line, header and response that names a database. Given
+    the `url` a driver error is about, also every piece of that URL's password (as typed
+    and percent-decoded, and split at `@ : /`): libpq quotes fragments of a URL it cannot
+    parse. A SQLite path comes back as it was."""
+    for secret in _secrets(url) if url else ():
+        text = text.replace(secret, "***")
+    text = _URL_PASSWORD.sub(r"\1***@", text)
+    return _KEY_PASSWORD.sub(r"\1***", text)
+
+
+def _secrets(url: str) -> list[str]:
+    """The password pieces of `url` worth searching for, longest first: not those the rest
+    of the URL spells too (postgresql://flowctl:flowctl@h/flowctl_db would otherwise lose
+    its user and database name from every message)."""
+    from urllib.parse import unquote
+
+    found = [m.group(0)[len(m.group(1)) : -1] for m in _URL_PASSWORD.finditer(url)]
+    found += [m.group(2).strip("'") for m in _KEY_PASSWORD.finditer(url)]
+    pieces = {p for s in found for t in (s, unquote(s)) for p in (t, *re.split(r"[@:/]", t))}
+    rest = unquote(_KEY_PASSWORD.sub(r"\1", _URL_PASSWORD.sub(r"\1@", url)))
+    kept = (p for p in pieces if len(p) >= _PIECE_MIN and p not in rest)
+    return sorted(kept, key=len, reverse=True)
+
+
 def _refuse_other_url(value: str, where: str) -> None:
     """`mysql://x` or a mistyped `postgresq://` would otherwise become a SQLite file in a
     folder named after the scheme: refuse any URL that is not PostgreSQL's."""
-    import re
-
     match = re.match(r"\s*([A-Za-z][A-Za-z0-9+.-]*)://", value)
     if match and not is_database_url(value):
         raise ConfigError(
-            f"{where} {value.strip()!r}: {match.group(1)}:// URLs are not accepted: give a"
+            f"{where} {mask_password(value.strip())!r}: {match.group(1)}:// URLs are not accepted: give a"
             " SQLite file path (e.g. ./flowctl.db) or a postgresql:// URL"
         )
 

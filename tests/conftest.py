@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.runtime.engine import Engine
 from flowctl.store.sqlite import SqliteStore as Store
+from tests import pg
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -128,13 +129,45 @@ def spawn_daemon(tmp_path: Path) -> Iterator[object]:
             p.wait()
 
 
+_PG_FOLDER = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session (not an xdist worker) readies a throwaway PostgreSQL cluster for its
+    tests when no server URL is given (tests/pg.py: started on first use, by one worker)."""
+    if not hasattr(config, "workerinput"):
+        folder = pg.begin_session()
+        if folder is not None:
+            config.stash[_PG_FOLDER] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """After the last worker: stop the session's cluster and remove its folder."""
+    folder = config.stash.get(_PG_FOLDER, None)
+    if folder is not None:
+        pg.end_session(folder)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Tests skipped for want of a PostgreSQL server are reported at tests/pg.py, so `-ra`
+    summarises them in one line (SKIPPED [656] tests/pg.py: no PostgreSQL server ...),
+    not one line per test file and line."""
+    report: pytest.TestReport = yield
+    if report.skipped and isinstance(report.longrepr, tuple):
+        reason = report.longrepr[2]
+        if reason.removeprefix("Skipped: ") in pg.SKIPPED:
+            report.longrepr = (pg.__file__, None, reason)
+    return report
+
+
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """A fresh, empty PostgreSQL database of its own (see tests/pg.py); skips without a
     server, fails without one under CI=true."""
-    from tests.pg import fresh_database
-
-    with fresh_database() as url:
+    with pg.fresh_database() as url:
         yield url
 
 

@@ -9,6 +9,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -205,7 +206,9 @@ def test_the_command_prints_one_summary_line(tmp_path: Path, pg_url: str) -> Non
     assert proc.returncode == 0, proc.stderr
     (line,) = proc.stdout.splitlines()
     assert line.startswith("copied 4 runs, ")
-    assert "1 schedule, " in line and line.endswith(f"to {pg_url.replace(':flowctl@', ':***@')}")
+    assert "1 schedule, " in line and line.endswith(
+        f"to {pg_url.replace(f':{urlsplit(pg_url).password}@', ':***@')}"
+    )
     again = subprocess.run(
         [sys.executable, "-m", "flowctl", "copy", str(tmp_path / "one.db"), pg_url],
         capture_output=True,

@@ -83,8 +83,10 @@ def flag(field: str) -> str:
 def said(e: FlowctlError) -> str:
     """The one line an error is printed as: the field a UsageError is about spelled as
     this CLI's flag (errors.UsageError.spelled), cut to fit (limits.clip_middle)."""
+    from flowctl.config import mask_password
+
     text = e.spelled(flag) if isinstance(e, UsageError) else str(e)
-    return clip_middle(one_line(text))
+    return clip_middle(one_line(mask_password(text)))
 
 
 class State:
@@ -115,6 +117,13 @@ class State:
         from flowctl.config import resolve_db
 
         return resolve_db(self._db, self.config)
+
+    @property
+    def shown_db(self) -> str:
+        """The database as messages name it: the file, or the URL with its password as ***."""
+        from flowctl.config import mask_password
+
+        return mask_password(str(self.db_path))
 
     @property
     def store(self) -> Store:
@@ -162,7 +171,7 @@ class State:
         opened = [h for h in (self._store, self._run_list) if h is not None]
         if not any(h.read_only for h in opened):
             return None
-        return f"flowctl: note: {self.db_path} is read-only here: opened for reading only"
+        return f"flowctl: note: {self.shown_db} is read-only here: opened for reading only"
 
     def open_store(self, *, create: bool) -> Store:
         """The database of a command that creates work (`run`, `init`, `daemon`, `schedule

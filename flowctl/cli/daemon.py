@@ -228,7 +228,7 @@ def _stop_daemons(st: State, as_json: bool) -> None:
             ]
         )
     elif not results:
-        typer.echo(f"no daemon is running on {st.db_path}")
+        typer.echo(f"no daemon is running on {st.shown_db}")
     for r in [] if as_json else results:
         typer.echo(f"daemon pid {r.daemon.pid} on {r.daemon.host}: {r.note}")
     if not all(r.stopped for r in results):

@@ -214,7 +214,7 @@ def vacuum(
     if as_json:
         _emit_json({"before_bytes": before, "after_bytes": after})
     else:
-        typer.echo(f"vacuumed {st.db_path}: {_mb(before)} -> {_mb(after)}")
+        typer.echo(f"vacuumed {st.shown_db}: {_mb(before)} -> {_mb(after)}")
 
 
 def backup(

@@ -157,7 +157,8 @@ class FlowctlApp(App[None]):
         super().__init__()
         self.store = store
         self.clock = clock
-        self.shown_path = shown_path or str(Path(store.path).resolve())
+        where = store.path  # a URL comes with its password masked (store.path)
+        self.shown_path = shown_path or (where if "://" in where else str(Path(where).resolve()))
         self.daemons: list[DaemonUp] | None = None  # from the last page; None before it
         self.lateness: WakeLateness | None = None  # the last read; None before it
         self._lateness_read = float("-inf")  # time.monotonic() of the last read

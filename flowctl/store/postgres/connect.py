@@ -11,6 +11,7 @@ import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from flowctl.config import mask_password
 from flowctl.errors import DatabaseError, SerializationError
 
 if TYPE_CHECKING:
@@ -71,11 +72,6 @@ def describe(url: str) -> str:
     return f"{host}:{port}/{db}"
 
 
-def redact(url: str) -> str:
-    """The URL with its password replaced by ***, for display (status, the TUI)."""
-    return re.sub(r"^(\w+://[^:/@]*:)[^@/]*@", r"\1***@", url.strip())
-
-
 def driver() -> Any:
     """The psycopg module, or the one-line error naming the extra to install."""
     try:
@@ -114,7 +110,7 @@ def cause(e: BaseException) -> str:
 
 
 def unavailable(url: str, e: BaseException) -> PostgresUnavailableError:
-    why = cause(e)
+    why = mask_password(cause(e), url)
     hint = ""
     if "does not exist" in why and "database" in why:
         hint = ": create it (createdb) or fix the database name in the URL"
@@ -138,5 +134,7 @@ def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
     except pg.Error as e:
         raise unavailable(url, e) from None
     except ValueError as e:  # a malformed URL (bad port, bad option)
-        raise PostgresUnavailableError(f"invalid PostgreSQL URL {redact(url)!r}: {e}") from None
+        raise PostgresUnavailableError(
+            f"invalid PostgreSQL URL {mask_password(url.strip())!r}: {mask_password(str(e), url)}"
+        ) from None
     return conn

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from flowctl.clock import SystemClock
+from flowctl.config import mask_password
 from flowctl.errors import DatabaseError, DatabaseNotFoundError, FlowctlError
 from flowctl.model import to_us
 from flowctl.store.dialect import POSTGRES
@@ -36,7 +37,6 @@ from flowctl.store.postgres.connect import (
     connect,
     describe,
     driver,
-    redact,
     session_options,
     unstorable,
 )
@@ -170,7 +170,9 @@ class PostgresDatabase(BaseDatabase):
         """
         super().__init__()
         self.url = self.location = url.strip()
-        self.path = redact(self.url)  # what messages and front ends show: no password
+        self.path = mask_password(
+            self.url.strip()
+        )  # what messages and front ends show: no password
         self.where = describe(self.url)
         if durability not in ("full", "normal"):
             raise FlowctlError(f"durability must be 'full' or 'normal', got {durability!r}")
