@@ -46,7 +46,9 @@ _ARG = typer.Option(
     help="Input: key=value (string) or key:=JSON (typed). Repeatable.",
 )
 _INPUT = typer.Option("--input", metavar="JSON", help="The whole input as a JSON object.")
-_WAIT = typer.Option("--wait", help="Stay in the foreground through sleeps until the run ends.")
+_WAIT = typer.Option(
+    "--wait", help="Stay in the foreground through sleeps and child runs until the run ends."
+)
 _DETACH = typer.Option("--detach", help="Only queue the run; a daemon runs it.")
 _IN = typer.Option(
     "--in", metavar="DURATION", help="Start after a duration (queues the run), e.g. 10m."
