@@ -213,3 +213,19 @@ def test_run_wait_of_a_child_that_does_not_exist_ends_dead_not_hung(
     out = invoke("run", "orphan", "--wait", "--max-attempts", "1", code=1)
     assert "unknown workflow 'nosuchkid'" in out.stderr
     assert store.list_runs(limit=1)[0].status is RunStatus.DEAD
+
+
+def test_client_run_carries_the_children_too(
+    db: str, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flowctl import Client
+
+    monkeypatch.chdir(project)
+    client = Client(db, clock=FakeClock(datetime(2026, 3, 27, 12, 0, tzinfo=UTC)))
+    try:
+        run = client.run("parent", {"n": 5})
+        assert (run.status, run.result["doubled"]) == (RunStatus.COMPLETED, 10)
+        kids = [r for r in client.store.list_runs(limit=10) if r.parent_run_id == run.run_id]
+        assert sorted(r.status for r in kids) == [RunStatus.COMPLETED] * 2
+    finally:
+        client.close()
