@@ -178,8 +178,15 @@ class Client:
     def cancel(self, run_id: str, reason: str | None = None) -> Run:
         return ops.cancel(self.store, run_id, clock=self.clock, reason=reason)
 
-    def redrive(self, run_id: str) -> Run:
-        return ops.redrive(self.store, run_id, clock=self.clock)
+    def redrive(
+        self, run_id: str, *, deadline: datetime | Duration | None = None, no_deadline: bool = False
+    ) -> Run:
+        """Queue a dead or cancelled run again under its own deadline; past it, give a new
+        `deadline` (a datetime, timedelta, seconds or text, as `start` takes) or
+        `no_deadline=True`, else a UsageError says so."""
+        return ops.redrive(
+            self.store, run_id, clock=self.clock, deadline=deadline, no_deadline=no_deadline
+        )
 
     def pause(self, run_id: str) -> Run:
         """Pause a run (a running one parks at its next durable call); see `flowctl pause`."""

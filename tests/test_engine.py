@@ -21,7 +21,7 @@ from helpers import wait_until
 from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
-from flowctl.errors import InvalidStateError
+from flowctl.errors import InvalidStateError, UsageError
 from flowctl.ids import HOST, make_owner, new_run_id, proc_start
 from flowctl.model import EntryState, RunStatus
 from flowctl.runtime.engine import Engine, Outcome
@@ -366,7 +366,7 @@ def test_redrive_gives_a_fresh_budget_and_keeps_completed_checkpoints(
     assert CALLS == {"a": 1, "b": 2, "c": 1}
 
 
-def test_redrive_clears_the_deadline_and_keeps_the_recorded_sleep(
+def test_redrive_with_no_deadline_clears_it_and_keeps_the_recorded_sleep(
     store: Store, fake_clock: FakeClock, daemon: Daemon
 ) -> None:
     rid = start(store, fake_clock, "sleeper", deadline=T0 + 30 * 60 * SECOND)
@@ -374,7 +374,9 @@ def test_redrive_clears_the_deadline_and_keeps_the_recorded_sleep(
     fake_clock.advance(30 * 60 * SECOND)
     daemon.tick()
     assert store.get_run(rid).status is RunStatus.DEAD
-    run = ops.redrive(store, rid, clock=fake_clock, by="ana")
+    with pytest.raises(UsageError, match="is past its deadline"):  # never silently dropped
+        ops.redrive(store, rid, clock=fake_clock, by="ana")
+    run = ops.redrive(store, rid, clock=fake_clock, by="ana", no_deadline=True)
     assert run.deadline is None
     daemon.tick()
     run = store.get_run(rid)

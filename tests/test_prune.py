@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from flowctl import ops
-from flowctl.clock import FakeClock
+from flowctl.clock import FakeClock, SystemClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.daemon.retention import prune
 from flowctl.model import RunStatus
@@ -141,7 +141,37 @@ def test_dry_run_lists_and_deletes_nothing(
     assert world["completed"] in text.stdout and "would delete 2 run(s)" in text.stdout
 
 
-@pytest.mark.parametrize("bad", ["soon", "0s", "-3d"])
+def test_older_than_0s_prunes_every_finished_run_and_nothing_unfinished(
+    monkeypatch: pytest.MonkeyPatch, store: Store, world: dict[str, str], tmp_path: Path
+) -> None:
+    # It was refused ("must be above 0"), so "everything finished" needed a made-up cutoff.
+    now = SystemClock()
+    fresh = ops.start(store, f"{tmp_path / 'flows.py'}:done", {}, clock=now).run.run_id
+    Daemon(store, now, DaemonConfig(concurrency=1)).tick()
+    assert store.get_run(fresh).status is RunStatus.COMPLETED  # finished a moment ago
+    hour = run_main(monkeypatch, "--db", db_of(store), "prune", "--older-than", "1h", "--dry-run")
+    assert "would delete 2 run(s)" in hour.stdout and fresh not in hour.stdout, hour.stderr
+    out = run_main(
+        monkeypatch,
+        "--db",
+        db_of(store),
+        "prune",
+        "--older-than",
+        "0s",
+        "-s",
+        "completed",
+        "-s",
+        "cancelled",
+        "-s",
+        "dead",
+    )
+    assert out.returncode == 0, out.stderr
+    assert "deleted 4 run(s) (completed, cancelled, dead)" in out.stdout
+    left = query(db_of(store), "SELECT run_id FROM runs ORDER BY run_id")
+    assert left == [(world["waiting"],)]
+
+
+@pytest.mark.parametrize("bad", ["soon", "-3d"])
 def test_a_bad_cutoff_is_exit_2_and_deletes_nothing(
     monkeypatch: pytest.MonkeyPatch, store: Store, world: dict[str, str], bad: str
 ) -> None:

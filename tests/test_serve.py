@@ -8,13 +8,14 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from flowctl.serve.app import build_app
 from flowctl.serve.openapi import spec
-from tests.helpers import query
+from tests.helpers import query, wait_until
 from tests.serve_helpers import ROOT, TOKEN, Api, port_of, start_serve
 
 pytestmark = pytest.mark.crash  # real processes
@@ -232,6 +233,34 @@ def test_every_refusal_is_json_and_writes_nothing(api: Api, served_db: str) -> N
         if status == 405:
             assert "GET" in reply.headers["allow"] and "POST" in reply.headers["allow"]
     assert rows(served_db) == before
+
+
+def test_redrive_past_the_deadline_needs_a_new_deadline_or_no_deadline(
+    api: Api, served_db: str
+) -> None:
+    run_id = start(api, "late-1", deadline="1s")
+    assert api.call("POST", f"/runs/{run_id}/cancel").status == 200
+    deadline = datetime.fromisoformat(api.call("GET", f"/runs/{run_id}").json()["run"]["deadline"])
+    wait_until(lambda: datetime.now(UTC) > deadline, timeout=5)
+    before = rows(served_db)
+    for body, needle in [
+        (None, f"run {run_id} is past its deadline"),
+        ({"deadline": "2h", "no_deadline": True}, "give deadline or no_deadline, not both"),
+        ({"no_deadline": "yes"}, "no_deadline must be true or false"),
+        ({"deadline": "whenever"}, "deadline 'whenever' is neither a duration"),
+        ({"until": "2h"}, "accepted: deadline, no_deadline"),
+    ]:
+        refused = api.call("POST", f"/runs/{run_id}/redrive", body)
+        assert (refused.status, needle in refused.json()["error"]) == (400, True), refused.body
+        assert "--" not in refused.json()["error"]  # the API's own field names, no CLI flags
+    assert rows(served_db) == before
+    redriven = api.call("POST", f"/runs/{run_id}/redrive", {"deadline": 7200}).json()["run"]
+    assert redriven["status"] == "queued"
+    new = datetime.fromisoformat(redriven["deadline"])
+    assert timedelta(hours=1) < new - datetime.now(UTC) <= timedelta(hours=2)
+    assert api.call("POST", f"/runs/{run_id}/cancel").status == 200
+    dropped = api.call("POST", f"/runs/{run_id}/redrive", {"no_deadline": True}).json()["run"]
+    assert (dropped["status"], dropped["deadline"]) == ("queued", None)
 
 
 def test_openapi_describes_every_route() -> None:

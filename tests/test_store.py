@@ -785,7 +785,7 @@ def test_an_unknown_run_is_reported_by_every_operator_write(store: Store) -> Non
     for call in (
         lambda: store.send_signal("nope", "go", 1, T0),
         lambda: store.request_cancel("nope", None, "ana", T0),
-        lambda: store.redrive("nope", "ana", T0),
+        lambda: store.redrive("nope", "ana", T0, deadline=None),
     ):
         with pytest.raises(RunNotFoundError) as exc:
             call()

@@ -242,6 +242,25 @@ def test_dead_names_the_error_and_the_redrive_command() -> None:
     assert "traceback" not in why.facts["error"]
 
 
+def test_dead_past_its_deadline_names_the_redrive_that_gives_a_new_one() -> None:
+    # A bare `flowctl redrive` of it is refused (issue 39): `why` names the one that works.
+    err = {"type": "DeadlineExceededError", "message": "deadline passed"}
+    r = run(
+        RunStatus.DEAD,
+        run_at=None,
+        deadline=NOW - timedelta(minutes=5),
+        finished_at=NOW - timedelta(minutes=5),
+        error=err,
+    )
+    why = explain(WhyFacts(r), NOW)
+    assert why.facts["redrive"] == "flowctl redrive r1 --deadline DURATION"
+    assert why.message.endswith(
+        "`flowctl redrive r1 --deadline DURATION` gives it a fresh attempt budget"
+    )
+    later = replace(r, deadline=NOW + timedelta(hours=1))  # not passed: a bare redrive keeps it
+    assert explain(WhyFacts(later), NOW).facts["redrive"] == "flowctl redrive r1"
+
+
 def test_cancel_requested_while_the_handler_still_runs_in_a_daemon() -> None:
     r = run(
         RunStatus.RUNNING,

@@ -75,6 +75,14 @@ def cancel(
         typer.echo(f"{run_obj.status} {run_obj.run_id}")
 
 
+_REDRIVE_DEADLINE = typer.Option(
+    "--deadline",
+    metavar="TIME|DURATION",
+    help="A new deadline for the run, as `run --deadline` takes it (its own is kept by default).",
+)
+_NO_DEADLINE = typer.Option("--no-deadline", help="Redrive it with no deadline at all.")
+
+
 def redrive(
     ctx: typer.Context,
     run_ref: Annotated[
@@ -90,18 +98,39 @@ def redrive(
         str | None,
         typer.Option("--since", help="With --all: runs created since (ISO time or duration ago)."),
     ] = None,
+    deadline: Annotated[str | None, _REDRIVE_DEADLINE] = None,
+    no_deadline: Annotated[bool, _NO_DEADLINE] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the runs as JSON.")] = False,
 ) -> None:
-    """Give a dead or cancelled run a fresh attempt budget, keeping its checkpoints (--all:
-    every dead run).  Example: flowctl redrive m8rtkeefq3x7bz2w"""
+    """Give a dead or cancelled run a fresh attempt budget, keeping its checkpoints and its
+    deadline; one past its deadline needs --deadline or --no-deadline (--all: every dead
+    run).  Example: flowctl redrive m8rtkeefq3x7bz2w --deadline 2h"""
     st = _state(ctx)
     if all_ == (run_ref is not None):
         raise UsageError("give a RUN, or --all with optional --workflow/--since filters")
+    late: list[Run] = []
     if all_:
         since_at = ops.parse_since(since, st.clock) if since else None
-        runs = ops.redrive_many(st.store, clock=st.clock, workflow=workflow, since=since_at)
+        done = ops.redrive_many(
+            st.store,
+            clock=st.clock,
+            workflow=workflow,
+            since=since_at,
+            deadline=deadline,
+            no_deadline=no_deadline,
+        )
+        runs, late = done.runs, done.past_deadline
     else:
-        runs = [ops.redrive(st.store, run_ref or "", clock=st.clock)]
+        one = ops.redrive(
+            st.store, run_ref or "", clock=st.clock, deadline=deadline, no_deadline=no_deadline
+        )
+        runs = [one]
+    if late:
+        typer.echo(
+            f"flowctl: {len(late)} dead run(s) past their deadline left dead (e.g. {late[0].run_id}):"
+            " give --deadline or --no-deadline to redrive them",
+            err=True,
+        )
     if as_json:
         _emit_json([_run_json(r) for r in runs])
         return

@@ -167,8 +167,8 @@ class RunPrinter:
             typer.echo(f"  … waiting for signal {one_line(entry.name)!r}{timeout}")
         elif entry.kind == "step" and pending and isinstance(entry.value, dict):
             child = entry.value.get("child_run_id")
-            if child and self.wait:
-                typer.echo(f"  … waiting for child run {child} (`flowctl daemon` runs it)")
+            if child and self.wait:  # driven here next (flowctl.daemon.foreground)
+                typer.echo(f"  … waiting for child run {child}")
         elif entry.kind == "step" and not pending:
             self.say_step(entry)
 

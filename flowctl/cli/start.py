@@ -30,7 +30,7 @@ from flowctl.cli.inputs import parse_inputs
 from flowctl.durations import parse_duration
 from flowctl.errors import UsageError
 from flowctl.limits import MAX_COUNT
-from flowctl.model import Run, RunStatus, iso
+from flowctl.model import EntryState, Run, RunStatus, iso
 
 # ---------------------------------------------------------------------------
 # run
@@ -46,7 +46,9 @@ _ARG = typer.Option(
     help="Input: key=value (string) or key:=JSON (typed). Repeatable.",
 )
 _INPUT = typer.Option("--input", metavar="JSON", help="The whole input as a JSON object.")
-_WAIT = typer.Option("--wait", help="Stay in the foreground through sleeps until the run ends.")
+_WAIT = typer.Option(
+    "--wait", help="Stay in the foreground through sleeps and child runs until the run ends."
+)
 _DETACH = typer.Option("--detach", help="Only queue the run; a daemon runs it.")
 _IN = typer.Option(
     "--in", metavar="DURATION", help="Start after a duration (queues the run), e.g. 10m."
@@ -171,7 +173,7 @@ def _run_here(st: State, run: Run, *, wait: bool, as_json: bool) -> None:
     if as_json:
         _emit_json(_run_summary(final))
     else:
-        _print_end(final, st.clock.now())
+        _print_end(st, final)
     if final.status in (RunStatus.DEAD, RunStatus.CANCELLED):
         raise typer.Exit(1)
 
@@ -227,8 +229,14 @@ def _run_summary(run: Run, *, created: bool = True) -> dict[str, Any]:
     }
 
 
-def _print_end(run: Run, now: datetime) -> None:
-    if run.status is RunStatus.COMPLETED:
+def _print_end(st: State, run: Run) -> None:
+    """How a run driven or watched here stands now that it ended or parks (two lines when
+    it parks: where, then what carries it on)."""
+    now = st.clock.now()
+    child = _awaited_child(st, run)
+    if child is not None:
+        _print_child_wait(run, child, now)
+    elif run.status is RunStatus.COMPLETED:
         typer.echo(f"completed {run.run_id}: {_shown_json(run.result)}")
     elif run.status is RunStatus.SLEEPING:
         typer.echo(f"sleeping until {_local(run.run_at)} ({_relative(run.run_at, now)})")
@@ -251,6 +259,30 @@ def _print_end(run: Run, now: datetime) -> None:
         typer.echo(f"{run.status} {run.run_id}: {_first_error_line(run)}", err=True)
 
 
+def _awaited_child(st: State, run: Run) -> Run | None:
+    """The child run a waiting run waits for (its pending `ctx.child` call), else None."""
+    from flowctl.transitions import awaited_child
+
+    if run.status is not RunStatus.WAITING:
+        return None
+    pending = st.store.last_entry(run.run_id, [EntryState.PENDING])
+    child_id = awaited_child(run.status, pending)
+    return None if child_id is None else st.store.get_run(child_id)
+
+
+def _print_child_wait(run: Run, child: Run, now: datetime) -> None:
+    """A run parked on a child run that parked too (a sleep, a signal wait: `run` without
+    --wait drives its children only until they park), or one a daemon runs."""
+    if child.status is RunStatus.SLEEPING:
+        how = f"sleeping until {_local(child.run_at)} ({_relative(child.run_at, now)})"
+    elif child.status is RunStatus.WAITING:
+        how = "waiting for a signal"
+    else:
+        how = str(child.status)
+    typer.echo(f"waiting for child run {child.run_id} ({child.workflow}), which is {how}")
+    typer.echo(f"run {run.run_id} (`flowctl daemon` carries it on; `flowctl show {run.run_id}`)")
+
+
 def _start_copy(st: State, new: Run, origin: str, index: int, wait: bool, as_json: bool) -> None:
     """Render a fork or rerun; with --wait, drive it here as `run --wait` does."""
     from flowctl.cli.printer import drive  # the engine loads only for a run driven here
@@ -263,7 +295,7 @@ def _start_copy(st: State, new: Run, origin: str, index: int, wait: bool, as_jso
             {**_run_summary(final), "forked_from": origin, "from_index": index, "copied": copied}
         )
     elif wait:
-        _print_end(final, st.clock.now())
+        _print_end(st, final)
     else:
         typer.echo(
             f"queued {new.run_id} ({new.workflow}): forked from {origin} at call #{index},"
@@ -388,7 +420,7 @@ def _watch(st: State, runs: dict[str, Run], give_up: float | None, *, quiet: boo
                 runs[rid] = r = st.store.get_run(rid)
             if r.status.is_terminal and rid not in said and not quiet:
                 said.add(rid)
-                _print_end(r, st.clock.now())
+                _print_end(st, r)
         active = [r for r in runs.values() if not r.status.is_terminal]
         now = st.clock.monotonic()
         if not active or (give_up is not None and now >= give_up):

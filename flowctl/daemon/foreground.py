@@ -10,15 +10,17 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from flowctl.clock import Clock
 from flowctl.daemon.config import DaemonConfig
 from flowctl.daemon.lifecycle import POLL_INTERVAL
 from flowctl.daemon.loop import Daemon
-from flowctl.model import JournalEntry, Run, RunStatus
+from flowctl.model import EntryState, JournalEntry, Run, RunStatus
 from flowctl.runtime.engine import Engine, Outcome
 from flowctl.store import Claim, Store
+from flowctl.transitions import awaited_child
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,8 @@ def drive_run(
 
     Runs it now in this thread; returns when it ends, or — unless `wait` — when it
     suspends. With `wait`, it waits through sleeps (noticing signals and wakes made by
-    other processes) and resumes the run itself, unless a daemon gets there first.
+    other processes) and resumes the run itself, unless a daemon gets there first. A
+    child run it waits for is driven here the same way (see _carried_child).
     `on_claim` is told of each claim before the handler runs; `on_wait`, each time round
     the wait while the run is not due here (a daemon may be running it).
     """
@@ -55,31 +58,44 @@ def drive_run(
         on_outcome=on_outcome,
         on_claim=on_claim,
     )
-    stop = threading.Event()
-    hb = threading.Thread(target=_heartbeat_until, args=(worker, stop), daemon=True)
-    hb.start()
-    idle = threading.Event()
-    executing = threading.Event()
-    restore = _mark_operator_interrupts(worker.engine, executing, idle)
+    drive = _Drive(wait, None if timeout is None else clock.monotonic() + timeout)
+    restore = _mark_operator_interrupts(worker.engine, drive.executing, drive.idle)
     try:
-        give_up = None if timeout is None else clock.monotonic() + timeout
-        return _until_done(worker, run_id, wait, on_wait, give_up, idle, executing)
+        return _heartbeating(worker, run_id, drive, on_wait)
     finally:
-        stop.set()
         restore()
 
 
-def _until_done(
-    worker: Daemon,
-    run_id: str,
-    wait: bool,
-    on_wait: Callable[[], None] | None,
-    give_up: float | None,
-    idle: threading.Event,
-    executing: threading.Event,
+@dataclass
+class _Drive:
+    """How a foreground drive goes, shared by the run and the child runs driven with it:
+    whether it waits through sleeps, when it gives up (the clock's monotonic time), and
+    the events the operator's Ctrl-C sets or looks at."""
+
+    wait: bool
+    give_up: float | None
+    idle: threading.Event = field(default_factory=threading.Event)
+    executing: threading.Event = field(default_factory=threading.Event)
+
+
+def _heartbeating(
+    worker: Daemon, run_id: str, drive: _Drive, on_wait: Callable[[], None] | None
 ) -> Run:
-    """Claim and run `run_id` whenever it is due, until it ends (or, unless `wait`, until
-    it is not due; or past `give_up`); returns the run as it then is."""
+    """_until_done, with a thread heartbeating the one-run worker's leases meanwhile."""
+    stop = threading.Event()
+    hb = threading.Thread(target=_heartbeat_until, args=(worker, stop), daemon=True)
+    hb.start()
+    try:
+        return _until_done(worker, run_id, drive, on_wait)
+    finally:
+        stop.set()
+
+
+def _until_done(
+    worker: Daemon, run_id: str, drive: _Drive, on_wait: Callable[[], None] | None
+) -> Run:
+    """Claim and run `run_id` whenever it is due, until it ends (or, unless `drive.wait`,
+    until it is not due; or past `drive.give_up`); returns the run as it then is."""
     store, clock = worker.store, worker.clock
     while True:
         _raise_if_operator_interrupted(worker.engine)
@@ -89,26 +105,48 @@ def _until_done(
             return run
         start, now = clock.monotonic(), clock.now()
         if run.run_at is None or run.run_at > now:  # not due
-            if not wait:
+            if _carried_child(worker, run, drive):
+                continue  # the child ended: its parent is due now
+            if not drive.wait:
                 return run
             if on_wait is not None:  # someone else may be running it: say what it did
                 on_wait()
-            if give_up is not None and clock.monotonic() >= give_up:
+            if drive.give_up is not None and clock.monotonic() >= drive.give_up:
                 return run
             pause = POLL_INTERVAL
             if run.run_at is not None and run.status is not RunStatus.RUNNING:
                 pause = max(0.0, min(pause, (run.run_at - now).total_seconds()))
-            clock.wait_until(idle, start + pause)
+            clock.wait_until(drive.idle, start + pause)
             continue
         claims = worker.claim(now, 1)
         for claim in claims:
-            executing.set()
+            drive.executing.set()
             try:
                 worker.execute(claim)
             finally:
-                executing.clear()
+                drive.executing.clear()
         if not claims:
-            clock.wait(idle, POLL_INTERVAL)
+            clock.wait(drive.idle, POLL_INTERVAL)
+
+
+def _carried_child(worker: Daemon, run: Run, drive: _Drive) -> bool:
+    """A run waiting for its child run (`ctx.child`, a YAML `workflow:` step): drive the
+    child here as this run is driven (to its end when waiting, else until it parks), so a
+    run in the foreground needs no daemon for its children, nor theirs (this recurses).
+    A daemon may claim the child first: it is then waited for, as any run driven here.
+    True when the child ended, which made its parent due."""
+    store = worker.store
+    child_id = awaited_child(run.status, store.last_entry(run.run_id, [EntryState.PENDING]))
+    if child_id is None or store.get_run(child_id).status.is_terminal:
+        return False
+    child = Daemon(
+        store,
+        worker.clock,
+        worker.config,
+        engine=worker.engine,
+        only_run_id=child_id,
+    )
+    return _heartbeating(child, child_id, drive, None).status.is_terminal
 
 
 def _raise_if_operator_interrupted(engine: Engine) -> None:

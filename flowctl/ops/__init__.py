@@ -35,7 +35,13 @@ if TYPE_CHECKING:
         waiting_for,
         workflow_names,
     )
-    from flowctl.ops.options import StartOptions, check_key, start_options
+    from flowctl.ops.options import (
+        RedriveOptions,
+        StartOptions,
+        check_key,
+        redrive_options,
+        start_options,
+    )
     from flowctl.ops.parse import (
         STATUS_NAMES,
         parse_duration_or_time,
@@ -47,6 +53,7 @@ if TYPE_CHECKING:
         parse_time,
     )
     from flowctl.ops.runs import (
+        Redriven,
         Started,
         StatusReport,
         cancel,
@@ -76,6 +83,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STATUS_NAMES",
+    "RedriveOptions",
+    "Redriven",
     "RunDetail",
     "StartOptions",
     "Started",
@@ -107,6 +116,7 @@ __all__ = [
     "plan_copy",
     "redrive",
     "redrive_many",
+    "redrive_options",
     "rerun",
     "resume",
     "resume_workflow",
@@ -140,9 +150,13 @@ _LISTING = frozenset(
         "workflow_names",
     )
 )
-_OPTIONS = frozenset(("StartOptions", "check_key", "start_options"))
+_OPTIONS = frozenset(
+    ("RedriveOptions", "StartOptions", "check_key", "redrive_options", "start_options")
+)
 _DETAIL = frozenset(
     (
+        "RedriveOptions",
+        "Redriven",
         "RunDetail",
         "explain_detail",
         "show_run",

@@ -185,6 +185,8 @@ def _alive(facts: WhyFacts) -> list[DaemonFact]:
 def _ended(run: Run, now: datetime) -> Answer | None:
     """Completed, cancelled or dead: what ended it, and how to run it again."""
     redrive = f"flowctl redrive {run.run_id}"
+    if run.deadline is not None and run.deadline <= now:  # refused without a new one
+        redrive += " --deadline DURATION"
     if run.status is RunStatus.COMPLETED:
         return (
             "completed",

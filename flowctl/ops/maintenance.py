@@ -56,11 +56,15 @@ def prune(
     clock: Clock,
     dry_run: bool = False,
 ) -> PruneReport:
-    """Delete (or list, with dry_run) finished runs that ended more than `older_than` ago."""
+    """Delete (or list, with dry_run) finished runs that ended more than `older_than` ago;
+    0 (`--older-than 0s`) means every finished run of `statuses`."""
     age = parse_duration(older_than)
-    if age <= timedelta(0):
+    if age < timedelta(0):
         raise UsageError(
-            lambda f: f"{f('older_than')} must be above 0, got {older_than!r}",
+            lambda f: (
+                f"{f('older_than')} must not be negative, got {older_than!r}: give a duration"
+                " like 30d, or 0s for every finished run"
+            ),
             field="older_than",
         )
     wanted = prune_statuses(statuses)

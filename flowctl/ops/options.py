@@ -2,7 +2,8 @@
 
 The CLI gives text (`--deadline 2h`), the HTTP API JSON values (`"deadline": 7200`), the
 Client and tests Python values (`deadline=timedelta(hours=2)`); `start_options` turns any
-of them into one StartOptions, and `check_key` checks an idempotency key. A bad value is
+of them into one StartOptions, `redrive_options` into the deadline a redriven run gets,
+and `check_key` checks an idempotency key. A bad value is
 a UsageError whose `field` names it as the API does ("deadline", "max_attempts") and whose
 words leave its spelling to the front end (errors.UsageError.spelled): nothing here names
 a CLI flag. Nothing here reads or writes the database.
@@ -17,7 +18,7 @@ from flowctl.clock import Clock
 from flowctl.durations import parse_duration
 from flowctl.errors import DurationError, Spell, UsageError
 from flowctl.limits import MAX_COUNT, MAX_KEY
-from flowctl.model import local_text
+from flowctl.model import Run, local_text
 from flowctl.ops.parse import parse_duration_or_time, parse_start_at
 
 
@@ -56,6 +57,56 @@ def start_options(
         deadline=None if deadline is None else _deadline(deadline, clock),
         timeout=None if timeout is None else _budget(timeout),
         max_attempts=None if max_attempts is None else _attempts(max_attempts),
+    )
+
+
+@dataclass(frozen=True)
+class RedriveOptions:
+    """The deadline a redriven run gets: `deadline` (a new one), none (`no_deadline`), or,
+    neither given, its own, which must not have passed: a passed deadline is never retried
+    on its own (the run would run on with no deadline, or die of it again at once)."""
+
+    deadline: datetime | None = None
+    no_deadline: bool = False
+
+    def deadline_for(self, run: Run, now: datetime) -> datetime | None:
+        """The run's deadline once redriven; a UsageError when its own has passed and
+        neither option says what it is now."""
+        if self.no_deadline:
+            return None
+        if self.deadline is not None:
+            return self.deadline
+        if run.deadline is not None and run.deadline <= now:
+            passed = local_text(run.deadline)
+            raise UsageError(
+                lambda f: (
+                    f"run {run.run_id} is past its deadline ({passed}): give {f('deadline')}"
+                    f" with a new one (a time, or a duration from now like 2h) or"
+                    f" {f('no_deadline')} to redrive it"
+                ),
+                field="deadline",
+            )
+        return run.deadline
+
+
+def redrive_options(
+    clock: Clock, *, deadline: object = None, no_deadline: object = False
+) -> RedriveOptions:
+    """A redrive's options as a front end gave them, checked: `deadline` as `run`'s (a
+    duration from now, an ISO time or a datetime, not yet passed; None: not given),
+    `no_deadline` a bool; not both."""
+    if not isinstance(no_deadline, bool):
+        raise UsageError(
+            lambda f: f"{f('no_deadline')} must be true or false, got {no_deadline!r}",
+            field="no_deadline",
+        )
+    if no_deadline and deadline is not None:
+        raise UsageError(
+            lambda f: f"give {f('deadline')} or {f('no_deadline')}, not both",
+            field="no_deadline",
+        )
+    return RedriveOptions(
+        deadline=None if deadline is None else _deadline(deadline, clock), no_deadline=no_deadline
     )
 
 

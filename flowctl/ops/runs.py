@@ -24,7 +24,7 @@ from flowctl.errors import (
 from flowctl.ids import new_run_ids
 from flowctl.limits import MAX_KEY, ROOM_RESERVE, one_line
 from flowctl.model import ACTIVE, Run, RunStatus, iso
-from flowctl.ops.options import StartOptions, check_key, start_options
+from flowctl.ops.options import StartOptions, check_key, redrive_options, start_options
 from flowctl.ops.parse import check_workflow_filter
 from flowctl.runtime.targets import TargetCache, WorkflowDef, WorkflowEntry, discover, load_target
 from flowctl.store import DaemonInfo, Store
@@ -322,9 +322,30 @@ def cancel(
     return store.get_run(run.run_id)
 
 
-def redrive(store: Store, ref: str, *, clock: Clock, by: str | None = None) -> Run:
+def redrive(
+    store: Store,
+    ref: str,
+    *,
+    clock: Clock,
+    by: str | None = None,
+    deadline: object = None,
+    no_deadline: object = False,
+) -> Run:
+    """Queue a dead or cancelled run again under its own deadline; one that has passed is
+    refused unless `deadline` gives a new one or `no_deadline` (see RedriveOptions)."""
+    options = redrive_options(clock, deadline=deadline, no_deadline=no_deadline)
     run = store.find_run(ref)
-    return store.redrive(run.run_id, by or _actor(), clock.now())
+    now = clock.now()
+    return store.redrive(run.run_id, by or _actor(), now, deadline=options.deadline_for(run, now))
+
+
+@dataclass(frozen=True)
+class Redriven:
+    """What `redrive --all` did: the runs queued again, and the dead runs left dead because
+    their deadline has passed (neither a new deadline nor `no_deadline` was given)."""
+
+    runs: list[Run]
+    past_deadline: list[Run]
 
 
 def redrive_many(
@@ -334,9 +355,12 @@ def redrive_many(
     workflow: str | None = None,
     since: datetime | None = None,
     by: str | None = None,
-) -> list[Run]:
+    deadline: object = None,
+    no_deadline: object = False,
+) -> Redriven:
+    options = redrive_options(clock, deadline=deadline, no_deadline=no_deadline)
     check_workflow_filter(workflow)  # "" would redrive every dead run
-    out = []
+    done = Redriven([], [])
     offset = 0
     while True:
         batch = store.list_runs(
@@ -345,11 +369,20 @@ def redrive_many(
         if not batch:
             break
         for run in batch:
+            now = clock.now()
             try:
-                out.append(store.redrive(run.run_id, by or _actor(), clock.now()))
+                new_deadline = options.deadline_for(run, now)
+            except UsageError:
+                done.past_deadline.append(run)
+                offset += 1
+                continue
+            try:
+                done.runs.append(
+                    store.redrive(run.run_id, by or _actor(), now, deadline=new_deadline)
+                )
             except InvalidStateError:
                 offset += 1
-    return out
+    return done
 
 
 def wake_now(store: Store, ref: str, *, clock: Clock, by: str | None = None) -> Run:

@@ -16,7 +16,7 @@ from flowctl.clock import Clock
 from flowctl.errors import FlowctlError, InputError, Interrupt, SerializationError
 from flowctl.model import JournalEntry, RunStatus
 from flowctl.runtime.context import ChildLauncher, Context, LeaseLost, LiveRun, Suspend, error_dict
-from flowctl.runtime.targets import Loader, WorkflowDef, load_target
+from flowctl.runtime.targets import Loader, WorkflowDef, load_child
 from flowctl.store import Claim, Store
 from flowctl.transitions import Ending, ErrorKind, ending, stop_kind
 
@@ -242,7 +242,7 @@ class _Children(ChildLauncher):
         existing = self.engine.store.get_run_by_key(key)
         if existing is not None:
             return existing.run_id
-        wf = load_target(target, cwd=parent.cwd)
+        wf = load_child(target, parent.cwd)  # a name as `flowctl run NAME` finds it
         new = wf.new_run(wf.check_input(input), key=key, parent_run_id=parent.run_id)
         run, _ = self.engine.store.create_run(new, self.engine.clock.now())
         return run.run_id

@@ -314,11 +314,60 @@ def _yaml_def(path: Path, text: str | None = None) -> WorkflowDef:
     )
 
 
+def workflows_folder(start: str | Path | None = None) -> Path:
+    """The workflows folder `flowctl run NAME` looks in when run from `start` (None: this
+    process's folder): the `workflows` key of the flowctl.toml found from `start` upward,
+    else this process's (its flowctl.toml's, or ./workflows). A run records the folder it
+    was started from (its cwd), so a daemon started anywhere finds the same project."""
+    from flowctl.config import find_config, load_config
+
+    found = find_config(Path(start)) if start else None
+    return load_config(found).workflows_dir()
+
+
+def named_workflow(name: str, folder: str | Path | None) -> tuple[WorkflowEntry, Path] | None:
+    """The workflow called `name`, and the folder it was found in, as a run whose folder is
+    `folder` names it (`ctx.child("kid")`, a YAML `workflow: kid` step): first in the
+    project's workflows folder, where `flowctl run kid` finds it; then beside the run's own
+    file in `folder`. None when neither has one."""
+    for where in (workflows_folder(folder), *([Path(folder)] if folder else [])):
+        entry = discover(where).get(name)
+        if entry is not None:
+            return entry, where
+    return None
+
+
 def find_workflow(name: str, folder: str) -> str | None:
-    """The target of the workflow called `name` in `folder`, if there is one: what a YAML
-    workflow's `workflow: NAME` step starts (handed to it by _yaml_def)."""
-    entry = discover(folder).get(name)
-    return entry.target if entry is not None else None
+    """The target of the workflow called `name` (named_workflow), if there is one: what a
+    YAML workflow's `workflow: NAME` step starts (handed to it by _yaml_def)."""
+    found = named_workflow(name, folder)
+    return found[0].target if found is not None else None
+
+
+def load_child(target: str, cwd: str | None) -> WorkflowDef:
+    """What `ctx.child(target)` of a run whose folder is `cwd` starts: a name as
+    named_workflow finds it, as `flowctl run NAME` loads it; anything else (`file.py:fn`,
+    `module:fn`, a .yaml file) as load_target takes it, relative to `cwd`. An unknown name
+    is an UnknownWorkflowError naming the project's workflows folder."""
+    if _is_name(target):
+        found = named_workflow(target.strip(), cwd)
+        if found is not None:
+            return _load_entry(*found)
+        return load_target(target, workflows_dir=workflows_folder(cwd), cwd=cwd)
+    return load_target(target, cwd=cwd)
+
+
+def _is_name(target: str) -> bool:
+    """Whether load_target takes `target` for a workflow's name (not a file or module)."""
+    target = target.strip()
+    return bool(target) and not target.endswith(YAML_SUFFIXES) and ":" not in target
+
+
+def _load_entry(entry: WorkflowEntry, folder: Path) -> WorkflowDef:
+    """A workflow found by name in `folder`, loaded as `flowctl run NAME` loads it."""
+    if entry.kind == "yaml":
+        return _yaml_def(Path(entry.target))
+    return load_target(entry.target, cwd=str(folder.resolve()))
 
 
 def child_target(target: str, folder: str | None) -> str:
@@ -360,9 +409,7 @@ def load_target(
     if workflows_dir is not None:
         entry = discover(workflows_dir).get(target)
         if entry is not None:
-            if entry.kind == "yaml":
-                return _yaml_def(Path(entry.target))
-            return load_target(entry.target, cwd=str(Path(workflows_dir).resolve()))
+            return _load_entry(entry, Path(workflows_dir))
     raise _no_workflow(target, base, workflows_dir)
 
 

@@ -51,12 +51,19 @@ _PAYLOAD = {
 
 def _action(verb: str, summary: str) -> dict[str, Any]:
     """An action on one run; its body is optional: empty, or a JSON object (cancel's may
-    give a `reason`, recorded in the timeline; the other actions take no fields)."""
-    fields: dict[str, Any] = (
-        {"reason": {"type": "string", "minLength": 1, "maxLength": 1000}}
-        if verb == "cancel"
-        else {}
-    )
+    give a `reason`, recorded in the timeline; redrive's a new `deadline`, or `no_deadline`,
+    which a run past its own deadline needs; the other actions take no fields)."""
+    fields: dict[str, Any] = {}
+    if verb == "cancel":
+        fields = {"reason": {"type": "string", "minLength": 1, "maxLength": 1000}}
+    elif verb == "redrive":
+        fields = {
+            "deadline": {
+                "oneOf": [{"type": "string"}, {"type": "number"}],
+                "description": "A new deadline, as `start` takes it: a duration or an ISO time.",
+            },
+            "no_deadline": {"type": "boolean", "description": "Redrive with no deadline."},
+        }
     return {
         "post": {
             "operationId": f"{verb}Run",

@@ -363,21 +363,25 @@ def action(name: str) -> Callable[[Request], Any]:
 
 
 ACTIONS = ("cancel", "redrive", "pause", "resume", "wake")
+_ACTION_FIELDS = {"cancel": ("reason",), "redrive": ("deadline", "no_deadline")}
 
 
 def _action_options(name: str, raw: bytes) -> dict[str, Any]:
     """An action's optional body: nothing, or a JSON object; cancel takes {"reason": text}
-    (recorded as `flowctl cancel --reason` records it), the others take no fields."""
+    (recorded as `flowctl cancel --reason` records it), redrive {"deadline": ...} or
+    {"no_deadline": true} (checked by ops, as `redrive --deadline` is), the others no fields."""
     if not raw.strip():
         return {}
     body = parse_json_body(raw, "the body")
     if not isinstance(body, dict):
         raise UsageError(f"the body of POST /runs/{{id}}/{name} must be a JSON object or empty")
-    accepted = ("reason",) if name == "cancel" else ()
+    accepted = _ACTION_FIELDS.get(name, ())
     unknown = sorted(set(body) - set(accepted))
     if unknown:
-        takes = "accepted: reason" if accepted else "it takes no fields"
+        takes = f"accepted: {', '.join(accepted)}" if accepted else "it takes no fields"
         raise UsageError(f"unknown field {unknown[0]!r} for {name}; {takes}")
+    if name == "redrive":
+        return dict(body)
     reason = body.get("reason")
     if reason is None:
         return {}

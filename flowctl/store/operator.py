@@ -115,9 +115,10 @@ class OperatorWrites(StoreCore):
 
         return self._write(write)
 
-    def redrive(self, run_id: str, by: str, now: datetime) -> Run:
-        """Put a dead (or cancelled) run back in the queue with a fresh attempt budget."""
-        return self._write(lambda tx: _redrive(tx, run_id, by, to_us(now)))
+    def redrive(self, run_id: str, by: str, now: datetime, *, deadline: datetime | None) -> Run:
+        """Put a dead (or cancelled) run back in the queue with a fresh attempt budget,
+        under `deadline` (None: none)."""
+        return self._write(lambda tx: _redrive(tx, run_id, by, to_us(now), deadline))
 
     def wake_now(self, run_id: str, by: str, now: datetime) -> Run:
         """End a sleep early (operator action); the recorded wake_at is kept for history."""
@@ -189,7 +190,7 @@ def _resume(tx: Tx, run_id: str, by: str, now_us: int) -> Run:
     return load_run(tx, run_id)
 
 
-def _redrive(tx: Tx, run_id: str, by: str, now_us: int) -> Run:
+def _redrive(tx: Tx, run_id: str, by: str, now_us: int, deadline: datetime | None) -> Run:
     run = load_run(tx, run_id)
     guard(Action.REDRIVE, run_id, run.status)
     # Like a retry, start again at the first step error (a step waiting to retry gets a
@@ -204,10 +205,13 @@ def _redrive(tx: Tx, run_id: str, by: str, now_us: int) -> Run:
         # A cancelled run's error is the cancel itself: it no longer applies once the run
         # is queued again. A dead run keeps its last error until it runs again.
         "UPDATE runs SET error = CASE WHEN status = 'cancelled' THEN NULL ELSE error END,"
-        " status = 'queued', run_at = ?, attempt = 1, deadline = NULL,"
+        " status = 'queued', run_at = ?, attempt = 1, deadline = ?,"
         " exec_spent_us = 0, finished_at = NULL, cancel_requested = 0, cancel_reason = NULL,"
         f" {CLEARED}, solo = 0, lease_owner = NULL, lease_until = NULL WHERE run_id = ?",
-        [now_us, run_id],
+        [now_us, _us(deadline), run_id],
     )
-    add_event(tx, run_id, now_us, "redriven", {"by": by, "was": str(run.status)})
+    data: dict[str, Any] = {"by": by, "was": str(run.status)}
+    if deadline != run.deadline:  # a new deadline, or none: said in the timeline
+        data["deadline"] = iso_us(deadline)
+    add_event(tx, run_id, now_us, "redriven", data)
     return load_run(tx, run_id)

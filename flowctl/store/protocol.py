@@ -273,9 +273,10 @@ class Store(RunListing, Protocol):
         heartbeat. Returns cancelled, or running when only requested."""
         ...
 
-    def redrive(self, run_id: str, by: str, now: datetime) -> Run:
+    def redrive(self, run_id: str, by: str, now: datetime, *, deadline: datetime | None) -> Run:
         """Queue a dead or cancelled run again, due now, with a fresh attempt budget and its
-        journal kept up to the first step error."""
+        journal kept up to the first step error; `deadline` is the one it runs under (None:
+        none), which the caller decides (flowctl.ops keeps a run's own, refuses a passed one)."""
         ...
 
     def wake_now(self, run_id: str, by: str, now: datetime) -> Run:
