@@ -149,3 +149,27 @@ def test_without_psycopg_a_url_names_the_extra_to_install(tmp_path: Path) -> Non
         " with pip install 'flowctl-runner[postgres]'"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_login_that_may_not_create_the_tables_is_one_line(pg_url: str, tmp_path: Path) -> None:
+    """A schema the login may not create tables in (PostgreSQL 15's `public` for a login
+    that does not own the database) is one line that says what to do, not psycopg's
+    traceback; nothing is written."""
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA locked")
+        conn.execute("REVOKE CREATE ON SCHEMA locked FROM current_user")  # an owner may
+        conn.execute("ALTER ROLE current_user IN DATABASE " + urlsplit(pg_url).path[1:]
+                     + " SET search_path = locked")  # fmt: skip
+    try:
+        line = one_line_error(flowctl("--db", pg_url, "daemon", "--until-idle", cwd=tmp_path))
+        assert "refused to create flowctl's tables" in line
+        assert "permission denied for schema locked" in line and "GRANT CREATE" in line
+        with psycopg.connect(pg_url) as conn:
+            tables = conn.execute("SELECT COUNT(*) FROM pg_tables WHERE schemaname = 'locked'")
+            assert tables.fetchone() == (0,)
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("ALTER ROLE current_user IN DATABASE " + urlsplit(pg_url).path[1:]
+                         + " RESET search_path")  # fmt: skip

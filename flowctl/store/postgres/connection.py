@@ -198,6 +198,12 @@ class PostgresDatabase(BaseDatabase):
             now_us = lambda: to_us(SystemClock().now())  # noqa: E731  (applied_at)
             try:
                 schema.migrate(first, f"PostgreSQL database {self.where}", now_us)
+            except driver().errors.InsufficientPrivilege as e:
+                raise DatabaseError(
+                    f"PostgreSQL at {self.where} refused to create flowctl's tables"
+                    f" ({cause(e)}): use a database the login owns, or GRANT CREATE on its"
+                    " schema to the login"
+                ) from None
             except driver().Error as e:
                 raise self.fault(e) from None
         finally:
