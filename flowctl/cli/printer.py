@@ -160,7 +160,9 @@ class RunPrinter:
     def say_entry(self, entry: JournalEntry) -> None:
         """A journal entry another worker wrote, or one this run parked on."""
         pending = entry.state is EntryState.PENDING
-        if entry.kind == "sleep" and pending and self.wait and entry.wake_at is not None:
+        # A sleep is said whether it is seen pending or, when a daemon ran it and woke
+        # first, already over: the lines are the same whoever runs the run.
+        if entry.kind == "sleep" and self.wait and entry.wake_at is not None:
             typer.echo(f"  … sleeping until {self._when(entry.wake_at)}")
         elif entry.kind == "signal" and pending and self.wait:
             timeout = "" if entry.wake_at is None else f", timeout {_local(entry.wake_at)}"
@@ -241,7 +243,10 @@ class RunPrinter:
 
 
 def _key(entry: JournalEntry) -> tuple[int, str]:
-    """What a journal entry is printed as: a step's retries by their try, else its state."""
+    """What a journal entry is printed as: a step's retries by their try, a sleep once
+    (pending or over; kept across attempts as a finished step is), else its state."""
+    if entry.kind == "sleep":
+        return entry.call_index, str(EntryState.DONE)
     if entry.state is EntryState.RETRYING:
         return entry.call_index, f"{entry.state}:{entry.tries}"
     return entry.call_index, str(entry.state)
