@@ -416,3 +416,16 @@ def test_the_daemon_syncs_declared_schedules_when_it_starts(
     invoke("daemon", "--until-idle", "--workers", "1", "--log-level", "error")
     names = [s["name"] for s in json.loads(invoke("schedule", "ls", "--json").output)]
     assert names == ["nightly", "ping"]
+
+
+def test_rm_of_a_declared_schedule_names_it_in_the_advice(invoke: Any, home: Path, db: str) -> None:
+    _project(home)
+    invoke("schedule", "sync")
+    before = counts(db)
+    err = invoke("schedule", "rm", "ping", code=2).stderr
+    origin = (home / "workflows" / "ping.yaml").resolve()
+    assert err == (
+        f"flowctl: schedule 'ping' is declared in {origin}: remove it there and run"
+        " `flowctl schedule sync` (or `flowctl schedule pause ping`)\n"
+    )
+    assert counts(db) == before
