@@ -236,7 +236,9 @@ def schedule_ls(
                 _short_target(i.row.target),
             ]
         )
-    _table(["NAME", "STATE", "RULE", "NEXT", "LAST", "TARGET"], rows, keep=(0, 3))
+    # in a narrow terminal LAST goes first, then TARGET, RULE; NAME, STATE, NEXT stay whole
+    headers = ["NAME", "STATE", "RULE", "NEXT", "LAST", "TARGET"]
+    _table(headers, rows, keep=(0, 1, 3), order=(0, 1, 3, 2, 5, 4))
 
 
 @schedule_app.command("show")
