@@ -37,7 +37,7 @@ def init(
 ) -> None:
     """Create flowctl.toml here with the documented defaults, and its database.  Example: flowctl init --example"""
     from flowctl.cli import starter
-    from flowctl.config import DEFAULTS, write_default_config
+    from flowctl.config import CONFIG_NAME, DEFAULTS, write_default_config
 
     here = Path.cwd()
     samples = here / str(DEFAULTS["workflows"])  # the folder the new flowctl.toml names
@@ -49,13 +49,21 @@ def init(
             f"{default_db} is a folder: flowctl.toml's database would be there;"
             " move the folder away, then run init again"
         )
-    path = write_default_config(here, force=force)
+    path = here / CONFIG_NAME
+    # idempotent: in a project already set up, plain init keeps its flowctl.toml and makes
+    # sure the database it names exists; --example still refuses (it writes the samples
+    # where a fresh flowctl.toml says), and --force rewrites the defaults
+    kept = path.is_file() and not force and not example
+    if not kept:
+        path = write_default_config(here, force=force)
 
     def say(text: str) -> None:
         if not as_json:  # with --json, stdout is the one JSON document
             typer.echo(text)
 
-    say(f"wrote {path}")
+    say(
+        f"kept existing {path} (--force rewrites it with the defaults)" if kept else f"wrote {path}"
+    )
     st = _state(ctx)  # its config is read now, so the database is the one flowctl.toml names
     db = st.db_path
     existed = isinstance(db, str) or db.exists()  # a server's database exists before us
@@ -66,6 +74,7 @@ def init(
         _emit_json(
             {
                 "config": str(path),
+                "config_written": not kept,
                 "database": store.path,
                 "database_created": not existed,
                 "samples": [str(p) for p in written],
