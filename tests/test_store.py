@@ -667,7 +667,7 @@ def test_no_claim_succeeds_past_the_deadline(store: Store) -> None:
         {
             "type": "DeadlineExceededError",
             "kind": "deadline",
-            "message": "deadline 2026-03-29T00:59:30+00:00 passed",
+            "message": "deadline 2026-03-29 00:59:30 UTC passed",
         },
     )
 
