@@ -38,7 +38,7 @@ from typer.core import TyperCommand
 
 # long option -> placeholder; an option not listed gets N (int) or TEXT (str)
 PLACEHOLDERS: dict[str, str] = {
-    "--db": "PATH",
+    "--db": "PATH|URL",
     "--lease": "DURATION",
     "--heartbeat": "DURATION",
     "--grace": "DURATION",
