@@ -123,9 +123,9 @@ def _sync_at_daemon_start(st: State) -> None:
     except FlowctlError as e:
         log.warning("schedule sync skipped: %s", e)
         return
-    changed = {k: v for k, v in report.to_json().items() if v and k != "unchanged"}
-    if changed:
-        log.info("schedules synced: %s", changed)
+    changed = [f"{k} {', '.join(v)}" for k, v in report.to_json().items() if v and k != "unchanged"]
+    if changed:  # `schedules synced: added ping, nightly; removed old`
+        log.info("schedules synced: %s", "; ".join(changed))
 
 
 # The arguments and options of `schedule add`, one line each in its signature.
