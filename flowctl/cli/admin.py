@@ -93,14 +93,23 @@ def workflows(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """List the workflows found in the workflows folder.  Example: flowctl workflows"""
+    """List the workflows found in the workflows folder; a YAML file that does not load is
+    listed as BROKEN with its first problem.  Example: flowctl workflows"""
+    from flowctl.ops.workflows import list_workflows_checked
+
     st = _state(ctx)
     folder = st.config.workflows_dir()
-    found = ops.list_workflows(folder)
+    found = list_workflows_checked(folder)
     if as_json:
         _emit_json(
             [
-                {"name": w.name, "kind": w.kind, "target": w.target, "description": w.description}
+                {
+                    "name": w.entry.name,
+                    "kind": w.entry.kind,
+                    "target": w.entry.target,
+                    "description": w.entry.description,
+                    "problem": w.problem,
+                }
                 for w in found
             ]
         )
@@ -112,12 +121,13 @@ def workflows(
     cwd = Path.cwd()
     rows = []
     for w in found:
-        file = w.source_path or w.target
+        file = w.entry.source_path or w.entry.target
         try:
             file = str(Path(file).relative_to(cwd))
         except ValueError:
             pass
-        rows.append([w.name, w.kind, file, w.description])
+        about = w.entry.description if w.problem is None else f"BROKEN: {w.problem}"
+        rows.append([w.entry.name, w.entry.kind, file, about])
     _table(["NAME", "KIND", "FILE", "DESCRIPTION"], rows)
 
 
