@@ -93,7 +93,7 @@ def workflows(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """List the workflows found in the workflows folder; a YAML file that does not load is
+    """List the workflows found in the workflows folder.  A YAML file that does not load is
     listed as BROKEN with its first problem.  Example: flowctl workflows"""
     from flowctl.ops.workflows import list_workflows_checked
 
