@@ -654,7 +654,9 @@ def test_a_running_handler_learns_of_a_cancel_at_the_next_heartbeat(
     assert SEEN["cancelled"] == [False, True]
     run = store.get_run(rid)
     assert (run.status, run.result) == (RunStatus.CANCELLED, None)
-    assert error_of(store, rid) == {"type": "Cancelled", "kind": "cancelled", "message": "stop"}
+    assert error_of(store, rid) == {  # who asked, recorded when the handler stopped
+        "type": "Cancelled", "kind": "cancelled", "message": "stop", "by": "ana",
+    }  # fmt: skip
     assert events(store, rid)[-2:] == ["cancel requested", "cancelled"]
     assert store.journal(rid) == {}  # ctx.check() inside the step: nothing recorded
 

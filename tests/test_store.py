@@ -652,7 +652,7 @@ def test_a_lapsed_run_with_a_cancel_request_ends_cancelled(store: Store) -> None
     run = store.get_run(rid)
     assert (run.status, run.error) == (
         RunStatus.CANCELLED,
-        {"type": "Cancelled", "kind": "cancelled", "message": "stop"},
+        {"type": "Cancelled", "kind": "cancelled", "message": "stop", "by": "ana"},
     )
 
 
