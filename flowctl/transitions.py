@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -455,7 +455,13 @@ def ending(
     if kind is ErrorKind.CANCELLED:
         return Ending(RunStatus.CANCELLED, cancel_error(run.cancel_reason))
     if kind is ErrorKind.DEADLINE:
-        when = f"deadline {run.deadline.isoformat()}" if run.deadline else "the run's deadline"
+        # as people read times (model.local_text), in UTC: the message is stored, and read
+        # on hosts in other zones than the daemon's that wrote it
+        when = (
+            f"deadline {run.deadline.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+            if run.deadline
+            else "the run's deadline"
+        )
         return Ending(RunStatus.DEAD, _own("DeadlineExceededError", kind, f"{when} passed"))
     if kind is ErrorKind.TIMEOUT:
         budget = f" of {run.timeout:g}s" if run.timeout is not None else ""

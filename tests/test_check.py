@@ -195,7 +195,8 @@ def test_a_target_that_names_nothing_fails_the_gate(
     db, _ = sleeping
     out = flowctl(db, "check", name, cwd=tmp_path)
     assert out.returncode == 2, out.stdout
-    assert out.stderr.startswith("flowctl: flowctl check") and needle in out.stderr
+    assert out.stderr.startswith("flowctl: check: ") and needle in out.stderr  # one prefix
+    assert "flowctl check" not in out.stderr  # issue 39: `flowctl: flowctl check nosuch: ...`
     assert out.stderr.count("\n") == 1
 
 

@@ -320,7 +320,7 @@ def test_detach_in_and_at_queue_without_running(db: str, flow_file: Path, flowct
     assert counts(db)[1] == 0
 
 
-def test_init_writes_config_and_refuses_overwrite(
+def test_init_writes_config_and_keeps_an_existing_one(
     tmp_path: Path, flowctl: Flowctl, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
@@ -329,9 +329,19 @@ def test_init_writes_config_and_refuses_overwrite(
     data = tomllib.loads((tmp_path / "flowctl.toml").read_text())
     assert data["durability"] == "full"
     assert data["db"] == ".flowctl/flowctl.db"
-    again = flowctl(None, "init")
-    assert again.returncode == 2
-    assert "already exists" in again.stderr
+    (tmp_path / "flowctl.toml").write_text('db = "mine.db"\n')  # the user's own settings
+    again = flowctl(None, "init")  # the README's "if not done yet": idempotent, exit 0
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines() == [
+        f"kept existing {tmp_path / 'flowctl.toml'} (--force rewrites it with the defaults)",
+        f"created database {tmp_path / 'mine.db'}",
+    ]
+    assert (tmp_path / "flowctl.toml").read_text() == 'db = "mine.db"\n'
+    third = flowctl(None, "init")
+    assert (
+        third.returncode == 0 and f"using existing database {tmp_path / 'mine.db'}" in third.stdout
+    )
+    assert flowctl(None, "init", "--force").returncode == 0  # rewrites the defaults
     # the default database now lives next to flowctl.toml
     sub = tmp_path / "sub"
     sub.mkdir()

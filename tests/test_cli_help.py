@@ -62,7 +62,8 @@ def test_every_help_names_its_placeholders_and_takes_h(path: list[str]) -> None:
 
 
 def test_placeholders_name_the_thing() -> None:
-    assert "--db PATH" in _help()
+    assert "--db PATH|URL" in _help()
+    assert "The database: a SQLite file or a postgresql:// URL" in " ".join(_help().split())
     run = _help("run")
     assert "-i, --arg KEY=VALUE" in run and "--in DURATION" in run
     assert "Usage: root run [OPTIONS] TARGET" in run or " run [OPTIONS] TARGET" in run

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -416,3 +419,36 @@ def test_the_daemon_syncs_declared_schedules_when_it_starts(
     invoke("daemon", "--until-idle", "--workers", "1", "--log-level", "error")
     names = [s["name"] for s in json.loads(invoke("schedule", "ls", "--json").output)]
     assert names == ["nightly", "ping"]
+
+
+def test_rm_of_a_declared_schedule_names_it_in_the_advice(invoke: Any, home: Path, db: str) -> None:
+    _project(home)
+    invoke("schedule", "sync")
+    before = counts(db)
+    err = invoke("schedule", "rm", "ping", code=2).stderr
+    origin = (home / "workflows" / "ping.yaml").resolve()
+    assert err == (
+        f"flowctl: schedule 'ping' is declared in {origin}: remove it there and run"
+        " `flowctl schedule sync` (or `flowctl schedule pause ping`)\n"
+    )
+    assert counts(db) == before
+
+
+def test_the_daemon_logs_synced_schedules_in_words(home: Path, db: str) -> None:
+    """Issue 39: the log line was a Python dict (`{'added': ['ping', 'nightly']}`). A real
+    daemon process, as its log reads."""
+    _project(home)
+    env = {k: v for k, v in os.environ.items() if k != "FLOWCTL_DB"}
+    argv = ["--db", db, "daemon", "--until-idle", "--workers", "1", "--log-level", "info"]
+    done = subprocess.run(
+        [sys.executable, "-m", "flowctl", *argv],
+        cwd=home,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    synced = [line for line in done.stderr.splitlines() if "schedules synced" in line]
+    assert len(synced) == 1, done.stderr
+    assert synced[0].endswith("schedules synced: added ping, nightly"), synced

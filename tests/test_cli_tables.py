@@ -4,7 +4,12 @@ whenever a list is cut (issue 17, item 3): through the real app with CliRunner o
 from __future__ import annotations
 
 import json
+import os
+import pty
 import re
+import select
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -20,6 +25,7 @@ from flowctl.clock import FakeClock
 from tests.conftest import ROOT
 
 PING = str(ROOT / "workflows" / "ping.yaml")
+FLOWCTL = Path(sys.executable).with_name("flowctl")  # this environment's entry point
 LONG = "a_workflow_whose_name_goes_on_and_on_and_on"
 FLOWS = f"""
 from flowctl import workflow
@@ -28,6 +34,11 @@ from flowctl import workflow
 @workflow
 def {LONG}(ctx):
     return 1
+
+
+@workflow
+def fails(ctx):
+    raise ValueError("the report server answered 503 Service Unavailable, try later")
 """
 START = datetime(2026, 3, 27, 12, 0, tzinfo=UTC)
 
@@ -153,3 +164,73 @@ def test_ls_at_80_columns_cuts_names_never_the_created_time(
     header, row = invoke("ls").stdout.splitlines()[:2]
     assert header.split()[-1] == "NOTE" and len(row) <= 80
     assert "2026-03-27 13:00:00 CET" in row and "…" in row  # the workflow gave way
+
+
+def test_shown_leaves_out_the_least_important_columns_that_do_not_fit() -> None:
+    floors = [16, 8, 9, 7, 23, 10, 8]
+    order = [0, 2, 1, 5, 6, 4, 3]
+    assert table.shown(floors, None, order) == [0, 1, 2, 3, 4, 5, 6]  # piped: all of them
+    assert table.shown(floors, 200, order) == [0, 1, 2, 3, 4, 5, 6]
+    assert table.shown(floors, 80, order) == [
+        0,
+        1,
+        2,
+        3,
+        5,
+        6,
+    ]  # CREATED does not fit, ATTEMPT does
+    assert table.shown(floors, 40, order) == [0, 1, 2]
+    assert table.shown(floors, 10, order) == [0]  # the first is always shown
+
+
+def _in_a_terminal(columns: int, *args: str) -> list[str]:
+    """`flowctl ARGS` on a real pseudo-terminal COLUMNS wide: its lines as the user sees them."""
+    main, child = pty.openpty()
+    proc = subprocess.Popen(
+        [str(FLOWCTL), *args],
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        env={**os.environ, "COLUMNS": str(columns), "TERM": "dumb", "NO_COLOR": "1"},
+    )
+    os.close(child)
+    out = b""
+    while True:
+        ready, _, _ = select.select([main], [], [], 60)
+        try:
+            chunk = os.read(main, 65536) if ready else b""
+        except OSError:  # the child closed its end
+            chunk = b""
+        if not chunk:
+            break
+        out += chunk
+    assert proc.wait(timeout=60) == 0, out
+    os.close(main)
+    return out.decode().replace("\r", "").splitlines()
+
+
+@pytest.mark.parametrize("columns", [80, 60])
+def test_ls_and_schedule_ls_fit_the_terminal_and_keep_status_whole(
+    invoke: Any, db: str, clock: FakeClock, columns: int
+) -> None:
+    """Issue 39: the 82-cell `ls` header wrapped at 80 columns, and STATUS was the column
+    cut while CREATED stayed whole."""
+    invoke("run", f"flows.py:{LONG}")
+    invoke("run", PING, "--detach")
+    invoke("run", "flows.py:fails", "--max-attempts", "1", code=1)
+    invoke("schedule", "add", "nightly-report", "--cron", "0 9 * * MON-FRI", PING)
+    runs = _in_a_terminal(columns, "--db", db, "ls")
+    assert runs and all(len(line) <= columns for line in runs), runs
+    header = runs[0].split()
+    assert header[:3] == ["RUN", "WORKFLOW", "STATUS"]
+    statuses = {line.split()[2] for line in runs[1:]}
+    assert statuses == {"completed", "dead", "queued"}  # whole, never cut
+    if "CREATED" in header:  # a less important column shows only when STATUS is whole
+        assert "NEXT/ENDED" in header and "NOTE" in header
+    schedules = _in_a_terminal(columns, "--db", db, "schedule", "ls")
+    assert all(len(line) <= columns for line in schedules), schedules
+    assert schedules[0].split()[:3] == ["NAME", "STATE", "NEXT"] or schedules[0].split()[:4] == [
+        "NAME", "STATE", "RULE", "NEXT"
+    ]  # fmt: skip
+    assert schedules[1].split()[:2] == ["nightly-report", "active"]
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", schedules[1])  # NEXT whole

@@ -81,13 +81,20 @@ def test_readme_testing_example_runs(tmp_path, monkeypatch) -> None:
         for b in README.split("```python")[1:]
         if "WorkflowEnvironment" in b.split("```", 1)[0]
     )
-    monkeypatch.chdir(ROOT)
+    # in a copy of the checkout: onboarding appends to ../.flowctl/outbox.log beside its file
+    root, _env = _checkout(tmp_path)
+    checkout_outbox = ROOT / ".flowctl" / "outbox.log"
+    before = checkout_outbox.read_bytes() if checkout_outbox.exists() else None
+    monkeypatch.chdir(root)
     namespace: dict[str, object] = {}
     exec(compile(block, "README.md", "exec"), namespace)
     tests = [v for k, v in namespace.items() if k.startswith("test_") and callable(v)]
     assert tests
     for test in tests:
         test(tmp_path)  # type: ignore[operator]
+    sent = (root / ".flowctl" / "outbox.log").read_text()
+    assert sent == "welcome -> user 42\ntips -> user 42\n"
+    assert (checkout_outbox.read_bytes() if checkout_outbox.exists() else None) == before
 
 
 def test_readme_client_example_runs(tmp_path, monkeypatch) -> None:

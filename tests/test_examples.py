@@ -1,6 +1,11 @@
-"""Every file in examples/ and workflows/ runs to completion on a fake clock, on both stores."""
+"""Every file in examples/ and workflows/ runs to completion on a fake clock, on both stores.
+Each test runs a copy of the two folders in its tmp_path: a sample writes beside its file
+(workflows/onboarding.py appends to ../.flowctl/outbox.log), never into the checkout."""
 
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -35,9 +40,23 @@ def test_every_example_is_covered() -> None:
     assert any(t.endswith(".yaml") for t in targets)
 
 
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A copy of examples/ and workflows/, as `flowctl init --example` gives a project."""
+    for folder in ("examples", "workflows"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    return tmp_path
+
+
+def _outbox(folder: Path) -> str | None:
+    path = folder / ".flowctl" / "outbox.log"
+    return path.read_text() if path.exists() else None
+
+
 @pytest.mark.parametrize("target", _targets())
-def test_example_runs_to_completion(db: str, target: str) -> None:
-    with WorkflowEnvironment(db=db, cwd=ROOT) as env:
+def test_example_runs_to_completion(db: str, target: str, project: Path) -> None:
+    checkout = _outbox(ROOT)
+    with WorkflowEnvironment(db=db, cwd=project) as env:
         run_id = env.start(target, INPUTS.get(target, {}))
         for _ in range(20):  # sleeps and signal timeouts pass on the fake clock
             run = env.get(run_id)
@@ -50,10 +69,13 @@ def test_example_runs_to_completion(db: str, target: str) -> None:
             env.run_due()
         run = env.get(run_id)
         assert run.status == "completed", (run.status, run.error)
+    assert _outbox(ROOT) == checkout  # the checkout's .flowctl/outbox.log is left alone
+    if target == "workflows/onboarding.py:onboarding":
+        assert _outbox(project) == "welcome -> user 42\ntips -> user 42\ncheck-in -> user 42\n"
 
 
-def test_hello_result_and_durable_sleep(db: str) -> None:
-    with WorkflowEnvironment(db=db, cwd=ROOT) as env:
+def test_hello_result_and_durable_sleep(db: str, project: Path) -> None:
+    with WorkflowEnvironment(db=db, cwd=project) as env:
         run_id = env.start("examples/hello.py:hello", {"name": "ana"})
         assert env.get(run_id).status == "sleeping"
         env.advance("1999ms")
@@ -64,8 +86,8 @@ def test_hello_result_and_durable_sleep(db: str) -> None:
         assert run.result == {"greeting": "hello, ana", "loud": "HELLO, ANA!"}
 
 
-def test_followup_python_example_respects_the_reply(db: str) -> None:
-    with WorkflowEnvironment(db=db, cwd=ROOT) as env:
+def test_followup_python_example_respects_the_reply(db: str, project: Path) -> None:
+    with WorkflowEnvironment(db=db, cwd=project) as env:
         replied = env.start("examples/followup.py:followup", {"user": "7"})
         assert env.get(replied).status == "waiting"
         env.signal(replied, "replied", {"text": "thanks"})

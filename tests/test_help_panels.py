@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from flowctl import cli
 from flowctl.cli.lazy import build_all
-from flowctl.cli.panels import panel, wants_colour, wrap
+from flowctl.cli.panels import panel, range_words, wants_colour, wrap
 
 FLOWCTL = Path(sys.executable).with_name("flowctl")  # this environment's entry point
 BOX = "╭╮╰╯│─"
@@ -69,7 +69,7 @@ def test_root_help_groups_the_commands_in_panels() -> None:
     assert "Commands:" not in out and "Options:" not in out  # no plain Click sections left
     listed = [row.split()[0] for t in titles[1:] for row in panels[t] if row[:1] != " "]
     assert listed == [name for name, *_ in cli.COMMANDS]
-    assert any(row.startswith("--db PATH ") for row in panels["Options"])
+    assert any(row.startswith("--db PATH|URL ") for row in panels["Options"])
 
 
 @pytest.mark.parametrize(("path", "command"), COMMANDS, ids=IDS)
@@ -92,7 +92,7 @@ def test_no_help_text_is_cut_inside_a_token_at_80_columns(path: list[str], comma
     ctx = command.make_context(path[-1] if path else "flowctl", [], resilient_parsing=True)
     for param in command.get_params(ctx):
         record = param.get_help_record(ctx)
-        for word in record[1].split() if record else []:
+        for word in range_words(record[1]).split() if record else []:
             assert word in words, f"{word!r} of {param.name}'s help was cut"
     lines = [line.strip() for line in out.splitlines()]
     examples = (command.help or "").split("Examples:\n", 1)[1:]
@@ -192,3 +192,25 @@ def test_clicks_colour_setting_wins() -> None:
     assert wants_colour(Ctx())
     Ctx.color = False
     assert not wants_colour(Ctx())
+
+
+def test_no_help_shows_clicks_range_jargon() -> None:
+    """Issue 39: `[x<=1000000]` in help; ranges are said in words, as defaults are."""
+    for path, _command in COMMANDS:
+        out = _help(path)
+        assert not re.search(r"\bx\s*[<>]=?|[<>]=?\s*x\b", out), (path, out)
+    assert "[default: 50; at most 1,000,000]" in _help(["ls"])
+    daemon = _help(["daemon"])
+    assert "[at most 1024]" in daemon and "[1 to 256]" in daemon
+    assert "[default: 8765; 0 to 65535]" in _help(["serve"])
+
+
+def test_range_words_says_each_kind_of_range() -> None:
+    assert range_words("How many.  [x<=1000000]") == "How many.  [at most 1,000,000]"
+    assert (
+        range_words("Port.  [default: 8765; 0<=x<=65535]") == "Port.  [default: 8765; 0 to 65535]"
+    )
+    assert range_words("Above.  [0<x]") == "Above.  [at least 1]"
+    assert range_words("Below.  [x<10]") == "Below.  [at most 9]"
+    assert range_words("Box [x] and [default: x]") == "Box [x] and [default: x]"  # not a range
+    assert range_words("From.  [x<=1000000; required]") == "From.  [at most 1,000,000; required]"

@@ -86,6 +86,24 @@ def test_install_writes_enables_and_starts_then_uninstall_removes(project: Path)
     assert again.returncode == 1 and "no service installed" in again.stderr
 
 
+NO_BUS_SYSTEMCTL = """#!/bin/sh
+echo "Failed to connect to bus: No medium found" >&2
+exit 1
+"""
+
+
+def test_install_without_a_user_bus_leaves_no_unit_and_says_what_to_run(project: Path) -> None:
+    """Issue 39: a container or an ssh session without a systemd user manager."""
+    (project / "bin" / "systemctl").write_text(NO_BUS_SYSTEMCTL)
+    path = f"{project / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    out = flowctl(project, "daemon", "--install", path=path)
+    assert out.returncode == 1
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert "daemon-reload` failed (exit 1): Failed to connect to bus: No medium found" in out.stderr
+    assert "run `flowctl daemon` under your own supervisor" in out.stderr
+    assert list((project / "config" / "systemd" / "user").glob("*")) == []
+
+
 def test_a_failing_systemctl_is_one_line(project: Path) -> None:
     path = f"{project / 'bin'}{os.pathsep}{os.environ['PATH']}"
     out = flowctl(

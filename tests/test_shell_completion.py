@@ -5,6 +5,7 @@ Click's protocol (COMP_WORDS / COMP_CWORD handed to `_FLOWCTL_COMPLETE=complete_
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -83,3 +84,67 @@ def test_show_completion_prints_the_script_install_writes(tmp_path: Path) -> Non
     )
     written = (tmp_path / ".bash_completions" / "flowctl.sh").read_text()
     assert shown.strip() == written.strip()
+
+
+def _complete_in(home: Path, cwd: Path, *words: str) -> list[str]:
+    """What TAB offers after `words` in `bash -i` (completion installed in `home`) at `cwd`."""
+    line = " ".join(f"'{w}'" for w in words)
+    script = (
+        f"COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; "
+        '_flowctl_completion flowctl; printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    env = {k: v for k, v in _env(home).items() if k != "FLOWCTL_DB"}
+    out = subprocess.run(
+        [str(BASH), "-i", "-c", script],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    return [w for w in out.splitlines() if w]
+
+
+def test_tab_offers_workflow_names_run_ids_and_statuses(tmp_path: Path) -> None:
+    """Issue 39: completion offered commands and options only."""
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    subprocess.run(
+        [str(FLOWCTL), "--install-completion", "bash"],
+        env=_env(home), capture_output=True, timeout=60, check=True,
+    )  # fmt: skip
+    env = {k: v for k, v in _env(home).items() if k != "FLOWCTL_DB"}
+
+    def flowctl(*args: str) -> str:
+        done = subprocess.run(
+            [str(FLOWCTL), *args], cwd=project, env=env, capture_output=True, text=True,
+            timeout=60, check=True,
+        )  # fmt: skip
+        return done.stdout
+
+    flowctl("init", "--example")
+    first = flowctl("run", "ping", "--detach", "--json")
+    second = flowctl("run", "onboarding", "-i", "user=1", "--json")
+    ids = [json.loads(first)["id"], json.loads(second)["id"]]
+
+    assert _complete_in(home, project, "flowctl", "run", "") == [
+        "onboarding", "ping", "trial-followup",
+    ]  # fmt: skip
+    assert _complete_in(home, project, "flowctl", "run", "on") == ["onboarding"]
+    assert _complete_in(home, project, "flowctl", "ls", "--workflow", "p") == ["ping"]
+    assert sorted(_complete_in(home, project, "flowctl", "show", "")) == sorted(ids)
+    assert _complete_in(home, project, "flowctl", "cancel", ids[1][:6]) in ([ids[1]], sorted(ids))
+    assert _complete_in(home, project, "flowctl", "ls", "--status", "sl") == ["sleeping"]
+    assert _complete_in(home, project, "flowctl", "ls", "--status", "dead,c") == [
+        "dead,completed", "dead,cancelled",
+    ]  # fmt: skip
+    # a path is left to the shell (`complete -o default` then completes file names), and
+    # no database offers nothing: never an error, nothing created
+    assert _complete_in(home, project, "flowctl", "run", "workflows/pi") == []
+    elsewhere = tmp_path / "empty"
+    elsewhere.mkdir()
+    assert _complete_in(home, elsewhere, "flowctl", "--db", "nope.db", "show", "") == []
+    assert not (elsewhere / "nope.db").exists()

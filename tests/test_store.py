@@ -652,7 +652,7 @@ def test_a_lapsed_run_with_a_cancel_request_ends_cancelled(store: Store) -> None
     run = store.get_run(rid)
     assert (run.status, run.error) == (
         RunStatus.CANCELLED,
-        {"type": "Cancelled", "kind": "cancelled", "message": "stop"},
+        {"type": "Cancelled", "kind": "cancelled", "message": "stop", "by": "ana"},
     )
 
 
@@ -667,7 +667,7 @@ def test_no_claim_succeeds_past_the_deadline(store: Store) -> None:
         {
             "type": "DeadlineExceededError",
             "kind": "deadline",
-            "message": "deadline 2026-03-29T00:59:30+00:00 passed",
+            "message": "deadline 2026-03-29 00:59:30 UTC passed",
         },
     )
 

@@ -265,7 +265,7 @@ def test_a_deadline_ends_the_run_dead_with_one_message_however_it_is_found() -> 
         {
             "type": "DeadlineExceededError",
             "kind": "deadline",
-            "message": "deadline 2026-03-01T12:00:05+00:00 passed",
+            "message": "deadline 2026-03-01 12:00:05 UTC passed",
         },
     )
     assert ending(ErrorKind.DEADLINE, run) == want

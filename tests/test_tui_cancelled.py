@@ -11,6 +11,7 @@ import pytest
 from test_tui import Seeded, flows, listed, pilot_test, seeded, settle  # noqa: F401  (fixtures: runs in every status)
 
 from flowctl import ops
+from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.model import RunStatus
 from flowctl.tui import FlowctlApp, RunTable
 from flowctl.tui.widgets import KeyHints
@@ -56,6 +57,26 @@ async def test_cancelled_view_lists_who_cancelled_and_why_and_redrives(seeded: S
         assert listed(app) == [doomed]
         assert "0 Cancelled 1" in _bar(app)
     assert seeded.store.get_run(late).status is RunStatus.QUEUED
+
+
+@pilot_test
+async def test_a_run_cancelled_while_running_shows_who_asked(seeded: Seeded) -> None:  # noqa: F811
+    """Issue 39: a cancel that takes effect when the handler stops (here: its worker's lease
+    lapses and the next daemon ends it) kept no BY."""
+    running = seeded.ids["running"][0]
+    ops.cancel(seeded.store, running, clock=seeded.clock, reason="wrong user", by="ana")
+    assert seeded.store.get_run(running).status is RunStatus.RUNNING  # only requested
+    seeded.clock.advance(timedelta(seconds=30))  # daemon-1's lease lapses
+    Daemon(seeded.store, seeded.clock, DaemonConfig(concurrency=8, lease=15, heartbeat=1)).tick()
+    assert seeded.store.get_run(running).status is RunStatus.CANCELLED
+    app = FlowctlApp(store=seeded.store, clock=seeded.clock)
+    async with app.run_test(size=(140, 36)) as pilot:
+        await settle(pilot)
+        await pilot.press("0")
+        await settle(pilot)
+        table = app.query_one("#table", RunTable)
+        assert table.get_cell(running, "by").plain == "ana"
+        assert table.get_cell(running, "reason").plain == "wrong user"
 
 
 @pilot_test

@@ -22,9 +22,9 @@ from flowctl.ids import HOST, make_owner
 from flowctl.store import NewRun
 from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.tui.app import FlowctlApp, HeaderLine
-from flowctl.tui.header import daemon_line, late_text, short_path
+from flowctl.tui.header import daemon_line, filter_text, late_text, short_path
 from flowctl.tui.views import DaemonUp, WakeLateness, wake_lateness
-from tests.test_tui import pilot_test, settle
+from tests.test_tui import pilot_test, settle, until
 
 pytestmark = pytest.mark.tui
 
@@ -188,3 +188,33 @@ def test_daemon_line_picks_the_longest_wording_that_fits() -> None:
     )
     assert daemon_line(up, NOW, late, 30)[0] == "  daemon 5m00s · 1 run · p99 4.2ms"  # never cut
     assert [late_text(s) for s in (0.0004, 0.037, 1.25, 125)] == ["0.4ms", "37ms", "1.2s", "2m05s"]
+
+
+@pilot_test
+async def test_a_120_column_header_shows_the_whole_search_term(store: Store) -> None:
+    """Issue 39: the path and the daemon's longest wording filled the line and the search
+    term was cut; now they give way to it."""
+    clock = FakeClock(NOW)
+    store.register_daemon(make_owner(), HOST, 1, None, NOW - timedelta(hours=2), {})
+    path = "/home/ana/projects/billing-service/.flowctl/flowctl.db"
+    app = FlowctlApp(store=store, clock=clock, shown_path=path)
+    term = "customer-4711-renewal"
+    async with app.run_test(size=(120, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("slash", *term)
+        await until(pilot, lambda: app.search == term, "the search debounce")
+        await pilot.press("enter")
+        text = await _header(app, pilot)
+    assert len(text) <= 120
+    assert f"search: {term} " in text
+    assert "flowctl.db" in text and "daemon" in text
+    assert text.rstrip().endswith("12:00:00 UTC")
+
+
+def test_a_search_longer_than_the_line_is_cut_at_its_end() -> None:
+    text = filter_text(None, "x" * 60, room=30).plain
+    assert text == "  search: " + "x" * 19 + "…"
+    assert len(text) == 30
+    assert filter_text("nap", "eve", room=40).plain == "  workflow: nap  search: eve"
+    assert filter_text(None, "eve", unset=True).plain == "  workflow: all"
+    assert filter_text(None, None, unset=True).plain == "  workflow: all  search: —"

@@ -11,7 +11,7 @@ import pytest
 from test_tui import Seeded, detail_text, flows, pilot_test, seeded, settle  # noqa: F401  (fixtures: runs in every status)
 
 from flowctl.ops import schedules as schedule_ops
-from flowctl.tui import FlowctlApp
+from flowctl.tui import FlowctlApp, RunTable
 from flowctl.tui.widgets import KeyHints
 
 pytestmark = pytest.mark.tui
@@ -124,3 +124,29 @@ async def test_t_outside_the_schedules_view_says_where_it_works(seeded: Seeded) 
         await pilot.press("t")
         await settle(pilot)
     assert notes == [("t fires a schedule now: open the Schedules view (7)", "warning")]
+
+
+def _row(app: FlowctlApp) -> dict[str, str]:
+    table = app.query_one("#table", RunTable)
+    heads = [str(c.label) for c in table.columns.values()]
+    return dict(zip(heads, (cell.plain for cell in table.get_row("s0")), strict=True))
+
+
+@pilot_test
+async def test_the_schedules_table_says_active_or_paused_never_a_raw_boolean(
+    seeded: Seeded,  # noqa: F811
+) -> None:
+    """Issue 39: a PAUSED column printed `false`."""
+    _add(seeded)
+    app = FlowctlApp(store=seeded.store, clock=seeded.clock)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("7")
+        await settle(pilot)
+        active = _row(app)
+        await pilot.press("p")
+        await settle(pilot)
+        paused = _row(app)
+    assert active["NAME"] == "nightly" and active["STATE"] == "active"
+    assert paused["STATE"] == "paused"
+    for row in (active, paused):
+        assert not {"false", "true", "False", "True"} & set(row.values()), row

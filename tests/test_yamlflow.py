@@ -793,6 +793,35 @@ def test_if_references_are_validated() -> None:
     assert found.startswith("wf.yaml:2:9: steps[0].if: ${{ steps.later.output }}: step 'later'")
 
 
+@pytest.mark.parametrize(
+    ("condition", "read"),
+    [
+        ("steps.a.output > 3", "cannot read the condition 'steps.a.output > 3' at '> 3': "),
+        ("steps.a.output = 1", "cannot read the condition 'steps.a.output = 1' at '= 1': "),
+        ("steps.a.output == 1 and 2", "'steps.a.output == 1 and 2': "),
+        ("steps.a.output ==", "'steps.a.output ==': "),
+    ],
+)
+def test_a_condition_it_cannot_read_lists_the_operators(condition: str, read: str) -> None:
+    """Issue 39: the error named no operator, and the README had no `if:` grammar."""
+    found = one_problem(
+        f"""\
+        steps:
+          - id: a
+            run: [echo]
+          - if: {condition}
+            run: [echo]
+        """
+    )
+    assert found == (
+        f"wf.yaml:4:9: steps[1].if: {read}an `if:` is `VALUE`, `!VALUE`, `VALUE == VALUE` or"
+        " `VALUE != VALUE`; the operators are ==, != and a leading ! (no <, >, and/or: use"
+        " separate steps)"
+    )
+    readme = (ROOT / "README.md").read_text()
+    assert "`VALUE == VALUE` or `VALUE != VALUE` — those are all the operators" in readme
+
+
 # ---------------------------------------------------------------------------------------
 # Step kinds and options
 

@@ -54,7 +54,9 @@ def _root(
     db: Annotated[
         str | None,
         typer.Option(
-            "--db", help="SQLite file to use (default: FLOWCTL_DB, flowctl.toml, XDG state dir)."
+            "--db",
+            help="The database: a SQLite file or a postgresql:// URL (default: FLOWCTL_DB,"
+            " flowctl.toml, XDG state dir).",
         ),
     ] = None,
     version: Annotated[

@@ -37,7 +37,7 @@ def init(
 ) -> None:
     """Create flowctl.toml here with the documented defaults, and its database.  Example: flowctl init --example"""
     from flowctl.cli import starter
-    from flowctl.config import DEFAULTS, write_default_config
+    from flowctl.config import CONFIG_NAME, DEFAULTS, write_default_config
 
     here = Path.cwd()
     samples = here / str(DEFAULTS["workflows"])  # the folder the new flowctl.toml names
@@ -49,13 +49,21 @@ def init(
             f"{default_db} is a folder: flowctl.toml's database would be there;"
             " move the folder away, then run init again"
         )
-    path = write_default_config(here, force=force)
+    path = here / CONFIG_NAME
+    # idempotent: in a project already set up, plain init keeps its flowctl.toml and makes
+    # sure the database it names exists; --example still refuses (it writes the samples
+    # where a fresh flowctl.toml says), and --force rewrites the defaults
+    kept = path.is_file() and not force and not example
+    if not kept:
+        path = write_default_config(here, force=force)
 
     def say(text: str) -> None:
         if not as_json:  # with --json, stdout is the one JSON document
             typer.echo(text)
 
-    say(f"wrote {path}")
+    say(
+        f"kept existing {path} (--force rewrites it with the defaults)" if kept else f"wrote {path}"
+    )
     st = _state(ctx)  # its config is read now, so the database is the one flowctl.toml names
     db = st.db_path
     existed = isinstance(db, str) or db.exists()  # a server's database exists before us
@@ -66,6 +74,7 @@ def init(
         _emit_json(
             {
                 "config": str(path),
+                "config_written": not kept,
                 "database": store.path,
                 "database_created": not existed,
                 "samples": [str(p) for p in written],
@@ -84,14 +93,23 @@ def workflows(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """List the workflows found in the workflows folder.  Example: flowctl workflows"""
+    """List the workflows found in the workflows folder.  A YAML file that does not load is
+    listed as BROKEN with its first problem.  Example: flowctl workflows"""
+    from flowctl.ops.workflows import list_workflows_checked
+
     st = _state(ctx)
     folder = st.config.workflows_dir()
-    found = ops.list_workflows(folder)
+    found = list_workflows_checked(folder)
     if as_json:
         _emit_json(
             [
-                {"name": w.name, "kind": w.kind, "target": w.target, "description": w.description}
+                {
+                    "name": w.entry.name,
+                    "kind": w.entry.kind,
+                    "target": w.entry.target,
+                    "description": w.entry.description,
+                    "problem": w.problem,
+                }
                 for w in found
             ]
         )
@@ -103,12 +121,13 @@ def workflows(
     cwd = Path.cwd()
     rows = []
     for w in found:
-        file = w.source_path or w.target
+        file = w.entry.source_path or w.entry.target
         try:
             file = str(Path(file).relative_to(cwd))
         except ValueError:
             pass
-        rows.append([w.name, w.kind, file, w.description])
+        about = w.entry.description if w.problem is None else f"BROKEN: {w.problem}"
+        rows.append([w.entry.name, w.entry.kind, file, about])
     _table(["NAME", "KIND", "FILE", "DESCRIPTION"], rows)
 
 

@@ -222,14 +222,21 @@ def _relative(when: datetime | None, now: datetime) -> str:
     return f"{format_duration(-delta)} ago"
 
 
-def _table(headers: list[str], rows: list[list[str]], *, keep: tuple[int, ...] = (0,)) -> None:
+def _table(
+    headers: list[str],
+    rows: list[list[str]],
+    *,
+    keep: tuple[int, ...] = (0,),
+    order: tuple[int, ...] | None = None,
+) -> None:
     """Every table goes through flowctl/cli/table.py (fits the terminal, cuts with …,
-    nothing cut when stdout is not a terminal); `keep`: columns never cut."""
+    nothing cut when stdout is not a terminal); `keep`: columns never cut; `order`: the
+    columns by importance, the last left out first in a narrow terminal."""
     from flowctl.cli.table import print_table
 
     # A cell may hold a run's own text (a step name, an error, a note): printed inert.
     safe = [[cell if cell.isprintable() else one_line(cell) for cell in row] for row in rows]
-    print_table(headers, safe, keep=keep)
+    print_table(headers, safe, keep=keep, order=order)
 
 
 def _cut(

@@ -38,7 +38,7 @@ from typer.core import TyperCommand
 
 # long option -> placeholder; an option not listed gets N (int) or TEXT (str)
 PLACEHOLDERS: dict[str, str] = {
-    "--db": "PATH",
+    "--db": "PATH|URL",
     "--lease": "DURATION",
     "--heartbeat": "DURATION",
     "--grace": "DURATION",
@@ -112,12 +112,39 @@ def _usage_name(param: Any) -> Any:
     return usage
 
 
+# placeholder -> what TAB offers for it (flowctl/cli/complete.py)
+COMPLETERS = {
+    "RUN": "run_ids",
+    "[RUN]": "run_ids",
+    "RUN...": "run_ids",
+    "[RUN] NAME": "run_ids",
+    "TARGET": "workflow_names",
+    "[TARGET...]": "workflow_names",
+    "WORKFLOW": "workflow_names",
+    "STATUS": "statuses",
+}
+
+
+def _completer(name: str) -> Any:
+    """A shell_complete callback that loads flowctl/cli/complete.py only when TAB asks."""
+
+    def complete(ctx: Any, param: Any, incomplete: str) -> Any:
+        from flowctl.cli import complete as completers
+
+        return getattr(completers, name)(ctx, param, incomplete)
+
+    return complete
+
+
 def polish(command: Any) -> None:
-    """Give every parameter under `command` a naming placeholder and unwrap its examples."""
+    """Give every parameter under `command` a naming placeholder, a shell completion for
+    the runs, workflows and statuses it takes, and unwrap its examples."""
     for param in command.params:
         mv = placeholder(param)
         if mv is not None:
             param.metavar = mv
+        if param.metavar in COMPLETERS and param._custom_shell_complete is None:
+            param._custom_shell_complete = _completer(COMPLETERS[param.metavar])
         if param.param_type_name == "argument" and hasattr(param, "_usage_display_name"):
             param._usage_display_name = _usage_name(param)
             param.display_type_rich = lambda ctx: None  # the row shows `RUN`, not `RUN <str>`

@@ -169,6 +169,7 @@ def _run_table(runs: "list[Run]", now: datetime, asked: "dict[str, OperatorEvent
                 _note(r, asked),
             ]
         )
-    # NOTE: the error a run ended with, or a cancel pending on it; times are never cut
+    # NOTE: the error a run ended with, or a cancel pending on it; ids, statuses and times
+    # are never cut; in a narrow terminal ATTEMPT goes first, then CREATED, NOTE, ...
     headers = ["RUN", "WORKFLOW", "STATUS", "ATTEMPT", "CREATED", "NEXT/ENDED", "NOTE"]
-    _table(headers, rows, keep=(0, 4))
+    _table(headers, rows, keep=(0, 2, 4), order=(0, 2, 1, 5, 6, 4, 3))

@@ -32,7 +32,7 @@ _BOLD, _DIM, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[0m"
 _CYAN, _GREEN, _YELLOW, _RED = "\x1b[36m", "\x1b[32m", "\x1b[33m", "\x1b[31m"
 _TOKEN = re.compile(r"\S+")
 _NBSP = "\x00"  # a space wrap() must not break at (never in help text itself)
-_EXTRA = re.compile(r"\[(?:default|required|env var)[^\]]*\]")
+_EXTRA = re.compile(r"\[(?:default|required|env var|at most|at least|-?\d[\d,]* to )[^\]]*\]")
 
 
 def wants_colour(ctx: Any) -> bool:
@@ -158,6 +158,37 @@ def _grouped(
     return panels
 
 
+_RANGE = re.compile(r"(?:(-?\d+)(<=?))?x(?:(<=?)(-?\d+))?")
+
+
+def _number(n: int) -> str:
+    """1,000,000 but 65535: separators where the digits are too many to count at a glance."""
+    return f"{n:,}" if abs(n) >= 1_000_000 else str(n)
+
+
+def range_words(help_text: str) -> str:
+    """Click's range suffix in words, as the rest of the help speaks: `[x<=1000000]` ->
+    `[at most 1,000,000]`, `[1<=x<=256]` -> `[1 to 256]`, `[x>=1]`-style open ends too."""
+
+    def words(match: re.Match[str]) -> str:
+        low, low_op, high_op, high = match.groups()
+        if low is None and high is None:
+            return match.group(0)
+        lo = None if low is None else _number(int(low) + (low_op == "<"))
+        hi = None if high is None else _number(int(high) - (high_op == "<"))
+        if lo is not None and hi is not None:
+            return f"{lo} to {hi}"
+        return f"at least {lo}" if lo is not None else f"at most {hi}"
+
+    def bracket(match: re.Match[str]) -> str:
+        parts = [
+            _RANGE.sub(words, p) if _RANGE.fullmatch(p) else p for p in match.group(1).split("; ")
+        ]
+        return "[" + "; ".join(parts) + "]"
+
+    return re.sub(r"\[([^\[\]]*x[^\[\]]*)\]$", bracket, help_text)
+
+
 def write_params(command: Any, ctx: Any, formatter: Any) -> None:
     """The Arguments panel, then the Options panels (by each parameter's rich_help_panel)."""
     colour = wants_colour(ctx)
@@ -168,6 +199,7 @@ def write_params(command: Any, ctx: Any, formatter: Any) -> None:
         if record is None:
             continue
         title = getattr(param, "rich_help_panel", None)
+        record = (record[0], range_words(record[1]))
         (arguments if param.param_type_name == "argument" else options).append((title, record))
     panels = _grouped(arguments, "Arguments")
     for title, rows in _grouped(options, "Options").items():

@@ -123,9 +123,9 @@ def _sync_at_daemon_start(st: State) -> None:
     except FlowctlError as e:
         log.warning("schedule sync skipped: %s", e)
         return
-    changed = {k: v for k, v in report.to_json().items() if v and k != "unchanged"}
-    if changed:
-        log.info("schedules synced: %s", changed)
+    changed = [f"{k} {', '.join(v)}" for k, v in report.to_json().items() if v and k != "unchanged"]
+    if changed:  # `schedules synced: added ping, nightly; removed old`
+        log.info("schedules synced: %s", "; ".join(changed))
 
 
 # The arguments and options of `schedule add`, one line each in its signature.
@@ -236,7 +236,9 @@ def schedule_ls(
                 _short_target(i.row.target),
             ]
         )
-    _table(["NAME", "STATE", "RULE", "NEXT", "LAST", "TARGET"], rows, keep=(0, 3))
+    # in a narrow terminal LAST goes first, then TARGET, RULE; NAME, STATE, NEXT stay whole
+    headers = ["NAME", "STATE", "RULE", "NEXT", "LAST", "TARGET"]
+    _table(headers, rows, keep=(0, 1, 3), order=(0, 1, 3, 2, 5, 4))
 
 
 @schedule_app.command("show")

@@ -7,6 +7,7 @@ defaults and writes live here so each one behaves the same. Nothing here prints.
     flowctl.ops.detail      show and why: one run in full
     flowctl.ops.parse       operator input: times, statuses, JSON lines
     flowctl.ops.schedules   schedules and the agenda (imported where used: it loads cron)
+    flowctl.ops.workflows   the workflows folder as `flowctl workflows` lists it, YAML checked
 
 The run actions are re-exported, so `from flowctl import ops; ops.start(...)` is the one
 import a front end needs.

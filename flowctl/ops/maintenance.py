@@ -102,7 +102,7 @@ def check(
         runs = [r for r in runs if r.workflow in wanted or r.target in wanted]
         for name in targets:
             if not name.strip():
-                raise UsageError("flowctl check: a target is empty: give a workflow name")
+                raise UsageError("check: a target is empty: give a workflow name")
             if any(name in (r.workflow, r.target) for r in runs):
                 continue
             if store.list_runs(workflow=name, limit=1):
@@ -110,7 +110,7 @@ def check(
             try:
                 load_target(name, workflows_dir=workflows_dir)
             except UsageError as e:
-                raise UsageError(f"flowctl check {name}: {e}") from None
+                raise UsageError(f"check: {e}") from None  # the error names the target
     loaded: dict[tuple[str, str | None], WorkflowDef | Exception] = {}
 
     def load(run: Run) -> WorkflowDef:

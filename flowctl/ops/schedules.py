@@ -293,7 +293,7 @@ def remove_schedule(store: Store, name: str) -> ScheduleRow:
     if row.source != "cli":
         raise ScheduleError(
             f"schedule {name!r} is declared in {row.origin}: remove it there and run"
-            " `flowctl schedule sync` (or `flowctl schedule pause {name}`)"
+            f" `flowctl schedule sync` (or `flowctl schedule pause {name}`)"
         )
     store.remove_schedule(name)
     return row

@@ -114,15 +114,9 @@ def _systemctl(report: ServiceReport, *args: str) -> None:
 def install(text: str, db: Path) -> ServiceReport:
     """Write the unit; with systemctl on PATH, reload, enable and start it."""
     name = unit_name(db)
-    folder = unit_dir()
-    path = folder / name
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{name}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError as e:
-        raise FlowctlError(f"cannot write the unit {path}: {e.strerror}") from None
+    path = unit_dir() / name
+    before = path.read_text() if path.is_file() else None
+    _write_unit(path, text)
     report = ServiceReport(name, path)
     if shutil.which("systemctl") is None:
         report.notes.append(
@@ -131,12 +125,34 @@ def install(text: str, db: Path) -> ServiceReport:
             " under your own supervisor"
         )
         return report
-    _systemctl(report, "daemon-reload")
+    try:
+        _systemctl(report, "daemon-reload")
+    except FlowctlError as e:  # no user manager to talk to (no user bus): nothing installed
+        if before is None:
+            path.unlink(missing_ok=True)
+        else:
+            _write_unit(path, before)
+        raise FlowctlError(
+            f"{e}; the unit was not installed (no systemd user manager here?): run"
+            " `flowctl daemon` under your own supervisor, or log in with a systemd user"
+            f" session (or `loginctl enable-linger {_user()}`) and run --install again"
+        ) from None
     _systemctl(report, "enable", "--now", name)
     report.notes.append(
         f"to keep it running while you are logged out: loginctl enable-linger {_user()}"
     )
     return report
+
+
+def _write_unit(path: Path, text: str) -> None:
+    """Write the unit file whole (a temporary file renamed over it)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise FlowctlError(f"cannot write the unit {path}: {e.strerror}") from None
 
 
 def uninstall(db: Path) -> ServiceReport:

@@ -132,7 +132,15 @@ def end(
 ) -> None:
     """End `run` terminally (dead, cancelled) with its event, its outbox row, its waiting
     parent woken and its schedule's next held run released, all in the caller's
-    transaction."""
+    transaction. A cancel that took effect when the handler stopped names who asked for it."""
+    if status is RunStatus.CANCELLED and error is not None and "by" not in error:
+        asked = tx.one(
+            "SELECT data FROM timeline WHERE run_id = ? AND type = 'cancel requested'"
+            " ORDER BY seq DESC LIMIT 1",
+            [run.run_id],
+        )
+        by = (_loads(asked[0]) or {}).get("by") if asked else None
+        error = {**error, "by": by} if by else error
     tx.execute(
         "UPDATE runs SET status = ?, error = ?, finished_at = ?, run_at = NULL, lease_owner = NULL,"
         " lease_until = NULL, pause_requested = 0, paused_status = NULL, paused_run_at = NULL,"

@@ -52,28 +52,45 @@ class HeaderLine(Static):
     def render(self) -> Content:
         src = self.source
         now = src.clock.now()
+        width = self.size.width
         read_only = "  read-only" if src.store.read_only else ""
-        # The date goes first on a narrow screen: the daemon's state matters more.
-        clock = f"{to_second(now) if self.size.width >= WIDE else to_second(now)[11:]} "
-        fixed = len(" flowctl  ") + len(read_only) + len(clock)
+        fixed = len(" flowctl  ") + len(read_only)
         path_min = min(len(src.shown_path), PATH_MIN)
-        room = self.size.width - fixed - path_min - 1
-        daemon = daemon_line(src.daemons, now, src.lateness, room)
-        path = short_path(src.shown_path, self.size.width - fixed - len(daemon[0]) - 1)
+        # A filter the user set is room taken first: the date, the daemon's wording and the
+        # path give way to it, and only a term longer than the rest of the line is cut.
+        chosen = filter_text(src.workflow, src.search, width - fixed - path_min - 10)
+        compact = len(daemon_line(src.daemons, now, src.lateness, 0)[0])
+        spare = width - fixed - path_min - chosen.cell_length - compact - 1
+        dated = width >= WIDE and spare >= len(to_second(now)) + 1
+        clock = f"{to_second(now) if dated else to_second(now)[11:]} "
+        fixed += len(clock) + chosen.cell_length
+        daemon = daemon_line(src.daemons, now, src.lateness, width - fixed - path_min - 1)
+        path = short_path(src.shown_path, width - fixed - len(daemon[0]) - 1)
         left = Content.assemble(
             (" flowctl ", "bold reverse"), f" {path}", (read_only, "bold $warning"), daemon
         )
-        filters = Content.assemble(
-            ("  workflow: ", "dim"),
-            (src.workflow or "all", "bold $accent" if src.workflow else ""),
-            ("  search: ", "dim"),
-            (src.search or "—", "bold $accent" if src.search else ""),
-        )
-        room = self.size.width - left.cell_length - len(clock) - 1
-        if src.workflow or src.search or room >= filters.cell_length:
-            left = Content.assemble(left, filters)  # unset filters give way on a narrow screen
-        pad = max(1, self.size.width - left.cell_length - len(clock))
+        unset = filter_text(src.workflow, src.search, unset=True)
+        if unset.cell_length <= width - left.cell_length - chosen.cell_length - len(clock) - 1:
+            chosen = Content.assemble(unset, chosen)  # unset ones give way on a narrow screen
+        left = Content.assemble(left, chosen)
+        pad = max(1, width - left.cell_length - len(clock))
         return Content.assemble(left, " " * pad, (clock, "dim"))
+
+
+def filter_text(
+    workflow: str | None, search: str | None, room: int = 1 << 20, *, unset: bool = False
+) -> Content:
+    """The header's filters the user set (`unset`: those not set, as `workflow: all`), in
+    at most `room` cells: a search term is cut (…) only when the part would not fit."""
+    parts: list[tuple[str, str]] = []
+    if (workflow is None) is unset:
+        parts += [("  workflow: ", "dim"), (workflow or "all", "" if unset else "bold $accent")]
+    if (search is None) is unset:
+        parts += [("  search: ", "dim"), (search or "—", "" if unset else "bold $accent")]
+    over = sum(len(text) for text, _ in parts) - room
+    if search and not unset and over > 0:
+        parts[-1] = (search[: max(1, len(search) - over - 1)] + "…", parts[-1][1])
+    return Content.assemble(*parts)
 
 
 def late_text(seconds: float) -> str:

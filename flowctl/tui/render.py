@@ -123,9 +123,12 @@ def table_cell(text: str, style: str = "", limit: int | None = None) -> Text:
 
 
 def schedule_field(value: Any) -> str:
-    """A schedule field for the table: ISO instants as local time, the rest as text."""
+    """A schedule field for the table: ISO instants as local time, yes/no for a flag, the
+    rest as text."""
     if value is None:
         return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, str) and len(value) >= 19 and value[10:11] == "T":
         try:
             return to_minute(datetime.fromisoformat(value))

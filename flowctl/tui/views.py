@@ -336,12 +336,18 @@ VIEWS_BY_KEY = {v.key: v for v in VIEWS}
 
 
 def list_schedule_dicts(store: Store) -> list[dict[str, Any]]:
-    """Every schedule as its `flowctl schedule ls --json` object."""
-    return [info.to_json() for info in schedule_ops.list_schedules(store)]
+    """Every schedule as its `flowctl schedule ls --json` object, plus the words `schedule
+    ls` shows for it in "state" (`active`, `paused (yaml)`), never a raw boolean."""
+    out = []
+    for info in schedule_ops.list_schedules(store):
+        item = info.to_json()
+        source = "" if item.get("source") in (None, "cli") else f" ({item['source']})"
+        out.append({**item, "state": ("paused" if item.get("paused") else "active") + source})
+    return out
 
 
 # Columns of the Schedules view, when a schedule has them ("rule" already names the zone).
-SCHEDULE_FIELDS = ("name", "rule", "next_fire_at", "last_fire_at", "paused", "target")
+SCHEDULE_FIELDS = ("name", "state", "rule", "next_fire_at", "last_fire_at", "target")
 
 
 # ---------------------------------------------------------------------------

@@ -238,6 +238,11 @@ _TOKEN = re.compile(
     re.VERBOSE | re.DOTALL,
 )
 _WORDS = {"true": True, "false": False, "null": None}
+# the whole `if:` grammar, in the words of an error message (README: YAML workflows)
+CONDITION_FORMS = (
+    "an `if:` is `VALUE`, `!VALUE`, `VALUE == VALUE` or `VALUE != VALUE`; the operators are"
+    " ==, != and a leading ! (no <, >, and/or: use separate steps)"
+)
 
 
 def parse_condition(value: Any) -> Condition:
@@ -266,7 +271,9 @@ def parse_condition(value: Any) -> Condition:
     while pos < len(text):
         match = _TOKEN.match(text, pos)
         if not match or match.end() == pos:
-            raise ExpressionError(f"cannot read the condition {text!r} at {text[pos:]!r}")
+            raise ExpressionError(
+                f"cannot read the condition {text!r} at {text[pos:]!r}: {CONDITION_FORMS}"
+            )
         kind = match.lastgroup or ""
         tokens.append((kind, match.group(kind)))
         pos = match.end()
@@ -282,10 +289,7 @@ def parse_condition(value: Any) -> Condition:
     if len(tokens) == 1:
         return Condition(text=text, left=left, negate=negate)
     if len(tokens) != 3 or tokens[1][0] != "op":
-        raise ExpressionError(
-            f"{text!r}: expected `VALUE`, `VALUE == VALUE` or `VALUE != VALUE` "
-            "(no and/or; use separate steps)"
-        )
+        raise ExpressionError(f"{text!r}: {CONDITION_FORMS}")
     right = _term(tokens[2], text)
     return Condition(text=text, left=left, op=tokens[1][1], right=right, negate=negate)
 
