@@ -368,7 +368,15 @@ _V7 = [
     " EXECUTE FUNCTION flowctl_count_runs()",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
+# Version 8: a run's result and a published value read back as written, keys in the order
+# the workflow made them (jsonb sorts them: a YAML run's `steps` came back alphabetised on
+# PostgreSQL and in step order on SQLite). Nothing queries inside them: json is enough.
+_V8 = [
+    "ALTER TABLE runs ALTER COLUMN result TYPE JSON USING result::text::json",
+    "ALTER TABLE published ALTER COLUMN value TYPE JSON USING value::text::json",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
