@@ -19,6 +19,7 @@ from flowctl.daemon.slots import Slots
 from flowctl.errors import (
     Cancelled,
     DatabaseError,
+    DatabaseUnavailable,
     DeadlineExceededError,
     ExecutionTimeoutError,
     Interrupt,
@@ -68,6 +69,8 @@ class Heartbeat:
                     return
                 try:
                     self.once()
+                except DatabaseUnavailable as e:  # the loop says it once; leases stand
+                    log.debug("heartbeat failed: %s", e)
                 except DatabaseError as e:
                     log.warning("heartbeat failed: %s", e)
                 except Exception:

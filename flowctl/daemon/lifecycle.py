@@ -1,5 +1,6 @@
-"""Where a daemon is in its life (serving, draining, stopped at once, done) and the one
-event its loops wait on, shared by the loop, the heartbeat and the executors."""
+"""Where a daemon is in its life (serving, draining, stopped at once, done, waiting out a
+database outage) and the one event its loops wait on, shared by the loop, the heartbeat
+and the executors."""
 
 from __future__ import annotations
 
@@ -10,11 +11,20 @@ import threading
 from typing import Any
 
 from flowctl.clock import Clock
+from flowctl.errors import DatabaseUnavailable
 from flowctl.runtime.context import LeaseLost
 
 log = logging.getLogger(__name__)
 
 POLL_INTERVAL = 0.05  # seconds: the loops look at data_version and their flags this often
+OUTAGE_FIRST_S = 0.25  # the first retry after the database went away waits this long ...
+OUTAGE_CAP_S = 5.0  # ... doubling up to this: a restart is noticed within seconds of its end
+
+
+def outage_wait(tries: int) -> float:
+    """Seconds the loop waits before try `tries` + 1 while the database is away: capped
+    doubling, so a long outage costs the server one attempt every OUTAGE_CAP_S."""
+    return min(OUTAGE_CAP_S, OUTAGE_FIRST_S * (1 << min(tries - 1, 16)))
 
 
 class DaemonStopping(LeaseLost):
@@ -42,6 +52,7 @@ class Lifecycle:
         self.stopping = False
         self.hard = False
         self.asked: float | None = None  # monotonic time of stop(): the grace counts from it
+        self.outage = Outage(clock)  # the database away, waited out by the loop
 
     def stop(self, *, drain: bool = True) -> None:
         """Drain (stop claiming, let running handlers finish); a second call stops at once."""
@@ -71,3 +82,47 @@ class Lifecycle:
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
+
+
+class Outage:
+    """The database away (a restart, a failover, a lost connection): never a reason to
+    exit. The loop waits it out with capped backoff (`wait_out`), logs one line when it
+    goes and one when it is back (`over`), and goes on claiming. Leases it held are not
+    counted lost meanwhile: only a claim by another worker, after they lapsed, moves the
+    fence (and then the beat after the outage says so)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.since: float | None = None  # monotonic time it was first seen; None: no outage
+        self.tries = 0
+        self.wait = 0.0  # seconds of the current wait
+        self.outages = 0  # ridden out since the daemon started
+
+    @property
+    def away(self) -> bool:
+        return self.since is not None
+
+    def wait_out(self, error: DatabaseUnavailable, life: Lifecycle) -> None:
+        """One failed try: say so if it is the first, then wait (a stop cuts it short)."""
+        if self.since is None:
+            self.since = self.clock.monotonic()
+            log.warning(
+                "%s; waiting for it, retrying with backoff up to %gs (nothing is lost)",
+                error,
+                OUTAGE_CAP_S,
+            )
+        self.tries += 1
+        self.wait = outage_wait(self.tries)
+        log.debug("database still unavailable (try %d): %s", self.tries, error)
+        life.wait(self.clock.monotonic() + self.wait)
+
+    def over(self) -> float | None:
+        """A try succeeded: if the database had been away, say it is back; how long it was
+        away (None if it was not)."""
+        if self.since is None:
+            return None
+        away = self.clock.monotonic() - self.since
+        self.since, self.tries, self.wait = None, 0, 0.0
+        self.outages += 1
+        log.warning("the database is back after %.1fs: serving again", away)
+        return away

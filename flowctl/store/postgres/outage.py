@@ -1,0 +1,101 @@
+"""A PostgreSQL outage (a restart, a failover, a backend killed, after which the server
+resets every session) told apart from every other server error, and ridden out briefly.
+
+An outage is a DatabaseUnavailable: the connection went, or the server refuses new ones
+while it starts or stops. Every call through the store retries it for OUTAGE_RETRY_S with
+capped backoff (the pool's dead connections discarded first), so a restart of a second
+or two is not seen at all; past that the caller gets one line. A daemon waits out longer
+ones itself (flowctl.daemon.lifecycle.Outage). A transaction whose connection went while
+its COMMIT was under way may have been made: that one is never run again blindly, it is
+`unsure` and the caller decides (a daemon leaves the run to its lease and the fence).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from flowctl.errors import DatabaseUnavailable
+
+R = TypeVar("R")
+
+OUTAGE_RETRY_S = 5.0  # how long one call rides out an outage before it fails in one line
+FIRST_WAIT_S = 0.05  # the first retry waits this long, doubling each time after ...
+CAP_WAIT_S = 1.0  # ... up to this
+# admin_shutdown (pg_ctl stop/restart -m fast), crash_shutdown (a backend died and the
+# server resets every session), cannot_connect_now (starting up or shutting down).
+# too_many_connections (a fleet reconnecting at once), and sessions the server ended for
+# idling (idle_in_transaction_session_timeout, idle_session_timeout).
+_OUTAGE_STATES = frozenset({"57P01", "57P02", "57P03", "53300", "25P03", "57P05"})
+# What libpq says when a server is down or restarting; it gives no SQLSTATE for these.
+_TRANSIENT = (
+    "refused",
+    "starting up",
+    "shutting down",
+    "not yet accepting connections",
+    "in recovery",
+    "closed the connection",
+    "terminating connection",
+    "connection is closed",
+    "connection is lost",
+    "no connection to the server",
+    "could not receive data",
+    "could not send data",
+    "connection reset",
+    "server conn crashed",
+    "consuming input failed",
+    "sending query failed",
+    "timeout expired",
+)
+
+log = logging.getLogger(__name__)
+
+
+def is_outage(error: BaseException) -> bool:
+    """Whether a driver error means the server is away for now, not that a statement or a
+    login is wrong: a connection exception (SQLSTATE class 08), a shutdown or restart
+    (57P01-57P03), a session the server ended, or a lost connection libpq names without a
+    SQLSTATE. A password refused or a database missing is not one: retrying would not
+    help."""
+    state = getattr(error, "sqlstate", None)
+    if state:
+        return state.startswith("08") or state in _OUTAGE_STATES
+    text = str(error).lower()
+    return any(phrase in text for phrase in _TRANSIENT)
+
+
+def retry_wait(attempt: int) -> float:
+    """Seconds to wait after failed try `attempt` (1, 2, ...): doubling, capped."""
+    return min(CAP_WAIT_S, FIRST_WAIT_S * (1 << min(attempt - 1, 16)))
+
+
+def ride_out(
+    once: Callable[[], R],
+    what: str,
+    *,
+    on_outage: Callable[[], None] = lambda: None,
+    budget: float = OUTAGE_RETRY_S,
+    monotonic: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> R:
+    """`once()`, run again while it raises a DatabaseUnavailable that is not `unsure`, for
+    up to `budget` seconds with capped backoff; `on_outage()` after each failure (the
+    pool's check: dead connections go). Past the budget, the last error, saying how long
+    it was tried."""
+    start = monotonic()
+    attempt = 0
+    while True:
+        try:
+            return once()
+        except DatabaseUnavailable as e:
+            if e.unsure:
+                raise
+            attempt += 1
+            wait = retry_wait(attempt)
+            if monotonic() - start + wait > budget:
+                raise DatabaseUnavailable(f"{e} (retried for {budget:g} s)") from None
+            log.debug("%s: %s; try %d in %.2f s", what, e, attempt + 1, wait)
+            on_outage()
+            sleep(wait)
