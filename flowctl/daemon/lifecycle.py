@@ -86,17 +86,17 @@ class Lifecycle:
 
 class Outage:
     """The database away (a restart, a failover, a lost connection): never a reason to
-    exit. The loop waits it out with capped backoff (`wait_out`), logs one line when it
-    goes and one when it is back (`over`), and goes on claiming. Leases it held are not
-    counted lost meanwhile: only a claim by another worker, after they lapsed, moves the
-    fence (and then the beat after the outage says so)."""
+    exit. The store retries each call briefly and says, once, when the server went away
+    and when it is back; an outage that outlasts that is waited out here with capped
+    backoff (`wait_out`, saying so once, with the wait) and the loop goes on claiming
+    (`over`). Leases held are not counted lost meanwhile: only a claim by another worker,
+    after they lapsed, moves the fence (and the first beat after the outage says so)."""
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.since: float | None = None  # monotonic time it was first seen; None: no outage
         self.tries = 0
         self.wait = 0.0  # seconds of the current wait
-        self.outages = 0  # ridden out since the daemon started
 
     @property
     def away(self) -> bool:
@@ -106,23 +106,23 @@ class Outage:
         """One failed try: say so if it is the first, then wait (a stop cuts it short)."""
         if self.since is None:
             self.since = self.clock.monotonic()
-            log.warning(
-                "%s; waiting for it, retrying with backoff up to %gs (nothing is lost)",
+            log.info(
+                "still no database (%s): waiting for it, retrying with backoff up to %gs;"
+                " nothing is lost",
                 error,
                 OUTAGE_CAP_S,
             )
         self.tries += 1
         self.wait = outage_wait(self.tries)
-        log.debug("database still unavailable (try %d): %s", self.tries, error)
+        log.debug("database still unavailable (try %d, next in %gs)", self.tries, self.wait)
         life.wait(self.clock.monotonic() + self.wait)
 
     def over(self) -> float | None:
-        """A try succeeded: if the database had been away, say it is back; how long it was
-        away (None if it was not)."""
+        """A try got through: how long the loop waited (None if it was not waiting). The
+        store has said that the server is back."""
         if self.since is None:
             return None
         away = self.clock.monotonic() - self.since
         self.since, self.tries, self.wait = None, 0, 0.0
-        self.outages += 1
-        log.warning("the database is back after %.1fs: serving again", away)
+        log.debug("serving again after waiting %.1fs for the database", away)
         return away

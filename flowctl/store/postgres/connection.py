@@ -45,7 +45,7 @@ from flowctl.store.postgres.connect import (
     session_options,
     unstorable,
 )
-from flowctl.store.postgres.outage import is_outage, ride_out
+from flowctl.store.postgres.outage import Availability, is_outage, ride_out
 from flowctl.store.sql import BaseDatabase, TransactionConflict, Tx
 
 R = TypeVar("R")
@@ -131,6 +131,7 @@ class PostgresDatabase(BaseDatabase):
         self.url = self.location = url.strip()
         self.path = redact(self.url)  # what messages and front ends show: no password
         self.where = describe(self.url)
+        self.availability = Availability(self.where)  # outages said once, going and back
         if durability not in ("full", "normal"):
             raise FlowctlError(f"durability must be 'full' or 'normal', got {durability!r}")
         self.durability = durability
@@ -220,18 +221,25 @@ class PostgresDatabase(BaseDatabase):
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[Conn]:
+        """A pooled connection; a driver error as `fault` says, an outage noted (once)."""
         from psycopg_pool import PoolTimeout
 
         try:
             with self._pool.connection() as conn:
                 yield conn
         except PoolTimeout:
-            raise DatabaseUnavailable(
+            e: Exception = DatabaseUnavailable(
                 f"cannot connect to PostgreSQL at {self.where}: no connection within"
                 f" {POOL_TIMEOUT_S:g} s (is the server running?)"
-            ) from None
-        except driver().Error as e:
-            raise self.fault(e) from None
+            )
+        except driver().Error as error:
+            e = self.fault(error)
+        else:
+            self.availability.answered()
+            return
+        if isinstance(e, DatabaseUnavailable):
+            self.availability.lost(e)
+        raise e from None
 
     # -- transactions --------------------------------------------------------------
 

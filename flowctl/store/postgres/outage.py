@@ -13,6 +13,7 @@ its COMMIT was under way may have been made: that one is never run again blindly
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -24,6 +25,7 @@ R = TypeVar("R")
 OUTAGE_RETRY_S = 5.0  # how long one call rides out an outage before it fails in one line
 FIRST_WAIT_S = 0.05  # the first retry waits this long, doubling each time after ...
 CAP_WAIT_S = 1.0  # ... up to this
+SETTLE_S = 1.0  # an outage is over once calls have got through for this long, none failing
 # admin_shutdown (pg_ctl stop/restart -m fast), crash_shutdown (a backend died and the
 # server resets every session), cannot_connect_now (starting up or shutting down).
 # too_many_connections (a fleet reconnecting at once), and sessions the server ended for
@@ -99,3 +101,44 @@ def ride_out(
             log.debug("%s: %s; try %d in %.2f s", what, e, attempt + 1, wait)
             on_outage()
             sleep(wait)
+
+
+class Availability:
+    """Whether the server answers, shared by every call of one store: the first call to
+    meet an outage says so in one line, and once calls have got through for SETTLE_S
+    with none failing, one line says how long it lasted, however many calls met it
+    meanwhile. (At INFO: a daemon's log shows them; a command's stderr keeps to its one
+    line.) A server that resets every session ends them over some milliseconds, so a
+    call may get through between two that fail: that is one outage, not two."""
+
+    def __init__(self, where: str, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.where = where
+        self.monotonic = monotonic
+        self.since: float | None = None  # when the outage was first met; None: none now
+        self.last = 0.0  # when a call last failed
+        self.through: float | None = None  # when calls began to get through after that
+        self._lock = threading.Lock()
+
+    def lost(self, error: BaseException) -> None:
+        with self._lock:
+            self.last = self.monotonic()
+            self.through = None
+            if self.since is not None:
+                return
+            self.since = self.last
+        log.info("%s; retrying", error)
+
+    def answered(self) -> None:
+        if self.since is None:  # the common case: no lock, one attribute read
+            return
+        now = self.monotonic()
+        with self._lock:
+            since = self.since
+            if since is None:
+                return
+            if self.through is None:
+                self.through = now
+            if now - self.through < SETTLE_S:
+                return
+            self.since, back = None, self.through
+        log.info("PostgreSQL at %s is back after %.1fs", self.where, back - since)
