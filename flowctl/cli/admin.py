@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from flowctl import ops
-from flowctl.cli.common import _emit_json, _local, _state, _table
+from flowctl.cli.common import _emit_json, _local, _relative, _state, _table
 from flowctl.errors import FlowctlError, UsageError
 from flowctl.limits import ROOM_RESERVE, one_line
 
@@ -157,6 +157,13 @@ def status(
             f"daemon    pid {d.pid} on {d.host} since {_local(d.started_at)}, holding {held}"
             f" run(s){role}"
         )
+    now = st.clock.now()
+    for d, ok, _ in report.daemons:  # registered, but its process is gone or its beat lapsed
+        if not ok:
+            typer.echo(
+                f"daemon    pid {d.pid} on {d.host}: not running, last seen"
+                f" {_local(d.seen_at)} ({_relative(d.seen_at, now)})"
+            )
     typer.echo("runs      " + ", ".join(f"{k} {v}" for k, v in report.counts.items()))
     lt = report.lateness
     if lt["wakes"]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from flowctl import ops
-from flowctl.cli.common import State, _daemon_config, _emit_json, _state
+from flowctl.cli.common import State, _daemon_config, _emit_json, _local, _state
 from flowctl.cli.schedule import _sync_at_daemon_start
 from flowctl.durations import parse_duration
 from flowctl.errors import DatabaseUnavailable, DiskFullError, UsageError
@@ -224,23 +224,37 @@ def _open_when_room(st: State) -> Store:
 
 
 def _stop_daemons(st: State, as_json: bool) -> None:
-    """`flowctl daemon stop`: SIGTERM (the drain) to this database's daemons, then wait."""
+    """`flowctl daemon stop`: SIGTERM (the drain) to this database's daemons, then wait.
+    Registered daemons that are not running are forgotten and said so; with none live,
+    it says so and succeeds."""
     from flowctl.ops.service import STOP_MARGIN, stop_daemons
 
     grace = _daemon_config(st).grace
     results = stop_daemons(st.store, st.clock, wait=grace + STOP_MARGIN)
+    live = [r for r in results if r.live]
     if as_json:
         _emit_json(
             [
-                {"pid": r.daemon.pid, "host": r.daemon.host, "stopped": r.stopped, "note": r.note}
+                {
+                    "pid": r.daemon.pid,
+                    "host": r.daemon.host,
+                    "live": r.live,
+                    "stopped": r.stopped,
+                    "note": r.note,
+                }
                 for r in results
             ]
         )
-    elif not results:
-        typer.echo(f"no daemon is running on {st.db_path}")
-    for r in [] if as_json else results:
-        typer.echo(f"daemon pid {r.daemon.pid} on {r.daemon.host}: {r.note}")
-    if not all(r.stopped for r in results):
+    else:
+        if not live:
+            typer.echo(f"no daemon is running on {st.db_path}")
+        for r in results:
+            d = r.daemon
+            note = r.note
+            if not r.live:
+                note = f"not running, last seen {_local(d.seen_at)}; its registration is removed"
+            typer.echo(f"daemon pid {d.pid} on {d.host}: {note}")
+    if not all(r.stopped for r in live):
         raise typer.Exit(1)
 
 

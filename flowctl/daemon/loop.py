@@ -272,7 +272,8 @@ class Daemon:
                     self.timers.dirty = True  # re-read the wheel once it is back
                     self.life.outage.wait_out(e, self.life)
                     continue
-                self.life.outage.over()
+                if self.life.outage.over() is not None:
+                    self._register()  # silent that long, it may have been forgotten meanwhile
                 self.watches.room.room_again()
                 self.life.serving.set()  # clocks, data_version and the wheel all read once
                 if until_idle and self._idle(claimed):
