@@ -247,7 +247,7 @@ def _stop_daemons(st: State, as_json: bool) -> None:
         )
     else:
         if not live:
-            typer.echo(f"no daemon is running on {st.db_path}")
+            typer.echo(f"no daemon is running on {st.store.path}")  # a URL without its password
         for r in results:
             d = r.daemon
             note = r.note
