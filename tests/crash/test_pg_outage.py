@@ -33,7 +33,7 @@ pytestmark = pytest.mark.crash
 
 HOSTS = ("host-a", "host-b")
 STEPS = 3
-DAEMON_ARGS = ("--concurrency", "4", "--lease", "5s", "--heartbeat", "500ms")
+DAEMON_ARGS = ("--concurrency", "4", "--lease", "15s", "--heartbeat", "500ms")
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +93,12 @@ def check_exactly_once(url: str, effects: Path, run_ids: list[str]) -> None:
         )
     )
     assert journaled == {(r, f"s{i}"): 1 for r in run_ids for i in range(STEPS)}
+    # Beats that failed while the server was away lost no lease: no run was taken over.
+    taken = read(
+        url,
+        "SELECT run_id, type, data::text FROM timeline WHERE type IN ('lease lost', 'released')",
+    )
+    assert taken == []
     ends = collections.Counter(
         read(url, "SELECT run_id FROM timeline WHERE type = 'completed'")  # type: ignore[arg-type]
     )
@@ -103,16 +109,23 @@ def check_exactly_once(url: str, effects: Path, run_ids: list[str]) -> None:
     }
 
 
+def said(daemons: Daemons, proc: subprocess.Popen[bytes]) -> tuple[list[str], list[str]]:
+    """The daemon's lines saying the database went away, and that it is back."""
+    lines = daemons.log(proc).splitlines()
+    went = [line for line in lines if " is unavailable: " in line and "; retrying" in line]
+    return went, [line for line in lines if " is back after " in line]
+
+
 def check_rode_it_out(daemons: Daemons, procs: list[subprocess.Popen[bytes]], outages: int) -> None:
     """Both daemons still serve, said each outage in one line going and one coming back
     (never a traceback), and drain and exit 0 when asked."""
     assert [p.poll() for p in procs] == [None, None]
     for p in procs:
+        # "Back" is said once calls have got through for a second (outage.SETTLE_S).
+        wait_until(lambda p=p: 1 <= len(said(daemons, p)[1]) == len(said(daemons, p)[0]))
+        went, back = said(daemons, p)
         log = daemons.log(p)
         assert "Traceback" not in log, log
-        lines = log.splitlines()
-        went = [line for line in lines if " is unavailable: " in line and "; retrying" in line]
-        back = [line for line in lines if " is back after " in line]
         assert 1 <= len(went) == len(back) <= outages, log
         assert not any("WARNING" in line or "ERROR" in line for line in went + back)
     for p in procs:
@@ -181,7 +194,7 @@ def test_a_command_meeting_a_restart_retries_and_one_meeting_a_server_down_fails
         assert down.stderr.count("\n") == 1 and "Traceback" not in down.stderr
         assert down.stderr.startswith("flowctl: cannot connect to PostgreSQL at 127.0.0.1:")
         assert "(retried for 5 s)" in down.stderr
-        assert waited >= 5  # it retried, not failed at the first refusal
+        assert waited > 3  # it retried for seconds, not failed at the first refusal
         # Down when the command starts, back while it retries: it goes on as if nothing
         # had happened.
         back = threading.Timer(1.0, cluster.start)

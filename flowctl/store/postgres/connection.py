@@ -45,7 +45,7 @@ from flowctl.store.postgres.connect import (
     session_options,
     unstorable,
 )
-from flowctl.store.postgres.outage import Availability, is_outage, ride_out
+from flowctl.store.postgres.outage import Availability, is_outage, pool_class, ride_out
 from flowctl.store.sql import BaseDatabase, TransactionConflict, Tx
 
 R = TypeVar("R")
@@ -164,12 +164,10 @@ class PostgresDatabase(BaseDatabase):
             first.close()
 
     def _open_pool(self, pool_max: int) -> Any:
-        from psycopg_pool import ConnectionPool
-
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": 10, **session_options()}
         if self.durability == "normal":  # a commit returns before its WAL is flushed
             kwargs["options"] += " -c synchronous_commit=off"
-        return ConnectionPool(
+        return pool_class()(
             self.url,
             min_size=1,
             max_size=pool_max,
@@ -237,8 +235,8 @@ class PostgresDatabase(BaseDatabase):
         else:
             self.availability.answered()
             return
-        if isinstance(e, DatabaseUnavailable):
-            self.availability.lost(e)
+        if isinstance(e, DatabaseUnavailable) and self.availability.lost(e):
+            self._drop_dead()  # the first to meet it: the other idle connections are dead too
         raise e from None
 
     # -- transactions --------------------------------------------------------------

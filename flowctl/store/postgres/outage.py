@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from flowctl.errors import DatabaseUnavailable
 
@@ -119,14 +119,16 @@ class Availability:
         self.through: float | None = None  # when calls began to get through after that
         self._lock = threading.Lock()
 
-    def lost(self, error: BaseException) -> None:
+    def lost(self, error: BaseException) -> bool:
+        """A call met an outage; True for the first to meet this one."""
         with self._lock:
             self.last = self.monotonic()
             self.through = None
             if self.since is not None:
-                return
+                return False
             self.since = self.last
         log.info("%s; retrying", error)
+        return True
 
     def answered(self) -> None:
         if self.since is None:  # the common case: no lock, one attribute read
@@ -142,3 +144,35 @@ class Availability:
                 return
             self.since, back = None, self.through
         log.info("PostgreSQL at %s is back after %.1fs", self.where, back - since)
+
+
+RECONNECT_FIRST_S = 0.1  # the pool's first reconnect after a failed one waits this ...
+RECONNECT_CAP_S = 1.0  # ... doubling up to this (psycopg_pool's own: 1 s, doubling, no cap)
+
+
+def pool_class() -> Any:
+    """psycopg_pool's ConnectionPool, reconnecting within RECONNECT_CAP_S of the server's
+    return: its own backoff (1, 2, 4, 8 s ...) can leave a daemon without a connection for
+    seconds after a restart of two, long enough for its leases to lapse. Relies on the
+    pool's reconnect attempt (AttemptWithBackoff, psycopg_pool 3.2 and later); where that
+    is not there, the pool as it is."""
+    from psycopg_pool import ConnectionPool
+
+    try:
+        from psycopg_pool.base import AttemptWithBackoff
+    except ImportError:  # pragma: no cover - another psycopg_pool layout
+        return ConnectionPool
+
+    class QuickAttempt(AttemptWithBackoff):
+        INITIAL_DELAY = RECONNECT_FIRST_S
+
+        def update_delay(self, now: float) -> None:
+            super().update_delay(now)
+            self.delay = min(self.delay, RECONNECT_CAP_S)
+
+    class QuickPool(ConnectionPool):
+        def _add_connection(self, attempt: Any, growing: bool = False) -> None:
+            fresh = QuickAttempt(timeout=self.reconnect_timeout)
+            super()._add_connection(attempt or fresh, growing=growing)
+
+    return QuickPool
