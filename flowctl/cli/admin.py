@@ -8,6 +8,7 @@ flowctl/cli/__init__.py registers them on the app, in the order `flowctl --help`
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -153,6 +154,9 @@ def status(
         role = f", worker of pid {of}" if of else ""
         if int(d.info.get("workers") or 1) > 1:
             role = f", supervising {d.info['workers']} workers"
+        if "outage_waited_s" in d.info:  # the last database outage it waited out
+            role += f"; waited {d.info['outage_waited_s']}s for the database until"
+            role += f" {_local(datetime.fromisoformat(d.info['outage_ended_at']))}"
         typer.echo(
             f"daemon    pid {d.pid} on {d.host} since {_local(d.started_at)}, holding {held}"
             f" run(s){role}"

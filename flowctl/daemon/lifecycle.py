@@ -12,6 +12,7 @@ from typing import Any
 
 from flowctl.clock import Clock
 from flowctl.errors import DatabaseUnavailable
+from flowctl.model import iso
 from flowctl.runtime.context import LeaseLost
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,8 @@ class Outage:
         self.since: float | None = None  # monotonic time it was first seen; None: no outage
         self.tries = 0
         self.wait = 0.0  # seconds of the current wait
+        # The last outage waited out, as the daemon's registration says it (`status`).
+        self.last: dict[str, float | str] = {}
 
     @property
     def away(self) -> bool:
@@ -124,5 +127,9 @@ class Outage:
             return None
         away = self.clock.monotonic() - self.since
         self.since, self.tries, self.wait = None, 0, 0.0
+        self.last = {
+            "outage_waited_s": round(away, 1),
+            "outage_ended_at": iso(self.clock.now()) or "",
+        }
         log.debug("serving again after waiting %.1fs for the database", away)
         return away

@@ -227,6 +227,7 @@ class Daemon:
             "lease": self.config.lease,
             "workers": self.config.workers,
             **({"worker_of": self.worker_of} if self.worker_of else {}),
+            **self.life.outage.last,  # the last outage it waited out, shown by `status`
         }
         while True:
             try:
