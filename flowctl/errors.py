@@ -242,6 +242,17 @@ class DatabaseError(FlowctlError):
     read-only or gone. The message names the file and says what to do."""
 
 
+class DatabaseUnavailable(DatabaseError):
+    """The database server cannot be reached for now: restarting, failing over, or it
+    reset every session after one of its processes died. An outage to wait out, never a
+    reason for a daemon to exit. `unsure`: the connection went while a COMMIT was under
+    way, so that write may or may not have been made (it is not run again blindly)."""
+
+    def __init__(self, message: str, *, unsure: bool = False) -> None:
+        super().__init__(message)
+        self.unsure = unsure
+
+
 class StoreUnavailableError(DatabaseError):
     """A database URL names a store this flowctl does not have (e.g. postgresql:// without
     the PostgreSQL store installed); the message says what to install or use instead."""

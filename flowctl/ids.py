@@ -46,8 +46,9 @@ def new_run_ids(n: int) -> list[str]:
     return sorted(text[i : i + 16] for i in range(0, 16 * n, 16))
 
 
-# A daemon on another host can only be judged by its heartbeat: one not seen for this long
-# is not counted live (its runs are reclaimed when their leases lapse, as for any owner).
+# A daemon on another host can only be judged by its heartbeat: one not seen within its
+# lease is not counted live (its runs are reclaimed as their leases lapse, as for any
+# owner). A registration that does not say its lease is judged by this instead.
 REMOTE_STALE = timedelta(seconds=60)
 
 
@@ -105,9 +106,10 @@ def on_this_host(owner: str) -> bool:
     return owner.split("/", 1)[0] == HOST
 
 
-def daemon_live(owner: str, seen_at: datetime, now: datetime) -> bool:
+def daemon_live(owner: str, seen_at: datetime, now: datetime, lease: float | None = None) -> bool:
     """Whether a registered daemon counts as live: on this host, while its process is there
-    (a pid check); on another host, while its heartbeat is recent (no pid to check there)."""
+    (a pid check); on another host, while its heartbeat has not lapsed (no pid to check
+    there): last seen within its `lease` (seconds; REMOTE_STALE if it did not say)."""
     if on_this_host(owner):
         return owner_alive(owner)
-    return now - seen_at <= REMOTE_STALE
+    return now - seen_at <= (REMOTE_STALE if lease is None else timedelta(seconds=lease))

@@ -8,13 +8,14 @@ flowctl/cli/__init__.py registers them on the app, in the order `flowctl --help`
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from flowctl import ops
-from flowctl.cli.common import _emit_json, _local, _state, _table
+from flowctl.cli.common import _emit_json, _local, _relative, _state, _table
 from flowctl.errors import FlowctlError, UsageError
 from flowctl.limits import ROOM_RESERVE, one_line
 
@@ -172,10 +173,20 @@ def status(
         role = f", worker of pid {of}" if of else ""
         if int(d.info.get("workers") or 1) > 1:
             role = f", supervising {d.info['workers']} workers"
+        if "outage_waited_s" in d.info:  # the last database outage it waited out
+            role += f"; waited {d.info['outage_waited_s']}s for the database until"
+            role += f" {_local(datetime.fromisoformat(d.info['outage_ended_at']))}"
         typer.echo(
             f"daemon    pid {d.pid} on {d.host} since {_local(d.started_at)}, holding {held}"
             f" run(s){role}"
         )
+    now = st.clock.now()
+    for d, ok, _ in report.daemons:  # registered, but its process is gone or its beat lapsed
+        if not ok:
+            typer.echo(
+                f"daemon    pid {d.pid} on {d.host}: not running, last seen"
+                f" {_local(d.seen_at)} ({_relative(d.seen_at, now)})"
+            )
     typer.echo("runs      " + ", ".join(f"{k} {v}" for k, v in report.counts.items()))
     lt = report.lateness
     if lt["wakes"]:

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from flowctl import ops
-from flowctl.cli.common import State, _daemon_config, _emit_json, _state
+from flowctl.cli.common import State, _daemon_config, _emit_json, _local, _state
 from flowctl.cli.schedule import _sync_at_daemon_start
 from flowctl.durations import parse_duration
-from flowctl.errors import DiskFullError, UsageError
+from flowctl.errors import DatabaseUnavailable, DiskFullError, UsageError
 
 if TYPE_CHECKING:  # the daemon loads when it serves: `daemon --help` and `stop` need none
     from flowctl.daemon import Daemon, DaemonConfig
@@ -128,6 +128,9 @@ def daemon(
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
     )
+    # The pool's own line per dead connection and per failed reconnect: an outage is said
+    # once, by the daemon's loop, when it begins and when it ends.
+    logging.getLogger("psycopg.pool").setLevel(max(level, logging.ERROR))
     raise typer.Exit(_serve(st, cfg, until_idle=until_idle))
 
 
@@ -196,42 +199,62 @@ def _log_start(d: Daemon, cfg: DaemonConfig, *, created: bool) -> None:
 
 
 def _open_when_room(st: State) -> Store:
-    """The daemon's database; a full disk at start-up is waited out (said once), as one
-    later is, so a supervisor does not restart the daemon in a loop."""
+    """The daemon's database; a full disk or a server away at start-up is waited out (said
+    once), as one later is, so a supervisor does not restart the daemon in a loop."""
+    from flowctl.daemon.lifecycle import OUTAGE_CAP_S
     from flowctl.daemon.watches import FULL_RETRY
 
-    said = False
+    said = ""
     while True:
         try:
             store = st.open_store(create=True)
             if said:
-                log.warning("the database has room again: serving")
+                log.warning("the database %s again: serving", said)
             return store
         except DiskFullError as e:
             if not said:
                 log.warning("%s; nothing committed is lost; retrying every %gs", e, FULL_RETRY)
-                said = True
+                said = "has room"
             st.clock.wait(threading.Event(), FULL_RETRY)
+        except DatabaseUnavailable as e:
+            if not said:
+                log.warning("%s; waiting for it, retrying every %gs", e, OUTAGE_CAP_S)
+                said = "is reachable"
+            st.clock.wait(threading.Event(), OUTAGE_CAP_S)
 
 
 def _stop_daemons(st: State, as_json: bool) -> None:
-    """`flowctl daemon stop`: SIGTERM (the drain) to this database's daemons, then wait."""
+    """`flowctl daemon stop`: SIGTERM (the drain) to this database's daemons, then wait.
+    Registered daemons that are not running are forgotten and said so; with none live,
+    it says so and succeeds."""
     from flowctl.ops.service import STOP_MARGIN, stop_daemons
 
     grace = _daemon_config(st).grace
     results = stop_daemons(st.store, st.clock, wait=grace + STOP_MARGIN)
+    live = [r for r in results if r.live]
     if as_json:
         _emit_json(
             [
-                {"pid": r.daemon.pid, "host": r.daemon.host, "stopped": r.stopped, "note": r.note}
+                {
+                    "pid": r.daemon.pid,
+                    "host": r.daemon.host,
+                    "live": r.live,
+                    "stopped": r.stopped,
+                    "note": r.note,
+                }
                 for r in results
             ]
         )
-    elif not results:
-        typer.echo(f"no daemon is running on {st.shown_db}")
-    for r in [] if as_json else results:
-        typer.echo(f"daemon pid {r.daemon.pid} on {r.daemon.host}: {r.note}")
-    if not all(r.stopped for r in results):
+    else:
+        if not live:
+            typer.echo(f"no daemon is running on {st.shown_db}")
+        for r in results:
+            d = r.daemon
+            note = r.note
+            if not r.live:
+                note = f"not running, last seen {_local(d.seen_at)}; its registration is removed"
+            typer.echo(f"daemon pid {d.pid} on {d.host}: {note}")
+    if not all(r.stopped for r in live):
         raise typer.Exit(1)
 
 

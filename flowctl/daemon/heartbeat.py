@@ -1,8 +1,9 @@
 """The heartbeat: extends the leases of the runs a daemon executes, and tells their live
 handlers what the store says of them (cancel, pause, deadline, budget, lease lost).
 
-An idle daemon still beats every IDLE_BEAT (daemons.seen_at): on another host, where its
-pid cannot be checked, that is all that shows it alive.
+An idle daemon still beats (daemons.seen_at) every IDLE_BEAT, or more often for a short
+lease (idle_beat): on another host, where its pid cannot be checked, that is all that
+shows it alive, and only while it is seen within its lease (ids.daemon_live).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from flowctl.daemon.slots import Slots
 from flowctl.errors import (
     Cancelled,
     DatabaseError,
+    DatabaseUnavailable,
     DeadlineExceededError,
     ExecutionTimeoutError,
     Interrupt,
@@ -29,7 +31,13 @@ from flowctl.store import Lease, Store
 
 log = logging.getLogger(__name__)
 
-IDLE_BEAT = 10.0  # an idle daemon's liveness write (seen_at); ids.REMOTE_STALE is 60 s
+IDLE_BEAT = 10.0  # an idle daemon's liveness write (seen_at), at most this often
+
+
+def idle_beat(lease: float, heartbeat: float) -> float:
+    """Seconds between an idle daemon's liveness writes: IDLE_BEAT, or less, so that its
+    seen_at is never older than its lease (the beat thread wakes every `heartbeat`)."""
+    return min(IDLE_BEAT, (lease - heartbeat) / 2)
 
 
 class Heartbeat:
@@ -68,6 +76,8 @@ class Heartbeat:
                     return
                 try:
                     self.once()
+                except DatabaseUnavailable as e:  # the loop says it once; leases stand
+                    log.debug("heartbeat failed: %s", e)
                 except DatabaseError as e:
                     log.warning("heartbeat failed: %s", e)
                 except Exception:
@@ -117,7 +127,8 @@ class Heartbeat:
 
     def _beat_idle(self) -> None:
         mono = self.clock.monotonic()
-        if not self.idle_beats or mono - self._last_idle < IDLE_BEAT:
+        every = idle_beat(self.config.lease, self.config.heartbeat)
+        if not self.idle_beats or mono - self._last_idle < every:
             return
         self._last_idle = mono
         now = self.clock.now()

@@ -31,7 +31,7 @@ from flowctl.daemon.retention import RetentionPass
 from flowctl.daemon.slots import Slots
 from flowctl.daemon.watches import Watches
 from flowctl.daemon.wheel import Refill, Timers, TimerWheel
-from flowctl.errors import Cancelled, DatabaseError, DiskFullError
+from flowctl.errors import Cancelled, DatabaseError, DatabaseUnavailable, DiskFullError
 from flowctl.ids import HOST, make_owner, proc_start
 from flowctl.model import JournalEntry, to_us
 from flowctl.runtime.engine import Engine, Outcome
@@ -227,6 +227,7 @@ class Daemon:
             "lease": self.config.lease,
             "workers": self.config.workers,
             **({"worker_of": self.worker_of} if self.worker_of else {}),
+            **self.life.outage.last,  # the last outage it waited out, shown by `status`
         }
         while True:
             try:
@@ -239,6 +240,10 @@ class Daemon:
                 self.watches.room.wait_for_room(e, self.life)
                 if self.life.stopping:
                     return False
+            except DatabaseUnavailable as e:
+                self.life.outage.wait_out(e, self.life)
+                if self.life.stopping:
+                    return False
 
     def _end(self, beat: threading.Thread) -> None:
         """The loop is over: the heartbeat ends with it, and the registration goes."""
@@ -247,6 +252,8 @@ class Daemon:
         try:
             if not self.watches.file.gone:  # never write to a file that is no longer there
                 self.store.unregister_daemon(self.owner, self.clock.now())
+        except DatabaseError as e:  # its row lapses; the next daemon or `daemon stop` drops it
+            log.warning("could not unregister the daemon: %s", e)
         except Exception:
             log.exception("could not unregister the daemon")
 
@@ -262,6 +269,12 @@ class Daemon:
                 except DiskFullError as e:
                     self.watches.room.wait_for_room(e, self.life)
                     continue
+                except DatabaseUnavailable as e:  # an outage to wait out, never to exit on
+                    self.timers.dirty = True  # re-read the wheel once it is back
+                    self.life.outage.wait_out(e, self.life)
+                    continue
+                if self.life.outage.over() is not None:
+                    self._register()  # silent that long, it may have been forgotten meanwhile
                 self.watches.room.room_again()
                 self.life.serving.set()  # clocks, data_version and the wheel all read once
                 if until_idle and self._idle(claimed):
@@ -401,6 +414,9 @@ class Daemon:
             if self.on_claim is not None:
                 self.on_claim(claim)
             outcome = self.engine.execute(claim, live, on_checkpoint=self.on_checkpoint)
+        except DatabaseUnavailable as e:  # the loop says it once for all runs
+            log.debug("run %s: %s", run_id, e)
+            outcome = _unwritten(run_id, e)
         except DatabaseError as e:  # a full disk, say: one line; the lease lapses, then reclaim
             log.warning("run %s: %s", run_id, e)
             outcome = _unwritten(run_id, e)
@@ -483,6 +499,9 @@ class Daemon:
                 log.warning("killed %d command(s) still running", n)
         try:
             n = self.heartbeat.release([live.lease for live in lives], reason)
+        except DatabaseError as e:  # their leases lapse instead: reclaimed then
+            log.warning("could not release leases: %s", e)
+            return
         except Exception:
             log.exception("could not release leases")
             return

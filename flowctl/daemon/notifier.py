@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from flowctl.clock import Clock
-from flowctl.errors import DatabaseError
+from flowctl.errors import DatabaseError, DatabaseUnavailable
 from flowctl.limits import one_line
 from flowctl.model import Run
 from flowctl.notify import (
@@ -80,6 +80,8 @@ class Notifier:
             while not stop.is_set():
                 try:
                     self.deliver_due()
+                except DatabaseUnavailable as e:  # an outage: the daemon's loop says it once
+                    log.debug("notification pass failed: %s", e)
                 except DatabaseError as e:
                     log.warning("notification pass failed: %s", e)
                 except Exception:

@@ -15,7 +15,7 @@ from typing import Any
 from flowctl.clock import Clock
 from flowctl.daemon.lifecycle import Lifecycle
 from flowctl.errors import DatabaseGoneError, DiskFullError
-from flowctl.ids import owner_is_dead
+from flowctl.ids import daemon_live, on_this_host, owner_is_dead
 from flowctl.store import Store
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,12 @@ ROOM_CHECK_EVERY = 0.5  # seconds between looks at the free space
 FULL_RETRY = 1.0  # seconds between retries while the disk (or the database) is full
 WATCH_FILE_EVERY = 1.0  # seconds between checks that the database file is still at its path
 REAP_EVERY = 1.0  # seconds between checks for dead owners holding leases
+FORGET_EVERY = 10.0  # seconds between looks for registered daemons that are not running
+# A daemon on another host whose heartbeat lapsed is shown dead at once (ids.daemon_live),
+# and its row forgotten once it has been silent this many leases, at least FORGET_MIN_S:
+# one that was only cut off re-registers when it reaches the database again.
+FORGET_LEASES = 4
+FORGET_MIN_S = 60.0
 
 
 class ClockWatch:
@@ -165,10 +171,11 @@ class Reaper:
         self.clock = clock
         self.owner = owner
         self._last = float("-inf")
+        self._forgot = float("-inf")
 
     def reap(self, *, force: bool = False) -> bool:
-        """Once a second (or `force`: at start, also dropping dead daemons' registrations);
-        True if runs became reclaimable."""
+        """Once a second (or `force`: at start); True if runs became reclaimable. Every
+        FORGET_EVERY (and at start), registrations of daemons not running are dropped."""
         mono = self.clock.monotonic()
         if not force and mono - self._last < REAP_EVERY:
             return False
@@ -181,11 +188,30 @@ class Reaper:
                 if n:
                     log.info("owner %s is gone: %d run(s) reclaimable now", owner, n)
                     lapsed = True
-        if force:
-            for d in self.store.daemons():
-                if d.owner != self.owner and owner_is_dead(d.owner):
-                    self.store.unregister_daemon(d.owner)
+        if force or mono - self._forgot >= FORGET_EVERY:
+            self._forgot = mono
+            self.forget_dead(now)
         return lapsed
+
+    def forget_dead(self, now: datetime) -> int:
+        """Drop the registrations of daemons that are not running: on this host, the
+        process gone; on another, silent for FORGET_LEASES leases (FORGET_MIN_S at least).
+        Each is remembered as last seen at its last beat. Returns how many."""
+        n = 0
+        for d in self.store.daemons():
+            if d.owner == self.owner:
+                continue
+            lease = d.info.get("lease")
+            if on_this_host(d.owner):
+                gone = owner_is_dead(d.owner)
+            else:
+                quiet = max(FORGET_MIN_S, FORGET_LEASES * float(lease or FORGET_MIN_S))
+                gone = not daemon_live(d.owner, d.seen_at, now, quiet)
+            if gone:
+                self.store.unregister_daemon(d.owner)
+                log.info("daemon %s is not running: its registration is removed", d.owner)
+                n += 1
+        return n
 
 
 @dataclass

@@ -533,7 +533,7 @@ def daemon_running(store: Store, *, clock: Clock) -> bool:
     from flowctl.ids import daemon_live
 
     now = clock.now()
-    return any(daemon_live(d.owner, d.seen_at, now) for d in store.daemons())
+    return any(daemon_live(d.owner, d.seen_at, now, d.info.get("lease")) for d in store.daemons())
 
 
 def status(store: Store, *, clock: Clock, window: timedelta = timedelta(hours=1)) -> StatusReport:
@@ -543,7 +543,7 @@ def status(store: Store, *, clock: Clock, window: timedelta = timedelta(hours=1)
 
     now = clock.now()
     daemons = [
-        (d, daemon_live(d.owner, d.seen_at, now), store.held_count(d.owner))
+        (d, daemon_live(d.owner, d.seen_at, now, d.info.get("lease")), store.held_count(d.owner))
         for d in store.daemons()
     ]
     lates = sorted(store.recent_wakes(clock.now() - window))
@@ -572,7 +572,9 @@ def _live_on(src: Store, clock: Clock) -> list[str]:
 
     now = clock.now()
     return [
-        f"pid {d.pid} on {d.host}" for d in src.daemons() if daemon_live(d.owner, d.seen_at, now)
+        f"pid {d.pid} on {d.host}"
+        for d in src.daemons()
+        if daemon_live(d.owner, d.seen_at, now, d.info.get("lease"))
     ]
 
 

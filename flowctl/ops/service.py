@@ -22,7 +22,8 @@ from pathlib import Path
 
 from flowctl.clock import Clock
 from flowctl.errors import FlowctlError
-from flowctl.ids import HOST, owner_alive, proc_start
+from flowctl.ids import HOST, daemon_live, proc_start
+from flowctl.model import iso
 from flowctl.store import DaemonInfo, Store
 
 STOP_MARGIN = 15.0  # TimeoutStopSec and `daemon stop` wait this much beyond the drain grace
@@ -186,6 +187,7 @@ class StopResult:
     daemon: DaemonInfo
     stopped: bool  # the process is gone
     note: str
+    live: bool = True  # False: it was not running; its registration was removed
 
 
 def _same_process(d: DaemonInfo) -> bool:
@@ -202,17 +204,22 @@ def stop_daemons(
 ) -> list[StopResult]:
     """SIGTERM every live daemon of this database on this host (each drains: no new
     claims, running handlers finish within its grace) and wait up to `wait` seconds for
-    all of them to exit. A daemon on another host is reported, not signalled."""
+    all of them to exit. A live daemon on another host is reported, not signalled. A
+    registered daemon that is not running (its process gone, or, on another host, its
+    heartbeat lapsed: ids.daemon_live) is forgotten, and reported as not live."""
     targets: list[DaemonInfo] = []
     results: list[StopResult] = []
+    now = clock.now()
     for d in store.daemons():
-        if not owner_alive(d.owner):
+        gone = not daemon_live(d.owner, d.seen_at, now, d.info.get("lease"))
+        if gone or (d.host == HOST and not _same_process(d)):  # pid gone, or reused
+            store.unregister_daemon(d.owner)  # remembered as last seen at its last beat
+            note = f"not running (last seen {iso(d.seen_at)}): its registration is removed"
+            results.append(StopResult(d, True, note, live=False))
             continue
         if d.host != HOST:
             results.append(StopResult(d, False, f"runs on {d.host}: stop it there"))
             continue
-        if not _same_process(d):
-            continue  # the pid was reused: that daemon is gone already
         try:
             send(d.pid, signal.SIGTERM)
         except ProcessLookupError:

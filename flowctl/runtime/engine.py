@@ -13,7 +13,13 @@ from datetime import datetime
 from typing import Any
 
 from flowctl.clock import Clock
-from flowctl.errors import FlowctlError, InputError, Interrupt, SerializationError
+from flowctl.errors import (
+    DatabaseUnavailable,
+    FlowctlError,
+    InputError,
+    Interrupt,
+    SerializationError,
+)
 from flowctl.model import JournalEntry, RunStatus
 from flowctl.runtime.context import ChildLauncher, Context, LeaseLost, LiveRun, Suspend, error_dict
 from flowctl.runtime.targets import Loader, WorkflowDef, load_child
@@ -79,6 +85,11 @@ class Engine:
             on_checkpoint=on_checkpoint,
         )
         stop, result = self._run_handler(wf, ctx, live, run.input)
+        if isinstance(stop, DatabaseUnavailable):
+            # The database went away under a durable call: no failure of the run's. Nothing
+            # is written; its lease lapses and it is reclaimed, replaying what was journaled.
+            _flushed(ctx)  # what the step returned is kept, if the database is back already
+            raise stop
         if stop is not None:
             # Even when stopping (a drain): what the step returned is kept, not run again.
             if not _flushed(ctx):
@@ -146,6 +157,8 @@ class Engine:
                 entry=last,
                 links=(run.parent_run_id, run.schedule),
             )
+        except DatabaseUnavailable:
+            raise  # not the run's failure: nothing is written (see execute)
         except (SerializationError, FlowctlError) as e:
             if not _flushed(ctx):
                 return Outcome(run.run_id, None)

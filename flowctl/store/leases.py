@@ -119,13 +119,15 @@ class Leases(StoreCore):
         now: datetime,
         info: dict[str, Any],
     ) -> None:
+        """Say daemon `owner` serves this database (again: after an outage it may have been
+        forgotten; its started_at then stands)."""
         row = [owner, host, pid, proc_start, to_us(now), to_us(now), dumps(info)]
         self._write(
             lambda tx: tx.execute(
                 "INSERT INTO daemons (owner, host, pid, proc_start, started_at, seen_at, info)"
                 " VALUES (?,?,?,?,?,?,?) ON CONFLICT (owner) DO UPDATE SET host = excluded.host,"
                 " pid = excluded.pid, proc_start = excluded.proc_start,"
-                " started_at = excluded.started_at, seen_at = excluded.seen_at,"
+                " seen_at = excluded.seen_at,"
                 " info = excluded.info",
                 row,
             ),

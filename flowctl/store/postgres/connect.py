@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from flowctl.config import mask_password
-from flowctl.errors import DatabaseError, SerializationError
+from flowctl.errors import DatabaseError, DatabaseUnavailable, SerializationError
+from flowctl.store.postgres.outage import is_outage
 
 if TYPE_CHECKING:
     import psycopg
@@ -50,6 +51,11 @@ class PostgresDriverMissingError(DatabaseError):
 
 class PostgresUnavailableError(DatabaseError):
     """The server cannot be reached, refuses the login, or has no such database."""
+
+
+class ServerDownError(PostgresUnavailableError, DatabaseUnavailable):
+    """The server refuses connections for now (down, starting, stopping): an outage, which
+    the caller may wait out, unlike a refused login or a missing database."""
 
 
 def is_postgres_url(name: str) -> bool:
@@ -118,7 +124,10 @@ def unavailable(url: str, e: BaseException) -> PostgresUnavailableError:
         hint = ": check the user and password in the URL"
     elif "refused" in why.lower() or "timeout" in why.lower() or "resolve" in why.lower():
         hint = ": is the server running there and accepting TCP/IP connections?"
-    return PostgresUnavailableError(f"cannot connect to PostgreSQL at {describe(url)}: {why}{hint}")
+    message = f"cannot connect to PostgreSQL at {describe(url)}: {why}{hint}"
+    if is_outage(e):
+        return ServerDownError(message)
+    return PostgresUnavailableError(message)
 
 
 def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:

@@ -28,7 +28,12 @@ from typing import Any, NoReturn, TypeVar
 
 from flowctl.clock import SystemClock
 from flowctl.config import mask_password
-from flowctl.errors import DatabaseError, DatabaseNotFoundError, FlowctlError
+from flowctl.errors import (
+    DatabaseError,
+    DatabaseNotFoundError,
+    DatabaseUnavailable,
+    FlowctlError,
+)
 from flowctl.model import to_us
 from flowctl.store.dialect import POSTGRES
 from flowctl.store.postgres import schema
@@ -40,6 +45,7 @@ from flowctl.store.postgres.connect import (
     session_options,
     unstorable,
 )
+from flowctl.store.postgres.outage import Availability, is_outage, pool_class, ride_out
 from flowctl.store.sql import BaseDatabase, TransactionConflict, Tx
 
 R = TypeVar("R")
@@ -49,6 +55,7 @@ CHANNEL = "flowctl_changes"
 BACKSTOP_S = 5.0  # the daemon re-reads its wheel at least this often: a bounded safety net
 POOL_MAX = 10
 POOL_TIMEOUT_S = 15.0
+RELISTEN_S = 1.0  # a lost LISTEN connection is reopened at most this often (not every poll)
 # deadlock_detected and serialization_failure: the server rolled the transaction back so
 # that another could go on; run from the start again, it sees the other's commit.
 CONFLICTS = frozenset({"40P01", "40001"})
@@ -174,15 +181,18 @@ class PostgresDatabase(BaseDatabase):
             self.url.strip()
         )  # what messages and front ends show: no password
         self.where = describe(self.url)
+        self.availability = Availability(self.where)  # outages said once, going and back
         if durability not in ("full", "normal"):
             raise FlowctlError(f"durability must be 'full' or 'normal', got {durability!r}")
         self.durability = durability
         self.read_only = False  # a login that cannot write is a server-side error on write
         self._pids: set[int] = set()  # the server pids of this store's pooled connections
-        self._migrate(create)
+        # Opening meets a restart like any call: ridden out briefly (outage.ride_out).
+        ride_out(lambda: self._migrate(create), "opening the database")
         self._pool = self._open_pool(pool_max)
         self._listen_lock = threading.Lock()
         self._listener: Conn | None = None
+        self._listen_at = 0.0  # monotonic time of the last attempt to (re)open it
         self._version = 0
         self._stats_lock = threading.Lock()
         self._listen()
@@ -210,12 +220,10 @@ class PostgresDatabase(BaseDatabase):
             first.close()
 
     def _open_pool(self, pool_max: int) -> Any:
-        from psycopg_pool import ConnectionPool
-
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": 10, **session_options()}
         if self.durability == "normal":  # a commit returns before its WAL is flushed
             kwargs["options"] += " -c synchronous_commit=off"
-        return ConnectionPool(
+        return pool_class()(
             self.url,
             min_size=1,
             max_size=pool_max,
@@ -256,6 +264,10 @@ class PostgresDatabase(BaseDatabase):
             passed: Exception = error  # a statement's own bug: as it is
             return passed
         if isinstance(error, pg.OperationalError | pg.InterfaceError):
+            if is_outage(error) or getattr(error, "sqlstate", None) is None:
+                return DatabaseUnavailable(
+                    f"PostgreSQL at {self.where} is unavailable: {cause(error)}"
+                )
             return DatabaseError(
                 f"lost the connection to PostgreSQL at {self.where}: {cause(error)}"
             )
@@ -263,18 +275,25 @@ class PostgresDatabase(BaseDatabase):
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[Conn]:
+        """A pooled connection; a driver error as `fault` says, an outage noted (once)."""
         from psycopg_pool import PoolTimeout
 
         try:
             with self._pool.connection() as conn:
                 yield conn
         except PoolTimeout:
-            raise DatabaseError(
+            e: Exception = DatabaseUnavailable(
                 f"cannot connect to PostgreSQL at {self.where}: no connection within"
                 f" {POOL_TIMEOUT_S:g} s (is the server running?)"
-            ) from None
-        except driver().Error as e:
-            raise self.fault(e) from None
+            )
+        except driver().Error as error:
+            e = self.fault(error)
+        else:
+            self.availability.answered()
+            return
+        if isinstance(e, DatabaseUnavailable) and self.availability.lost(e):
+            self._drop_dead()  # the first to meet it: the other idle connections are dead too
+        raise e from None
 
     # -- transactions --------------------------------------------------------------
 
@@ -288,21 +307,23 @@ class PostgresDatabase(BaseDatabase):
         if tx is not None:
             return fn(tx)
         what = getattr(fn, "__qualname__", "a transaction")
-        return retry_conflicts(lambda: self._once(fn, writes), what)
+        return ride_out(
+            lambda: retry_conflicts(lambda: self._once(fn, writes), what),
+            what,
+            on_outage=self._drop_dead,
+        )
+
+    def _drop_dead(self) -> None:
+        """After an outage: test the pool's idle connections now, so that those the server
+        ended are discarded (and replaced) together, not each found dead by a later call."""
+        with contextlib.suppress(Exception):
+            self._pool.check()
 
     def _once(self, fn: Callable[[Tx], R], writes: int) -> R:
         with self._stats_lock:
             self._pending += 1
         try:
-            # Pipeline mode: what a transaction only sends (a claim's UPDATE per run, a
-            # round's savepoints) rides with the next statement it waits for.
-            with self._connection() as conn, conn.pipeline() as pipe:
-                self._tl.tx = tx = _PgTx(conn, pipe)
-                try:
-                    with conn.transaction():
-                        result = fn(tx)
-                finally:
-                    self._tl.tx = None
+            result = self._commit(fn)
             with self._stats_lock:
                 self._commits += 1
                 self._writes_committed += writes
@@ -317,6 +338,32 @@ class PostgresDatabase(BaseDatabase):
         finally:
             with self._stats_lock:
                 self._pending -= 1
+
+    def _commit(self, fn: Callable[[Tx], R]) -> R:
+        """`fn` in one transaction on a pooled connection. A connection lost before the
+        COMMIT was sent is a plain DatabaseUnavailable (the server rolled it back: safe to
+        run again); one lost during the COMMIT is `unsure`."""
+        committing = False
+        try:
+            # Pipeline mode: what a transaction only sends (a claim's UPDATE per run, a
+            # round's savepoints) rides with the next statement it waits for.
+            with self._connection() as conn, conn.pipeline() as pipe:
+                self._tl.tx = tx = _PgTx(conn, pipe)
+                try:
+                    with conn.transaction():
+                        result = fn(tx)
+                        committing = True  # the block's exit sends the COMMIT
+                finally:
+                    self._tl.tx = None
+            return result
+        except DatabaseUnavailable as e:
+            if not committing:
+                raise
+            raise DatabaseUnavailable(
+                f"{e}; the connection went during COMMIT, so that write may or may not have"
+                " been made",
+                unsure=True,
+            ) from None
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Tx]:
@@ -343,6 +390,7 @@ class PostgresDatabase(BaseDatabase):
 
     def _listen(self) -> None:
         """(Re)open the LISTEN connection; holding no lock."""
+        self._listen_at = time.monotonic()
         try:
             conn = connect(self.url)
             conn.execute(f"LISTEN {CHANNEL}")
@@ -373,8 +421,8 @@ class PostgresDatabase(BaseDatabase):
             if changed:
                 self._version += 1
             version = self._version
-        if listener is None:
-            self._listen()
+        if listener is None and time.monotonic() - self._listen_at >= RELISTEN_S:
+            self._listen()  # at most once a RELISTEN_S while the server is away
         return version
 
     # -- the server's own ----------------------------------------------------------
