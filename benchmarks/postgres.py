@@ -1,7 +1,8 @@
 """PostgreSQL figures beside SQLite's, and beside DBOS on the same server, with real
 `flowctl daemon` processes.
 
-    export FLOWCTL_BENCH_PG_URL=$(.ci/pg-cluster start "$(mktemp -d)")   # a throwaway server
+    # a throwaway server with PostgreSQL's durable defaults (fsync, synchronous_commit on)
+    export FLOWCTL_BENCH_PG_URL=$(PG_DURABLE=1 .ci/pg-cluster start "$(mktemp -d)")
     .venv/bin/python benchmarks/postgres.py --dbos       # full sizes, DBOS too (minutes)
     .venv/bin/python benchmarks/postgres.py --quick      # smaller sizes, flowctl only
 
@@ -271,6 +272,18 @@ def report(got: dict[str, list[tuple[float, float]]]) -> None:
         print(f"  flowctl PostgreSQL 1 daemon / DBOS:  {pg1[0] / med['dbos'][0]:.2f}x")
 
 
+def server_settings(url: str) -> str:
+    """The server's version and the settings that bear on commit cost."""
+    import psycopg
+
+    names = ["fsync", "synchronous_commit", "full_page_writes", "server_version"]
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT name, setting FROM pg_settings WHERE name = ANY(%s) ORDER BY name", [names]
+        ).fetchall()
+    return ", ".join(f"{n}={v}" for n, v in rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
@@ -283,6 +296,7 @@ def main() -> None:
         raise SystemExit("give --pg URL or FLOWCTL_BENCH_PG_URL (see the docstring)")
     runs, wake_s, claims = (600, 1.0, 500) if args.quick else (3000, 5.0, 2000)
     print(f"$ {' '.join([os.path.basename(sys.executable), *sys.argv])}")
+    print(f"server: {server_settings(args.pg)}")
     print(
         f"runs {runs}, {args.rounds} rounds; {os.cpu_count()} CPU(s), load"
         f" {os.getloadavg()[0]:.1f}",
