@@ -115,8 +115,11 @@ class Processes(Executor):
         life.serving.set()
         gone: DatabaseGoneError | None = None
         try:
-            while not life.stopping and not (until_idle and self.done()):
+            while not life.stopping:
                 host.watch_file()  # as each worker does: the same one line, exit 1
+                isolating = host.isolate()  # suspects run in processes of their own
+                if until_idle and self.done() and not isolating:
+                    break
                 life.wait(host.clock.monotonic() + POLL_INTERVAL)
         except DatabaseGoneError as e:
             gone = e
@@ -124,6 +127,7 @@ class Processes(Executor):
         if life.hard:
             self.stop()
         self.close()
+        host.close_isolated(0.0 if life.hard else host.config.grace)
         if gone is not None:
             raise gone
         host.watch_file(now=True)  # a worker may have seen it first (or could not open it)
