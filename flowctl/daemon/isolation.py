@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -40,10 +39,10 @@ from typing import Any
 from flowctl.clock import Clock
 from flowctl.daemon.config import DaemonConfig
 from flowctl.store import Lease, Store
+from flowctl.transitions import ISOLATED_AT_ONCE
 
 log = logging.getLogger(__name__)
 
-MAX_ISOLATED = 4  # isolated workers at once, per daemon (each one Python process)
 FATAL = 3  # an isolated worker's exit code for "could not serve": not the run's fault
 KILL_AFTER = 5.0  # seconds past a stop before an isolated worker still there is killed
 
@@ -90,7 +89,7 @@ class Isolation:
         config: DaemonConfig,
         wake: Callable[[], None],
         *,
-        limit: int = MAX_ISOLATED,
+        limit: int = ISOLATED_AT_ONCE,
     ) -> None:
         self.store, self.clock, self.config = store, clock, config
         self.wake = wake
@@ -122,8 +121,8 @@ class Isolation:
         self.waiting = max(0, len(due) - max(room, 0))
         if room <= 0 or not due:
             return changed
-        # Several daemons read the same soonest suspects: each takes its own pick of them.
-        random.shuffle(due)
+        # The oldest lapse first. Daemons that pick the same run each start a worker for it:
+        # one claims it, the others find it taken and exit.
         for run_id in due[:room]:
             self._start(run_id)
         return True
