@@ -158,6 +158,11 @@ def status(
             f" run(s){role}"
         )
     typer.echo("runs      " + ", ".join(f"{k} {v}" for k, v in report.counts.items()))
+    alone, waiting = report.suspects
+    if alone or waiting:  # runs whose worker died under them: each runs in a process of its own
+        typer.echo(
+            f"recovery  {alone} suspect(s) running alone, {waiting} waiting to; other runs go on"
+        )
     lt = report.lateness
     if lt["wakes"]:
         typer.echo(

@@ -132,6 +132,18 @@ class Claims(StoreCore):
         )
         return [str(r[0]) for r in rows]
 
+    def suspect_counts(self, now: datetime) -> tuple[int, int]:
+        """(suspects running alone now, due suspects waiting for a worker of their own): what
+        `status` and `why` say of recovery (a read)."""
+        now_us = to_us(now)
+        alone = self._read(
+            "SELECT COUNT(*) FROM runs WHERE status = 'running' AND suspect = 1 AND solo = 1"
+            " AND lease_owner IS NOT NULL AND run_at > ?",
+            [now_us],
+        )
+        waiting = self._read(f"SELECT COUNT(*) FROM runs WHERE {_SUSPECT_DUE}", [now_us])
+        return int(alone[0][0]), int(waiting[0][0])
+
     def charge_crash(self, lease: Lease, now: datetime) -> int | None:
         """The isolated worker that held `lease` on a suspect died while the daemon that
         started it lived to see it: charge the crash to that run (this worker ran nothing

@@ -333,6 +333,10 @@ class Store(RunListing, Protocol):
         released is none), fewest crashes charged first (a read)."""
         ...
 
+    def suspect_counts(self, now: datetime) -> tuple[int, int]:
+        """(suspects running alone now, due suspects waiting to run alone) (a read)."""
+        ...
+
     def charge_crash(self, lease: Lease, now: datetime) -> int | None:
         """The isolated worker holding `lease` died while its daemon lived: charge the crash
         to the run and make it due now. The crashes charged, or None if not held."""
