@@ -88,11 +88,15 @@ class Isolation:
         clock: Clock,
         config: DaemonConfig,
         wake: Callable[[], None],
+        holds: Callable[[str], bool],
         *,
         limit: int = ISOLATED_AT_ONCE,
     ) -> None:
+        """`wake` wakes the daemon's loop (an isolated worker ended); `holds` says whether
+        the daemon itself still runs a run (a lease of its own that lapsed while its
+        handler ran late is not taken over from under it here)."""
         self.store, self.clock, self.config = store, clock, config
-        self.wake = wake
+        self.wake, self.holds = wake, holds
         self.limit = max(1, min(limit, config.concurrency))
         self.every = reclaim_every(config.lease)
         self._live: dict[str, _Isolated] = {}
@@ -116,7 +120,9 @@ class Isolation:
             handed = set(self._live)
         room = self.limit - len(handed)
         due = [
-            r for r in self.store.suspects_due(self.clock.now(), 4 * self.limit) if r not in handed
+            r
+            for r in self.store.suspects_due(self.clock.now(), 4 * self.limit)
+            if r not in handed and not self.holds(r)
         ]
         self.waiting = max(0, len(due) - max(room, 0))
         if room <= 0 or not due:
@@ -195,9 +201,9 @@ class Isolation:
     def _watch(self, worker: _Isolated, report: int) -> None:
         """Read the lease the worker claimed (one line), then reap it and wake the loop."""
         with os.fdopen(report, "rb") as lines:
-            line = lines.readline().split()
+            line = lines.readline().split(maxsplit=1)
         if len(line) == 2:
-            worker.lease = Lease(worker.run_id, int(line[0]), line[1].decode())
+            worker.lease = Lease(worker.run_id, int(line[0]), line[1].decode().strip())
         worker.code = worker.popen.wait()
         worker.done.set()
         self.wake()

@@ -97,7 +97,7 @@ class Daemon:
         # Suspects run in worker processes of their own (not beside an injected clock, nor
         # in a worker or one-run daemon: their daemon, or the claimer itself, isolates).
         self.isolation = (
-            Isolation(store, clock, self.config, self.life.wake.set)
+            Isolation(store, clock, self.config, self.life.wake.set, self.slots.holds)
             if not one_run and worker_of is None and isinstance(clock, SystemClock)
             else None
         )
