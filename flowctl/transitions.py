@@ -38,7 +38,8 @@ from flowctl.errors import (
 from flowctl.model import CallKind, JournalEntry, Run, RunStatus
 from flowctl.retry import DEFAULT_RUN_RETRY, RetryPolicy
 
-POISON_CRASHES = 5  # crashes charged to a run (it ran alone, no checkpoint since): poison
+POISON_CRASHES = 5  # crashes charged to a run (its isolated worker died, no checkpoint since)
+ISOLATED_AT_ONCE = 4  # suspects a daemon runs at once, each alone in a worker process
 
 
 class ErrorKind(StrEnum):
@@ -310,9 +311,14 @@ class ClaimVerdict:
     error: dict[str, Any] | None = None  # END / FAIL: the error recorded
     reclaims: int = 0  # CLAIM: reclaims from a dead worker since the last checkpoint
     reclaimed: bool = False  # CLAIM: taken over from a worker whose lease lapsed
-    crashes: int = 0  # CLAIM / SUSPECT: crashes charged to it, this one included
-    charged: bool = False  # CLAIM / SUSPECT: its dead worker was running it alone
+    crashes: int = 0  # CLAIM / SUSPECT: crashes charged to it since its last checkpoint
     suspect: bool = False  # CLAIM / SUSPECT: its worker died under it since its last checkpoint
+
+
+def released(run: Run) -> bool:
+    """Whether a running run was handed back by an orderly stop (a drain past its grace):
+    its lease has no owner. Nobody died under it, so it is no suspect."""
+    return run.status is RunStatus.RUNNING and run.lease_owner is None
 
 
 def claim_verdict(run: Run, now: datetime, *, alone: bool = False) -> ClaimVerdict:
@@ -326,12 +332,15 @@ def claim_verdict(run: Run, now: datetime, *, alone: bool = False) -> ClaimVerdi
 
     Poison is charged only to the run whose execution killed its worker. Several runs share
     a daemon, so a crash alone cannot say which one did it: every run reclaimed from a dead
-    worker becomes a suspect, and a suspect is claimed only by a claimer that runs it alone
-    (`alone`: nothing else in its process while it runs). A run that was running alone when
-    its worker died (`run.solo`) is charged that crash. A new checkpoint or any end clears
-    the suspicion and the charges; so healthy runs merely in flight complete.
+    worker (its lease lapsed) becomes a suspect, and a suspect is claimed only by a claimer
+    that runs it `alone`: a worker process of its own (flowctl.daemon.isolation), beside
+    which the daemon goes on. A crash is charged to it only by that daemon, seeing its
+    isolated worker die while it lived itself (`charge_crash`), never at a reclaim: a whole
+    process group killed at once charges nobody. A run released by a drain (`released`) is
+    no suspect. A new checkpoint or any end clears the suspicion and the charges; so
+    healthy runs merely in flight complete.
     """
-    lapsed = run.status is RunStatus.RUNNING  # a due running run: its lease lapsed
+    lapsed = run.status is RunStatus.RUNNING  # a due running run: its lease lapsed or was let go
     if lapsed and run.cancel_requested:
         return _ends(ending(ErrorKind.CANCELLED, run))
     if run.deadline is not None and run.deadline <= now:
@@ -342,25 +351,18 @@ def claim_verdict(run: Run, now: datetime, *, alone: bool = False) -> ClaimVerdi
         return ClaimVerdict(ClaimAction.PAUSE)
     if lapsed and run.timeout is not None and run.exec_spent >= run.timeout:
         return _ends(ending(ErrorKind.TIMEOUT, run))
-    reclaims = run.reclaims + 1 if lapsed else run.reclaims
-    charged = lapsed and run.solo
-    crashes = run.crashes + 1 if charged else run.crashes
-    suspect = run.suspect or lapsed
+    died = lapsed and run.lease_owner is not None  # not released: its worker died (or hung)
+    reclaims = run.reclaims + 1 if died else run.reclaims
+    crashes = run.crashes
+    suspect = run.suspect or died
     if crashes >= POISON_CRASHES:
         return _ends(ending(ErrorKind.POISON, run, crashes=crashes))
     if suspect and not alone:
-        return ClaimVerdict(
-            ClaimAction.SUSPECT, crashes=crashes, charged=charged, suspect=True, reclaims=reclaims
-        )
+        return ClaimVerdict(ClaimAction.SUSPECT, crashes=crashes, suspect=True, reclaims=reclaims)
     if not (reclaims or crashes or suspect):
         return _PLAIN_CLAIM  # the usual claim, of a run no worker died under: one shared value
     return ClaimVerdict(
-        ClaimAction.CLAIM,
-        reclaims=reclaims,
-        reclaimed=lapsed,
-        crashes=crashes,
-        charged=charged,
-        suspect=suspect,
+        ClaimAction.CLAIM, reclaims=reclaims, reclaimed=died, crashes=crashes, suspect=suspect
     )
 
 

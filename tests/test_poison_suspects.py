@@ -1,6 +1,8 @@
-"""Suspects run alone: runs reclaimed from a dead worker execute one at a time, nothing
-else beside them, through the serving loop on a FakeClock (tests/crash/ has the real
-restart loop with a step that kills its daemon)."""
+"""Suspects run alone. A daemon on the system clock runs each in a worker process of its
+own beside everything else (tests/crash/test_isolation.py, and the real restart loop with
+a step that kills its worker in tests/crash/test_poison_suspects.py). Driven by an
+injected clock, which worker processes cannot share, the serving loop runs them itself,
+one at a time with nothing beside them: this file."""
 
 from __future__ import annotations
 

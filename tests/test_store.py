@@ -569,17 +569,19 @@ def test_a_reclaimed_run_is_a_suspect_held_for_a_claimer_that_runs_it_alone(
     assert not store.suspect_due(now)
 
 
-def test_a_run_that_keeps_killing_its_worker_while_alone_is_dead_lettered_as_poison(
+def test_a_run_whose_isolated_worker_keeps_dying_is_dead_lettered_as_poison(
     store: Store,
 ) -> None:
     rid = new_run(store)
-    now = T0
-    claim_one(store, OWNER_A, now)  # the first worker dies with others in flight: no charge
-    for crashes in (0, 1, 2, 3, 4):  # then it runs alone, and each worker dies under it
-        now += LEASE
+    claim_one(store, OWNER_A, T0)  # the first worker dies with others in flight: no charge
+    now = T0 + LEASE - SECOND
+    for crashes in (0, 1, 2, 3, 4):  # then it runs alone, and each isolated worker dies under it
+        now += SECOND
         claim, _ = store.claim_suspect(OWNER_B, now, now + LEASE)
         assert claim is not None and claim.run.crashes == crashes
-    now += LEASE
+        assert store.charge_crash(claim.lease, now) == crashes + 1  # its daemon saw it die
+        assert store.suspects_due(now, 10) == [rid]  # due again at once
+    now += SECOND
     assert store.claim_suspect(OWNER_B, now, now + LEASE) == (None, [rid])
     run = store.get_run(rid)
     assert (run.status, run.attempt) == (RunStatus.DEAD, 1)
@@ -589,6 +591,50 @@ def test_a_run_that_keeps_killing_its_worker_while_alone_is_dead_lettered_as_poi
         "message": "its worker died 5 times while running it alone, without a new"
         " checkpoint: it is killing its worker",
     }
+    charged = [e.data["crashes"] for e in store.timeline(rid) if e.type == "crashed"]
+    assert charged == [1, 2, 3, 4, 5]
+
+
+def test_a_suspect_whose_lease_lapsed_alone_is_charged_nothing(store: Store) -> None:
+    """A whole process group killed at once (its daemon with it): nobody charges the crash,
+    however often it happens; a stale lease charges nothing either."""
+    rid = new_run(store)
+    now = T0
+    claim_one(store, OWNER_A, now)
+    stale = None
+    for _ in range(8):
+        now += LEASE
+        claim, _ = store.claim_suspect(OWNER_B, now, now + LEASE)
+        assert claim is not None and claim.run.crashes == 0
+        stale = stale or claim.lease
+    assert stale is not None and store.charge_crash(stale, now) is None  # not held any more
+    run = store.get_run(rid)
+    assert (run.status, run.crashes, run.reclaims) == (RunStatus.RUNNING, 0, 8)
+
+
+def test_a_run_released_by_a_drain_is_no_suspect(store: Store) -> None:
+    rid = new_run(store)
+    claim = claim_one(store, OWNER_A, T0)
+    assert store.release_runs([claim.lease], T0, "grace period over") == 1
+    run = store.get_run(rid)
+    assert (run.status, run.lease_owner, run.run_at) == (RunStatus.RUNNING, None, T0)
+    assert store.suspects_due(T0, 10) == []
+    again = claim_one(store, OWNER_B, T0)  # the usual claim takes it: nobody died
+    assert (again.run.suspect, again.run.reclaims, again.run.crashes) == (False, 0, 0)
+    assert again.lease.fence == 2
+    assert not store.record_entry(claim.lease, step_entry(rid, 0, "late"), T0)  # fenced off
+    assert not [e for e in store.timeline(rid) if e.type == "suspect"]
+
+
+def test_a_suspect_released_by_a_drain_stays_a_suspect(store: Store) -> None:
+    rid = new_run(store)
+    claim_one(store, OWNER_A, T0)
+    now = T0 + LEASE
+    claim, _ = store.claim_suspect(OWNER_B, now, now + LEASE)
+    assert claim is not None
+    store.release_runs([claim.lease], now, "grace period over")
+    assert store.suspects_due(now, 10) == [rid]
+    assert store.claim_due(OWNER_A, now, now + LEASE, 10) == ([], [])  # held for isolation
 
 
 def test_a_crash_with_others_in_flight_is_charged_to_nobody(store: Store) -> None:
@@ -607,16 +653,16 @@ def test_a_new_checkpoint_clears_the_suspect_and_its_charges(store: Store) -> No
     rid = new_run(store)
     now = T0
     claim_one(store, OWNER_A, now)
-    for _ in range(4):
+    for _ in range(3):
         now += LEASE
         claim = claim_one(store, OWNER_B, now, alone=True)
+        assert store.charge_crash(claim.lease, now) is not None
+    claim = claim_one(store, OWNER_B, now, alone=True)
     assert claim.run.crashes == 3
     assert store.record_entry(claim.lease, step_entry(rid, 0, "progress"), now)
     run = store.get_run(rid)
     assert (run.reclaims, run.crashes, run.suspect) == (0, 0, False)
-    now += LEASE
-    # It was running alone when this worker died: one crash charged since the checkpoint.
-    assert claim_one(store, OWNER_B, now, alone=True).run.crashes == 1
+    assert store.charge_crash(claim.lease, now) == 1  # one crash charged since the checkpoint
 
 
 def test_a_lapsed_run_that_used_its_budget_fails_its_attempt_as_a_timeout(store: Store) -> None:

@@ -155,21 +155,22 @@ def test_claim_verdicts_in_order() -> None:
     assert (v.action, v.error and v.error["kind"]) == (ClaimAction.FAIL, "timeout")
 
 
-def test_a_lapsed_lease_makes_a_suspect_charged_only_if_it_ran_alone() -> None:
+def test_a_lapsed_lease_makes_a_suspect_that_no_claim_charges() -> None:
     now = T0 + timedelta(seconds=10)
-    lapsed = a_run(status=RunStatus.RUNNING, reclaims=3)
-    # its worker ran others too: held for a claimer that runs it alone, nothing charged
+    lapsed = a_run(status=RunStatus.RUNNING, lease_owner="h/1/1/dead", reclaims=3)
+    # its worker died: held for a claimer that runs it alone, nothing charged
     v = claim_verdict(lapsed, now)
-    assert (v.action, v.suspect, v.crashes, v.charged) == (ClaimAction.SUSPECT, True, 0, False)
+    assert (v.action, v.suspect, v.crashes) == (ClaimAction.SUSPECT, True, 0)
     v = claim_verdict(lapsed, now, alone=True)
     assert (v.action, v.reclaims, v.reclaimed, v.crashes) == (ClaimAction.CLAIM, 4, True, 0)
-    # it ran alone when its worker died: that crash is charged to it
-    solo = a_run(status=RunStatus.RUNNING, suspect=True, solo=True, crashes=3)
+    # it ran alone when its worker died, whole process group and all: the reclaim charges
+    # nothing (only the daemon that saw its isolated worker die does: charge_crash)
+    solo = dataclasses.replace(lapsed, suspect=True, solo=True, crashes=3)
     v = claim_verdict(solo, now, alone=True)
-    assert (v.action, v.crashes, v.charged) == (ClaimAction.CLAIM, 4, True)
+    assert (v.action, v.crashes) == (ClaimAction.CLAIM, 3)
     # the fifth charged crash is poison, whoever looks
     for alone in (False, True):
-        v = claim_verdict(dataclasses.replace(solo, crashes=4), now, alone=alone)
+        v = claim_verdict(dataclasses.replace(solo, crashes=5), now, alone=alone)
         assert (v.action, v.status, v.error and v.error["kind"]) == (
             ClaimAction.END,
             RunStatus.DEAD,
@@ -177,6 +178,14 @@ def test_a_lapsed_lease_makes_a_suspect_charged_only_if_it_ran_alone() -> None:
         )
     # a fresh run is claimed by anyone
     assert claim_verdict(a_run(), now).action is ClaimAction.CLAIM
+
+
+def test_a_run_released_by_a_drain_is_claimed_as_usual_unless_a_suspect_already() -> None:
+    now = T0 + timedelta(seconds=10)
+    released = a_run(status=RunStatus.RUNNING, lease_owner=None, run_at=T0)
+    assert claim_verdict(released, now) == ClaimVerdict(ClaimAction.CLAIM)  # nobody died
+    v = claim_verdict(dataclasses.replace(released, suspect=True), now)
+    assert (v.action, v.reclaims) == (ClaimAction.SUSPECT, 0)  # still one: runs alone
 
 
 def test_next_attempt_retries_with_backoff_clamped_to_the_deadline() -> None:
@@ -310,7 +319,7 @@ def test_a_cancel_ends_the_run_cancelled_with_the_operators_reason_or_one_defaul
 
 
 def test_poison_ends_the_run_dead_naming_the_crashes_charged() -> None:
-    run = a_run(status=RunStatus.RUNNING, suspect=True, solo=True, crashes=4)
+    run = a_run(status=RunStatus.RUNNING, lease_owner="h/1/1/x", suspect=True, crashes=5)
     end = ending(ErrorKind.POISON, run, crashes=5)
     assert end == Ending(
         RunStatus.DEAD,

@@ -488,3 +488,76 @@ def test_why_help_has_an_example(invoke: Any) -> None:
     assert "Examples: flowctl why m8rtkeefq3x7bz2w --json" in " ".join(
         invoke("why", "--help").stdout.split()
     )
+
+
+# ---------------------------------------------------------------- recovery (issue 39)
+
+
+def test_a_suspect_running_alone_says_so_and_what_waits() -> None:
+    isolated = f"{HOST}/4242/1/beef"
+    r = run(
+        RunStatus.RUNNING,
+        lease_owner=isolated,
+        lease_until=NOW + timedelta(seconds=9),
+        suspect=True,
+        solo=True,
+        crashes=2,
+    )
+    why = explain(WhyFacts(r, daemons=(ALIVE,), suspects=(1, 3)), NOW)
+    assert why.reason == "suspect_alone"
+    assert "runs alone in worker pid 4242" in why.message
+    assert "(2 of 5 charged); other runs go on beside it" in why.message
+    assert (why.facts["suspects_alone"], why.facts["suspects_waiting"]) == (1, 3)
+
+
+def test_a_suspect_waiting_for_a_worker_of_its_own_says_how_many_wait() -> None:
+    r = run(RunStatus.RUNNING, lease_owner=GONE_OWNER, lease_until=NOW, suspect=True)
+    why = explain(WhyFacts(r, lease_owner_gone=True, daemons=(ALIVE,), suspects=(4, 7)), NOW)
+    assert why.reason == "suspect_waiting"
+    assert "at its next reclaim pass" in why.message
+    assert "7 suspect(s) wait, 4 run(s) alone now; other runs go on meanwhile" in why.message
+
+
+def test_a_run_a_drain_handed_back_is_no_suspect() -> None:
+    r = run(RunStatus.RUNNING, lease_owner=None, lease_until=NOW, run_at=NOW)
+    why = explain(WhyFacts(r, daemons=(ALIVE,)), NOW)
+    assert why.reason == "released"
+    assert "no suspect" in why.message and "claims it with the other due runs" in why.message
+    alone = explain(WhyFacts(r), NOW)
+    assert alone.reason == "released" and "no daemon is running" in alone.message
+
+
+def test_why_and_status_read_the_suspects_from_the_store(
+    store: Store, fake_clock: FakeClock, flows: Path
+) -> None:
+    rid = start(store, fake_clock, f"{flows}:nap")
+    now = fake_clock.now()
+    store.claim_due(GONE_OWNER, now, now + timedelta(seconds=5), 10)
+    fake_clock.advance(10)
+    now = fake_clock.now()
+    assert store.claim_due(ALIVE.owner, now, now + timedelta(seconds=5), 10) == ([], [])
+    assert ops.status(store, clock=fake_clock).suspects == (0, 1)  # held for isolation
+    assert ops.status(store, clock=fake_clock).to_json()["suspects"] == {"alone": 0, "waiting": 1}
+    claim, _ = store.claim_suspect(make_owner(), now, now + timedelta(seconds=5))
+    assert claim is not None and claim.run.run_id == rid
+    assert ops.status(store, clock=fake_clock).suspects == (1, 0)
+    why = ops.why_run(store, rid, clock=fake_clock)
+    assert why.reason == "suspect_alone"
+    assert (why.facts["suspects_alone"], why.facts["suspects_waiting"]) == (1, 0)
+
+
+def test_status_says_what_recovery_runs_alone_and_what_waits(
+    invoke: Any, fake_clock: FakeClock, flows: Path
+) -> None:
+    store = Store(invoke.db)
+    try:
+        start(store, fake_clock, f"{flows}:nap")
+        lines = invoke("status").stdout.splitlines()
+        assert not [ln for ln in lines if ln.startswith("recovery")]  # nothing to recover
+        now = fake_clock.now()
+        assert store.claim_due(GONE_OWNER, now, now + timedelta(seconds=5), 10)[0]
+    finally:
+        store.close()
+    fake_clock.advance(10)
+    line = "recovery  0 suspect(s) running alone, 1 waiting to; other runs go on"
+    assert line in invoke("status").stdout.splitlines()

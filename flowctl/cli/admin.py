@@ -188,6 +188,11 @@ def status(
                 f" {_local(d.seen_at)} ({_relative(d.seen_at, now)})"
             )
     typer.echo("runs      " + ", ".join(f"{k} {v}" for k, v in report.counts.items()))
+    alone, waiting = report.suspects
+    if alone or waiting:  # runs whose worker died under them: each runs in a process of its own
+        typer.echo(
+            f"recovery  {alone} suspect(s) running alone, {waiting} waiting to; other runs go on"
+        )
     lt = report.lateness
     if lt["wakes"]:
         typer.echo(

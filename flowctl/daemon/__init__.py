@@ -11,6 +11,8 @@
     flowctl.daemon.batch       ... the batch runner (greenlets) ...
     flowctl.daemon.processes   ... or worker processes (`--workers N`), supervised
     flowctl.daemon.worker      one worker process (`python -m flowctl.daemon.worker`)
+    flowctl.daemon.isolation   suspects, each alone in a process of its own; the reclaim pass
+    flowctl.daemon.isolated    one isolated worker (`python -m flowctl.daemon.isolated`)
     flowctl.daemon.retention   pruning finished runs ([retention], `flowctl prune`)
     flowctl.daemon.notifier    delivering the notification outbox ([notify])
     flowctl.daemon.foreground  one run driven from the caller (`flowctl run --wait`, Client.run)

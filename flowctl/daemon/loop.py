@@ -21,10 +21,11 @@ import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from flowctl.clock import Clock
+from flowctl.clock import Clock, SystemClock
 from flowctl.daemon.config import DaemonConfig
 from flowctl.daemon.executor import Executor, Greenlets, Inline, Threads, batched
 from flowctl.daemon.heartbeat import Heartbeat
+from flowctl.daemon.isolation import Isolation
 from flowctl.daemon.lifecycle import POLL_INTERVAL, DaemonStopping, Lifecycle
 from flowctl.daemon.processes import Processes
 from flowctl.daemon.retention import RetentionPass
@@ -93,7 +94,13 @@ class Daemon:
         self.executor = choose(self.config, one_run=one_run)
         self._inline = Inline(self.execute)
         self._running: Executor = self._inline  # who executes a claim: the executor, serving
-        self._suspects = False  # a suspect is due: claim nothing new until it has run alone
+        # Suspects run in worker processes of their own (not beside an injected clock, nor
+        # in a worker or one-run daemon: their daemon, or the claimer itself, isolates).
+        self.isolation = (
+            Isolation(store, clock, self.config, self.life.wake.set, self.slots.holds)
+            if not one_run and worker_of is None and isinstance(clock, SystemClock)
+            else None
+        )
         self.executed = 0
 
     @property
@@ -142,8 +149,8 @@ class Daemon:
         self.retention.run(self.store, self.clock)
         if self.timers.dirty:
             self.timers.refill()
-        if self.slots.solo is not None:
-            return 0  # a suspect runs alone here: nothing else until its handler stops
+        if self._running is not self._inline:
+            self.isolate()
         if self.watches.room.short_of_room():
             return 0
         return self._claim_due(now)
@@ -160,35 +167,43 @@ class Daemon:
             self.scheduler.reread()
 
     def _claim_due(self, now: datetime) -> int:
-        """Claim and dispatch what is due, a suspect alone first (see claim_verdict)."""
+        """Claim and dispatch what is due. Suspects are passed over (held for a claimer that
+        runs them alone: an isolated worker, see flowctl.daemon.isolation); with no one to
+        isolate them (not serving, or an injected clock), one runs here when nothing else
+        does, and nothing is claimed beside it."""
         free = self.slots.free()
         due_at = self.timers.next_at()
         now_us = to_us(now)
         due = due_at is not None and due_at <= now_us
-        if free == self.config.concurrency and (
-            self._suspects or (due and self.store.suspect_due(now))
-        ):
-            suspect = self._claim_suspect(now)
-            if suspect is not None:
-                self.slots.solo = suspect.run.run_id
-                self._dispatch(suspect)
-                return 1
-            self._suspects = False
-        if self._suspects:
-            return 0  # claim nothing new: once what runs has stopped, the suspect runs alone
+        if self._alone_here():
+            if free < self.config.concurrency:
+                return 0  # a suspect runs alone here: nothing beside it
+            if self.store.suspect_due(now):
+                suspect = self._claim_suspect(now)
+                if suspect is not None:
+                    self.slots.solo = suspect.run.run_id
+                    self._dispatch(suspect)
+                    return 1
         if free <= 0 or not due:
             return 0
         asked = min(free, self.config.claim_batch)
         claims = self.claim(now, asked)
         if len(claims) < asked:
             # Everything due at `now` is claimed (or ended, or held as a suspect): drop those
-            # entries. A held suspect is remembered here instead.
+            # entries.
             self.timers.pop_due(now_us)
-            if self.store.suspect_due(now):
-                self._suspects = True
         for claim in claims:
             self._dispatch(claim)
         return len(claims)
+
+    def _alone_here(self) -> bool:
+        """Whether suspects run alone in this process (nobody isolates them): a solo run
+        holds the slots, else the next due suspect is claimed first."""
+        if self.slots.solo is not None:
+            return True
+        if self.only_run_id is not None or self.worker_of is not None:
+            return False  # the one-run claimer runs it alone; a worker's daemon isolates
+        return self.isolation is None or self._running is self._inline
 
     def holds(self, run_id: str) -> bool:
         """True while one of this daemon's workers executes `run_id`: until it lets go, the
@@ -284,10 +299,13 @@ class Daemon:
         finally:
             self.life.stopping = True
             self._running = self._inline
+            self.close_isolated(0.0)  # they had the grace too; none is charged now
 
     def _idle(self, claimed: int) -> bool:
-        """Nothing was claimed, nothing runs, and nothing is due now."""
+        """Nothing was claimed, nothing runs (isolated workers included), nothing is due now."""
         if claimed or len(self.slots) or self.timers.dirty:
+            return False
+        if self.isolation is not None and self.isolation.busy():
             return False
         next_at = self.timers.next_at()
         return next_at is None or next_at > to_us(self.clock.now())
@@ -299,12 +317,12 @@ class Daemon:
         timeout = POLL_INTERVAL
         next_at = self.timers.next_at()
         may_claim = (
-            self.slots.free() > 0
-            and self.slots.solo is None
-            and not (self._suspects or self.watches.room.short)
+            self.slots.free() > 0 and self.slots.solo is None and not self.watches.room.short
         )
         if next_at is not None and may_claim:
             timeout = min(timeout, (next_at - to_us(self.clock.now())) / 1e6)
+        if self.isolation is not None:
+            timeout = min(timeout, self.isolation.next_look() - start)
         next_fire = self.scheduler.next_at if self.scheduler is not None else None
         if next_fire is not None:
             timeout = min(timeout, (next_fire - self.clock.now()).total_seconds())
@@ -327,7 +345,7 @@ class Daemon:
                     self.config.grace
                 )
                 log.info("draining: %d run(s) still running", len(self.slots))
-            if not len(self.slots):
+            if not len(self.slots) and not self._isolating():
                 return 0
             if self.clock.monotonic() >= deadline:
                 log.warning(
@@ -339,6 +357,28 @@ class Daemon:
                 self._abandon("grace period over", until=deadline + UNWIND_WAIT)
                 return 0
             self.life.wait(min(self.clock.monotonic() + POLL_INTERVAL, deadline))
+
+    def _isolating(self) -> bool:
+        """Isolated workers still run (a drain waits for them within its grace too; it
+        starts no new one)."""
+        if self.isolation is None:
+            return False
+        self.isolation.draining = True
+        self.isolation.look()
+        return bool(self.isolation.running())
+
+    def isolate(self) -> bool:
+        """The reclaim pass (flowctl.daemon.isolation): charge isolated workers that died,
+        start one for each due suspect, at its own cadence. True while any runs."""
+        if self.isolation is None:
+            return False
+        self.isolation.look()
+        return bool(self.isolation.running()) or self.isolation.waiting > 0
+
+    def close_isolated(self, grace: float) -> None:
+        """Isolated workers finish within `grace`, then hand their runs back (or are killed)."""
+        if self.isolation is not None:
+            self.isolation.close(grace)
 
     def stop(self, *, drain: bool = True) -> None:
         """Drain (stop claiming, let running handlers finish); a second call stops at once."""

@@ -21,8 +21,9 @@ Whole engines send nothing: each run costs what it costs in one process, plus th
 
 A worker killed at any moment (SIGKILL included) loses nothing: it is a dead daemon on
 this host, whose leases the other workers lapse at once (watches.Reaper); a run
-taken from it is a suspect and runs alone next, so a run that keeps killing its worker
-is dead-lettered as poison. The daemon starts another in its place (after a pause that
+taken from it is a suspect, which this daemon runs alone in a worker process of its own
+(flowctl.daemon.isolation, from its supervising loop), so a run that keeps killing its
+worker is dead-lettered as poison while the workers serve everything else. The daemon starts another in its place (after a pause that
 grows while they keep dying young). A worker that cannot serve at all (its database
 gone, say) exits with FATAL, and the daemon then stops the others and exits too. The
 workers take orders only from the daemon, over a pipe (the first line is their settings,
@@ -116,8 +117,11 @@ class Processes(Executor):
         life.serving.set()
         gone: DatabaseGoneError | None = None
         try:
-            while not life.stopping and not (until_idle and self.done()):
+            while not life.stopping:
                 host.watch_file()  # as each worker does: the same one line, exit 1
+                isolating = host.isolate()  # suspects run in processes of their own
+                if until_idle and self.done() and not isolating:
+                    break
                 life.wait(host.clock.monotonic() + POLL_INTERVAL)
         except DatabaseGoneError as e:
             gone = e
@@ -125,6 +129,7 @@ class Processes(Executor):
         if life.hard:
             self.stop()
         self.close()
+        host.close_isolated(0.0 if life.hard else host.config.grace)
         if gone is not None:
             raise gone
         host.watch_file(now=True)  # a worker may have seen it first (or could not open it)

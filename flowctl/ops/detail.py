@@ -117,7 +117,7 @@ def show_run(
             changed = True
     notes = []
     now = clock.now()
-    facts = why_facts(store, run.run_id)
+    facts = why_facts(store, run.run_id, now=now)
     if run.deadline is not None and run.deadline <= now and not run.status.is_terminal:
         # Who acts on it depends on whether a daemon serves this database: explain knows.
         notes.append(explain(facts, now).message)
@@ -272,8 +272,9 @@ def explain_detail(detail: RunDetail, now: datetime) -> Why | None:
     return None if detail.why_facts is None else explain(detail.why_facts, now)
 
 
-def why_facts(store: Store, ref: str) -> WhyFacts:
-    """Read from the store everything `explain` needs to say why a run is not running."""
+def why_facts(store: Store, ref: str, *, now: datetime | None = None) -> WhyFacts:
+    """Read from the store everything `explain` needs to say why a run is not running
+    (`now`: also how many suspects run alone and wait, for a running run)."""
     from flowctl.ids import owner_is_dead
 
     run = store.find_run(ref)
@@ -302,6 +303,7 @@ def why_facts(store: Store, ref: str) -> WhyFacts:
         due_ahead=(
             store.due_ahead(run.run_id, run.run_at) if active and run.run_at is not None else 0
         ),
+        suspects=store.suspect_counts(now) if running and now is not None else (0, 0),
         lease_owner_gone=(
             running and run.lease_owner is not None and owner_is_dead(run.lease_owner)
         ),
@@ -349,4 +351,5 @@ def _child(store: Store, pending: JournalEntry | None) -> Run | None:
 
 def why_run(store: Store, ref: str, *, clock: Clock) -> Why:
     """`flowctl why RUN`: the one reason the run is where it is, with its facts."""
-    return explain(why_facts(store, ref), clock.now())
+    now = clock.now()
+    return explain(why_facts(store, ref, now=now), now)

@@ -7,7 +7,8 @@ a FakeClock. The reasons, in the order they are tried:
     completed, cancelled, dead                      the run has ended
     deadline_passed                                 past its deadline, not yet dead-lettered
     cancel_requested, pause_requested,              running, with something pending on it
-    lease_owner_gone, lease_expired, running
+    suspect_alone, released, suspect_waiting,       recovering: run alone, handed back,
+    lease_owner_gone, lease_expired, running        or its lease to be taken over
     paused                                          an operator paused it
     held, sleeping, waiting_signal, waiting_child,  parked until a time or an event
     retry_step, retry_load, retry_run, scheduled
@@ -25,7 +26,7 @@ from typing import Any
 
 from flowctl.durations import format_duration
 from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus, iso, local_text
-from flowctl.transitions import load_failures
+from flowctl.transitions import ISOLATED_AT_ONCE, POISON_CRASHES, load_failures
 
 REASONS = (
     "completed",
@@ -34,6 +35,9 @@ REASONS = (
     "deadline_passed",
     "cancel_requested",
     "pause_requested",
+    "suspect_alone",
+    "released",
+    "suspect_waiting",
     "lease_owner_gone",
     "lease_expired",
     "running",
@@ -82,6 +86,7 @@ class WhyFacts:
     daemons: tuple[DaemonFact, ...] = ()
     daemon_last_seen: datetime | None = None  # when a daemon last ran, if none runs now
     due_ahead: int = 0  # due runs the claim order puts before this one
+    suspects: tuple[int, int] = (0, 0)  # suspects running alone, and due ones waiting
     lease_owner_gone: bool = False  # the lease owner is provably dead (same host, pid gone)
     cancel_requested: OperatorEvent | None = None
     pause_requested: OperatorEvent | None = None
@@ -271,7 +276,15 @@ def _running(facts: WhyFacts, now: datetime) -> Answer | None:
             f"pause requested at {when(ev.at, now)}{_by(ev)}; {doing} still runs in"
             f" {owner}, and the run parks as paused at its next durable call",
         )
-    reclaim = "a daemon reclaims it at once" if _alive(facts) else _no_daemon_text(facts, now)
+    recovering = _recovering(facts, now, owner, doing, lease)
+    if recovering is not None:
+        return recovering
+    reclaim = (
+        "a daemon reclaims it at once, and runs it alone in a worker process of its own (a"
+        " suspect: its worker died under it) while other runs go on"
+        if _alive(facts)
+        else _no_daemon_text(facts, now)
+    )
     if facts.lease_owner_gone:
         return (
             "lease_owner_gone",
@@ -289,6 +302,43 @@ def _running(facts: WhyFacts, now: datetime) -> Answer | None:
         lease,
         f"running: {doing} runs in {owner}, lease until {when(run.lease_until, now)}",
     )
+
+
+def _recovering(
+    facts: WhyFacts, now: datetime, owner: str, doing: str, lease: dict[str, Any]
+) -> Answer | None:
+    """A suspect (its worker died under it) running alone in a worker process of its own,
+    or waiting for one; or a run a stopping daemon handed back (no suspect)."""
+    run = facts.run
+    alone, waiting = facts.suspects
+    counts = {"suspects_alone": alone, "suspects_waiting": waiting}
+    lapsed = run.lease_until is not None and run.lease_until <= now
+    if run.suspect and run.solo and not lapsed and not facts.lease_owner_gone:
+        return (
+            "suspect_alone",
+            {**counts, "crashes": run.crashes, **lease},
+            f"its worker died under it, so {doing} runs alone in {owner}, a worker process"
+            f" of its own, lease until {when(run.lease_until, now)}: a crash is charged to it"
+            f" alone ({run.crashes} of {POISON_CRASHES} charged); other runs go on beside it",
+        )
+    claimer = "a daemon" if _alive(facts) else f"the next daemon ({_no_daemon_text(facts, now)})"
+    if run.lease_owner is None and not run.suspect:
+        return (
+            "released",
+            {"daemon": _daemon_facts(facts), **lease},
+            f"handed back by a stopping daemon at {when(run.run_at, now)} (no crash, so no"
+            f" suspect); {claimer} claims it with the other due runs",
+        )
+    if run.suspect and (lapsed or facts.lease_owner_gone) and _alive(facts):
+        return (
+            "suspect_waiting",
+            {**counts, "crashes": run.crashes, "daemon": _daemon_facts(facts), **lease},
+            f"its worker ({owner}) died or stopped under it, so it is a suspect: a daemon runs"
+            f" it alone in a worker process of its own at its next reclaim pass (within a"
+            f" second), up to {ISOLATED_AT_ONCE} at a time each; {waiting} suspect(s) wait,"
+            f" {alone} run(s) alone now; other runs go on meanwhile",
+        )
+    return None
 
 
 def _paused(facts: WhyFacts, now: datetime) -> Answer | None:

@@ -491,6 +491,7 @@ class StatusReport:
     daemons: list[tuple[DaemonInfo, bool, int]]  # info, alive, runs held
     lateness: dict[str, float | int | None]
     free_bytes: int | None = None  # on the database's filesystem; None on a server
+    suspects: tuple[int, int] = (0, 0)  # running alone in worker processes of their own; due
 
     @property
     def short_of_room(self) -> bool:
@@ -517,6 +518,7 @@ class StatusReport:
                 for d, alive, held in self.daemons
             ],
             "wake_lateness": self.lateness,
+            "suspects": {"alone": self.suspects[0], "waiting": self.suspects[1]},
         }
 
 
@@ -556,7 +558,14 @@ def status(store: Store, *, clock: Clock, window: timedelta = timedelta(hours=1)
             round(lates[min(len(lates) - 1, int(q * len(lates)))] * 1000, 3) if lates else None
         )
     lateness["max_ms"] = round(lates[-1] * 1000, 3) if lates else None
-    return StatusReport(store.path, store.count_by_status(), daemons, lateness, store.free_bytes())
+    return StatusReport(
+        store.path,
+        store.count_by_status(),
+        daemons,
+        lateness,
+        store.free_bytes(),
+        store.suspect_counts(now),
+    )
 
 
 def list_workflows(workflows_dir: str | Path) -> list[WorkflowEntry]:

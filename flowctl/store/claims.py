@@ -20,7 +20,16 @@ from flowctl.store.core import StoreCore
 from flowctl.store.endings import end, fail, move_counts, park_paused
 from flowctl.store.mapping import _RUN_COLUMNS, _run_from_row
 from flowctl.store.records import Claim, Lease
-from flowctl.store.rows import RUNS, EventRow, add_event, add_events, event, marks, suspect_data
+from flowctl.store.rows import (
+    RUNS,
+    EventRow,
+    add_event,
+    add_events,
+    event,
+    held_row,
+    marks,
+    suspect_data,
+)
 from flowctl.store.sql import Row, Tx
 from flowctl.transitions import ClaimAction, ClaimVerdict, claim_verdict, claim_wakes
 
@@ -55,6 +64,9 @@ _ONE_DUE = (
     f"SELECT {_CLAIM_COLUMNS} FROM {RUNS} WHERE run_id = ? AND runs.status IN"
     f" ({', '.join(repr(s) for s in _CLAIMABLE)}) AND runs.run_at <= ?{{skip_locked}}"
 )
+
+# A due suspect: lapsed under its owner's name (not released by a drain), or one already.
+_SUSPECT_DUE = "status = 'running' AND run_at <= ? AND (suspect = 1 OR lease_owner IS NOT NULL)"
 
 _SLEEPS_DUE = (
     "UPDATE journal SET state = 'done', resolved_at = ? WHERE run_id = ?"
@@ -108,10 +120,54 @@ class Claims(StoreCore):
 
     def suspect_due(self, now: datetime) -> bool:
         """Whether a run whose worker died under it is due (a read): it waits to run alone."""
+        return bool(self.suspects_due(now, 1))
+
+    def suspects_due(self, now: datetime, limit: int) -> list[str]:
+        """Ids of due suspects, the fewest crashes charged first (a read): runs whose lease
+        lapsed under a live owner's name (its worker died or hangs) or that were suspects
+        already. A run released by a drain (no owner) and no suspect is not one."""
         rows = self._read(
-            "SELECT 1 FROM runs WHERE status = 'running' AND run_at <= ? LIMIT 1", [to_us(now)]
+            f"SELECT run_id FROM runs WHERE {_SUSPECT_DUE} ORDER BY crashes, run_at LIMIT ?",
+            [to_us(now), limit],
         )
-        return bool(rows)
+        return [str(r[0]) for r in rows]
+
+    def suspect_counts(self, now: datetime) -> tuple[int, int]:
+        """(suspects running alone now, due suspects waiting for a worker of their own): what
+        `status` and `why` say of recovery (a read)."""
+        now_us = to_us(now)
+        alone = self._read(
+            "SELECT COUNT(*) FROM runs WHERE status = 'running' AND suspect = 1 AND solo = 1"
+            " AND lease_owner IS NOT NULL AND run_at > ?",
+            [now_us],
+        )
+        waiting = self._read(f"SELECT COUNT(*) FROM runs WHERE {_SUSPECT_DUE}", [now_us])
+        return int(alone[0][0]), int(waiting[0][0])
+
+    def charge_crash(self, lease: Lease, now: datetime) -> int | None:
+        """The isolated worker that held `lease` on a suspect died while the daemon that
+        started it lived to see it: charge the crash to that run (this worker ran nothing
+        else) and make it due now. Returns the crashes charged since its last checkpoint,
+        or None (nothing changed) if the lease was no longer held: the run ended or moved on
+        before its worker died."""
+        now_us = to_us(now)
+
+        def charge(tx: Tx) -> int | None:
+            row = held_row(tx, lease, "crashes")
+            if row is None:
+                return None
+            crashes = int(row[0]) + 1
+            tx.execute(
+                "UPDATE runs SET crashes = ?, suspect = 1, solo = 0, lease_until = ?, run_at = ?"
+                " WHERE run_id = ?",
+                [crashes, now_us, now_us, lease.run_id],
+            )
+            note = "its isolated worker died while running it alone: the crash is charged to it"
+            data = {"by": lease.owner, "fence": lease.fence, "crashes": crashes, "note": note}
+            add_event(tx, lease.run_id, now_us, "crashed", data)
+            return crashes
+
+        return self._write(charge)
 
     def claim_due(
         self,
@@ -144,7 +200,7 @@ class Claims(StoreCore):
             times = _ClaimTimes(to_us(now), to_us(lease_until), owner, True)
             times.begin(tx)
             rows = tx.all(
-                "SELECT run_id FROM runs WHERE status = 'running' AND run_at <= ?"
+                f"SELECT run_id FROM runs WHERE {_SUSPECT_DUE}"
                 " ORDER BY crashes, run_at LIMIT 16{skip_locked}",
                 [times.now_us],
             )
@@ -275,14 +331,10 @@ def _pass_over(tx: Tx, run: Run, verdict: ClaimVerdict, times: _ClaimTimes) -> N
     if action is ClaimAction.SKIP:
         return
     if action is ClaimAction.SUSPECT:
-        # Held for a claimer that runs it alone. Record the charge once (solo cleared).
-        if not run.suspect or verdict.charged:
-            tx.execute(
-                "UPDATE runs SET suspect = 1, solo = 0, crashes = ? WHERE run_id = ?",
-                [verdict.crashes, rid],
-            )
-            data = suspect_data(run, verdict.charged, verdict.crashes)
-            add_event(tx, rid, now_us, "suspect", data)
+        # Held for a claimer that runs it alone (flowctl.daemon.isolation). Said once.
+        if not run.suspect:
+            tx.execute("UPDATE runs SET suspect = 1, solo = 0 WHERE run_id = ?", [rid])
+            add_event(tx, rid, now_us, "suspect", suspect_data(run, verdict.crashes))
         return
     if action is ClaimAction.PAUSE:  # its worker died with a pause requested
         park_paused(tx, run, RunStatus.QUEUED, now_us, now_us)

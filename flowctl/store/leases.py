@@ -98,7 +98,9 @@ class Leases(StoreCore):
                 if held_row(tx, lease) is None:
                     continue
                 tx.execute(
-                    "UPDATE runs SET lease_until = ?, run_at = ?, solo = 0 WHERE run_id = ?",
+                    # No owner: released by an orderly stop, not lapsed (claim_verdict: no suspect).
+                    "UPDATE runs SET lease_owner = NULL, lease_until = ?, run_at = ?, solo = 0"
+                    " WHERE run_id = ?",
                     [now_us, now_us, lease.run_id],
                 )
                 done += 1

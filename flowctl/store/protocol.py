@@ -329,6 +329,20 @@ class Store(RunListing, Protocol):
         """Whether a suspect is due (a read): it waits for a claimer that runs it alone."""
         ...
 
+    def suspects_due(self, now: datetime, limit: int) -> list[str]:
+        """Ids of due suspects (lapsed under an owner, or suspects already; a run a drain
+        released is none), fewest crashes charged first (a read)."""
+        ...
+
+    def suspect_counts(self, now: datetime) -> tuple[int, int]:
+        """(suspects running alone now, due suspects waiting to run alone) (a read)."""
+        ...
+
+    def charge_crash(self, lease: Lease, now: datetime) -> int | None:
+        """The isolated worker holding `lease` died while its daemon lived: charge the crash
+        to the run and make it due now. The crashes charged, or None if not held."""
+        ...
+
     def heartbeat(
         self,
         owner: str,

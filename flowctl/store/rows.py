@@ -148,10 +148,6 @@ def search_clause(dialect: Dialect, search: str) -> tuple[str, list[Any]]:
     return clause, [pattern, search, stored]
 
 
-def suspect_data(run: Run, charged: bool, crashes: int) -> dict[str, Any]:
-    note = (
-        "its worker died while running it alone: the crash is charged to it"
-        if charged
-        else "its worker died with other runs in flight: it runs alone next, to tell"
-    )
+def suspect_data(run: Run, crashes: int) -> dict[str, Any]:
+    note = "its worker died under it: it runs next in a worker process of its own, to tell"
     return {"from": run.lease_owner, "crashes": crashes, "note": note}

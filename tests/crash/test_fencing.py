@@ -94,21 +94,23 @@ def test_a_daemon_paused_past_its_lease_has_its_late_writes_rejected(
     assert lost["fence"] == first_fence
     assert lost["current_fence"] == first_fence + 1
     (reclaimed,) = timeline(db, run_id, "reclaimed")  # by lease expiry: the paused pid lives
-    assert reclaimed["by"].split("/")[1] == str(other.pid)
+    # A suspect: the other daemon runs it alone, in a worker process of its own.
+    winner = int(reclaimed["by"].split("/")[1])
+    assert winner not in (paused.pid, other.pid) and reclaimed["alone"] is True
 
     spans = {pid: (start, end) for start, end, pid, _ in intervals(effects)[run_id]}
-    assert set(spans) == {paused.pid, other.pid}
+    assert set(spans) == {paused.pid, winner}
     # The paused daemon finished its body after the other one had journaled the step...
     ((value, recorded_at),) = read(
         db, "SELECT value, recorded_at FROM journal WHERE run_id = ? AND kind = 'step'", (run_id,)
     )
     assert spans[paused.pid][1] * 1e6 > recorded_at
     # ... and its result never landed: the journal and the run hold the other daemon's.
-    assert int(value) == other.pid
+    assert int(value) == winner
     ((status, result, fence),) = read(
         db, "SELECT status, result, fence FROM runs WHERE run_id = ?", (run_id,)
     )
-    assert (status, int(result), fence) == ("completed", other.pid, first_fence + 1)
+    assert (status, int(result), fence) == ("completed", winner, first_fence + 1)
     assert len(timeline(db, run_id, "completed")) == 1
     assert "lease lost" in daemons.log(paused)
     for p in (paused, other):

@@ -4,9 +4,10 @@ The issue's reproduction under a restart loop: one run whose step calls os._exit
 three runs with 300 ms steps, and `flowctl daemon --lease 3s` started again each time it
 dies. Before, every run in flight was charged each crash, and all four ended dead with
 PoisonRunError after six starts. Now the first crash (four runs in flight) is charged to
-nobody: all four become suspects and run alone, one at a time. The three healthy runs
-complete; the guilty one is charged each crash it causes alone, and its fifth charged
-crash dead-letters it, at the seventh start (a crash is known only to the next process).
+nobody: all four become suspects, and each runs alone in a worker process of its own
+(issue 39), beside which the daemon lives on. The three healthy runs complete; the guilty
+one kills only its isolated worker, each death is charged to it by the daemon that saw
+it, and the fifth dead-letters it, with that second daemon still serving.
 On both stores (the `db` fixture): on PostgreSQL the dead daemon is on this host, where
 the pid check applies, so its runs are reclaimed at once there too.
 """
@@ -59,11 +60,13 @@ def test_only_the_run_that_kills_its_daemon_is_poisoned_the_others_complete(
     assert final[guilty] == "dead"
     ((error,),) = read(db, "SELECT error FROM runs WHERE run_id = ?", (guilty,))
     assert json.loads(error)["type"] == "PoisonRunError"
-    # One crash with all four in flight, then five crashes while it ran alone; the
-    # seventh daemon reads the fifth charge and dead-letters it, then drains (exit 0).
-    assert exits == [7] * 6 + [0]
+    # One crash with all four in flight kills the first daemon; the second runs each
+    # suspect in a process of its own, sees the guilty one's die five times, and lives.
+    assert exits == [7, 0]
     charges = [e["crashes"] for e in timeline(db, guilty) if e["type"] == "reclaimed"]
-    assert charges == [0, 1, 2, 3, 4]  # crashes charged before each start runs it alone
+    assert charges == [0, 1, 2, 3, 4]  # crashes charged before each isolated worker runs it
+    crashed = [e["crashes"] for e in timeline(db, guilty) if e["type"] == "crashed"]
+    assert crashed == [1, 2, 3, 4, 5]
     # Each healthy run's step is journaled once; it ran at most twice (once in the crash).
     for run_id in healthy:
         assert read(db, "SELECT COUNT(*) FROM journal WHERE run_id = ?", (run_id,)) == [(1,)]

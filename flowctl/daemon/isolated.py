@@ -1,0 +1,114 @@
+"""An isolated worker: one suspect run, alone in a process of its own (flowctl.daemon.isolation).
+
+    python -m flowctl.daemon.isolated CONTROL_FD REPORT_FD
+
+CONTROL_FD is the read end of a pipe from the daemon that started it: its one line is the
+settings as JSON (the run, the database, the daemon's settings, the log level). At the
+pipe's end (that daemon stops, or is gone, even by SIGKILL) this worker stops at once and
+hands its run back. On REPORT_FD it writes the lease it claimed (`FENCE OWNER`), so that
+daemon can charge the run a crash if this process dies under it, and it alone.
+
+It claims that one run as a claimer that runs it alone, executes it until its handler
+stops (it ends, suspends, or is interrupted), and exits 0. SIGINT and SIGTERM are caught
+and ignored (not SIG_IGN, which commands it starts would inherit): the daemon turns them
+into its own drain and closes the pipe when its grace is over.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import IO, Any
+
+from flowctl.clock import SystemClock
+from flowctl.daemon.config import DaemonConfig
+from flowctl.daemon.isolation import FATAL
+from flowctl.daemon.lifecycle import DaemonStopping
+from flowctl.daemon.loop import UNWIND_WAIT, Daemon
+from flowctl.errors import FlowctlError
+from flowctl.store import Claim, open_store
+
+log = logging.getLogger(__name__)
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """SIGINT/SIGTERM: the daemon that started this worker decides (see the module)."""
+
+
+def stop_at_eof(control: IO[bytes], daemon: Daemon) -> None:
+    """At the pipe's end, interrupt the handler, give it UNWIND_WAIT to unwind, hand the run
+    back, and exit: the run is a suspect still, for the next claimer that runs it alone."""
+    for _ in control:
+        pass
+    daemon.stop(drain=False)
+    lives = daemon.slots.lives()
+    for live in lives:
+        live.interrupt(DaemonStopping("the daemon that isolated this run stopped"))
+    until = daemon.clock.monotonic() + UNWIND_WAIT
+    while len(daemon.slots) and daemon.clock.monotonic() < until:
+        daemon.life.wait(until)
+    if len(daemon.slots):
+        try:
+            daemon.heartbeat.release([live.lease for live in lives], "its daemon stopped")
+        except Exception:
+            log.exception("could not release the run")
+        os._exit(0)
+
+
+def serve(settings: dict[str, Any], control: IO[bytes], report: int) -> int:
+    """Claim the run alone and execute it, reporting the lease; stop at the pipe's end.
+    The exit code: 0 (its handler stopped, or the run was not there to claim)."""
+    store = open_store(settings["db"], durability=settings["durability"], create=False)
+    try:
+
+        def reported(claim: Claim) -> None:
+            os.write(report, f"{claim.lease.fence} {claim.lease.owner}\n".encode())
+
+        config = DaemonConfig(**{**settings["config"], "retention": {}})
+        daemon = Daemon(
+            store, SystemClock(), config, only_run_id=settings["run_id"], on_claim=reported
+        )
+        threading.Thread(
+            target=stop_at_eof, args=(control, daemon), name="flowctl-orders", daemon=True
+        ).start()
+        beat = threading.Thread(
+            target=daemon.heartbeat.loop, args=(daemon.life,), name="flowctl-heartbeat"
+        )
+        beat.start()
+        try:
+            with store.own_writes():
+                daemon.reap_dead_owners(force=True)  # a dead worker's lease lapses at once
+                for claim in daemon.claim(daemon.clock.now(), 1):
+                    daemon.execute(claim)
+        finally:
+            daemon.life.served.set()
+            beat.join(timeout=5)
+        return 0
+    finally:
+        store.close()
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGINT, _ignore)
+    signal.signal(signal.SIGTERM, _ignore)
+    control = os.fdopen(int(argv[0]), "rb")
+    report = int(argv[1])
+    settings = json.loads(control.readline())
+    logging.basicConfig(
+        level=getattr(logging, str(settings["log_level"]).upper(), logging.INFO),
+        format=f"%(asctime)s %(levelname)s isolated {os.getpid()}: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return serve(settings, control, report)
+    except FlowctlError as e:  # the database is gone, say: not the run's fault
+        log.error("%s", e)
+        return FATAL
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
