@@ -7,9 +7,10 @@ about 8 ms of a 60 ms `flowctl --help`. So the collector is off while the CLI is
 those objects are then moved out of its sight (`gc.freeze()`: they are not garbage), and it
 is on again before any command runs, so a daemon or the TUI collects as usual.
 
-`-m flowctl.daemon.worker FD FD` starts a worker of `flowctl daemon --workers N`: the
-single-file build (flowctl.pyz, whose entry point this is) starts its workers from itself
-that way, on a Python that may have no flowctl installed (flowctl.daemon.processes).
+`-m flowctl.daemon.worker FD FD` starts a worker of `flowctl daemon --workers N`, and
+`-m flowctl.daemon.isolated FD FD` the worker a suspect runs alone in: the single-file
+build (flowctl.pyz, whose entry point this is) starts them from itself that way, on a
+Python that may have no flowctl installed (flowctl.daemon.spawn).
 """
 
 import gc
@@ -22,6 +23,10 @@ def main() -> None:
         from flowctl.daemon.worker import main as serve
 
         sys.exit(serve(sys.argv[3:]))
+    if sys.argv[1:3] == ["-m", "flowctl.daemon.isolated"]:
+        from flowctl.daemon.isolated import main as alone
+
+        sys.exit(alone(sys.argv[3:]))
     was_enabled = gc.isenabled()
     gc.disable()
     try:

@@ -29,7 +29,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +37,7 @@ from typing import Any
 
 from flowctl.clock import Clock
 from flowctl.daemon.config import DaemonConfig
+from flowctl.daemon.spawn import child_argv
 from flowctl.store import Lease, Store
 from flowctl.transitions import ISOLATED_AT_ONCE
 
@@ -178,7 +178,7 @@ class Isolation:
         report_r, report_w = os.pipe()
         try:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "flowctl.daemon.isolated", str(read), str(report_w)],
+                child_argv("flowctl.daemon.isolated", str(read), str(report_w)),
                 pass_fds=(read, report_w),
                 stdin=subprocess.DEVNULL,
             )

@@ -2,7 +2,7 @@
 
 The executor of a daemon with workers (flowctl.daemon.executor): the daemon process
 supervises, in a loop of its own (`Processes.serve`). It starts N workers
-(`python -m flowctl.daemon.worker`, or from the .pyz the daemon runs from: worker_argv),
+(`python -m flowctl.daemon.worker`, or from the .pyz the daemon runs from: spawn.child_argv),
 each a Daemon of its own on the same database: it registers, claims runs under its own
 leases, keeps its own timer wheel and batch runner, and fires schedules. On SQLite their
 write rounds take turns on the database (flowctl.daemon.batch, SqliteDatabase.take_turns):
@@ -40,15 +40,14 @@ import logging
 import os
 import resource
 import subprocess
-import sys
 import threading
 import time
-import zipfile
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from flowctl.daemon.executor import Executor, Host
 from flowctl.daemon.lifecycle import POLL_INTERVAL
+from flowctl.daemon.spawn import child_argv
 from flowctl.errors import DatabaseGoneError
 from flowctl.runtime.live import LiveRun
 from flowctl.store import Claim
@@ -214,7 +213,7 @@ class Processes(Executor):
         ready, serving = os.pipe()
         try:
             popen = subprocess.Popen(
-                worker_argv(str(read), str(serving)),
+                child_argv("flowctl.daemon.worker", str(read), str(serving)),
                 pass_fds=(read, serving),
                 stdin=subprocess.DEVNULL,
             )
@@ -296,38 +295,6 @@ class Processes(Executor):
                     self._finished += 1
                     return
             self._place(self._spawn(slot))
-
-
-WORKER_MODULE = "flowctl.daemon.worker"
-
-
-def worker_argv(*args: str) -> list[str]:
-    """How to start a worker with `args`: as `python -m` of its module, by the Python
-    running this daemon with its isolation flags. A daemon running from the single-file
-    build (`python3 flowctl.pyz daemon`) starts it from that same file instead, whose entry
-    point (flowctl.__main__) takes `-m flowctl.daemon.worker` too: that Python may not have
-    flowctl installed at all, so `python -m` alone dies with ModuleNotFoundError."""
-    python = [sys.executable]
-    if sys.flags.isolated:
-        python.append("-I")
-    else:
-        python += ["-E"] if sys.flags.ignore_environment else []
-        python += ["-s"] if sys.flags.no_user_site else []
-    archive = running_archive()
-    return [*python, *([archive] if archive is not None else []), "-m", WORKER_MODULE, *args]
-
-
-def running_archive() -> str | None:
-    """The zip application (a .pyz) this process was started as, if it was one: its path
-    is sys.argv[0], and the program's __main__ module was loaded from inside it."""
-    argv0 = sys.argv[0] if sys.argv else ""
-    main_file = getattr(sys.modules.get("__main__"), "__file__", None) or ""
-    if not argv0 or not os.path.isfile(argv0):
-        return None
-    archive = os.path.abspath(argv0)
-    if not os.path.abspath(main_file).startswith(archive + os.sep):
-        return None
-    return archive if zipfile.is_zipfile(archive) else None
 
 
 def _read_line(fd: int) -> bool:
