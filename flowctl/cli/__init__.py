@@ -132,7 +132,7 @@ COMMANDS: tuple[tuple[str, str, str, str], ...] = (
     (
         "redrive",
         "flowctl.cli.actions:redrive",
-        "Give a dead or cancelled run a fresh attempt budget, keeping its checkpoints (--all: every dead run).",
+        "Give a dead or cancelled run a fresh attempt budget, keeping its checkpoints and its deadline; one past its deadline needs --deadline or --no-deadline (--all: every dead run).",
         "Act on runs",
     ),
     (

@@ -129,9 +129,10 @@ def _completer(name: str) -> Any:
     """A shell_complete callback that loads flowctl/cli/complete.py only when TAB asks."""
 
     def complete(ctx: Any, param: Any, incomplete: str) -> Any:
-        from flowctl.cli import complete as completers
+        from flowctl.cli.complete import run_ids, statuses, workflow_names
 
-        return getattr(completers, name)(ctx, param, incomplete)
+        chosen = {"run_ids": run_ids, "statuses": statuses, "workflow_names": workflow_names}
+        return chosen[name](ctx, param, incomplete)
 
     return complete
 

@@ -68,6 +68,11 @@ _ONE_DUE = (
 # A due suspect: lapsed under its owner's name (not released by a drain), or one already.
 _SUSPECT_DUE = "status = 'running' AND run_at <= ? AND (suspect = 1 OR lease_owner IS NOT NULL)"
 
+# Due suspects are read in due order (the runs_by_status index, no sort), this many at
+# most, and the fewest crashes charged are taken first among them (_fewest_crashes): a run
+# that keeps killing its worker does not hold up the others.
+_SUSPECTS_READ = 64
+
 _SLEEPS_DUE = (
     "UPDATE journal SET state = 'done', resolved_at = ? WHERE run_id = ?"
     " AND kind = 'sleep' AND state = 'pending' AND wake_at <= ?"
@@ -127,10 +132,10 @@ class Claims(StoreCore):
         lapsed under a live owner's name (its worker died or hangs) or that were suspects
         already. A run released by a drain (no owner) and no suspect is not one."""
         rows = self._read(
-            f"SELECT run_id FROM runs WHERE {_SUSPECT_DUE} ORDER BY crashes, run_at LIMIT ?",
-            [to_us(now), limit],
+            f"SELECT run_id, crashes FROM runs WHERE {_SUSPECT_DUE} ORDER BY run_at LIMIT ?",
+            [to_us(now), _SUSPECTS_READ + limit],
         )
-        return [str(r[0]) for r in rows]
+        return [str(r[0]) for r in _fewest_crashes(rows)[:limit]]
 
     def suspect_counts(self, now: datetime) -> tuple[int, int]:
         """(suspects running alone now, due suspects waiting for a worker of their own): what
@@ -200,11 +205,11 @@ class Claims(StoreCore):
             times = _ClaimTimes(to_us(now), to_us(lease_until), owner, True)
             times.begin(tx)
             rows = tx.all(
-                f"SELECT run_id FROM runs WHERE {_SUSPECT_DUE}"
-                " ORDER BY crashes, run_at LIMIT 16{skip_locked}",
-                [times.now_us],
+                f"SELECT run_id, crashes FROM runs WHERE {_SUSPECT_DUE}"
+                " ORDER BY run_at LIMIT ?{skip_locked}",
+                [times.now_us, _SUSPECTS_READ],
             )
-            for (rid,) in rows:
+            for rid, _ in _fewest_crashes(rows):
                 got = _claim_one(tx, rid, times)
                 if got is not None:
                     times.flush(tx)
@@ -212,6 +217,12 @@ class Claims(StoreCore):
             return None, times.ended
 
         return self._write(claim)
+
+
+def _fewest_crashes(rows: Sequence[Row]) -> list[Row]:
+    """(run_id, crashes) rows read in due order: the fewest crashes first, due order kept
+    among equals (a stable sort)."""
+    return sorted(rows, key=lambda r: int(r[1]))
 
 
 def _claim_due(
