@@ -101,6 +101,9 @@ class Daemon:
             if not one_run and worker_of is None and isinstance(clock, SystemClock)
             else None
         )
+        # A suspect is due and runs alone in this process (_alone_here): claim nothing new
+        # until what runs has stopped.
+        self._suspects = False
         self.executed = 0
 
     @property
@@ -175,23 +178,30 @@ class Daemon:
         due_at = self.timers.next_at()
         now_us = to_us(now)
         due = due_at is not None and due_at <= now_us
-        if self._alone_here():
-            if free < self.config.concurrency:
+        alone_here = self._alone_here()
+        if alone_here:
+            if self.slots.solo is not None:
                 return 0  # a suspect runs alone here: nothing beside it
-            if self.store.suspect_due(now):
+            if free == self.config.concurrency and (
+                self._suspects or (due and self.store.suspect_due(now))
+            ):
                 suspect = self._claim_suspect(now)
                 if suspect is not None:
                     self.slots.solo = suspect.run.run_id
                     self._dispatch(suspect)
                     return 1
+                self._suspects = False
+            if self._suspects:
+                return 0  # claim nothing new: once what runs has stopped, it runs alone
         if free <= 0 or not due:
             return 0
         asked = min(free, self.config.claim_batch)
         claims = self.claim(now, asked)
         if len(claims) < asked:
             # Everything due at `now` is claimed (or ended, or held as a suspect): drop those
-            # entries.
+            # entries. A suspect held to run alone here is remembered instead.
             self.timers.pop_due(now_us)
+            self._suspects = alone_here and self.store.suspect_due(now)
         for claim in claims:
             self._dispatch(claim)
         return len(claims)
