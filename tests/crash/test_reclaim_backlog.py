@@ -67,12 +67,23 @@ def _group(pid: int) -> int | None:
         return None
 
 
-@pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_frozen_daemons_runs_are_taken_over_while_thousands_are_queued(
+    db: str, tmp_path: Path, daemons: Daemons
+) -> None:
+    """One process per daemon, on both stores."""
+    frozen_daemons_runs_are_taken_over(db, tmp_path, daemons, "1")
+
+
+def test_a_frozen_daemons_runs_are_taken_over_under_a_backlog_with_worker_processes(
+    tmp_path: Path, daemons: Daemons
+) -> None:
+    """Worker processes, SQLite's default (a PostgreSQL daemon is one process unless told)."""
+    frozen_daemons_runs_are_taken_over(str(tmp_path / "flowctl.db"), tmp_path, daemons, "2")
+
+
+def frozen_daemons_runs_are_taken_over(
     db: str, tmp_path: Path, daemons: Daemons, workers: str
 ) -> None:
-    if workers != "1" and is_url(db):
-        pytest.skip("worker processes are the SQLite default; one process on PostgreSQL")
     effects = tmp_path / "effects.log"
     with open_store(db) as store:
         ops.start_many(
