@@ -16,27 +16,21 @@ into its own drain and closes the pipe when its grace is over.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import signal
 import sys
 import threading
 from typing import IO, Any
 
 from flowctl.clock import SystemClock
-from flowctl.daemon.config import DaemonConfig
 from flowctl.daemon.isolation import FATAL
 from flowctl.daemon.lifecycle import DaemonStopping
 from flowctl.daemon.loop import UNWIND_WAIT, Daemon
+from flowctl.daemon.spawn import child_start, config_of
 from flowctl.errors import FlowctlError
 from flowctl.store import Claim, open_store
 
 log = logging.getLogger(__name__)
-
-
-def _ignore(signum: int, frame: object) -> None:
-    """SIGINT/SIGTERM: the daemon that started this worker decides (see the module)."""
 
 
 def stop_at_eof(control: IO[bytes], daemon: Daemon) -> None:
@@ -68,7 +62,7 @@ def serve(settings: dict[str, Any], control: IO[bytes], report: int) -> int:
         def reported(claim: Claim) -> None:
             os.write(report, f"{claim.lease.fence} {claim.lease.owner}\n".encode())
 
-        config = DaemonConfig(**{**settings["config"], "retention": {}})
+        config = config_of({**settings["config"], "retention": {}})
         daemon = Daemon(
             store, SystemClock(), config, only_run_id=settings["run_id"], on_claim=reported
         )
@@ -93,16 +87,7 @@ def serve(settings: dict[str, Any], control: IO[bytes], report: int) -> int:
 
 
 def main(argv: list[str]) -> int:
-    signal.signal(signal.SIGINT, _ignore)
-    signal.signal(signal.SIGTERM, _ignore)
-    control = os.fdopen(int(argv[0]), "rb")
-    report = int(argv[1])
-    settings = json.loads(control.readline())
-    logging.basicConfig(
-        level=getattr(logging, str(settings["log_level"]).upper(), logging.INFO),
-        format=f"%(asctime)s %(levelname)s isolated {os.getpid()}: %(message)s",
-        stream=sys.stderr,
-    )
+    control, report, settings = child_start(argv, "isolated")
     try:
         return serve(settings, control, report)
     except FlowctlError as e:  # the database is gone, say: not the run's fault

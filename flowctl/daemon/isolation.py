@@ -24,7 +24,6 @@ take them.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -32,12 +31,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 from flowctl.clock import Clock
 from flowctl.daemon.config import DaemonConfig
-from flowctl.daemon.spawn import child_argv
+from flowctl.daemon.spawn import child_settings, start_child
 from flowctl.store import Lease, Store
 from flowctl.transitions import ISOLATED_AT_ONCE
 
@@ -174,22 +172,12 @@ class Isolation:
             return list(self._live.values())
 
     def _start(self, run_id: str) -> None:
-        read, write = os.pipe()
-        report_r, report_w = os.pipe()
+        settings = {**child_settings(self.store, self.config), "run_id": run_id}
         try:
-            popen = subprocess.Popen(
-                child_argv("flowctl.daemon.isolated", str(read), str(report_w)),
-                pass_fds=(read, report_w),
-                stdin=subprocess.DEVNULL,
-            )
+            popen, write, report_r = start_child("flowctl.daemon.isolated", settings)
         except OSError as e:
             log.warning("run %s: could not start an isolated worker: %s", run_id, e)
-            for fd in (read, write, report_r, report_w):
-                os.close(fd)
             return
-        os.close(read)
-        os.close(report_w)
-        os.write(write, json.dumps(self._settings(run_id)).encode() + b"\n")
         worker = _Isolated(run_id, popen, write, time.monotonic())
         with self._lock:
             self._live[run_id] = worker
@@ -235,20 +223,6 @@ class Isolation:
                 _how(code),
                 crashes,
             )
-
-    def _settings(self, run_id: str) -> dict[str, Any]:
-        """What an isolated worker needs: its run, the database (the URL itself, never on
-        a command line), this daemon's settings and log level."""
-        config = asdict(self.config)
-        config["workers"] = 1
-        config["retention"] = {}
-        return {
-            "run_id": run_id,
-            "db": self.store.location,
-            "durability": self.store.durability,
-            "config": config,
-            "log_level": logging.getLevelName(logging.getLogger("flowctl").getEffectiveLevel()),
-        }
 
 
 def _close_fd(worker: _Isolated) -> None:

@@ -35,19 +35,18 @@ is on their command lines: a PostgreSQL URL's password travels in the pipe.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import resource
 import subprocess
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from flowctl.daemon.executor import Executor, Host
 from flowctl.daemon.lifecycle import POLL_INTERVAL
-from flowctl.daemon.spawn import child_argv
+from flowctl.daemon.spawn import child_settings, start_child
 from flowctl.errors import DatabaseGoneError
 from flowctl.runtime.live import LiveRun
 from flowctl.store import Claim
@@ -209,18 +208,7 @@ class Processes(Executor):
                     pass  # it is gone already: its watcher saw or will see it
 
     def _spawn(self, slot: int) -> _Worker:
-        read, write = os.pipe()
-        ready, serving = os.pipe()
-        try:
-            popen = subprocess.Popen(
-                child_argv("flowctl.daemon.worker", str(read), str(serving)),
-                pass_fds=(read, serving),
-                stdin=subprocess.DEVNULL,
-            )
-        finally:
-            os.close(read)
-            os.close(serving)
-        os.write(write, json.dumps(self._settings()).encode() + b"\n")
+        popen, write, ready = start_child("flowctl.daemon.worker", self._settings())
         log.debug("worker %d: pid %d", slot + 1, popen.pid)
         return _Worker(slot, popen, write, ready, time.monotonic())
 
@@ -232,21 +220,13 @@ class Processes(Executor):
                 os.write(worker.control, f"{self._order}\n".encode())
 
     def _settings(self) -> dict[str, Any]:
-        """What a worker needs to be this daemon's twin: its database (the URL itself, not
-        the redacted one it shows), settings and log level."""
+        """What a worker needs to be this daemon's twin (spawn.child_settings), and the
+        file it opened (SQLite: a file replaced since is not served)."""
         store = self.host.store
-        config = asdict(self.host.config)
-        config["workers"] = 1
-        config["retention"] = {
-            status.value: age.total_seconds() for status, age in self.host.config.retention.items()
-        }
         return {
-            "db": store.location,
-            "file": store.file_identity(),  # SQLite: the file opened
-            "durability": store.durability,
-            "config": config,
+            **child_settings(store, self.host.config),
+            "file": store.file_identity(),
             "until_idle": self.until_idle,
-            "log_level": logging.getLevelName(logging.getLogger("flowctl").getEffectiveLevel()),
             "worker_of": os.getpid(),
         }
 

@@ -17,35 +17,20 @@ back at its default action there.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import signal
 import sys
 import threading
-from datetime import timedelta
-from typing import IO, Any
+from typing import IO
 
 from flowctl.clock import SystemClock
-from flowctl.daemon.config import DaemonConfig
 from flowctl.daemon.loop import Daemon
 from flowctl.daemon.processes import FATAL
+from flowctl.daemon.spawn import child_start, config_of
 from flowctl.errors import DatabaseNotFoundError, FlowctlError
-from flowctl.model import RunStatus
 from flowctl.store import open_store
 
 log = logging.getLogger(__name__)
-
-
-def config_of(settings: dict[str, Any]) -> DaemonConfig:
-    """The DaemonConfig a worker runs with: the starting daemon's, one process."""
-    values = dict(settings)
-    values["retention"] = {
-        RunStatus(status): timedelta(seconds=seconds)
-        for status, seconds in values.get("retention", {}).items()
-    }
-    values["workers"] = 1
-    return DaemonConfig(**values)
 
 
 def listen(control: IO[bytes], daemon: Daemon) -> None:
@@ -70,22 +55,9 @@ def say_ready(fd: int, daemon: Daemon) -> None:
     os.close(fd)
 
 
-def _unheeded(signum: int, frame: object) -> None:
-    """SIGINT and SIGTERM: the daemon that started this worker tells it what to do."""
-
-
 def main(argv: list[str]) -> int:
     """Serve as a worker of the daemon at the other end of CONTROL_FD; the exit code."""
-    signal.signal(signal.SIGINT, _unheeded)
-    signal.signal(signal.SIGTERM, _unheeded)
-    control = os.fdopen(int(argv[0]), "rb")
-    ready = int(argv[1])
-    settings = json.loads(control.readline())
-    logging.basicConfig(
-        level=getattr(logging, str(settings["log_level"]).upper(), logging.INFO),
-        format=f"%(asctime)s %(levelname)s worker {os.getpid()}: %(message)s",
-        stream=sys.stderr,
-    )
+    control, ready, settings = child_start(argv, "worker")
     try:
         # Never create it: a file deleted since the daemon opened it stops the daemon.
         store = open_store(settings["db"], durability=settings["durability"], create=False)
