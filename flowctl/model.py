@@ -138,6 +138,7 @@ class Run:
     solo: bool = False  # running: its claimer runs it alone, so a crash is charged to it
     crashes: int = 0  # crashes charged to it since its last checkpoint (5: poison)
     step_started_at: datetime | None = None  # running: when `current_step` began (heartbeat)
+    traceparent: str | None = None  # the trace it joined (W3C), if any: see flowctl.tracing
 
     @property
     def shown_input(self) -> Any:

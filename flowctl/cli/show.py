@@ -20,6 +20,7 @@ from flowctl.durations import format_duration
 from flowctl.errors import UsageError
 from flowctl.limits import SHOW_STEPS, one_line, terminal_safe
 from flowctl.model import EntryState, Run, RunStatus, human_value
+from flowctl.tracing.ids import run_trace
 
 if TYPE_CHECKING:  # annotations only: `show` opens the store through the State
     from flowctl.store import Store
@@ -116,6 +117,7 @@ def _print_header(store: Store, detail: ops.RunDetail, now: datetime) -> None:
         typer.echo(f"schedule  {r.schedule} (fire time {_local(r.scheduled_at)})")
     if r.parent_run_id:
         typer.echo(f"parent    {r.parent_run_id}")
+    typer.echo(f"trace     {run_trace(r.run_id, r.traceparent).trace_id}")
     if r.status is RunStatus.COMPLETED:
         typer.echo(f"result    {_shown_json(r.result)}")
 

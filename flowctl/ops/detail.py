@@ -25,6 +25,7 @@ from flowctl.model import (
 )
 from flowctl.ops.explain import DaemonFact, OperatorEvent, Why, WhyFacts, explain
 from flowctl.store import Store
+from flowctl.tracing.ids import run_trace
 from flowctl.transitions import load_failures
 
 
@@ -66,8 +67,14 @@ class RunDetail:
             }
             for cid, v, at in self.versions
         ]
+        where = run_trace(self.run.run_id, self.run.traceparent)
         return {
             "run": self.run.to_json(),
+            "trace": {
+                "trace_id": where.trace_id,
+                "span_id": where.span_id,
+                "parent_span_id": where.parent_span_id,
+            },
             "checkpoints": checkpoints,
             "checkpoints_total": self.checkpoints_total,
             "timeline": [e.to_json() for e in self.timeline],

@@ -14,6 +14,7 @@ import random as _random
 import threading
 import uuid as _uuid
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,9 +36,11 @@ from flowctl.retry import RetryPolicy, options_of
 from flowctl.runtime.live import LiveRun
 from flowctl.runtime.recorded import error_dict, error_line, rebuild_error
 from flowctl.store import dumps
+from flowctl.tracing.ids import run_trace
 
 if TYPE_CHECKING:
     from flowctl.store import Claim, Store
+    from flowctl.tracing import Attempt
 
 # Values a JSON round trip returns unchanged, so a step's result of one of these types is
 # not round-tripped (a float is not among them: NaN and infinities are refused).
@@ -45,6 +48,7 @@ _SAME_AFTER_JSON = frozenset({str, int, bool, type(None)})
 
 T = TypeVar("T")
 E = TypeVar("E", bound=BaseException)
+_NO_SPAN = nullcontext()  # a step's span when traces are off (reentrant: shared)
 
 
 class _Missing:
@@ -135,6 +139,7 @@ class Context:
         live: LiveRun | None = None,
         children: ChildLauncher | None = None,
         on_checkpoint: Callable[[JournalEntry], None] | None = None,
+        trace: Attempt | None = None,
     ) -> None:
         run = claim.run
         self.run_id = run.run_id
@@ -168,6 +173,16 @@ class Context:
         # call (the gate) or with the run's ending (the engine), so it is durable before
         # anything after it runs, and a run that returns right after it commits once.
         self.pending: JournalEntry | None = None
+        self._trace = trace  # the attempt's span, when traces are on
+        self._traceparent = run.traceparent
+
+    def trace_link(self) -> str:
+        """The W3C traceparent a child run started now joins: the current step's or
+        attempt's span when traces are on, else this run's own span (which is derived,
+        so the child is in this run's trace either way)."""
+        if self._trace is not None:
+            return self._trace.link()
+        return run_trace(self.run_id, self._traceparent).traceparent()
 
     # -- the gate ------------------------------------------------------------
 
@@ -307,7 +322,8 @@ class Context:
         self._in_step = name
         self._live.step = (f"#{index} {name!r}", self._clock.now())
         try:
-            with capturing(self._store, self.run_id, index, name, self._clock):
+            span = _NO_SPAN if self._trace is None else self._trace.step(name, index, tries + 1)
+            with capturing(self._store, self.run_id, index, name, self._clock), span:
                 caller = step_caller.get()
                 result = fn(*args, **kwargs) if caller is None else caller(fn, args, kwargs)
             if isinstance(result, str) and not result.isascii():

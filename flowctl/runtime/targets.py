@@ -109,6 +109,7 @@ class WorkflowDef:
         schedule: str | None = None,
         scheduled_at: datetime | None = None,
         run_id: str | None = None,
+        traceparent: str | None = None,
     ) -> NewRun:
         """The row for a new run of this workflow: its pinned source and its defaults,
         overridden by what the caller gives. `input` must already be checked; `run_id`
@@ -137,6 +138,7 @@ class WorkflowDef:
             scheduled_at=scheduled_at,
             secret_keys=self.secret_inputs,
             notify=self.notify,
+            traceparent=traceparent,
         )
 
 

@@ -23,7 +23,8 @@ from flowctl.transitions import parked_run_at
 _RUN_INSERT = (
     "INSERT INTO runs (run_id, workflow, def_id, source, input, status, run_at, created_at,"
     " max_attempts, backoff, deadline, timeout_us, key, parent_run_id, schedule,"
-    " scheduled_at, secret_keys, notify) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    " scheduled_at, secret_keys, notify, traceparent)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
     " ON CONFLICT DO NOTHING"
 )
 
@@ -142,6 +143,7 @@ def _row(new: NewRun, def_id: int, source: str | None, run_at: int, now_us: int)
         _us(new.scheduled_at),
         dumps(sorted(new.secret_keys)) if new.secret_keys else None,
         None if new.notify is None else dumps(new.notify, "the notify override"),
+        new.traceparent,
     ]
 
 
@@ -184,6 +186,7 @@ def _as_read(row: list[Any], stored: tuple[Any, ...], times: dict[int, datetime]
         source_path=source_path,
         backoff=_loads(row[9]),
         secret_keys=() if row[16] is None else tuple(_loads(row[16]) or ()),
+        traceparent=row[18],
     )
 
 

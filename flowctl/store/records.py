@@ -131,6 +131,7 @@ class NewRun:
     scheduled_at: datetime | None = None
     secret_keys: tuple[str, ...] = ()  # input keys shown as *** and never searched
     notify: dict[str, Any] | None = None  # the workflow's `notify:` override, pinned
+    traceparent: str | None = None  # a W3C traceparent to join (a caller's or a parent's)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from flowctl.model import (
     human_value,
     local_text,
 )
+from flowctl.tracing.ids import run_trace
 
 # The newest checkpoints and timeline events the detail pane reads and shows, each; the
 # rest of a long run stays in the store (`flowctl show RUN --all`).
@@ -360,6 +361,7 @@ def _detail_facts(detail: ops.RunDetail, now: datetime, width: int) -> list[Cont
         parts.append(_kv("schedule", f"{run.schedule} at {to_second(run.scheduled_at)}", width))
     if run.parent_run_id:
         parts.append(_kv("parent", run.parent_run_id, width))
+    parts.append(_kv("trace", run_trace(run.run_id, run.traceparent).trace_id, width, "dim"))
     return parts
 
 

@@ -376,7 +376,10 @@ _V8 = [
     "ALTER TABLE published ALTER COLUMN value TYPE JSON USING value::text::json",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
+# Version 9: a run's W3C traceparent when it joins a trace it did not start (SQLite 21).
+_V9 = ["ALTER TABLE runs ADD COLUMN traceparent TEXT"]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

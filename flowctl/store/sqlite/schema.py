@@ -606,6 +606,13 @@ def _migration_20(db: sqlite_utils.Database) -> None:
     )
 
 
+def _migration_21(db: sqlite_utils.Database) -> None:
+    """A run's W3C traceparent when it joins a trace it did not start (a caller's, or its
+    parent run's): NULL for every other run, whose trace id is derived from its run id
+    (flowctl/tracing/ids.py), so a run that joins nothing stores nothing more."""
+    db.execute("ALTER TABLE runs ADD COLUMN traceparent TEXT")
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -627,6 +634,7 @@ MIGRATIONS = [
     _migration_18,
     _migration_19,
     _migration_20,
+    _migration_21,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
