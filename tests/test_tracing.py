@@ -23,7 +23,7 @@ import durable_flows as flows
 import pytest
 import traced_flows
 from durable_flows import TESTS_DIR
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -34,7 +34,7 @@ from flowctl.errors import UsageError
 from flowctl.model import RunStatus
 from flowctl.store.sqlite import SqliteStore as Store
 from flowctl.tracing.ids import normal_traceparent, run_trace
-from flowctl.tracing.otel import OtelTracer, _Ids
+from flowctl.tracing.otel import OtelTracer
 from tests.helpers import wait_until
 
 HOUR = timedelta(hours=1)
@@ -48,13 +48,11 @@ JOIN = ("--traceparent", CALLER)
 def spans(daemon: Daemon) -> Iterator[InMemorySpanExporter]:
     """The daemon's engine traces into memory."""
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(id_generator=_Ids())
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    daemon.engine.tracer = OtelTracer(provider)
+    daemon.engine.tracer = OtelTracer.exporting(SimpleSpanProcessor(exporter))
     flows.reset()
     traced_flows.SEEN.clear()
     yield exporter
-    provider.shutdown()
+    exporter.shutdown()
 
 
 def start(store: Store, clock: FakeClock, name: str, **kw: Any) -> str:

@@ -154,8 +154,13 @@ class OtelTracer:
             resource = Resource.create({"service.name": "flowctl"})
         else:
             resource = Resource.create()
-        provider = TracerProvider(resource=resource, id_generator=_Ids())
-        provider.add_span_processor(processor or BatchSpanProcessor(_exporter(exporter)))
+        return cls.exporting(processor or BatchSpanProcessor(_exporter(exporter)), resource)
+
+    @classmethod
+    def exporting(cls, processor: SpanProcessor, resource: Resource | None = None) -> OtelTracer:
+        """A tracer whose spans go to `processor` (tests: an in-memory exporter)."""
+        provider = TracerProvider(resource=resource or Resource.create(), id_generator=_Ids())
+        provider.add_span_processor(processor)
         return cls(provider)
 
     def _parent(self, where: RunTrace, span_id: str | None) -> otel_context.Context:
