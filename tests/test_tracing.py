@@ -134,6 +134,7 @@ def test_a_dead_run_ends_its_span_as_an_error(
     (attempt,) = by_name(finished, "picky_flow attempt")
     assert run_span.attributes["flowctl.outcome"] == "dead" and not run_span.status.is_ok
     assert attempt.attributes["flowctl.error.type"] == "KeyError"
+    assert attempt.attributes["flowctl.error.kind"]  # how it failed, as the run records it
 
 
 def test_a_child_joins_its_parents_trace_under_the_span_that_started_it(
