@@ -460,3 +460,18 @@ def test_a_stored_lone_surrogate_is_sent_escaped_not_a_500() -> None:
     assert JSONResponse({"name": "\ud800", "ok": "ünï"}).body == (
         b'{"name":"\\ud800","ok":"\\u00fcn\\u00ef"}'
     )
+
+
+def test_a_traceparent_header_puts_the_run_in_the_callers_trace(api: Api) -> None:
+    caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    body = {"target": "flows.py:followup", "input": {"user": "7"}}
+    reply = api.call("POST", "/runs", body, headers={"traceparent": caller})
+    assert reply.status == 201, reply.body
+    shown = api.call("GET", f"/runs/{reply.json()['id']}").json()
+    assert shown["trace"] == {
+        "trace_id": "0af7651916cd43dd8448eb211c80319c",
+        "span_id": shown["trace"]["span_id"],
+        "parent_span_id": "b7ad6b7169203331",
+    }
+    bad = api.call("POST", "/runs", body, headers={"traceparent": "00-zz"})
+    assert bad.status == 400 and "is not a W3C traceparent" in bad.json()["error"]
