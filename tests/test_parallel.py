@@ -1,0 +1,188 @@
+"""Parallel branches (issue 36): ctx.map and ctx.parallel, on both stores.
+
+Runs are driven by `daemon.tick()` on a FakeClock; branch bodies in parallel_flows count
+their calls, so "not run again" is a counter that did not move.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import parallel_flows as flows
+import pytest
+from parallel_flows import CALLS, GATES, KNOBS, RUNNING
+
+from flowctl import ops
+from flowctl.clock import FakeClock
+from flowctl.daemon import Daemon
+from flowctl.fanout import MAX_FANOUT
+from flowctl.model import CallKind, EntryState, RunStatus
+from flowctl.store import Store
+from tests.durable_flows import TESTS_DIR
+
+
+@pytest.fixture(autouse=True)
+def _fresh_flows() -> Iterator[None]:
+    flows.reset()
+    yield
+    flows.reset()
+
+
+def start(store: Store, clock: FakeClock, name: str, **input: object) -> str:
+    started = ops.start(store, f"parallel_flows:{name}", input, clock=clock, cwd=TESTS_DIR)
+    return started.run.run_id
+
+
+def rows(store: Store, run_id: str) -> list[tuple[int, str, str, str]]:
+    return [
+        (e.call_index, str(e.kind), e.name, str(e.state)) for e in store.journal(run_id).values()
+    ]
+
+
+def test_map_runs_one_step_per_item_and_returns_results_in_order(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    rid = start(store, fake_clock, "mapped", items=[3, 1, 2])
+    daemon.tick()
+    run = store.get_run(rid)
+    assert run.status is RunStatus.COMPLETED, run.error
+    assert run.result == {"out": [6, 2, 4], "after": "ok"}
+    assert rows(store, rid) == [
+        (0, "fanout", "double", "done"),
+        (1, "step", "double[0]", "done"),
+        (2, "step", "double[1]", "done"),
+        (3, "step", "double[2]", "done"),
+        (4, "step", "after", "done"),
+    ]
+    assert store.journal(rid)[0].value == {
+        "call": "ctx.map",
+        "count": 3,
+        "digest": store.journal(rid)[0].value["digest"],
+    }
+
+
+def test_failed_items_raise_one_parallel_error_after_all_ran_and_retry_runs_only_them(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    KNOBS["fail"] = {1, 3}
+    rid = start(store, fake_clock, "mapped", items=[0, 1, 2, 3])
+    daemon.tick()
+    run = store.get_run(rid)
+    assert run.status is RunStatus.QUEUED  # the attempt failed; the run retries
+    assert run.error["type"] == "ParallelError"
+    assert [f["index"] for f in run.error["failures"]] == [1, 3]
+    assert "[1]" in run.error["message"] and "bad item 3" in run.error["message"]
+    assert all(CALLS[f"double:{x}"] == 1 for x in range(4))  # every item ran to its end
+    KNOBS["fail"] = set()
+    fake_clock.advance(60)
+    daemon.tick()
+    run = store.get_run(rid)
+    assert run.status is RunStatus.COMPLETED, run.error
+    assert run.result["out"] == [0, 2, 4, 6]
+    # the next attempt ran only the items without a result
+    assert dict(CALLS) == {"double:0": 1, "double:1": 2, "double:2": 1, "double:3": 2}
+
+
+def test_a_caught_parallel_error_names_each_failed_index(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    KNOBS["fail"] = {2}
+    rid = start(store, fake_clock, "caught", items=[1, 2, 3])
+    daemon.tick()
+    run = store.get_run(rid)
+    assert run.status is RunStatus.COMPLETED
+    assert [(f["index"], f["name"]) for f in run.result["failures"]] == [(1, "double[1]")]
+    assert "ValueError: bad item 2" in run.result["failures"][0]["error"]
+    assert "1 of 3 branches failed" in run.result["message"]
+
+
+def test_items_follow_their_step_retry_policy_each_on_a_durable_timer(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    KNOBS["flaky_fails"] = {1: 2}  # item 1 fails twice, then succeeds
+    rid = start(store, fake_clock, "mapped_flaky", items=[0, 1, 2])
+    daemon.tick()
+    run = store.get_run(rid)
+    assert run.status is RunStatus.QUEUED and run.attempt == 1
+    states = {e.name: e.state for e in store.journal(rid).values()}
+    assert states["flaky[1]"] is EntryState.RETRYING
+    assert states["flaky[0]"] is EntryState.DONE and states["flaky[2]"] is EntryState.DONE
+    for _ in range(2):
+        fake_clock.advance(60)
+        daemon.tick()
+    run = store.get_run(rid)
+    assert run.status is RunStatus.COMPLETED, run.error
+    assert run.result == [100, 101, 102]
+    assert dict(CALLS) == {"flaky:0": 1, "flaky:1": 3, "flaky:2": 1}
+    assert run.attempt == 1
+
+
+def test_max_concurrency_bounds_the_bodies_running_at_once(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    GATES["tracked"] = threading.Event()
+    rid = start(store, fake_clock, "mapped_tracked", items=list(range(12)), limit=3)
+    daemon.tick()
+    assert store.get_run(rid).result == list(range(12))
+    assert 1 <= RUNNING["max"] <= 3
+
+
+def test_async_bodies_run_concurrently_on_one_loop(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    rid = start(store, fake_clock, "mapped_async", items=list(range(50)))
+    daemon.tick()
+    run = store.get_run(rid)
+    assert run.result == [x * 3 for x in range(50)]
+    assert RUNNING["max"] > 1  # awaited side by side...
+    assert len(flows.THREADS) == 1  # ...on one event loop's thread, not a thread each
+    assert sum(1 for e in store.journal(rid).values() if e.kind is CallKind.STEP) == 50
+
+
+def test_an_async_step_body_is_awaited(store: Store, fake_clock: FakeClock, daemon: Daemon) -> None:
+    rid = start(store, fake_clock, "async_step")
+    daemon.tick()
+    assert store.get_run(rid).result == 15
+
+
+def test_parallel_runs_callables_and_partials(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    rid = start(store, fake_clock, "branches", a=2, b=5)
+    daemon.tick()
+    run = store.get_run(rid)
+    assert run.result == [4, 10, 6], run.error
+    assert [r[2] for r in rows(store, rid)] == ["pair", "pair[0]", "pair[1]", "pair[2]"]
+
+
+def test_items_that_are_not_a_list_end_the_run_at_once(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    rid = start(store, fake_clock, "not_a_list")
+    daemon.tick()
+    run = store.get_run(rid)
+    assert run.status is RunStatus.DEAD
+    assert "list or tuple, got set" in run.error["message"]
+    assert store.journal(rid) == {}
+
+
+def test_a_fan_out_past_the_limit_is_refused_at_once(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    rid = start(store, fake_clock, "too_many", n=MAX_FANOUT + 1)
+    daemon.tick()
+    run = store.get_run(rid)
+    assert run.status is RunStatus.DEAD
+    assert f"the largest fan-out is {MAX_FANOUT}" in run.error["message"]
+    assert CALLS == {}
+
+
+def test_a_durable_call_inside_a_branch_is_refused(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    rid = start(store, fake_clock, "nested")
+    daemon.tick()
+    run = store.get_run(rid)
+    assert run.status is RunStatus.DEAD
+    assert "steps do not nest" in run.error["message"]
