@@ -117,7 +117,7 @@ def too_many(ctx: flowctl.Context, n: int) -> Any:
 
 
 def branches(ctx: flowctl.Context, a: int, b: int) -> Any:
-    calls = [lambda: double(a), functools.partial(double, b), lambda: slow_async(a)]
+    calls = [functools.partial(double, a), functools.partial(tracked, b), lambda: slow_async(a)]
     if KNOBS.get("reorder"):
         calls = [calls[1], calls[0], calls[2]]
     return ctx.parallel("pair", calls)
@@ -125,3 +125,15 @@ def branches(ctx: flowctl.Context, a: int, b: int) -> Any:
 
 def nested(ctx: flowctl.Context) -> Any:
     return ctx.map("bad", lambda x: ctx.step("inner", double, x), [1])
+
+
+def mapped_then_sleep(ctx: flowctl.Context, items: list[int]) -> Any:
+    out = ctx.map("double", double, KNOBS.get("items", items))
+    ctx.sleep("1h")
+    return out
+
+
+def branches_then_sleep(ctx: flowctl.Context, a: int, b: int) -> Any:
+    out = branches(ctx, a, b)
+    ctx.sleep("1h")
+    return out

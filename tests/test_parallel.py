@@ -6,8 +6,10 @@ their calls, so "not run again" is a counter that did not move.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import parallel_flows as flows
 import pytest
@@ -20,6 +22,7 @@ from flowctl.fanout import MAX_FANOUT
 from flowctl.model import CallKind, EntryState, RunStatus
 from flowctl.store import Store
 from tests.durable_flows import TESTS_DIR
+from tests.test_check import flowctl
 
 
 @pytest.fixture(autouse=True)
@@ -152,7 +155,7 @@ def test_parallel_runs_callables_and_partials(
     rid = start(store, fake_clock, "branches", a=2, b=5)
     daemon.tick()
     run = store.get_run(rid)
-    assert run.result == [4, 10, 6], run.error
+    assert run.result == [4, 5, 6], run.error
     assert [r[2] for r in rows(store, rid)] == ["pair", "pair[0]", "pair[1]", "pair[2]"]
 
 
@@ -186,3 +189,77 @@ def test_a_durable_call_inside_a_branch_is_refused(
     run = store.get_run(rid)
     assert run.status is RunStatus.DEAD
     assert "steps do not nest" in run.error["message"]
+
+
+@pytest.mark.parametrize("changed", [[1, 2, 3, 4], [2, 1, 3]], ids=["count", "order"])
+def test_another_number_or_order_of_items_in_flight_is_non_determinism(
+    store: Store, fake_clock: FakeClock, daemon: Daemon, changed: list[int]
+) -> None:
+    rid = start(store, fake_clock, "mapped_then_sleep", items=[1, 2, 3])
+    daemon.tick()
+    assert store.get_run(rid).status is RunStatus.SLEEPING
+    KNOBS["items"] = changed  # a deploy changed the code under the sleeping run
+    fake_clock.advance(2 * 3600)
+    daemon.tick()
+    run = store.get_run(rid)
+    assert run.status is RunStatus.DEAD
+    message = run.error["message"]
+    assert run.error["type"] == "ShapeChanged"
+    assert "call #0 was recorded as ctx.map 'double' with 3 branches" in message
+    assert f"now makes ctx.map 'double' with {len(changed)} branches" in message
+    assert CALLS == {"double:1": 1, "double:2": 1, "double:3": 1}  # nothing ran again
+
+
+def test_the_same_items_replay_without_running_again(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    rid = start(store, fake_clock, "mapped_then_sleep", items=[1, 2, 3])
+    daemon.tick()
+    fake_clock.advance(2 * 3600)
+    daemon.tick()
+    run = store.get_run(rid)
+    assert run.status is RunStatus.COMPLETED and run.result == [2, 4, 6]
+    assert CALLS == {"double:1": 1, "double:2": 1, "double:3": 1}
+
+
+def test_reordered_parallel_branches_are_non_determinism(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    rid = start(store, fake_clock, "branches_then_sleep", a=1, b=2)
+    daemon.tick()
+    KNOBS["reorder"] = True
+    fake_clock.advance(2 * 3600)
+    daemon.tick()
+    run = store.get_run(rid)
+    assert run.status is RunStatus.DEAD
+    assert "ctx.parallel 'pair' with 3 branches" in run.error["message"]
+
+
+MAP_FLOW = """
+from flowctl import workflow
+
+
+def double(x):
+    return x * 2
+
+
+@workflow
+def fan(ctx):
+    out = ctx.map("double", double, {items})
+    ctx.sleep("1h")
+    return out
+"""
+
+
+def test_flowctl_check_finds_a_changed_fan_out_before_a_deploy(tmp_path: Path, db: str) -> None:
+    (tmp_path / "fan.py").write_text(MAP_FLOW.format(items="[1, 2, 3]"))
+    out = flowctl(db, "run", "fan.py:fan", "--json", cwd=tmp_path)
+    assert json.loads(out.stdout)["status"] == "sleeping", out.stderr
+    assert flowctl(db, "check", cwd=tmp_path).returncode == 0
+    (tmp_path / "fan.py").write_text(MAP_FLOW.format(items="[1, 2, 3, 4]"))
+    js = flowctl(db, "check", "--json", cwd=tmp_path)
+    assert js.returncode == 1, js.stderr
+    [finding] = json.loads(js.stdout)
+    assert finding["problem"] == "nondeterminism" and finding["call_index"] == 0
+    assert finding["recorded"].startswith("ctx.map 'double' with 3 branches")
+    assert finding["now"].startswith("ctx.map 'double' with 4 branches")

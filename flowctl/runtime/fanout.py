@@ -101,15 +101,24 @@ def header(ctx: Context, call: str, name: str, keys: Sequence[str]) -> int:
     if entry is None:
         ctx._record(ctx._entry(index, CallKind.FANOUT, name, EntryState.DONE, now))
     elif not same_shape(entry.value, now):
-        raise ctx._halt(
-            NonDeterminismError(
-                f"run {ctx.run_id}: {call} {name!r} at call #{index} was recorded with"
-                f" {shape_text(entry.value)} but the workflow now makes it with"
-                f" {shape_text(now)}; let old runs finish, or guard the change with"
-                " ctx.version()"
-            )
-        )
+        raise ctx._halt(ShapeChanged(ctx.run_id, call, name, index, entry.value, now))
     return index
+
+
+class ShapeChanged(NonDeterminismError):
+    """A fan-out replayed with another number or order of branches than it recorded."""
+
+    def __init__(
+        self, run_id: str, call: str, name: str, index: int, recorded: Any, now: dict[str, Any]
+    ) -> None:
+        self.index = index
+        self.recorded = f"{call} {name!r} with {shape_text(recorded)}"
+        self.now = f"{call} {name!r} with {shape_text(now)}"
+        super().__init__(
+            f"run {run_id}: call #{index} was recorded as {self.recorded} but the workflow"
+            f" now makes {self.now}; let old runs finish, or guard the change with"
+            " ctx.version()"
+        )
 
 
 def run_steps(
@@ -299,4 +308,4 @@ def _failures(
     return out
 
 
-__all__ = ["Host", "check_fanout", "header", "misuse", "run_steps"]
+__all__ = ["Host", "ShapeChanged", "check_fanout", "header", "misuse", "run_steps"]
