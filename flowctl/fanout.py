@@ -58,6 +58,17 @@ def same_shape(recorded: Any, now: dict[str, Any]) -> bool:
     return isinstance(recorded, dict) and all(recorded.get(k) == now[k] for k in now)
 
 
+def children_seen(status: Any, entry: Any) -> int | None:
+    """The count of ended child runs a run parking on `ctx.children` saw (its header's
+    `ended_seen`), else None. A child that ended after that read found no waiting parent
+    to make due, so the parking transaction counts again and, if the count moved, parks
+    the parent due now."""
+    if str(status) != "waiting" or entry is None or str(entry.kind) != "fanout":
+        return None
+    seen = entry.value.get("ended_seen") if isinstance(entry.value, dict) else None
+    return seen if isinstance(seen, int) else None
+
+
 def journal_cut(
     errors: Sequence[int], blocks: Sequence[tuple[int, int]]
 ) -> tuple[int | None, list[int]]:

@@ -137,3 +137,21 @@ def branches_then_sleep(ctx: flowctl.Context, a: int, b: int) -> Any:
     out = branches(ctx, a, b)
     ctx.sleep("1h")
     return out
+
+
+@flowctl.workflow
+def child(ctx: flowctl.Context, n: int, nap: str = "0s") -> Any:
+    if nap != "0s":
+        ctx.sleep(nap)
+    if n in KNOBS.get("child_fail", ()):
+        raise flowctl.NonRetryableError(f"child {n} refuses")
+    return ctx.step("square", lambda: n * n)
+
+
+def fan_children(
+    ctx: flowctl.Context, ns: list[int], nap: str = "0s", limit: int | None = None
+) -> Any:
+    out = ctx.children(
+        "parallel_flows:child", [{"n": n, "nap": nap} for n in ns], max_concurrency=limit
+    )
+    return {"out": out, "after": ctx.step("after", lambda: "ok")}

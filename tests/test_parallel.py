@@ -263,3 +263,69 @@ def test_flowctl_check_finds_a_changed_fan_out_before_a_deploy(tmp_path: Path, d
     assert finding["problem"] == "nondeterminism" and finding["call_index"] == 0
     assert finding["recorded"].startswith("ctx.map 'double' with 3 branches")
     assert finding["now"].startswith("ctx.map 'double' with 4 branches")
+
+
+# ---------------------------------------------------------------- ctx.children
+
+
+def children_of(store: Store, rid: str) -> list[str]:
+    return [r.run_id for r in store.children_of(rid)]
+
+
+def test_children_run_once_each_with_the_parent_waiting_holding_no_worker(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    rid = start(store, fake_clock, "fan_children", ns=[3, 1, 2], nap="2d")
+    daemon.tick()
+    parent = store.get_run(rid)
+    assert parent.status is RunStatus.WAITING and parent.lease_owner is None
+    kids = store.children_of(rid)
+    assert len(kids) == 3 and {k.status for k in kids} == {RunStatus.SLEEPING}  # days asleep
+    assert [k.key for k in kids] == [f"child:{rid}:{i}" for i in (1, 2, 3)]
+    fake_clock.advance(3 * 86400)
+    for _ in range(4):
+        daemon.tick()
+    parent = store.get_run(rid)
+    assert parent.status is RunStatus.COMPLETED, parent.error
+    assert parent.result == {"out": [9, 1, 4], "after": "ok"}
+    assert children_of(store, rid) == [k.run_id for k in kids]  # none started twice
+    assert [r[2:] for r in rows(store, rid)] == [
+        ("workflow parallel_flows:child", "done"),
+        *((f"workflow parallel_flows:child[{k}]", "done") for k in range(3)),
+        ("after", "done"),
+    ]
+
+
+def test_max_concurrency_keeps_at_most_n_children_active(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    rid = start(store, fake_clock, "fan_children", ns=[1, 2, 3, 4, 5], nap="1h", limit=2)
+    daemon.tick()
+    assert len(store.children_of(rid)) == 2
+    seen = []
+    for _ in range(6):
+        fake_clock.advance(3600)
+        for _ in range(3):
+            daemon.tick()
+        active = [k for k in store.children_of(rid) if not k.status.is_terminal]
+        seen.append(len(active))
+    assert max(seen) <= 2
+    parent = store.get_run(rid)
+    assert parent.status is RunStatus.COMPLETED, parent.error
+    assert parent.result["out"] == [1, 4, 9, 16, 25]
+    assert len(store.children_of(rid)) == 5
+
+
+def test_dead_children_raise_parallel_error_naming_each_child_run(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    KNOBS["child_fail"] = {2}
+    rid = start(store, fake_clock, "fan_children", ns=[1, 2, 3])
+    for _ in range(4):
+        daemon.tick()
+    parent = store.get_run(rid)
+    dead = next(k for k in store.children_of(rid) if k.status is RunStatus.DEAD)
+    assert parent.error is not None and parent.error["type"] == "ParallelError"
+    [failure] = parent.error["failures"]
+    assert failure["index"] == 1 and failure["child_run_id"] == dead.run_id
+    assert "child 2 refuses" in parent.error["message"] and dead.run_id in parent.error["message"]

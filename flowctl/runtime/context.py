@@ -35,6 +35,7 @@ from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
 from flowctl.output import capturing
 from flowctl.retry import RetryPolicy, options_of
 from flowctl.runtime.branches import call_body, is_async
+from flowctl.runtime.children import run_children
 from flowctl.runtime.fanout import check_fanout, run_steps
 from flowctl.runtime.live import LiveRun
 from flowctl.runtime.recorded import error_dict, error_line, rebuild_error
@@ -614,6 +615,35 @@ class Context:
         limit = check_fanout("ctx.parallel", name, len(calls), max_concurrency)
         bodies: list[tuple[Callable[..., Any], tuple[Any, ...]]] = [(c, ()) for c in calls]
         return run_steps(self, "ctx.parallel", name, bodies, [call_key(c) for c in calls], limit)
+
+    def children(
+        self,
+        target: str,
+        inputs: list[dict[str, Any]] | tuple[dict[str, Any], ...],
+        *,
+        max_concurrency: int | None = None,
+    ) -> list[Any]:
+        """Start one child run of `target` per input (each once) and wait durably for all:
+        the run parks `waiting`, holding no worker, until they have ended; their results in
+        input order. At most `max_concurrency` children are active at once. Children that
+        ended dead or cancelled raise ParallelError once all have ended."""
+        self._guard("children")
+        if not isinstance(target, str) or not target:
+            raise _misuse("ctx.children() needs a workflow target as its first argument")
+        if not isinstance(inputs, list | tuple) or not all(isinstance(i, dict) for i in inputs):
+            raise _misuse(
+                f"ctx.children({target!r}) takes its inputs as a list of dicts, one per child"
+            )
+        if self._children is None:
+            raise DurableCallError("ctx.children() is not available here")
+        limit = check_fanout("ctx.children", target, len(inputs), max_concurrency)
+        launcher = self._children
+
+        def start(target: str, input: dict[str, Any], key: str) -> str:
+            return launcher.start_child(self, target, dict(input), key)
+
+        keys = [item_key(i) for i in inputs]
+        return run_children(self, target, list(inputs), keys, limit, start)
 
     def now(self) -> datetime:
         """The current time, recorded: replay returns the same instant."""

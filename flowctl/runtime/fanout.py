@@ -151,7 +151,7 @@ def run_steps(
     if retrying:
         raise ctx._halt(_park(ctx, name, retrying))
     if failed:
-        raise ParallelError(f"{call}({name!r})", _failures(failed, slots), len(bodies))
+        raise ParallelError(f"{call}({name!r})", failures(failed, slots), len(bodies))
     return results
 
 
@@ -293,7 +293,7 @@ def _park(ctx: Context, name: str, retrying: list[JournalEntry]) -> BaseExceptio
     return Suspend(RunStatus.QUEUED, wake_at, None, ("branch retries scheduled", data))
 
 
-def _failures(
+def failures(
     failed: dict[int, JournalEntry], slots: list[tuple[int, JournalEntry | None]]
 ) -> list[dict[str, Any]]:
     out = []
@@ -308,4 +308,4 @@ def _failures(
     return out
 
 
-__all__ = ["Host", "ShapeChanged", "check_fanout", "header", "misuse", "run_steps"]
+__all__ = ["Host", "ShapeChanged", "check_fanout", "failures", "header", "misuse", "run_steps"]
