@@ -32,3 +32,16 @@ def fan(ctx, effects: str, busy_ms: list, limit: int = 6) -> list:
     out = ctx.map("fan", branch, items, max_concurrency=limit)
     ctx.step("last", lambda: len(out))
     return out
+
+
+@workflow
+def kid(ctx, effects: str, k: int, busy_ms: int) -> int:
+    ctx.step("work", branch, {"effects": effects, "run": ctx.run_id, "k": k, "busy_ms": busy_ms})
+    return k
+
+
+@workflow
+def kids(ctx, effects: str, busy_ms: list, limit: int = 8) -> list:
+    """One ctx.children of len(busy_ms) child runs of `kid`."""
+    inputs = [{"effects": effects, "k": k, "busy_ms": ms} for k, ms in enumerate(busy_ms)]
+    return ctx.children("tests/crash/fanout_flows.py:kid", inputs, max_concurrency=limit)

@@ -13,6 +13,7 @@ The seed is printed (FLOWCTL_CRASH_SEED replays it).
 from __future__ import annotations
 
 import collections
+import json
 import os
 import random
 import signal
@@ -113,4 +114,48 @@ def test_kill9_mid_fan_out_never_reruns_a_journaled_branch_and_loses_none(
         assert again == {}, f"journaled branches ran again: {again}"
     reran = sum(n - 1 for n in runs.values())
     print(f"{len(snapshots)} kills; {reran} branch bodies ran again (cut mid-flight)")
+    assert intact(db)
+
+
+def test_kill9_mid_children_never_starts_a_child_twice(
+    db: str, tmp_path: Path, daemons: Daemons
+) -> None:
+    seed = int(os.environ.get("FLOWCTL_CRASH_SEED") or random.randrange(2**32))
+    print(f"FLOWCTL_CRASH_SEED={seed}")
+    rng = random.Random(seed)
+    effects = tmp_path / "effects.log"
+    count = 30
+    inputs = [
+        {"effects": str(effects), "busy_ms": [rng.randint(20, 150) for _ in range(count)]}
+        for _ in range(2)
+    ]
+    parents = start_runs(db, "", inputs, target=f"{FLOWS}:kids")
+
+    def runs_now() -> int:
+        return int(read(db, "SELECT COUNT(*) FROM runs")[0][0])
+
+    kills = 0
+    while kills < KILLS and not all_completed(db):
+        daemon = daemons.start(db, "--concurrency", "4", "--lease", "3s")
+        before = runs_now() + len(journaled(db))
+        wait_until(
+            lambda b=before: runs_now() + len(journaled(db)) > b or all_completed(db), timeout=30
+        )
+        time.sleep(rng.uniform(0.0, 0.3))
+        os.kill(daemon.pid, signal.SIGKILL)
+        daemon.wait()
+        kills += 1
+    final = daemons.start(db, "--concurrency", "4")
+    wait_until(lambda: all_completed(db), timeout=120)
+    final.send_signal(signal.SIGTERM)
+    assert final.wait(timeout=30) == 0
+
+    for parent in parents:
+        keys = [k for (k,) in read(db, "SELECT key FROM runs WHERE parent_run_id = ?", (parent,))]
+        assert len(keys) == count, f"{parent} started {len(keys)} children for {count} inputs"
+        assert len(set(keys)) == count
+        ((result,),) = read(db, "SELECT result FROM runs WHERE run_id = ?", (parent,))
+        assert json.loads(result) == list(range(count))
+    assert int(read(db, "SELECT COUNT(*) FROM runs")[0][0]) == 2 + 2 * count
+    print(f"{kills} kills")
     assert intact(db)
