@@ -304,6 +304,7 @@ def render_detail(detail: ops.RunDetail, now: datetime, width: int = 80) -> Cont
     parts += _input_and_outcome(detail, width)
     parts += _published_and_sent(detail, width)
     parts += _checkpoints(detail, now, width)
+    parts += _children(detail, width)
     parts += _timeline(detail, width)
     return Content.assemble(*parts)
 
@@ -413,6 +414,25 @@ def _checkpoints(detail: ops.RunDetail, now: datetime, width: int) -> list[Conte
     parts += [_checkpoint_line(entry, now, width) for entry in detail.checkpoints]
     for change_id, version, _at in detail.versions:
         parts.append(_indent(f"version {change_id} = {version}", width, "dim"))
+    return parts
+
+
+CHILDREN_SHOWN = 50  # child runs the detail lists
+
+
+def _children(detail: ops.RunDetail, width: int) -> list[Content]:
+    """The run's child runs, by the call (and branch) that started each."""
+    if not detail.children:
+        return []
+    running = sum(1 for c in detail.children if not c.run.status.is_terminal)
+    parts = [_section(f"Children ({len(detail.children)}, {running} running)")]
+    for c in detail.children[:CHILDREN_SHOWN]:
+        at = f"#{c.call_index}" if c.call_index is not None else "#?"
+        line = f"{at:<5} {c.branch or c.run.workflow}  {c.run.run_id}  {c.run.status}"
+        parts.append(_indent(line, width, "" if c.run.status.is_terminal else "bold"))
+    if len(detail.children) > CHILDREN_SHOWN:
+        more = len(detail.children) - CHILDREN_SHOWN
+        parts.append(_indent(f"… {more:,} more children not shown", width, "dim"))
     return parts
 
 
