@@ -155,3 +155,26 @@ def fan_children(
         "parallel_flows:child", [{"n": n, "nap": nap} for n in ns], max_concurrency=limit
     )
     return {"out": out, "after": ctx.step("after", lambda: "ok")}
+
+
+def shout(x: int) -> int:
+    print(f"item {x}")
+    return x
+
+
+async def shout_async(x: int) -> int:
+    print(f"async item {x}")
+    return x
+
+
+def chatty(ctx: flowctl.Context) -> Any:
+    return [ctx.map("shout", shout, [1, 2]), ctx.map("yell", shout_async, [3])]
+
+
+@flowctl.workflow(max_attempts=1)
+def once(ctx: flowctl.Context, items: list[int]) -> Any:
+    return ctx.map("double", double, items)
+
+
+def cancellable(ctx: flowctl.Context, items: list[int]) -> Any:
+    return ctx.map("double", double, items, max_concurrency=1)

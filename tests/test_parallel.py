@@ -22,6 +22,7 @@ from flowctl.fanout import MAX_FANOUT
 from flowctl.model import CallKind, EntryState, RunStatus
 from flowctl.store import Store
 from tests.durable_flows import TESTS_DIR
+from tests.helpers import wait_until
 from tests.test_check import flowctl
 
 
@@ -329,3 +330,50 @@ def test_dead_children_raise_parallel_error_naming_each_child_run(
     [failure] = parent.error["failures"]
     assert failure["index"] == 1 and failure["child_run_id"] == dead.run_id
     assert "child 2 refuses" in parent.error["message"] and dead.run_id in parent.error["message"]
+
+
+def test_a_redrive_runs_only_the_items_without_a_result(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    KNOBS["fail"] = {2}
+    rid = start(store, fake_clock, "once", items=[1, 2, 3])
+    daemon.tick()
+    assert store.get_run(rid).status is RunStatus.DEAD
+    KNOBS["fail"] = set()
+    ops.redrive(store, rid, clock=fake_clock)
+    daemon.tick()
+    run = store.get_run(rid)
+    assert run.status is RunStatus.COMPLETED and run.result == [2, 4, 6]
+    assert dict(CALLS) == {"double:1": 1, "double:2": 2, "double:3": 1}
+
+
+def test_each_branch_prints_into_its_own_step_output(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    rid = start(store, fake_clock, "chatty")
+    daemon.tick()
+    assert store.get_run(rid).status is RunStatus.COMPLETED
+    chunks = store.output(rid)
+    by_step = {(c.call_index, c.step): c.text for c in chunks}
+    assert by_step == {
+        (1, "shout[0]"): "item 1\n",
+        (2, "shout[1]"): "item 2\n",
+        (4, "yell[0]"): "async item 3\n",
+    }
+
+
+def test_a_cancel_during_a_fan_out_starts_no_more_branches(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    GATES["double:1"] = threading.Event()
+    rid = start(store, fake_clock, "cancellable", items=[1, 2, 3])
+    worker = threading.Thread(target=daemon.tick)
+    worker.start()
+    wait_until(lambda: CALLS["double:1"] == 1, timeout=10)
+    ops.cancel(store, rid, clock=fake_clock)
+    daemon.heartbeat_once()  # the handler learns of the cancel while branch 1 runs
+    GATES["double:1"].set()
+    worker.join(20)
+    run = store.get_run(rid)
+    assert run.status is RunStatus.CANCELLED, run.status
+    assert CALLS["double:3"] == 0  # branch 3 never started

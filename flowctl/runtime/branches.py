@@ -70,8 +70,13 @@ class Outcome:
 class Branches:
     """Jobs run concurrently (at most `limit` at once); outcomes in the order they end."""
 
-    def __init__(self, jobs: list[Job], limit: int) -> None:
+    def __init__(
+        self, jobs: list[Job], limit: int, halt: Callable[[], object] | None = None
+    ) -> None:
         self._jobs = jobs
+        # Asked before each branch starts: a non-None answer (a cancel, a deadline, a spent
+        # budget) starts no more.
+        self._halt = halt
         self._limit = max(1, limit)
         self._out: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
         self._stop = threading.Event()
@@ -109,7 +114,7 @@ class Branches:
 
     async def _one(self, job: Job, gate: asyncio.Semaphore) -> None:
         async with gate:
-            if self._stop.is_set():
+            if self._stop.is_set() or (self._halt is not None and self._halt() is not None):
                 self._out.put(Outcome(job, False, None, 0.0, ran=False))
                 return
             start = time.monotonic()

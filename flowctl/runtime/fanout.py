@@ -180,7 +180,7 @@ def _run(
     retrying: list[JournalEntry],
 ) -> None:
     """Run the jobs; journal each outcome on this (the handler's) thread as it comes."""
-    branches = Branches(jobs, limit)
+    branches = Branches(jobs, limit, ctx.interruption)
     ctx._in_step = name
     ctx._live.step = (f"#{head} {name!r} ({len(jobs)} branches)", ctx._clock.now())
     caller = step_caller.get()
