@@ -15,7 +15,6 @@ import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,12 +79,6 @@ class Branches:
         self._limit = max(1, limit)
         self._out: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
         self._stop = threading.Event()
-        plain = sum(1 for j in jobs if not is_async(j.fn))
-        self._pool = (
-            ThreadPoolExecutor(min(self._limit, plain, THREADS_MAX), "flowctl-branch")
-            if plain
-            else None
-        )
         self._thread = threading.Thread(target=self._main, name="flowctl-branches", daemon=True)
 
     def start(self) -> None:
@@ -102,14 +95,13 @@ class Branches:
 
     def close(self) -> None:
         self._stop.set()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _main(self) -> None:
         asyncio.run(self._all())
 
     async def _all(self) -> None:
         gate = asyncio.Semaphore(self._limit)
+        self._threads = asyncio.Semaphore(THREADS_MAX)
         await asyncio.gather(*(self._one(job, gate) for job in self._jobs))
 
     async def _one(self, job: Job, gate: asyncio.Semaphore) -> None:
@@ -129,17 +121,39 @@ class Branches:
         if is_async(job.fn):
             with job.capture():
                 return await job.fn(*job.args)
-        loop = asyncio.get_running_loop()
-
-        def plain() -> Any:
-            with job.capture():
-                return job.fn(*job.args)
-
-        value = await loop.run_in_executor(self._pool, plain)
+        async with self._threads:
+            value = await _on_a_thread(job)
         if inspect.isawaitable(value):  # a lambda that calls an async function
             with job.capture():
                 return await value
         return value
+
+
+async def _on_a_thread(job: Job) -> Any:
+    """Run a plain body on a daemon thread of its own (not a pool's: a pool's threads are
+    joined at exit, so a body stuck past a drain would keep the daemon from exiting)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if done.cancelled():
+            return
+        if ok:
+            done.set_result(value)
+        else:
+            done.set_exception(value)
+
+    def body() -> None:
+        try:
+            with job.capture():
+                value = job.fn(*job.args)
+        except BaseException as e:  # handed back to the loop, which hands it on
+            loop.call_soon_threadsafe(settle, False, e)
+        else:
+            loop.call_soon_threadsafe(settle, True, value)
+
+    threading.Thread(target=body, name="flowctl-branch", daemon=True).start()
+    return await done
 
 
 __all__ = ["THREADS_MAX", "Branches", "Job", "Outcome", "call_body", "is_async"]
