@@ -62,6 +62,9 @@ def test_show_lists_children_by_call_index_and_branch(store: Store, fake_clock: 
     text = render_detail(detail, fake_clock.now(), width=120).plain
     assert "Children (3, 3 running)" in text
     assert "workflow parallel_flows:child[2]" in text
+    assert "3 branches" in text  # the fan-out's header
+    kid = store.children_of(rid)[0].run_id
+    assert f"child run {kid}" in text  # a pending branch names its child run
 
 
 def test_show_text_lists_children_and_names_map_branches(

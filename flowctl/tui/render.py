@@ -205,8 +205,12 @@ def _checkpoint_line(entry: JournalEntry, now: datetime, width: int) -> Content:
             what += f", woke {to_second(entry.resolved_at)}"
     elif entry.state is EntryState.RETRYING:
         what = f"try {entry.tries + 1} at {to_second(entry.wake_at)}"
+    elif entry.state is EntryState.PENDING and isinstance(entry.value, dict):
+        what = f"child run {entry.value.get('child_run_id', '…')}"
     elif entry.state is EntryState.PENDING:
         what = f"until {to_second(entry.wake_at)}" if entry.wake_at else "…"
+    elif entry.kind == "fanout" and isinstance(entry.value, dict):
+        what = f"{entry.value.get('count')} branches, {entry.name}[i]"
     else:
         what = compact_json(entry.value, 120)
     took = f"{format_duration(entry.duration)} " if entry.duration is not None else ""
