@@ -11,7 +11,7 @@ from flowctl import RetryPolicy, step, workflow
 
 @step(retry=RetryPolicy.make(max_attempts=3, backoff="2s"))  # each site retries on its own
 async def check(site: str) -> dict:
-    await asyncio.sleep(0.1)  # stand-in for an HTTP call, e.g. httpx.AsyncClient().get(...)
+    await asyncio.sleep(0.1)  # stand-in for an HTTP call (an httpx.AsyncClient get)
     return {"site": site, "up": True}
 
 
