@@ -25,6 +25,7 @@ class CallKind(StrEnum):
     UUID = "uuid"
     RANDOM = "random"
     VERSION = "version"
+    FANOUT = "fanout"  # a fan-out's header: its shape; its branches follow it (flowctl.fanout)
 
 
 class EntryState(StrEnum):

@@ -189,6 +189,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "flowctl.notify",
         "flowctl.config",
         "flowctl.transitions",
+        "flowctl.fanout",
         "flowctl.inputs",
         "flowctl.workflow",
     ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from flowctl.store.branches import BranchReads
 from flowctl.store.claims import Claims
 from flowctl.store.fenced import FencedWrites
 from flowctl.store.leases import Leases
@@ -25,6 +26,7 @@ class SqlStore(
     MetricsReads,
     Pruning,
     Output,
+    BranchReads,
 ):
     """One database, every Store operation: each job's class (one module each) over the
     backend's `Database`. Thread-safe: the backend serialises or pools its connections."""
