@@ -310,3 +310,19 @@ def ops_status(db: Path, rid: str) -> str:
     from tests.helpers import query
 
     return str(query(db, "SELECT status FROM runs WHERE run_id = ?", (rid,))[0][0])
+
+
+def test_the_branches_of_a_fan_out_are_sibling_spans_current_in_their_bodies(
+    store: Store, fake_clock: FakeClock, daemon: Daemon, spans: InMemorySpanExporter
+) -> None:
+    rid = start(store, fake_clock, "fan_out")
+    daemon.tick()
+    assert store.get_run(rid).result == [[0, 1, 2], [0, 1]]
+    finished = spans.get_finished_spans()
+    (attempt,) = by_name(finished, "fan_out attempt")
+    names = ["items[0]", "items[1]", "items[2]", "waits[0]", "waits[1]"]
+    branches = [span for name in names for span in by_name(finished, name)]
+    assert len(branches) == 5  # one span per branch, plain (threads) and async alike
+    assert {hexes(b)[2] for b in branches} == {hexes(attempt)[1]}  # siblings
+    seen = dict(traced_flows.SEEN)
+    assert [seen[b.name] for b in branches] == [b.get_span_context().span_id for b in branches]

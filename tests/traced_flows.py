@@ -22,3 +22,17 @@ def steps_and_sleep(ctx: Any) -> str:
 
 def parent_of_one(ctx: Any) -> Any:
     return ctx.step("before", note, "before"), ctx.child("traced_flows:steps_and_sleep")
+
+
+def note_item(i: int) -> int:
+    note(f"items[{i}]")
+    return i
+
+
+async def note_async(i: int) -> int:
+    note(f"waits[{i}]")
+    return i
+
+
+def fan_out(ctx: Any) -> Any:
+    return ctx.map("items", note_item, [0, 1, 2]), ctx.map("waits", note_async, [0, 1])

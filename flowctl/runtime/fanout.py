@@ -12,7 +12,8 @@ worker held). Branches that fail for good raise one ParallelError, after all hav
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from flowctl.clock import Clock
     from flowctl.runtime.live import LiveRun
     from flowctl.store import Store
+    from flowctl.tracing import Attempt
 
 E = TypeVar("E", bound=BaseException)
 
@@ -51,6 +53,7 @@ class Host(Protocol):
     _store: Store
     _live: LiveRun
     _in_step: str | None
+    _trace: Attempt | None
 
     def _next_call(self, kind: CallKind, name: str) -> tuple[int, JournalEntry | None]: ...
     def _record(
@@ -161,12 +164,25 @@ def _later(when: datetime | None, now: datetime) -> bool:
 
 def _job(ctx: Context, k: int, index: int, name: str, body: Body, tries: int) -> Job:
     fn, args = body
-    store, run_id, clock = ctx._store, ctx.run_id, ctx._clock
+    store, run_id, clock, trace = ctx._store, ctx.run_id, ctx._clock, ctx._trace
 
     def capture() -> Any:
-        return capturing(store, run_id, index, name, clock)
+        captured = capturing(store, run_id, index, name, clock)
+        if trace is None:
+            return captured
+        # The branch's span, current where its body runs (its thread, its task): the
+        # branches of one call are sibling spans under the attempt.
+        return _spanned(captured, trace.step(name, index, tries + 1))
 
     return Job(k, fn, args, capture, tries, {"index": index, "name": name})
+
+
+@contextmanager
+def _spanned(
+    captured: AbstractContextManager[Any], span: AbstractContextManager[Any]
+) -> Iterator[None]:
+    with captured, span:
+        yield
 
 
 def _run(
