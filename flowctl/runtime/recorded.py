@@ -4,7 +4,9 @@ timeline, and rebuilt when a replay re-raises it."""
 from __future__ import annotations
 
 import json
+import linecache
 import traceback
+from types import TracebackType
 from typing import Any
 
 from flowctl.errors import StepFailedError, is_non_retryable, mark_non_retryable
@@ -34,8 +36,67 @@ def error_dict(exc: BaseException, *, with_traceback: bool = True) -> dict[str, 
     if is_non_retryable(exc):
         err["non_retryable"] = True
     if with_traceback and getattr(exc, "keeps_traceback", True) and exc.__traceback__ is not None:
-        err["traceback"] = "".join(traceback.format_exception(cls, exc, exc.__traceback__))[-8000:]
+        err["traceback"] = format_traceback(exc)[-TRACEBACK_CHARS:]
     return err
+
+
+TRACEBACK_CHARS = 8000  # a recorded traceback's end, kept whole up to this size
+_FRAMES = 40  # frames kept per exception: the innermost, where it was raised
+_CHAIN = 4  # exceptions of a chain (`raise ... from`, raised while handling) kept
+_CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
+_CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
+
+
+def format_traceback(exc: BaseException) -> str:
+    """The traceback as Python prints it, bounded (the innermost _FRAMES frames of each of
+    the last _CHAIN exceptions of its chain), without the column markers Python 3.11 adds:
+    finding them parses each line's source, about 25x the cost of the rest (a failed try
+    is recorded on the daemon's hot path)."""
+    chain: list[tuple[BaseException, str]] = []  # newest first, with the link to the next
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(chain) < _CHAIN:
+        seen.add(id(current))
+        if current.__cause__ is not None:
+            chain.append((current, _CAUSE))
+            current = current.__cause__
+        elif current.__context__ is not None and not current.__suppress_context__:
+            chain.append((current, _CONTEXT))
+            current = current.__context__
+        else:
+            chain.append((current, ""))
+            current = None
+    parts: list[str] = []
+    for i in range(len(chain) - 1, -1, -1):
+        one, _ = chain[i]
+        parts.append(_one_traceback(one))
+        if i > 0:
+            parts.append(chain[i - 1][1])
+    return "".join(parts)
+
+
+def _one_traceback(exc: BaseException) -> str:
+    frames: list[tuple[str, int, str]] = []
+    tb: TracebackType | None = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        frames.append((code.co_filename, tb.tb_lineno, code.co_name))
+        tb = tb.tb_next
+    out = []
+    if frames:
+        out.append("Traceback (most recent call last):\n")
+        if len(frames) > _FRAMES:
+            out.append(f"  ... {len(frames) - _FRAMES} earlier frame(s) left out\n")
+            frames = frames[-_FRAMES:]
+        for filename in {f[0] for f in frames}:
+            linecache.checkcache(filename)  # a file edited since it was read
+        for filename, lineno, name in frames:
+            out.append(f'  File "{filename}", line {lineno}, in {name}\n')
+            line = linecache.getline(filename, lineno).strip()
+            if line:
+                out.append(f"    {line}\n")
+    out.extend(traceback.format_exception_only(type(exc), exc))
+    return "".join(out)
 
 
 def rebuild_error(err: dict[str, Any]) -> Exception:
