@@ -29,8 +29,8 @@ from .test_workers_kill9 import worker_pids
 pytestmark = pytest.mark.crash
 
 FLOWS = "tests/crash/fanout_flows.py"
-RUNS = 4
-BRANCHES = 40
+RUNS = 6
+BRANCHES = 60
 KILLS = 6
 
 
