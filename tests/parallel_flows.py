@@ -178,3 +178,21 @@ def once(ctx: flowctl.Context, items: list[int]) -> Any:
 
 def cancellable(ctx: flowctl.Context, items: list[int]) -> Any:
     return ctx.map("double", double, items, max_concurrency=1)
+
+
+def bad_limit(ctx: flowctl.Context) -> Any:
+    return ctx.map("double", double, [1], max_concurrency=0)
+
+
+def bad_calls(ctx: flowctl.Context) -> Any:
+    return ctx.parallel("pair", [1, 2])  # type: ignore[list-item]
+
+
+def bad_inputs(ctx: flowctl.Context) -> Any:
+    return ctx.children("parallel_flows:child", [1, 2])  # type: ignore[list-item]
+
+
+def children_then_sleep(ctx: flowctl.Context, ns: list[int]) -> Any:
+    out = ctx.children("parallel_flows:child", [{"n": n} for n in KNOBS.get("ns", ns)])
+    ctx.sleep("1h")
+    return out

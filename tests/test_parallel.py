@@ -377,3 +377,38 @@ def test_a_cancel_during_a_fan_out_starts_no_more_branches(
     run = store.get_run(rid)
     assert run.status is RunStatus.CANCELLED, run.status
     assert CALLS["double:3"] == 0  # branch 3 never started
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("bad_limit", "max_concurrency must be a positive integer, got 0"),
+        ("bad_calls", "takes a list of zero-argument callables"),
+        ("bad_inputs", "takes its inputs as a list of dicts"),
+    ],
+)
+def test_bad_arguments_end_the_run_at_once_with_one_line(
+    store: Store, fake_clock: FakeClock, daemon: Daemon, name: str, said: str
+) -> None:
+    rid = start(store, fake_clock, name)
+    daemon.tick()
+    run = store.get_run(rid)
+    assert run.status is RunStatus.DEAD and run.attempt == 1
+    assert said in run.error["message"] and "\n" not in run.error["message"]
+    assert store.journal(rid) == {} and store.children_of(rid) == []
+
+
+def test_other_children_in_flight_are_non_determinism(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    rid = start(store, fake_clock, "children_then_sleep", ns=[1, 2])
+    for _ in range(3):
+        daemon.tick()
+    assert store.get_run(rid).status is RunStatus.SLEEPING
+    KNOBS["ns"] = [1, 2, 3]
+    fake_clock.advance(2 * 3600)
+    daemon.tick()
+    run = store.get_run(rid)
+    assert run.status is RunStatus.DEAD
+    assert "ctx.children 'workflow parallel_flows:child' with 2 branches" in run.error["message"]
+    assert len(store.children_of(rid)) == 2  # no third child was started

@@ -161,3 +161,34 @@ def test_validate_points_at_each_fan_out_mistake() -> None:
         " steps; a wait_signal step runs on its own, before or after the block",
         "wf.yaml:21:22: steps[4].max_concurrency: must be at least 1, got 0",
     ]
+
+
+CALLS = """\
+name: calls
+steps:
+  - id: tri
+    for_each: [1, 2, 3]
+    call: fanmod:triple
+    with: {n: "${{ item }}", at: "${{ index }}"}
+  - id: block
+    parallel:
+      - id: one
+        call: fanmod:triple
+        with: {n: 10, at: 0}
+      - id: two
+        run: [echo, two]
+"""
+
+
+def test_for_each_on_a_call_step_and_a_call_in_a_block(
+    store: Store, fake_clock: FakeClock, daemon: Daemon, tmp_path: Path
+) -> None:
+    (tmp_path / "fanmod.py").write_text("def triple(n, at):\n    return {'n': n * 3, 'at': at}\n")
+    (tmp_path / "calls.yaml").write_text(CALLS)
+    rid = start(store, fake_clock, tmp_path, "calls.yaml")
+    daemon.tick()
+    run = store.get_run(rid)
+    assert run.status is RunStatus.COMPLETED, run.error
+    steps = run.result["steps"]
+    assert steps["tri"] == [{"n": 3, "at": 0}, {"n": 6, "at": 1}, {"n": 9, "at": 2}]
+    assert steps["one"] == {"n": 30, "at": 0} and steps["two"] == "two"

@@ -302,12 +302,7 @@ class Context:
         try:
             span = _NO_SPAN if self._trace is None else self._trace.step(name, index, tries + 1)
             with capturing(self._store, self.run_id, index, name, self._clock), span:
-                caller = step_caller.get()
-                body: Callable[..., Any] = fn
-                if is_async(fn):  # awaited on an event loop; pooled by the batch runner
-                    body = functools.partial(call_body, fn)
-                    args, kwargs = (args, kwargs), {}
-                result = body(*args, **kwargs) if caller is None else caller(body, args, kwargs)
+                result = _call(fn, args, kwargs)
             if isinstance(result, str) and not result.isascii():
                 _check_text(result, f"the result of step {name!r}")
             if self.halted is None and type(result) not in _SAME_AFTER_JSON:
@@ -758,6 +753,15 @@ class Context:
 
     def exec_spent(self) -> float:
         return self._live.spent()
+
+
+def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Call a step's body here, or through the batch runner's caller; an `async def` body is
+    awaited on an event loop (on the runner's pool, where there is one)."""
+    caller = step_caller.get()
+    if is_async(fn):
+        fn, args, kwargs = functools.partial(call_body, fn), (args, kwargs), {}
+    return fn(*args, **kwargs) if caller is None else caller(fn, args, kwargs)
 
 
 def _misuse(message: str) -> UsageError:

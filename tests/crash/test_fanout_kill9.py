@@ -29,8 +29,8 @@ from .test_workers_kill9 import worker_pids
 pytestmark = pytest.mark.crash
 
 FLOWS = "tests/crash/fanout_flows.py"
-RUNS = 4
-BRANCHES = 40
+RUNS = 6
+BRANCHES = 60
 KILLS = 6
 
 
@@ -145,6 +145,7 @@ def test_kill9_mid_children_never_starts_a_child_twice(
         os.kill(daemon.pid, signal.SIGKILL)
         daemon.wait()
         kills += 1
+    assert kills == KILLS, f"the work ran out after {kills} kills"
     final = daemons.start(db, "--concurrency", "4")
     wait_until(lambda: all_completed(db), timeout=120)
     final.send_signal(signal.SIGTERM)
