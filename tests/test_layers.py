@@ -31,6 +31,7 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "psycopg": ("flowctl.store",),
     "starlette": ("flowctl.serve",),
     "uvicorn": ("flowctl.serve",),
+    "cryptography": ("flowctl.crypto.cipher",),
 }
 FRONT_ENDS: dict[str, tuple[str, ...]] = {
     "flowctl.cli": ("flowctl.cli", "flowctl.__main__"),
@@ -191,6 +192,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "flowctl.inputs",
         "flowctl.workflow",
     ),
+    # key files and the key ring (issue 42): the store is handed a ring, never imports one
+    ("flowctl.crypto",),
     ("flowctl.store",),
     # execution: a run's handler, replayed; what its steps print (output), which YAML's
     # commands and the runtime's steps both capture

@@ -226,6 +226,12 @@ COMMANDS: tuple[tuple[str, str, str, str], ...] = (
         "Maintenance",
     ),
     (
+        "keys",
+        "flowctl.cli.keys:keys_app",
+        "Encryption keys: values are sealed with FLOWCTL_KEY_FILE (or key_file in flowctl.toml).",
+        "Maintenance",
+    ),
+    (
         "backup",
         "flowctl.cli.maintenance:backup",
         "A consistent copy of the database while daemons write, checked with PRAGMA integrity_check; the copy is a working database.",

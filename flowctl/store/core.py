@@ -15,8 +15,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
+from flowctl.model import JournalEntry, Run
+from flowctl.store.mapping import _entry_from_row, _run_from_row
 from flowctl.store.round import Batch, Write, WriteRound
 from flowctl.store.sql import CommitStats, Database, Row, Tx
+from flowctl.store.values import PLAIN, Values
 
 R = TypeVar("R")
 
@@ -28,8 +31,9 @@ class _Local(threading.local):
 class StoreCore:
     """One database: a backend, and the round open on each thread (if any)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, values: Values = PLAIN) -> None:
         self.db = db
+        self.values = values  # seals what is written, opens what is read (store.values)
         self._local = _Local()
 
     # -- the handle ------------------------------------------------------------
@@ -90,6 +94,13 @@ class StoreCore:
         if rnd is not None:
             return rnd.add(Write(fn, batch, params, single))
         return self.db.transact(fn, single=single)
+
+    def _run(self, row: Row) -> Run:
+        """A run's row as a Run, its values opened (flowctl.store.values)."""
+        return self.values.run(_run_from_row(row))
+
+    def _entry(self, row: Row) -> JournalEntry:
+        return self.values.entry(_entry_from_row(row))
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         with self.db.reading() as tx:

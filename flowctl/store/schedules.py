@@ -27,6 +27,7 @@ from flowctl.store.records import (
 )
 from flowctl.store.rows import add_event
 from flowctl.store.sql import Row, Tx
+from flowctl.store.values import Values
 
 HISTORY_KEEP = 1000  # history rows kept per schedule
 
@@ -147,7 +148,7 @@ class Schedules(StoreCore):
         (another daemon fired it, an operator paused or redefined it): the caller re-reads.
         Runs, history and bookkeeping commit together, so a crash before the commit leaves
         the fire due (it fires on restart) and a crash after leaves it done."""
-        now_us = to_us(now)
+        now_us, values = to_us(now), self.values
 
         def write(tx: Tx) -> list[FireOutcome] | None:
             row = tx.one(
@@ -155,7 +156,7 @@ class Schedules(StoreCore):
             )
             if row is None or row[0] != revision or row[1]:
                 return None
-            outcomes = [_fire_plan(tx, name, plan, overlap, now_us) for plan in plans]
+            outcomes = [_fire_plan(tx, values, name, plan, overlap, now_us) for plan in plans]
             tx.execute(
                 "UPDATE schedules SET last_fire_at = ?, next_fire_at = ?, revision = revision + 1"
                 " WHERE name = ?",
@@ -176,10 +177,11 @@ class Schedules(StoreCore):
     ) -> FireOutcome:
         """A manual fire (`flowctl schedule trigger`): like a scheduled one, under the same
         overlap policy, but it does not move last/next fire."""
+        values = self.values
 
         def write(tx: Tx) -> FireOutcome:
             _schedule_row(tx, name, lock=True)
-            return _fire_plan(tx, name, plan, overlap, to_us(now))
+            return _fire_plan(tx, values, name, plan, overlap, to_us(now))
 
         return self._write(write)
 
@@ -240,7 +242,9 @@ def _add_history(
     )
 
 
-def _fire_plan(tx: Tx, name: str, plan: FirePlan, overlap: str, now_us: int) -> FireOutcome:
+def _fire_plan(
+    tx: Tx, values: Values, name: str, plan: FirePlan, overlap: str, now_us: int
+) -> FireOutcome:
     """Apply one fire decision inside the caller's transaction, under the overlap policy.
 
     overlap=queue: the new run is created `queued` with run_at NULL ("held"); the
@@ -268,7 +272,7 @@ def _fire_plan(tx: Tx, name: str, plan: FirePlan, overlap: str, now_us: int) -> 
             why = f"manual trigger: {why}"
         _add_history(tx, name, plan.fire_at, "skipped-overlap", None, now_us, why)
         return FireOutcome(plan.fire_at, "skipped-overlap", None, False, why)
-    run, created = insert_run(tx, new, now_us)
+    run, created = insert_run(tx, values, new, now_us)
     action = plan.action
     if active is not None and overlap == "queue":
         tx.execute("UPDATE runs SET run_at = NULL WHERE run_id = ?", [run.run_id])
