@@ -89,10 +89,10 @@ class FencedWrites(StoreCore):
         `suspicion=False`: the caller knows the run has no suspicion to clear (its claim
         showed none, or an earlier write of this attempt cleared it), so no UPDATE of the
         run's row is tried either: the write is the INSERT alone, a round's CHECKPOINTS."""
-        now_us = to_us(now)
-        row = _journal_row(
-            self.values, lease, entry, now_us
-        )  # its JSON made before the write's turn
+        now_us, values = to_us(now), self.values
+        row = _journal_row(values, lease, entry, now_us)  # its JSON made before the write's turn
+        if event is not None:
+            event = (event[0], values.note(event[1]))
         if not suspicion and event is None:
             return self._write(
                 lambda tx: _journal_held(tx, row), batch=CHECKPOINTS, params=row, single=True
@@ -173,7 +173,8 @@ class FencedWrites(StoreCore):
         if row is not None:
             row[8] = None  # a pending call is not resolved yet
         park = _Park(lease, status, run_at, to_us(now), round(exec_spent * 1e6), entry, row)
-        return self._write(lambda tx: _suspend(tx, park, event))
+        noted = (event[0], self.values.note(event[1]))
+        return self._write(lambda tx: _suspend(tx, park, noted))
 
     def complete_run(
         self,
@@ -250,12 +251,13 @@ class FencedWrites(StoreCore):
         return self._write(write)
 
     def add_event(self, run_id: str, type_: str, data: dict[str, Any], now: datetime) -> None:
-        row = event(run_id, to_us(now), type_, data)
+        row = event(run_id, to_us(now), type_, self.values.note(data))
         self._write(lambda tx: tx.execute("{timeline_insert}", row), single=True)
 
     def add_events(
         self, run_ids: Sequence[str], type_: str, data: dict[str, Any], now: datetime
     ) -> None:
+        data = self.values.note(data)
         rows = [event(rid, to_us(now), type_, data) for rid in run_ids]
         self._write(lambda tx: add_events(tx, rows))
 

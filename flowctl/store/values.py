@@ -144,6 +144,14 @@ class Values:
         opened.__dict__.update({name: self.open(value) for name, value in sealed})
         return opened
 
+    def note(self, data: dict[str, Any]) -> dict[str, Any]:
+        """A timeline event's data as stored: with a key, an error it quotes ("Type:
+        message") keeps its type alone, since the message is a sealed value."""
+        error = data.get("error")
+        if self.sealer is None or not isinstance(error, str):
+            return data
+        return {**data, "error": error.split(":", 1)[0]}
+
     def shown(self, run: Run) -> Run:
         """`run` opened as far as the keys held allow, the rest shown as key ids: for what
         an operator's action returns (its write is done; a missing key is no error)."""
