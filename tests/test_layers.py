@@ -194,6 +194,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     # key files and the key ring (issue 42): the store is handed a ring, never imports one
     ("flowctl.crypto",),
+    # a Litestream replica: the binary, the destination, the child process
+    ("flowctl.replica",),
     ("flowctl.store",),
     # execution: a run's handler, replayed; what its steps print (output), which YAML's
     # commands and the runtime's steps both capture

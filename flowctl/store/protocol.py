@@ -556,6 +556,11 @@ class Store(RunListing, Protocol):
         re-checked by the delete, so a run that is not finished is never deleted."""
         ...
 
+    def integrity_check(self) -> str:
+        """The database checked whole: "ok", or what is wrong (SQLite's PRAGMA
+        integrity_check)."""
+        ...
+
     def vacuum(self) -> tuple[int, int]:
         """Give the space of deleted rows back: (bytes before, bytes after)."""
         ...
