@@ -315,3 +315,76 @@ def test_copy_and_backup_keep_values_sealed_and_readable_with_the_key(
         assert flowctl(copy, "show", run_id, check=False).returncode == 1
     with pytest.raises(KeyNeededError):
         open_store(tmp_path / "c.db")
+
+
+# -- the HTTP API and the TUI read with the key; key_file in flowctl.toml -----------------
+
+
+def test_the_http_api_decrypts_with_the_key_and_refuses_without(tmp_path: Path, flow: Path) -> None:
+    from tests.serve_helpers import Api, port_of, start_serve
+
+    key = new_key_file(tmp_path / "k")
+    db = tmp_path / "f.db"
+    run_id = start_sealed(db, flow, Path(key.path), "over-http")
+    proc, log = start_serve(tmp_path, db, env={"FLOWCTL_KEY_FILE": key.path})
+    try:
+        got = Api(port_of(proc, log)).call("GET", f"/runs/{run_id}")
+        assert got.status == 200 and got.json()["run"]["input"] == {"secret": "over-http"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    refused, log = start_serve(tmp_path, db, env={"FLOWCTL_KEY_FILE": ""})
+    assert refused.wait(timeout=30) == 1
+    assert f"key {key.kid} is needed" in log.read_text()
+
+
+def test_the_tui_detail_decrypts_with_the_key(tmp_path: Path, flow: Path) -> None:
+    import asyncio
+
+    from flowctl.clock import SystemClock
+    from flowctl.tui import FlowctlApp
+    from tests.test_tui import detail_text, settle
+
+    key = new_key_file(tmp_path / "k")
+    db = tmp_path / "f.db"
+    run_id = start_sealed(db, flow, Path(key.path), "in-the-tui")
+
+    async def scenario() -> str:
+        with open_store(db, keys=load_keyring(key.path)) as store:
+            app = FlowctlApp(store=store, clock=SystemClock())
+            async with app.run_test(size=(120, 36)) as pilot:
+                await pilot.press("8")  # every run
+                await settle(pilot)
+                return detail_text(app)
+
+    text = asyncio.run(scenario())
+    assert run_id in text and "in-the-tui" in text
+    done = flowctl(db, "tui", check=False)
+    assert done.returncode == 1 and f"key {key.kid} is needed" in done.stderr
+
+
+def test_key_file_in_flowctl_toml_is_relative_to_it(tmp_path: Path, flow: Path) -> None:
+    key = new_key_file(tmp_path / "k")
+    (tmp_path / "flowctl.toml").write_text('db = "f.db"\nkey_file = "k"\n')
+    env = {k: v for k, v in os.environ.items() if k not in ("FLOWCTL_KEY_FILE", "FLOWCTL_DB")}
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flowctl",
+            "run",
+            f"{flow}:sealed",
+            "-i",
+            "secret=toml-key",
+            "--detach",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    (text,) = query(tmp_path / "f.db", "SELECT input FROM runs")[0]
+    assert text.startswith('{"$enc":"v1","kid":"' + key.kid)
