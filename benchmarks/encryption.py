@@ -44,8 +44,10 @@ def one_round(tmp: Path, key: Path, n: int, keyed_first: bool) -> dict[str, dict
             os.environ["FLOWCTL_KEY_FILE"] = str(key)
         else:
             os.environ.pop("FLOWCTL_KEY_FILE", None)
+        folder = tmp / name  # its own databases, the warm-up's too
+        folder.mkdir()
         try:
-            out[name] = flowctl_runs(tmp, name, "three", n, None, None)
+            out[name] = flowctl_runs(folder, name, "three", n, None, None)
         finally:
             os.environ.pop("FLOWCTL_KEY_FILE", None)
     return out
@@ -72,7 +74,8 @@ def per_value(key: Path) -> list[tuple[int, float, float]]:
 
 def _median(rounds: list[dict[str, dict[str, float]]], name: str, figure: str) -> str:
     got = [r[name][figure] for r in rounds]
-    return f"{statistics.median(got):,.1f} ({min(got):,.1f}-{max(got):,.1f})"
+    places = 3 if figure == "cpu_ms" else 0
+    return f"{statistics.median(got):,.{places}f} ({min(got):,.{places}f}-{max(got):,.{places}f})"
 
 
 def main() -> None:

@@ -109,6 +109,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--preload", type=int, default=20_000, help="queued runs in the file")
+    parser.add_argument("--verbose", action="store_true", help="each trial's figures")
     args = parser.parse_args()
     print("reproduce: .venv/bin/python benchmarks/replica.py " + " ".join(sys.argv[1:]))
     print(f"{os.cpu_count()} CPU(s), load {os.getloadavg()[0]:.1f}; {args.trials} trials")
@@ -119,6 +120,8 @@ def main() -> None:
                 tmp = Path(d) / f"t{i}"
                 tmp.mkdir()
                 got.append(trial(tmp, sync, args.preload, i))
+                if args.verbose:
+                    print(f"  {sync} trial {i}: {got[-1]}")
         print(
             f"--sync-interval {sync}: lost runs median {statistics.median(g['lost_runs'] for g in got):.0f}"
             f" max {max(g['lost_runs'] for g in got):.0f} (of ~{statistics.median(g['written'] for g in got):.0f}"

@@ -317,6 +317,21 @@ def test_copy_and_backup_keep_values_sealed_and_readable_with_the_key(
         open_store(tmp_path / "c.db")
 
 
+def test_a_schedules_input_is_sealed_and_its_runs_get_it(tmp_path: Path, flow: Path) -> None:
+    key = new_key_file(tmp_path / "k")
+    db = tmp_path / "f.db"
+    add = ["schedule", "add", "nightly", "--cron", "0 9 * * *", f"{flow}:sealed"]
+    flowctl(db, *add, "-i", "secret=scheduled-secret", key=Path(key.path))
+    (text,) = query(db, "SELECT input FROM schedules")[0]
+    assert text.startswith('{"$enc":"v1","kid":"' + key.kid)
+    assert b"scheduled-secret" not in raw_files(db)
+    shown = flowctl(db, "schedule", "show", "nightly", "--json", key=Path(key.path)).stdout
+    assert "scheduled-secret" in shown
+    flowctl(db, "schedule", "trigger", "nightly", key=Path(key.path))
+    (run_id,) = query(db, "SELECT run_id FROM runs")[0]
+    assert "scheduled-secret" in flowctl(db, "show", run_id, "--json", key=Path(key.path)).stdout
+
+
 # -- the HTTP API and the TUI read with the key; key_file in flowctl.toml -----------------
 
 

@@ -28,13 +28,17 @@ class ReplicaError(FlowctlError):
 
 
 def config_text(db: str, url: str, sync_interval: float) -> str:
-    """Litestream's YAML for one database and one replica (JSON strings are YAML)."""
+    """Litestream's YAML for one database and one replica (JSON strings are YAML): the
+    WAL looked at (monitor-interval, 1 s by Litestream's default) and shipped
+    (sync-interval) every `sync_interval`, so that is what a crash can lose."""
+    every = f"{max(1, round(sync_interval * 1000))}ms"
     return (
         "dbs:\n"
         f"  - path: {json.dumps(db)}\n"
+        f"    monitor-interval: {every}\n"
         "    replica:\n"
         f"      url: {json.dumps(url)}\n"
-        f"      sync-interval: {max(1, round(sync_interval * 1000))}ms\n"
+        f"      sync-interval: {every}\n"
     )
 
 

@@ -34,6 +34,7 @@ SEALED: tuple[Sealed, ...] = (
     Sealed("signals", ("seq",), "payload"),
     Sealed("published", ("run_id", "key"), "value"),
     Sealed("output", ("seq",), "text", is_json=False),
+    Sealed("schedules", ("name",), "input"),
 )
 
 KEY_ID = "key_id"

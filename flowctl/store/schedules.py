@@ -7,7 +7,6 @@ records decisions, each fire in the same transaction as the run it creates.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -49,15 +48,16 @@ class Schedules(StoreCore):
         A redefinition keeps the name's history, creation time, pause state and last fire,
         and takes effect from `now` (active_from): it never backfills fires of the old
         definition."""
-        return self._write(lambda tx: _add_schedule(tx, new, to_us(now), replace))
+        values = self.values
+        return self._write(lambda tx: _add_schedule(tx, values, new, to_us(now), replace))
 
     def get_schedule(self, name: str) -> ScheduleRow:
         with self.db.reading() as tx:
-            return _schedule_row(tx, name)
+            return _schedule_row(tx, self.values, name)
 
     def list_schedules(self) -> list[ScheduleRow]:
         rows = self._read(f"SELECT {_SCHEDULE_COLUMNS} FROM schedules ORDER BY name")
-        return [_schedule_from_row(r) for r in rows]
+        return [_schedule_from_row(r, self.values) for r in rows]
 
     def set_schedule_paused(
         self, name: str, paused: bool, next_fire_at: datetime | None, now: datetime
@@ -67,7 +67,7 @@ class Schedules(StoreCore):
         now_us = to_us(now)
 
         def write(tx: Tx) -> ScheduleRow:
-            _schedule_row(tx, name, lock=True)  # raises when it does not exist
+            _schedule_row(tx, self.values, name, lock=True)  # raises when it does not exist
             if paused:
                 tx.execute(
                     "UPDATE schedules SET paused = 1, next_fire_at = NULL, updated_at = ?,"
@@ -80,7 +80,7 @@ class Schedules(StoreCore):
                     " updated_at = ?, revision = revision + 1 WHERE name = ? AND paused = 1",
                     [_us(next_fire_at), now_us, now_us, name],
                 )
-            return _schedule_row(tx, name)
+            return _schedule_row(tx, self.values, name)
 
         return self._write(write)
 
@@ -121,7 +121,7 @@ class Schedules(StoreCore):
             " ORDER BY next_fire_at",
             [to_us(now)],
         )
-        return [_schedule_from_row(r) for r in rows]
+        return [_schedule_from_row(r, self.values) for r in rows]
 
     def next_schedule_fire(self) -> datetime | None:
         """The soonest unhandled fire over all active schedules: when the daemon must wake."""
@@ -180,13 +180,15 @@ class Schedules(StoreCore):
         values = self.values
 
         def write(tx: Tx) -> FireOutcome:
-            _schedule_row(tx, name, lock=True)
+            _schedule_row(tx, self.values, name, lock=True)
             return _fire_plan(tx, values, name, plan, overlap, to_us(now))
 
         return self._write(write)
 
 
-def _add_schedule(tx: Tx, new: NewSchedule, now_us: int, replace: bool) -> ScheduleRow:
+def _add_schedule(
+    tx: Tx, values: Values, new: NewSchedule, now_us: int, replace: bool
+) -> ScheduleRow:
     exists = ScheduleError(
         f"schedule {new.name!r} already exists: use --replace to redefine it,"
         " or choose another name"
@@ -197,7 +199,7 @@ def _add_schedule(tx: Tx, new: NewSchedule, now_us: int, replace: bool) -> Sched
     definition = [
         new.target,
         new.cwd,
-        dumps(new.input, "the schedule's input"),
+        values.seal(dumps(new.input, "the schedule's input")),
         new.spec,
         now_us,
         now_us,
@@ -223,7 +225,7 @@ def _add_schedule(tx: Tx, new: NewSchedule, now_us: int, replace: bool) -> Sched
             " source = ?, origin = ?, secret_keys = ?, revision = revision + 1 WHERE name = ?",
             [*definition, new.name],
         )
-    return _schedule_row(tx, new.name)
+    return _schedule_row(tx, values, new.name)
 
 
 def _add_history(
@@ -285,12 +287,12 @@ def _fire_plan(
     return FireOutcome(plan.fire_at, action, run.run_id, created, detail)
 
 
-def _schedule_from_row(r: Row) -> ScheduleRow:
+def _schedule_from_row(r: Row, values: Values) -> ScheduleRow:
     return ScheduleRow(
         name=r[0],
         target=r[1],
         cwd=r[2],
-        input=json.loads(r[3]),
+        input=values.loads(r[3]),
         spec=r[4],
         paused=bool(r[5]),
         created_at=from_us(r[6]),
@@ -310,12 +312,12 @@ def _secret_keys_json(keys: tuple[str, ...]) -> str | None:
     return dumps(sorted(keys)) if keys else None
 
 
-def _schedule_row(tx: Tx, name: str, *, lock: bool = False) -> ScheduleRow:
+def _schedule_row(tx: Tx, values: Values, name: str, *, lock: bool = False) -> ScheduleRow:
     sql = f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE name = ?"
     row = tx.one(sql + "{for_update}" if lock else sql, [name])
     if row is None:
         raise ScheduleNotFoundError(name)
-    return _schedule_from_row(row)
+    return _schedule_from_row(row, values)
 
 
 def _history_from_row(r: Row) -> ScheduleEvent:
