@@ -283,6 +283,30 @@ def test_rotate_while_a_daemon_runs_then_the_old_key_is_not_needed(
     assert stale.returncode == 1 and f"key {new.kid} is needed" in stale.stderr
 
 
+def test_rotate_on_postgres(tmp_path: Path, pg_url: str) -> None:
+    from datetime import UTC, datetime
+
+    from flowctl.clock import SystemClock
+    from flowctl.ops.keys import rotate
+    from flowctl.store import NewRun
+
+    old, new = new_key_file(tmp_path / "old"), new_key_file(tmp_path / "new")
+    with open_store(pg_url, keys=load_keyring(old.path)) as store:
+        for i in range(7):
+            store.create_run(
+                NewRun(f"r{i}", "wf", "x.py:wf", "python", {"secret": f"pg-{i}"}),
+                datetime.now(UTC),
+            )
+        done = rotate(store, new, SystemClock(), batch=3, settle=0.0)
+    assert done.kid == new.kid and done.resealed == 7
+    texts = [str(v) for (v,) in query(pg_url, "SELECT CAST(input AS TEXT) FROM runs")]
+    assert len(texts) == 7 and all(new.kid in t and old.kid not in t for t in texts)
+    with open_store(pg_url, keys=load_keyring(new.path)) as store:
+        assert store.get_run("r6").input == {"secret": "pg-6"}
+    with pytest.raises(KeyNeededError):
+        open_store(pg_url, keys=load_keyring(old.path))
+
+
 def test_rotate_encrypts_a_database_written_in_clear_and_resumes(
     tmp_path: Path, flow: Path
 ) -> None:

@@ -101,7 +101,7 @@ class Values:
 
     def open(self, value: Any) -> Any:
         """A parsed value, opened if it is an envelope."""
-        if type(value) is not dict or value.get(ENC) != VERSION:
+        if not is_envelope(value):
             return value
         return json.loads(self._plain(value))
 
@@ -132,12 +132,9 @@ class Values:
 
     def run(self, run: Run) -> Run:
         """`run` with its input, result and error opened."""
-        sealed = [
-            (name, value)
-            for name, value in (("input", run.input), ("result", run.result), ("error", run.error))
-            if type(value) is dict and ENC in value
-        ]
-        if not sealed:
+        fields = (("input", run.input), ("result", run.result), ("error", run.error))
+        sealed = [(name, value) for name, value in fields if type(value) is dict and ENC in value]
+        if not sealed:  # in clear (no key, or none of the three is set): as read
             return run
         opened = object.__new__(Run)
         opened.__dict__.update(run.__dict__)
