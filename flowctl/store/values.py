@@ -40,7 +40,7 @@ class KeyNeededError(FlowctlError):
         self.kid = kid
 
 
-class WrongKeyError(FlowctlError):
+class TamperedValueError(FlowctlError):
     """A sealed value that does not authenticate under the key its id names."""
 
     def __init__(self, kid: str) -> None:
@@ -124,10 +124,10 @@ class Values:
         try:
             nonce, data = base64.b64decode(env["n"]), base64.b64decode(env["c"])
         except (KeyError, ValueError, TypeError):
-            raise WrongKeyError(kid) from None
+            raise TamperedValueError(kid) from None
         plain = sealer.open(kid, nonce, data)
         if plain is None:
-            raise WrongKeyError(kid)
+            raise TamperedValueError(kid)
         return plain.decode("utf-8")
 
     def run(self, run: Run) -> Run:
