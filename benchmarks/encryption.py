@@ -33,7 +33,7 @@ from throughput import flowctl_runs  # noqa: E402
 
 from flowctl.crypto.cipher import load_keyring  # noqa: E402
 from flowctl.crypto.keyfile import new_key_file  # noqa: E402
-from flowctl.store.values import Values  # noqa: E402
+from flowctl.store.values import JOURNAL, Values  # noqa: E402
 
 
 def one_round(tmp: Path, key: Path, n: int, keyed_first: bool) -> dict[str, dict[str, float]]:
@@ -62,11 +62,11 @@ def per_value(key: Path) -> list[tuple[int, float, float]]:
         reps = 20_000 if size < 10_000 else 5_000
         t = time.perf_counter()
         for _ in range(reps):
-            sealed = values.seal(text)
+            sealed = values.seal(text, JOURNAL)
         seal_us = (time.perf_counter() - t) / reps * 1e6
         t = time.perf_counter()
         for _ in range(reps):
-            values.loads(sealed)
+            values.loads(sealed, JOURNAL)
         open_us = (time.perf_counter() - t) / reps * 1e6
         rows.append((size, seal_us, open_us))
     return rows

@@ -194,6 +194,20 @@ def test_no_value_is_ever_written_in_clear_and_reading_needs_the_key(
     assert marker not in flowctl(db, "ls", "--json").stdout
 
 
+def test_a_value_moved_to_another_column_does_not_decrypt(tmp_path: Path, flow: Path) -> None:
+    """The column is bound to the ciphertext: a sealed input copied over a run's result
+    (a forged completion) is refused, not shown as the result."""
+    key = new_key_file(tmp_path / "k")
+    db = tmp_path / "f.db"
+    run_id = start_sealed(db, flow, Path(key.path), "abc")
+    with open_store(db, keys=load_keyring(key.path)) as store:
+        store.db.transact(
+            lambda tx: tx.execute("UPDATE runs SET result = input WHERE run_id = ?", [run_id])
+        )
+    done = flowctl(db, "show", run_id, key=Path(key.path), check=False)
+    assert done.returncode == 1 and "does not decrypt" in done.stderr
+
+
 def test_a_tampered_value_does_not_decrypt(tmp_path: Path, flow: Path) -> None:
     key = new_key_file(tmp_path / "k")
     db = tmp_path / "f.db"

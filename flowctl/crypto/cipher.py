@@ -26,8 +26,8 @@ NONCE_BYTES = 12  # 96 bits, random per value
 class Keyring:
     """Keys by id; `kid` is the one new values are sealed with, the others only open.
 
-    A sealed value's associated data is its key id, so an envelope whose id was edited
-    does not open."""
+    A sealed value's associated data is its key id and its column, so an envelope whose
+    id was edited, or one moved to another column, does not open."""
 
     def __init__(self, keys: Sequence[Key]) -> None:
         if not keys:
@@ -42,15 +42,17 @@ class Keyring:
     def kids(self) -> tuple[str, ...]:
         return tuple(self._aead)
 
-    def seal(self, data: bytes) -> tuple[bytes, bytes]:
-        """(nonce, ciphertext with its tag) of `data` under the writing key."""
+    def seal(self, data: bytes, column: str) -> tuple[bytes, bytes]:
+        """(nonce, ciphertext with its tag) of `data` for `column` under the writing key."""
         nonce = os.urandom(NONCE_BYTES)
-        return nonce, self._aead[self.kid].encrypt(nonce, data, self.kid.encode())
+        kid = self.kid
+        return nonce, self._aead[kid].encrypt(nonce, data, f"{kid}/{column}".encode())
 
-    def open(self, kid: str, nonce: bytes, data: bytes) -> bytes | None:
-        """The plaintext, or None when it does not authenticate under key `kid`."""
+    def open(self, kid: str, nonce: bytes, data: bytes, column: str) -> bytes | None:
+        """The plaintext, or None when it does not authenticate under key `kid` for
+        `column`."""
         try:
-            return self._aead[kid].decrypt(nonce, data, kid.encode())
+            return self._aead[kid].decrypt(nonce, data, f"{kid}/{column}".encode())
         except InvalidTag:
             return None
 

@@ -18,7 +18,7 @@ from flowctl.store.mapping import _RUN_COLUMNS, _loads, _run_from_row, _us
 from flowctl.store.records import NewRun, dumps
 from flowctl.store.rows import RUNS, RUNS_BY_KEY, EventRow, add_events, event, in_chunks
 from flowctl.store.sql import TransactionConflict, Tx
-from flowctl.store.values import Values
+from flowctl.store.values import INPUT, Values
 from flowctl.transitions import parked_run_at
 
 _RUN_INSERT = (
@@ -66,7 +66,7 @@ def insert_runs(
             out.append((holding[new.key], False))
             continue
         params, created, run = _prepared(tx, new, now_us, known, times)
-        params[4] = values.seal(params[4])  # the input, once _as_read has read it
+        params[4] = values.seal(params[4], INPUT)  # the input, once _as_read has read it
         rows.append(params)
         if created is not None:
             events.append(created)

@@ -13,7 +13,7 @@ from flowctl.store.mapping import _dt, _loads, _us
 from flowctl.store.records import dumps
 from flowctl.store.rows import CLEARED, add_event, add_events, event, first_line
 from flowctl.store.sql import Tx
-from flowctl.store.values import Values
+from flowctl.store.values import ERROR, Values
 from flowctl.transitions import Applied, error_kind, next_attempt, pause
 
 _ACTIVE_SQL = "('queued', 'running', 'sleeping', 'waiting', 'paused')"
@@ -76,7 +76,13 @@ def fail(
         "UPDATE runs SET status = 'queued', run_at = ?, attempt = attempt + ?, error = ?,"
         " exec_spent_us = CASE WHEN ? = 1 THEN 0 ELSE exec_spent_us END, lease_owner = NULL,"
         f" lease_until = NULL, solo = 0, {CLEARED} WHERE run_id = ?",
-        [at, int(verdict.spends), values.seal(dumps(error)), int(verdict.spends), run.run_id],
+        [
+            at,
+            int(verdict.spends),
+            values.seal(dumps(error), ERROR),
+            int(verdict.spends),
+            run.run_id,
+        ],
     )
     attempt = run.attempt + int(verdict.spends)
     events.append(
@@ -148,7 +154,12 @@ def end(
         "UPDATE runs SET status = ?, error = ?, finished_at = ?, run_at = NULL, lease_owner = NULL,"
         " lease_until = NULL, pause_requested = 0, paused_status = NULL, paused_run_at = NULL,"
         f" solo = 0, {CLEARED} WHERE run_id = ?",
-        [str(status), None if error is None else values.seal(dumps(error)), now_us, run.run_id],
+        [
+            str(status),
+            None if error is None else values.seal(dumps(error), ERROR),
+            now_us,
+            run.run_id,
+        ],
     )
     label = "dead-lettered" if status is RunStatus.DEAD else str(status)
     data = {} if error is None else {"kind": error.get("kind"), "error": shown_line(values, error)}

@@ -41,7 +41,7 @@ from flowctl.store.rows import (
     load_run,
 )
 from flowctl.store.sql import Tx
-from flowctl.store.values import Values
+from flowctl.store.values import JOURNAL, PUBLISHED, RESULT, SIGNAL, Values
 from flowctl.transitions import Applied, awaited_child, awaited_signal, parked_run_at, suspension
 
 # Insert or replace a journal row (both backends' upsert).
@@ -137,7 +137,7 @@ class FencedWrites(StoreCore):
 
     def publish(self, lease: Lease, key: str, value: Any, now: datetime) -> bool:
         """Set a status value the run shows to operators (`ctx.publish`); last write wins."""
-        text = self.values.seal(dumps(value, f"published value {key!r}"))
+        text = self.values.seal(dumps(value, f"published value {key!r}"), PUBLISHED)
 
         def write(tx: Tx) -> bool:
             if held_row(tx, lease) is None:
@@ -191,7 +191,7 @@ class FencedWrites(StoreCore):
         Store.complete_run). One with its last checkpoint and neither link is a round's
         COMPLETIONS."""
         now_us = to_us(now)
-        result_text = self.values.seal(dumps(result, "the workflow's result"))
+        result_text = self.values.seal(dumps(result, "the workflow's result"), RESULT)
         row = None if entry is None else _journal_row(self.values, lease, entry, now_us)
         ending = [
             result_text,
@@ -299,14 +299,14 @@ def _consume_signal(
         "UPDATE signals SET consumed_at = ?, call_index = ? WHERE seq = ?",
         [now_us, call_index, seq],
     )
-    value = {"payload": values.loads(payload_text), "timed_out": False}
+    value = {"payload": values.loads(payload_text, SIGNAL), "timed_out": False}
     entry = [
         run_id,
         call_index,
         "signal",
         name,
         "done",
-        values.seal(dumps(value)),
+        values.seal(dumps(value), JOURNAL),
         None,
         now_us,
         now_us,

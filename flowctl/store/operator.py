@@ -16,7 +16,7 @@ from flowctl.store.mapping import _ENTRY_COLUMNS, _us
 from flowctl.store.records import NewRun, dumps
 from flowctl.store.rows import CLEARED, add_event, iso_us, load_run
 from flowctl.store.sql import Tx
-from flowctl.store.values import Values
+from flowctl.store.values import SIGNAL, Values
 from flowctl.transitions import Action, cancel_error, guard, requested_only, resume
 
 
@@ -71,7 +71,7 @@ class OperatorWrites(StoreCore):
     def send_signal(self, run_id: str, name: str, payload: Any, now: datetime) -> RunStatus:
         """Buffer a signal; a run waiting for a signal becomes due now."""
         now_us = to_us(now)
-        text = self.values.seal(dumps(payload, "the signal payload"))
+        text = self.values.seal(dumps(payload, "the signal payload"), SIGNAL)
 
         def write(tx: Tx) -> RunStatus:
             row = tx.one("SELECT status FROM runs WHERE run_id = ?{for_update}", [run_id])

@@ -8,7 +8,7 @@ from datetime import datetime
 from flowctl.model import from_us, to_us
 from flowctl.store.core import StoreCore
 from flowctl.store.records import OutputChunk
-from flowctl.store.values import Values
+from flowctl.store.values import OUTPUT, Values
 
 _COLUMNS = "seq, run_id, call_index, step, stream, at, text"
 
@@ -43,7 +43,8 @@ class Output(StoreCore):
             return
         at_us, seal = to_us(at), self.values.seal
         rows = [
-            (run_id, call_index, step, stream, at_us, seal(text), run_id) for stream, text in chunks
+            (run_id, call_index, step, stream, at_us, seal(text, OUTPUT), run_id)
+            for stream, text in chunks
         ]
         self._write(
             lambda tx: tx.many(

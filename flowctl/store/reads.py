@@ -26,6 +26,7 @@ from flowctl.store.mapping import (
     _loads,
 )
 from flowctl.store.rows import RUNS, RUNS_BY_KEY, marks
+from flowctl.store.values import PUBLISHED, SIGNAL
 from flowctl.transitions import agenda_kind
 
 
@@ -159,7 +160,7 @@ class RunReads(RunList):
             " ORDER BY seq",
             [run_id],
         )
-        return [(r[0], self.values.loads(r[1]), from_us(r[2])) for r in rows]
+        return [(r[0], self.values.loads(r[1], SIGNAL), from_us(r[2])) for r in rows]
 
     def recent_wakes(self, since: datetime, limit: int = 10_000) -> list[float]:
         """Lateness (seconds) of recent timer wakes, from the timeline."""
@@ -178,7 +179,7 @@ class RunReads(RunList):
         rows = self._read(
             "SELECT key, value, at FROM published WHERE run_id = ? ORDER BY key", [run_id]
         )
-        return {r[0]: (self.values.loads(r[1]), from_us(r[2])) for r in rows}
+        return {r[0]: (self.values.loads(r[1], PUBLISHED), from_us(r[2])) for r in rows}
 
     def pauses_requested(self, run_ids: Sequence[str]) -> list[str]:
         """Which of these running runs an operator has asked to pause (a read, no write)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from flowctl.errors import (
     SerializationError,
@@ -21,9 +21,7 @@ from flowctl.model import (
     mask_secrets,
     to_us,
 )
-
-if TYPE_CHECKING:
-    from flowctl.store.values import Values
+from flowctl.store.values import JOURNAL, Values
 
 # One encoder for every dumps: json.dumps with arguments of its own builds a new
 # JSONEncoder per call, and a three-step run makes about eight.
@@ -62,7 +60,7 @@ def checkpoint_params(
         str(entry.kind),
         entry.name,
         str(entry.state),
-        None if entry.value is None else values.seal(_result_json(entry)),
+        None if entry.value is None else values.seal(_result_json(entry), JOURNAL),
         None if entry.wake_at is None else to_us(entry.wake_at),
         now_us,
         None if entry.resolved_at is None else to_us(entry.resolved_at),

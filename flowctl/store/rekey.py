@@ -23,7 +23,6 @@ class Sealed(NamedTuple):
     table: str
     keys: tuple[str, ...]
     column: str
-    is_json: bool = True
 
 
 SEALED: tuple[Sealed, ...] = (
@@ -33,7 +32,7 @@ SEALED: tuple[Sealed, ...] = (
     Sealed("journal", ("run_id", "call_index"), "value"),
     Sealed("signals", ("seq",), "payload"),
     Sealed("published", ("run_id", "key"), "value"),
-    Sealed("output", ("seq",), "text", is_json=False),
+    Sealed("output", ("seq",), "text"),
     Sealed("schedules", ("name",), "input"),
 )
 
@@ -124,7 +123,7 @@ class Rekeying(StoreCore):
         changes = []
         for row in rows:
             old = str(row[-1])
-            new = self.values.reseal(old, is_json=which.is_json)
+            new = self.values.reseal(old, f"{which.table}.{which.column}")
             if new is not None:
                 changes.append([new, *row[:-1], old])
         if changes:

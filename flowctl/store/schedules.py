@@ -26,7 +26,7 @@ from flowctl.store.records import (
 )
 from flowctl.store.rows import add_event
 from flowctl.store.sql import Row, Tx
-from flowctl.store.values import Values
+from flowctl.store.values import SCHEDULE_INPUT, Values
 
 HISTORY_KEEP = 1000  # history rows kept per schedule
 
@@ -199,7 +199,7 @@ def _add_schedule(
     definition = [
         new.target,
         new.cwd,
-        values.seal(dumps(new.input, "the schedule's input")),
+        values.seal(dumps(new.input, "the schedule's input"), SCHEDULE_INPUT),
         new.spec,
         now_us,
         now_us,
@@ -292,7 +292,7 @@ def _schedule_from_row(r: Row, values: Values) -> ScheduleRow:
         name=r[0],
         target=r[1],
         cwd=r[2],
-        input=values.loads(r[3]),
+        input=values.loads(r[3], SCHEDULE_INPUT),
         spec=r[4],
         paused=bool(r[5]),
         created_at=from_us(r[6]),

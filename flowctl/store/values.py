@@ -27,6 +27,13 @@ ENC = "$enc"
 VERSION = "v1"
 _PREFIX = '{"$enc":"v1","kid":"'
 
+# The column a value is sealed for, bound to its ciphertext (associated data with the key
+# id): a sealed value moved to another column does not open there.
+INPUT, RESULT, ERROR = "runs.input", "runs.result", "runs.error"
+JOURNAL, SIGNAL, PUBLISHED = "journal.value", "signals.payload", "published.value"
+OUTPUT, SCHEDULE_INPUT, KEY_HANDOVER = "output.text", "schedules.input", "meta.key_next"
+_RUN_FIELDS = {"input": INPUT, "result": RESULT, "error": ERROR}
+
 
 class KeyNeededError(FlowctlError):
     """A sealed value and no key that opens it."""
@@ -41,14 +48,16 @@ class KeyNeededError(FlowctlError):
 
 
 class TamperedValueError(FlowctlError):
-    """A sealed value that does not authenticate under the key its id names."""
+    """A sealed value that does not authenticate under the key its id names, for the
+    column it was read from."""
 
-    def __init__(self, kid: str) -> None:
+    def __init__(self, kid: str, column: str) -> None:
         super().__init__(
-            f"a value sealed with key {kid} does not decrypt with that key: the value was"
-            " altered or the database damaged"
+            f"a value of {column} sealed with key {kid} does not decrypt with that key: it"
+            " was altered or moved from another column, or the database is damaged"
         )
         self.kid = kid
+        self.column = column
 
 
 class Sealer(Protocol):
@@ -61,9 +70,9 @@ class Sealer(Protocol):
 
     def holds(self, kid: str) -> bool: ...
 
-    def seal(self, data: bytes) -> tuple[bytes, bytes]: ...
+    def seal(self, data: bytes, column: str) -> tuple[bytes, bytes]: ...
 
-    def open(self, kid: str, nonce: bytes, data: bytes) -> bytes | None: ...
+    def open(self, kid: str, nonce: bytes, data: bytes, column: str) -> bytes | None: ...
 
     def adopt(self, secret: bytes) -> str: ...
 
@@ -90,31 +99,32 @@ class Values:
 
     # -- writing -----------------------------------------------------------------
 
-    def seal(self, text: str) -> str:
-        """`text` (JSON, or a line of output) as stored: an envelope with a key ring."""
+    def seal(self, text: str, column: str) -> str:
+        """`text` (JSON, or a line of output) as stored in `column`: an envelope with a key
+        ring."""
         if self.sealer is None:
             return text
-        nonce, data = self.sealer.seal(text.encode("utf-8"))
+        nonce, data = self.sealer.seal(text.encode("utf-8"), column)
         return f'{_PREFIX}{self.sealer.kid}","n":"{_b64(nonce)}","c":"{_b64(data)}"}}'
 
     # -- reading -----------------------------------------------------------------
 
-    def open(self, value: Any) -> Any:
-        """A parsed value, opened if it is an envelope."""
+    def open(self, value: Any, column: str) -> Any:
+        """A parsed value read from `column`, opened if it is an envelope."""
         if not is_envelope(value):
             return value
-        return json.loads(self._plain(value))
+        return json.loads(self._plain(value, column))
 
-    def loads(self, text: str | None) -> Any:
-        return None if text is None else self.open(json.loads(text))
+    def loads(self, text: str | None, column: str) -> Any:
+        return None if text is None else self.open(json.loads(text), column)
 
     def text(self, stored: str) -> str:
         """A line of output as stored, opened if sealed."""
         if not stored.startswith(_PREFIX):
             return stored
-        return self._plain(json.loads(stored))
+        return self._plain(json.loads(stored), OUTPUT)
 
-    def _plain(self, env: dict[str, Any]) -> str:
+    def _plain(self, env: dict[str, Any], column: str) -> str:
         kid = str(env.get("kid"))
         sealer = self.sealer
         if sealer is None or not sealer.holds(kid):
@@ -124,10 +134,10 @@ class Values:
         try:
             nonce, data = base64.b64decode(env["n"]), base64.b64decode(env["c"])
         except (KeyError, ValueError, TypeError):
-            raise TamperedValueError(kid) from None
-        plain = sealer.open(kid, nonce, data)
+            raise TamperedValueError(kid, column) from None
+        plain = sealer.open(kid, nonce, data, column)
         if plain is None:
-            raise TamperedValueError(kid)
+            raise TamperedValueError(kid, column)
         return plain.decode("utf-8")
 
     def run(self, run: Run) -> Run:
@@ -138,7 +148,7 @@ class Values:
             return run
         opened = object.__new__(Run)
         opened.__dict__.update(run.__dict__)
-        opened.__dict__.update({name: self.open(value) for name, value in sealed})
+        opened.__dict__.update({name: self.open(v, _RUN_FIELDS[name]) for name, v in sealed})
         return opened
 
     def note(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -162,7 +172,7 @@ class Values:
             return entry
         opened = object.__new__(JournalEntry)
         opened.__dict__.update(entry.__dict__)
-        opened.__dict__["value"] = self.open(value)
+        opened.__dict__["value"] = self.open(value, JOURNAL)
         return opened
 
     # -- a key's rotation (flowctl.store.rekey) ------------------------------------
@@ -177,22 +187,23 @@ class Values:
             return None
         return str(parsed["kid"]) if is_envelope(parsed) else None
 
-    def reseal(self, stored: str, *, is_json: bool = True) -> str | None:
-        """`stored` sealed with the writing key, or None when it already is."""
+    def reseal(self, stored: str, column: str) -> str | None:
+        """`stored` (read from `column`) sealed with the writing key, or None when it
+        already is."""
         if self.sealer is None:
             raise RuntimeError("resealing needs a key ring")
         kid = self.kid_of(stored)
         if kid == self.sealer.kid:
             return None
         if kid is None:
-            return self.seal(stored)
-        plain = self._plain(json.loads(stored))
-        return self.seal(plain)
+            return self.seal(stored, column)
+        plain = self._plain(json.loads(stored), column)
+        return self.seal(plain, column)
 
     def wrap(self, secret: bytes) -> str:
         """A new key sealed with the writing key: handed to every process holding that key
         while a rotation runs (meta `key_next`), never in clear."""
-        return self.seal(json.dumps(_b64(secret)))
+        return self.seal(json.dumps(_b64(secret)), KEY_HANDOVER)
 
     def adopt(self, wrapped: str) -> bool:
         """Seal with the key `wrapped` holds from now on; False when it cannot be opened
@@ -202,7 +213,7 @@ class Values:
         env = json.loads(wrapped)
         if not is_envelope(env) or not self.sealer.holds(str(env["kid"])):
             return False
-        secret = base64.b64decode(json.loads(self._plain(env)))
+        secret = base64.b64decode(json.loads(self._plain(env, KEY_HANDOVER)))
         before = self.sealer.kid
         return self.sealer.adopt(secret) != before
 
