@@ -321,6 +321,40 @@ def test_rotate_on_postgres(tmp_path: Path, pg_url: str) -> None:
         open_store(pg_url, keys=load_keyring(old.path))
 
 
+def test_an_interrupted_rotation_resumes_and_a_late_opener_adopts_the_new_key(
+    tmp_path: Path,
+) -> None:
+    from datetime import UTC, datetime
+
+    from flowctl.clock import SystemClock
+    from flowctl.ops.keys import rotate
+    from flowctl.store import NewRun
+    from flowctl.store.rekey import SEALED
+
+    old, new = new_key_file(tmp_path / "old"), new_key_file(tmp_path / "new")
+    db = tmp_path / "f.db"
+    with open_store(db, keys=load_keyring(old.path)) as store:
+        for i in range(10):
+            store.create_run(
+                NewRun(f"r{i}", "wf", "x.py:wf", "python", {"i": i}), datetime.now(UTC)
+            )
+        store.begin_rotation(new.secret)
+        store.reseal_batch(SEALED[0], None, 4)  # then the rotation dies: 4 of 10 inputs done
+    kids = [str(v)[20:36] for (v,) in query(db, "SELECT input FROM runs ORDER BY run_id")]
+    assert kids == [new.kid] * 4 + [old.kid] * 6
+    # a process that holds the old key only, opening now, writes with the new one
+    with open_store(db, keys=load_keyring(old.path)) as late:
+        late.create_run(NewRun("late", "wf", "x.py:wf", "python", {"i": 99}), datetime.now(UTC))
+    (late_text,) = query(db, "SELECT input FROM runs WHERE run_id = 'late'")[0]
+    assert new.kid in late_text
+    with open_store(db, keys=load_keyring(old.path)) as store:  # the rotation run again
+        done = rotate(store, new, SystemClock(), settle=0.0)
+    assert done.resealed == 6
+    with open_store(db, keys=load_keyring(new.path)) as store:
+        assert [store.get_run(f"r{i}").input for i in range(10)] == [{"i": i} for i in range(10)]
+    assert query(db, "SELECT COUNT(*) FROM meta WHERE key = 'key_next'") == [(0,)]
+
+
 def test_rotate_encrypts_a_database_written_in_clear_and_resumes(
     tmp_path: Path, flow: Path
 ) -> None:
