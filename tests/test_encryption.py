@@ -355,6 +355,29 @@ def test_an_interrupted_rotation_resumes_and_a_late_opener_adopts_the_new_key(
     assert query(db, "SELECT COUNT(*) FROM meta WHERE key = 'key_next'") == [(0,)]
 
 
+def test_a_process_that_slept_through_a_rotation_refuses_to_write_with_the_old_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import UTC, datetime
+
+    from flowctl.clock import SystemClock
+    from flowctl.ops.keys import rotate
+    from flowctl.store import NewRun, core
+
+    monkeypatch.setattr(core, "KEY_CHECK_EVERY", 0.0)  # look before every write
+    old, new = new_key_file(tmp_path / "old"), new_key_file(tmp_path / "new")
+    db = tmp_path / "f.db"
+    stale = open_store(db, keys=load_keyring(old.path))
+    try:
+        with open_store(db, keys=load_keyring(old.path)) as store:
+            rotate(store, new, SystemClock(), settle=0.0)
+        with pytest.raises(KeyNeededError, match=new.kid):
+            stale.create_run(NewRun("r", "wf", "x.py:wf", "python", {}), datetime.now(UTC))
+    finally:
+        stale.close()
+    assert query(db, "SELECT COUNT(*) FROM runs") == [(0,)]
+
+
 def test_rotate_encrypts_a_database_written_in_clear_and_resumes(
     tmp_path: Path, flow: Path
 ) -> None:

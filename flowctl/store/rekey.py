@@ -93,11 +93,11 @@ class Rekeying(StoreCore):
                 [KEY_ID, kid],
             )
 
-        self._write(write)
+        self.db.transact(write)
 
     def _set_meta(self, key: str, value: str, *, replace: bool) -> None:
         conflict = "DO UPDATE SET value = excluded.value" if replace else "DO NOTHING"
-        self._write(
+        self.db.transact(  # not _write: its key check calls this one
             lambda tx: tx.execute(
                 f"INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) {conflict}",
                 [key, value],
