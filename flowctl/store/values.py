@@ -1,9 +1,10 @@
 """Values as the database holds them: JSON text, sealed when a key is configured.
 
 With a key ring, every stored value (an input, a step's result or error, a signal
-payload, a published value, a run's result or error, a line of step output) is written
-as an envelope, `{"$enc":"v1","kid":...,"n":...,"c":...}`: the key id, a random 96-bit
-nonce and the AES-256-GCM ciphertext of the value's JSON text (base64). The envelope is
+payload, a published value, a run's result or error, a line of step output, a
+schedule's input) is written as an envelope, `{"$enc":"v1","kid":...,"n":...,"c":...}`:
+the key id, a random 96-bit nonce and the AES-256-GCM ciphertext of the value's JSON text
+(base64), bound to its column (associated data: the key id and the column). The envelope is
 JSON, so it fits the same TEXT and jsonb columns; ids, statuses, times, workflow names
 and keys stay in clear, so listings, claims and indexes need no key.
 
