@@ -14,9 +14,7 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from types import FrameType
 
 from flowctl.errors import FlowctlError
@@ -52,25 +50,32 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
 
 def replicate(db: str, url: str, sync_interval: float) -> int:
     """Run `litestream replicate` for `db` to `url` until SIGTERM or SIGINT (passed on to
-    it, so it syncs and stops); its exit code."""
-    with tempfile.TemporaryDirectory(prefix="flowctl-litestream-") as folder:
-        config = Path(folder) / "litestream.yml"
-        config.write_text(config_text(db, url, sync_interval))
-        config.chmod(0o600)
+    it, so it syncs and stops); its exit code. Its configuration reaches it through a
+    pipe (`-config /dev/fd/N`): nothing is written to disk, nothing is left behind when
+    flowctl is killed."""
+    read, write = os.pipe()
+    try:
+        os.write(write, config_text(db, url, sync_interval).encode())  # << a pipe's buffer
+    finally:
+        os.close(write)
+    try:
         child = subprocess.Popen(
-            [litestream_binary(), "replicate", "-config", str(config), "-no-expand-env"],
+            [litestream_binary(), "replicate", "-config", f"/dev/fd/{read}", "-no-expand-env"],
+            pass_fds=(read,),
             preexec_fn=_die_with_parent,
         )
+    finally:
+        os.close(read)
 
-        def forward(signum: int, _frame: FrameType | None) -> None:
-            child.send_signal(signum)
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        child.send_signal(signum)
 
-        previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            return child.wait()
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return child.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def restore(url: str, path: str) -> float:
