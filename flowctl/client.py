@@ -13,7 +13,7 @@ from typing import Any
 
 from flowctl import ops
 from flowctl.clock import Clock, SystemClock
-from flowctl.config import load_config, resolve_db
+from flowctl.config import load_config, resolve_db, resolve_key_file
 from flowctl.daemon import DaemonConfig
 from flowctl.daemon.foreground import drive_run
 from flowctl.durations import Duration, parse_duration
@@ -40,7 +40,12 @@ class Client:
         config = load_config()
         self.db_path = resolve_db(str(db) if db is not None else None, config)
         self.clock = clock or SystemClock()
-        self.store = open_store(self.db_path, durability=str(config.get("durability")))
+        key_file, keys = resolve_key_file(config), None
+        if key_file is not None:  # the cipher loads only with a key (FLOWCTL_KEY_FILE)
+            from flowctl.crypto.cipher import load_keyring
+
+            keys = load_keyring(key_file)
+        self.store = open_store(self.db_path, durability=str(config.get("durability")), keys=keys)
         self.workflows_dir = Path(workflows_dir) if workflows_dir else config.workflows_dir()
         self._config = config
         self._targets = TargetCache()  # each target loaded once while its file is unchanged

@@ -71,6 +71,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "notify": dict,  # [notify]: who is told when runs end (flowctl.notify)
     "serve": dict,  # [serve] token = "...": the HTTP API's bearer token (file must be 0600)
     "retention": dict,  # [retention] completed = "30d" ...: applied by the daemon hourly
+    "key_file": str,  # encryption at rest: the key file (FLOWCTL_KEY_FILE overrides)
 }
 
 _COMMENT = """# flowctl configuration. Paths are relative to this file.
@@ -276,6 +277,19 @@ def resolve_db(explicit: str | None, config: Config, *, flag: str = "--db") -> P
         db = Path(value).expanduser()
         return db if db.is_absolute() else config.root / db
     return xdg_state_db()
+
+
+def resolve_key_file(config: Config) -> Path | None:
+    """The key file values are sealed with: FLOWCTL_KEY_FILE, then flowctl.toml's
+    `key_file` (relative to the file); None: no encryption."""
+    env = os.environ.get("FLOWCTL_KEY_FILE")
+    if env:
+        return Path(env).expanduser()
+    value = config.values.get("key_file")
+    if not value:
+        return None
+    path = Path(str(value)).expanduser()
+    return path if path.is_absolute() else config.root / path
 
 
 def write_default_config(folder: Path, *, force: bool = False) -> Path:

@@ -24,6 +24,7 @@ PING = str(ROOT / "workflows" / "ping.yaml")
 NO_JSON = {
     "serve": "a long-running HTTP server: its API is JSON; the command prints only its log",
     "tui": "an interactive screen, nothing to print",
+    "replicate": "a long-running child process (Litestream): it prints only its log",
 }
 
 

@@ -32,6 +32,7 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "opentelemetry": ("flowctl.tracing",),
     "starlette": ("flowctl.serve",),
     "uvicorn": ("flowctl.serve",),
+    "cryptography": ("flowctl.crypto.cipher",),
 }
 FRONT_ENDS: dict[str, tuple[str, ...]] = {
     "flowctl.cli": ("flowctl.cli", "flowctl.__main__"),
@@ -193,6 +194,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "flowctl.inputs",
         "flowctl.workflow",
     ),
+    # key files and the key ring (issue 42): the store is handed a ring, never imports one
+    ("flowctl.crypto",),
+    # a Litestream replica: the binary, the destination, the child process
+    ("flowctl.replica",),
     ("flowctl.store",),
     ("flowctl.tracing",),  # spans for runs and steps (OpenTelemetry, when asked for)
     # execution: a run's handler, replayed; what its steps print (output), which YAML's

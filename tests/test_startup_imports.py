@@ -37,6 +37,8 @@ HEAVY = (
     "httpx",
     "pydantic",
     "rich",
+    "cryptography",  # only with a key configured (issue 42)
+    "flowctl.crypto",
     "logging",  # only the daemon configures it (cli/daemon.py, loaded by `flowctl daemon`)
 )
 
@@ -221,6 +223,7 @@ LS_PATH = {
     "flowctl.store.sqlite.files",
     "flowctl.store.sqlite.opening",
     "flowctl.store.sqlite.schema",
+    "flowctl.store.values",  # a sealed value shown as its key id (issue 42): no cipher
 }
 
 

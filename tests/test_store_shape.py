@@ -30,6 +30,7 @@ BACKEND_OWN = {
     "free_bytes",
     "vacuum",
     "backup_to",
+    "integrity_check",
 }
 
 

@@ -226,6 +226,24 @@ COMMANDS: tuple[tuple[str, str, str, str], ...] = (
         "Maintenance",
     ),
     (
+        "replicate",
+        "flowctl.cli.replica:replicate",
+        "Keep a continuous replica of the SQLite database at DEST with Litestream (a child process) until stopped; beside a daemon or on its own.",
+        "Maintenance",
+    ),
+    (
+        "restore",
+        "flowctl.cli.replica:restore",
+        "Write a database from the replica at DEST to PATH, checked with PRAGMA integrity_check.",
+        "Maintenance",
+    ),
+    (
+        "keys",
+        "flowctl.cli.keys:keys_app",
+        "Encryption keys: values are sealed with FLOWCTL_KEY_FILE (or key_file in flowctl.toml).",
+        "Maintenance",
+    ),
+    (
         "backup",
         "flowctl.cli.maintenance:backup",
         "A consistent copy of the database while daemons write, checked with PRAGMA integrity_check; the copy is a working database.",

@@ -148,6 +148,7 @@ def status(
 ) -> None:
     """Is a daemon running on this database; run counts; wake lateness.  Example: flowctl status"""
     st = _state(ctx)
+    st.masked = True  # needs no key: a sealed value is shown as its key id
     if prometheus and as_json:
         raise UsageError("give --json or --prometheus, not both")
     if prometheus:
@@ -282,10 +283,15 @@ def copy(
 
     st = _state(ctx)
     durability = str(st.config.get("durability"))
-    source = open_store(resolve_db(src, st.config, flag="SRC"), durability=durability, create=False)
+    # Rows are copied as stored: sealed values stay sealed, and no key is needed.
+    source = open_store(
+        resolve_db(src, st.config, flag="SRC"), durability=durability, create=False, masked=True
+    )
     try:
         ops.check_copy_source(source, clock=st.clock)  # before DEST is created
-        target = open_store(resolve_db(dest, st.config, flag="DEST"), durability=durability)
+        target = open_store(
+            resolve_db(dest, st.config, flag="DEST"), durability=durability, masked=True
+        )
         try:
             plan = ops.plan_copy(source, target, clock=st.clock)
             if sys.stderr.isatty() and plan.total and not as_json:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the store (sqlite_utils, the backend) loads when a command 
     # the config (tomllib) and durations when a command reads them: `flowctl --help` neither
     from flowctl.clock import Clock
     from flowctl.config import Config
+    from flowctl.crypto.cipher import Keyring
     from flowctl.model import Run
     from flowctl.store import RunListing, Store
 
@@ -97,6 +98,9 @@ class State:
         self._config: Config | None = None
         self._store: Store | None = None
         self._run_list: RunListing | None = None
+        self._keys: Keyring | None = None
+        self._keys_read = False
+        self.masked = False  # a value no key opens is shown as its key id (ls, status, why)
         self.clock = clock
 
     @property
@@ -106,6 +110,25 @@ class State:
 
             self._config = load_config()
         return self._config
+
+    @property
+    def keys(self) -> Keyring | None:
+        """The key ring of FLOWCTL_KEY_FILE or flowctl.toml's key_file, None without one
+        (the cipher is loaded only then)."""
+        if not self._keys_read:
+            from flowctl.config import resolve_key_file
+
+            path = resolve_key_file(self.config)
+            if path is not None:
+                from flowctl.crypto.cipher import load_keyring
+
+                self._keys = load_keyring(path)
+            self._keys_read = True
+        return self._keys
+
+    def use_keys(self, keys: Keyring) -> None:
+        """Open the store with `keys` (`keys rotate` on a database in clear)."""
+        self._keys, self._keys_read = keys, True
 
     @property
     def db_chosen(self) -> bool:
@@ -138,6 +161,8 @@ class State:
                 durability=str(self.config.get("durability")),
                 create=False,
                 allow_read_only=True,
+                keys=self.keys,
+                masked=self.masked,
             )
         return self._store
 
@@ -153,7 +178,7 @@ class State:
             from flowctl.store import open_run_list
 
             self._run_list = open_run_list(
-                self.db_path, durability=str(self.config.get("durability"))
+                self.db_path, durability=str(self.config.get("durability")), keys=self.keys
             )
         return self._run_list
 
@@ -181,7 +206,10 @@ class State:
             from flowctl.store import open_store
 
             self._store = open_store(
-                self.db_path, durability=str(self.config.get("durability")), create=create
+                self.db_path,
+                durability=str(self.config.get("durability")),
+                create=create,
+                keys=self.keys,
             )
         return self._store
 
@@ -284,5 +312,10 @@ def _daemon_config(st: State, **overrides: Any) -> Any:
         from flowctl.config import parse_retention
 
         values["retention"] = parse_retention(cfg.get("retention"))
+    from flowctl.config import resolve_key_file
+
+    key_file = resolve_key_file(cfg)
+    if key_file is not None:
+        values["key_file"] = str(key_file.resolve())
     values.update({k: v for k, v in overrides.items() if v is not None})
     return DaemonConfig(**values)

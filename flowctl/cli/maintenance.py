@@ -228,6 +228,7 @@ def backup(
     from flowctl.ops import maintenance as ops
 
     st = _state(ctx)
+    st.masked = True  # the file is copied as it is: sealed values stay sealed, no key needed
     written = ops.backup(st.store, path, force=force)
     size = written.stat().st_size
     if as_json:

@@ -253,6 +253,7 @@ def why(
     Example: flowctl why m8rtkeefq3x7bz2w --json
     """
     st = _state(ctx)
+    st.masked = True  # needs no key: a sealed value is shown as its key id
     answer = ops.why_run(st.store, run_ref, clock=st.clock)
     if as_json:
         _emit_json(answer.to_json())

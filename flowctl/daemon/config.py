@@ -22,6 +22,7 @@ class DaemonConfig:
     workers: int = 1  # processes executing runs, each a whole daemon (daemon/processes.py)
     batch: bool = True  # on SQLite: greenlets on one thread (flowctl.daemon.batch)
     retention: dict[RunStatus, timedelta] = field(default_factory=dict)  # see RetentionPass
+    key_file: str | None = None  # values sealed with it (issue 42); children open it too
 
     def check(self, clock: Clock, *, one_run: bool) -> None:
         """Refuse, with the setting to change, what would break the loop's promises: a

@@ -26,7 +26,7 @@ from flowctl.clock import SystemClock
 from flowctl.daemon.isolation import FATAL
 from flowctl.daemon.lifecycle import DaemonStopping
 from flowctl.daemon.loop import UNWIND_WAIT, Daemon
-from flowctl.daemon.spawn import child_start, config_of
+from flowctl.daemon.spawn import child_keys, child_start, config_of
 from flowctl.errors import FlowctlError
 from flowctl.store import Claim, open_store
 from flowctl.tracing import flush as flush_traces
@@ -58,7 +58,9 @@ def stop_at_eof(control: IO[bytes], daemon: Daemon) -> None:
 def serve(settings: dict[str, Any], control: IO[bytes], report: int) -> int:
     """Claim the run alone and execute it, reporting the lease; stop at the pipe's end.
     The exit code: 0 (its handler stopped, or the run was not there to claim)."""
-    store = open_store(settings["db"], durability=settings["durability"], create=False)
+    store = open_store(
+        settings["db"], durability=settings["durability"], create=False, keys=child_keys(settings)
+    )
     try:
 
         def reported(claim: Claim) -> None:

@@ -161,10 +161,13 @@ class Daemon:
 
     def _refresh(self, now: datetime) -> None:
         """Refill the wheel if it is stale; if another process wrote, tell live handlers of
-        cancels and pauses now, and re-read the schedules (`schedule add` elsewhere)."""
+        cancels and pauses now, pick up a rotated key, and re-read the schedules (`schedule
+        add` elsewhere)."""
         found = self.timers.refresh(now)
         if found is Refill.NONE:
             return
+        if found is Refill.THEIRS:
+            self.store.reload_keys()  # a key rotation's new key, sealed with ours (issue 42)
         if found is Refill.THEIRS and len(self.slots):
             self._pass_cancels()
         if self.scheduler is not None:

@@ -14,11 +14,14 @@ import sys
 import zipfile
 from dataclasses import asdict
 from datetime import timedelta
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from flowctl.daemon.config import DaemonConfig
 from flowctl.model import RunStatus
 from flowctl.store import Store
+
+if TYPE_CHECKING:
+    from flowctl.crypto.cipher import Keyring
 
 # The modules a daemon starts as processes; the .pyz's entry point (flowctl.__main__)
 # takes `-m` of these too.
@@ -72,6 +75,16 @@ def child_settings(store: Store, config: DaemonConfig) -> dict[str, Any]:
         "config": values,
         "log_level": logging.getLevelName(logging.getLogger("flowctl").getEffectiveLevel()),
     }
+
+
+def child_keys(settings: dict[str, Any]) -> Keyring | None:
+    """The key ring a child opens the database with: the daemon's key file, if any."""
+    path = settings["config"].get("key_file")
+    if not path:
+        return None
+    from flowctl.crypto.cipher import load_keyring
+
+    return load_keyring(path)
 
 
 def config_of(values: dict[str, Any]) -> DaemonConfig:

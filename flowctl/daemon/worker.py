@@ -26,7 +26,7 @@ from typing import IO
 from flowctl.clock import SystemClock
 from flowctl.daemon.loop import Daemon
 from flowctl.daemon.processes import FATAL
-from flowctl.daemon.spawn import child_start, config_of
+from flowctl.daemon.spawn import child_keys, child_start, config_of
 from flowctl.errors import DatabaseNotFoundError, FlowctlError
 from flowctl.store import open_store
 
@@ -60,7 +60,12 @@ def main(argv: list[str]) -> int:
     control, ready, settings = child_start(argv, "worker")
     try:
         # Never create it: a file deleted since the daemon opened it stops the daemon.
-        store = open_store(settings["db"], durability=settings["durability"], create=False)
+        store = open_store(
+            settings["db"],
+            durability=settings["durability"],
+            create=False,
+            keys=child_keys(settings),
+        )
     except DatabaseNotFoundError:
         log.error("database file %s was deleted before this worker opened it", settings["db"])
         return FATAL

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 
 from flowctl.store.protocol import RunListing, Store
 
-if TYPE_CHECKING:  # each is loaded on first use (__getattr__): `flowctl ls` needs none of them
+if TYPE_CHECKING:
+    # each is loaded on first use (__getattr__): `flowctl ls` needs none of them
     from flowctl.store.records import (
         Claim,
         DaemonInfo,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # each is loaded on first use (__getattr__): `flowctl ls` nee
     # The SQLite backend's schema facts, for tests and the v1 fixture (tests/fixtures/make_v1_db.py).
     from flowctl.store.sqlite.opening import WAL_BOUND_BYTES, WAL_BOUND_PAGES
     from flowctl.store.sqlite.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+    from flowctl.store.values import Sealer
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -61,11 +63,18 @@ def open_store(
     durability: str = "full",
     create: bool = True,
     allow_read_only: bool = False,
+    keys: Sealer | None = None,
+    masked: bool = False,
 ) -> Store:
     """Open the database at a SQLite path, or at a `postgresql://` / `postgres://` URL (the
     PostgreSQL store: it needs the [postgres] extra, else one line saying so). `create` a
     missing file (or schema); `allow_read_only` opens one this process cannot write for
-    reading only (SQLite). The one place a backend is chosen."""
+    reading only (SQLite). With `keys` (flowctl.crypto), values are sealed as written and
+    opened as read; a sealed value no key opens is refused, or with `masked` shown as its
+    key id (flowctl.store.values). The one place a backend is chosen."""
+    from flowctl.store.values import Values
+
+    values = Values(keys, masked=masked)
     target = os.fspath(url_or_path)
     if target.strip().lower().startswith(POSTGRES_SCHEMES):
         from flowctl.store.postgres.connect import driver
@@ -73,28 +82,54 @@ def open_store(
         driver()  # without psycopg: one line naming the extra to install
         from flowctl.store.postgres.store import PostgresStore
 
-        return PostgresStore(target, durability=durability, create=create)
-    from flowctl.store.sqlite.store import SqliteStore
+        store: Store = PostgresStore(target, durability=durability, create=create, values=values)
+    else:
+        from flowctl.store.sqlite.store import SqliteStore
 
-    return SqliteStore(
-        target, durability=durability, create=create, allow_read_only=allow_read_only
-    )
+        store = SqliteStore(
+            target,
+            durability=durability,
+            create=create,
+            allow_read_only=allow_read_only,
+            values=values,
+        )
+    if not masked:
+        try:
+            store.check_keys()
+        except BaseException:
+            store.close()
+            raise
+    return store
 
 
-def open_run_list(url_or_path: str | os.PathLike[str], *, durability: str = "full") -> RunListing:
+def open_run_list(
+    url_or_path: str | os.PathLike[str],
+    *,
+    durability: str = "full",
+    keys: Sealer | None = None,
+) -> RunListing:
     """Open an existing database to read its run list, as `open_store(create=False,
     allow_read_only=True)` opens it (same checks, same read-only fallback, same upgrade):
     for SQLite, the run-list reads alone (flowctl/store/listing.py), so `flowctl ls`
     compiles and loads none of the writes, leases or schedules; any other backend, its
-    whole store."""
+    whole store. A value no key opens is shown as its key id (masked), not refused."""
     target = os.fspath(url_or_path)
     if target.strip().lower().startswith(POSTGRES_SCHEMES):
-        return open_store(target, durability=durability, create=False, allow_read_only=True)
+        return open_store(
+            target,
+            durability=durability,
+            create=False,
+            allow_read_only=True,
+            keys=keys,
+            masked=True,
+        )
     from flowctl.store.listing import RunList
     from flowctl.store.sqlite.connection import SqliteDatabase
+    from flowctl.store.values import Values
 
     return RunList(
-        SqliteDatabase(target, durability=durability, create=False, allow_read_only=True)
+        SqliteDatabase(target, durability=durability, create=False, allow_read_only=True),
+        Values(keys, masked=True),
     )
 
 

@@ -31,6 +31,7 @@ from flowctl.store.rows import (
     suspect_data,
 )
 from flowctl.store.sql import Row, Tx
+from flowctl.store.values import Values
 from flowctl.transitions import ClaimAction, ClaimVerdict, claim_verdict, claim_wakes
 
 _CLAIMABLE = ("queued", "sleeping", "waiting", "running", "paused")
@@ -191,7 +192,7 @@ class Claims(StoreCore):
         worker becomes a suspect, claimed only by a claimer that runs it `alone` (see
         claim_suspect). Returns the claims and the ids of runs ended.
         """
-        times = _ClaimTimes(to_us(now), to_us(lease_until), owner, alone)
+        times = _ClaimTimes(to_us(now), to_us(lease_until), owner, alone, self.values)
         return self._write(lambda tx: _claim_due(tx, times, limit, run_id))
 
     def claim_suspect(
@@ -202,7 +203,7 @@ class Claims(StoreCore):
         and the ids of runs ended on the way (poison, deadline, cancelled)."""
 
         def claim(tx: Tx) -> tuple[Claim | None, list[str]]:
-            times = _ClaimTimes(to_us(now), to_us(lease_until), owner, True)
+            times = _ClaimTimes(to_us(now), to_us(lease_until), owner, True, self.values)
             times.begin(tx)
             rows = tx.all(
                 f"SELECT run_id, crashes FROM runs WHERE {_SUSPECT_DUE}"
@@ -350,9 +351,10 @@ def _pass_over(tx: Tx, run: Run, verdict: ClaimVerdict, times: _ClaimTimes) -> N
     if action is ClaimAction.PAUSE:  # its worker died with a pause requested
         park_paused(tx, run, RunStatus.QUEUED, now_us, now_us)
     elif action is ClaimAction.END and verdict.status is not None:
-        end(tx, run, verdict.status, verdict.error, now_us)
+        end(tx, times.values, run, verdict.status, verdict.error, now_us)
     elif action is ClaimAction.FAIL and verdict.error is not None:
-        fail(tx, run, verdict.error, now_us, timeline_extra={"lease": "lapsed"})
+        extra = {"lease": "lapsed"}
+        fail(tx, times.values, run, verdict.error, now_us, timeline_extra=extra)
     else:
         raise RuntimeError(f"claim verdict {verdict!r} not handled")
     times.ended.append(rid)
@@ -375,9 +377,11 @@ class _ClaimTimes:
         "owner",
         "owner_json",
         "update",
+        "values",
     )
 
-    def __init__(self, now_us: int, lease_us: int, owner: str, alone: bool) -> None:
+    def __init__(self, now_us: int, lease_us: int, owner: str, alone: bool, values: Values) -> None:
+        self.values = values  # seals an ending's error, opens a claimed run's values
         self.now_us, self.lease_us = now_us, lease_us
         self.now, self.lease_until = from_us(now_us), from_us(lease_us)
         self.owner, self.owner_json, self.alone = owner, _owner_json(owner), alone
@@ -416,7 +420,7 @@ class _ClaimTimes:
         fields["crashes"] = verdict.crashes
         no_journal, no_versions = empty or (False, False)
         return Claim(
-            run=run,
+            run=self.values.run(run),  # in the claim's transaction: no key, no claim
             lease=Lease(run.run_id, fence, self.owner),
             woke_from=prev,
             journal={} if no_journal else None,

@@ -11,14 +11,22 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
+from flowctl.model import JournalEntry, Run
+from flowctl.store.mapping import _entry_from_row, _run_from_row
 from flowctl.store.round import Batch, Write, WriteRound
 from flowctl.store.sql import CommitStats, Database, Row, Tx
+from flowctl.store.values import PLAIN, Values
 
 R = TypeVar("R")
+
+# How often a process that seals values looks at the database's key (a rotation's
+# hand-over, or a rotation finished without it): at most once a second, before a write.
+KEY_CHECK_EVERY = 1.0
 
 
 class _Local(threading.local):
@@ -28,9 +36,11 @@ class _Local(threading.local):
 class StoreCore:
     """One database: a backend, and the round open on each thread (if any)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, values: Values = PLAIN) -> None:
         self.db = db
+        self.values = values  # seals what is written, opens what is read (store.values)
         self._local = _Local()
+        self._keys_checked = time.monotonic()
 
     # -- the handle ------------------------------------------------------------
 
@@ -89,7 +99,28 @@ class StoreCore:
         rnd = self._local.round
         if rnd is not None:
             return rnd.add(Write(fn, batch, params, single))
+        if self.values.sealer is not None:
+            self._keys_fresh()
         return self.db.transact(fn, single=single)
+
+    def _keys_fresh(self) -> None:
+        """Before a write, at most every KEY_CHECK_EVERY: adopt a rotation's new key, or
+        refuse to write with a key the database no longer uses (a process that slept
+        through a rotation fails in one line rather than writing under the old key)."""
+        now = time.monotonic()
+        if now - self._keys_checked >= KEY_CHECK_EVERY:
+            self._keys_checked = now
+            self.check_keys()
+
+    def check_keys(self) -> None:
+        """See flowctl.store.rekey.Rekeying.check_keys (the store's own)."""
+
+    def _run(self, row: Row) -> Run:
+        """A run's row as a Run, its values opened (flowctl.store.values)."""
+        return self.values.run(_run_from_row(row))
+
+    def _entry(self, row: Row) -> JournalEntry:
+        return self.values.entry(_entry_from_row(row))
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         with self.db.reading() as tx:

@@ -18,6 +18,7 @@ from flowctl.store.mapping import _RUN_COLUMNS, _loads, _run_from_row, _us
 from flowctl.store.records import NewRun, dumps
 from flowctl.store.rows import RUNS, RUNS_BY_KEY, EventRow, add_events, event, in_chunks
 from flowctl.store.sql import TransactionConflict, Tx
+from flowctl.store.values import INPUT, Values
 from flowctl.transitions import parked_run_at
 
 _RUN_INSERT = (
@@ -39,21 +40,24 @@ _DEFINITION_FIND = (
 Known = dict[tuple[Any, ...], Any]  # definitions and sources written in this transaction
 
 
-def insert_run(tx: Tx, new: NewRun, now_us: int) -> tuple[Run, bool]:
+def insert_run(tx: Tx, values: Values, new: NewRun, now_us: int) -> tuple[Run, bool]:
     """create_run inside the caller's transaction (a schedule fire creates its runs in the
     same transaction that records the fire): the run and True, or the run already holding
     its idempotency key and False (nothing inserted then)."""
-    return insert_runs(tx, [new], now_us)[0]
+    return insert_runs(tx, values, [new], now_us)[0]
 
 
-def insert_runs(tx: Tx, news: Sequence[NewRun], now_us: int) -> list[tuple[Run, bool]]:
+def insert_runs(
+    tx: Tx, values: Values, news: Sequence[NewRun], now_us: int
+) -> list[tuple[Run, bool]]:
     """create_runs inside the caller's transaction: the keys looked up together, the new
     rows and their events written with one executemany each.
 
     A key already stored returns that run (False); a key repeated within `news` returns
-    the run its first use creates (False), as inserting them one by one would."""
+    the run its first use creates (False), as inserting them one by one would. Inputs
+    are sealed by `values`; the runs returned hold them opened."""
     known: Known = {}
-    holding = runs_by_keys(tx, {new.key for new in news if new.key is not None})
+    holding = runs_by_keys(tx, values, {new.key for new in news if new.key is not None})
     out: list[tuple[Run, bool]] = []
     rows: list[list[Any]] = []
     events: list[EventRow] = []
@@ -63,6 +67,7 @@ def insert_runs(tx: Tx, news: Sequence[NewRun], now_us: int) -> list[tuple[Run, 
             out.append((holding[new.key], False))
             continue
         params, created, run = _prepared(tx, new, now_us, known, times)
+        params[4] = values.seal(params[4], INPUT)  # the input, once _as_read has read it
         rows.append(params)
         if created is not None:
             events.append(created)
@@ -73,27 +78,27 @@ def insert_runs(tx: Tx, news: Sequence[NewRun], now_us: int) -> list[tuple[Run, 
         raise TransactionConflict("an idempotency key was taken by a concurrent transaction")
     add_events(tx, events)
     if not tx.dialect.json_as_written:  # as a read gives it: its JSON in the column's order
-        read = _runs_by_ids(tx, [run.run_id for run, created in out if created])
+        read = _runs_by_ids(tx, values, [run.run_id for run, created in out if created])
         out = [(read[run.run_id], True) if created else (run, False) for run, created in out]
     return out
 
 
-def _runs_by_ids(tx: Tx, run_ids: Sequence[str]) -> dict[str, Run]:
+def _runs_by_ids(tx: Tx, values: Values, run_ids: Sequence[str]) -> dict[str, Run]:
     found: dict[str, Run] = {}
     for chunk, marks in in_chunks(run_ids):
         for row in tx.all(f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE run_id IN ({marks})", chunk):
-            found[row[0]] = _run_from_row(row)
+            found[row[0]] = values.run(_run_from_row(row))
     return found
 
 
-def runs_by_keys(tx: Tx, keys: set[str]) -> dict[str, Run]:
+def runs_by_keys(tx: Tx, values: Values, keys: set[str]) -> dict[str, Run]:
     """The stored runs holding any of `keys`, by key (each an index seek)."""
     found: dict[str, Run] = {}
     for chunk, marks in in_chunks(sorted(keys)):
         for row in tx.all(
             f"SELECT {_RUN_COLUMNS} FROM {RUNS_BY_KEY} WHERE key IN ({marks})", chunk
         ):
-            run = _run_from_row(row)
+            run = values.run(_run_from_row(row))
             if run.key is not None:
                 found[run.key] = run
     return found

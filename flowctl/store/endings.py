@@ -14,6 +14,7 @@ from flowctl.store.mapping import _dt, _loads, _us
 from flowctl.store.records import dumps
 from flowctl.store.rows import CLEARED, add_event, add_events, event, first_line
 from flowctl.store.sql import Tx
+from flowctl.store.values import ERROR, Values
 from flowctl.transitions import Applied, error_kind, next_attempt, pause
 
 _ACTIVE_SQL = "('queued', 'running', 'sleeping', 'waiting', 'paused')"
@@ -44,6 +45,7 @@ def move_counts(tx: Tx, moves: Mapping[tuple[str, str, str], int]) -> None:
 
 def fail(
     tx: Tx,
+    values: Values,
     run: Run,
     error: dict[str, Any],
     now_us: int,
@@ -55,12 +57,12 @@ def fail(
     verdict = next_attempt(run, error, from_us(now_us), retry_at=_dt(retry_at))
     error = verdict.error
     kind = error_kind(error)
-    data = {"attempt": run.attempt, "kind": str(kind), "error": first_line(error)}
+    data = {"attempt": run.attempt, "kind": str(kind), "error": shown_line(values, error)}
     data.update(timeline_extra or {})
     events = [event(run.run_id, now_us, kind.label, data)]
     if verdict.retry_at is None:
         add_events(tx, events)
-        end(tx, run, RunStatus.DEAD, error, now_us)
+        end(tx, values, run, RunStatus.DEAD, error, now_us)
         return Applied(RunStatus.DEAD, None)
     at = to_us(verdict.retry_at)
     if verdict.spends:
@@ -71,7 +73,13 @@ def fail(
         "UPDATE runs SET status = 'queued', run_at = ?, attempt = attempt + ?, error = ?,"
         " exec_spent_us = CASE WHEN ? = 1 THEN 0 ELSE exec_spent_us END, lease_owner = NULL,"
         f" lease_until = NULL, solo = 0, {CLEARED} WHERE run_id = ?",
-        [at, int(verdict.spends), dumps(error), int(verdict.spends), run.run_id],
+        [
+            at,
+            int(verdict.spends),
+            values.seal(dumps(error), ERROR),
+            int(verdict.spends),
+            run.run_id,
+        ],
     )
     attempt = run.attempt + int(verdict.spends)
     events.append(
@@ -122,6 +130,7 @@ def park_paused(
 
 def end(
     tx: Tx,
+    values: Values,
     run: Run,
     status: RunStatus,
     error: dict[str, Any] | None,
@@ -142,15 +151,28 @@ def end(
         "UPDATE runs SET status = ?, error = ?, finished_at = ?, run_at = NULL, lease_owner = NULL,"
         " lease_until = NULL, pause_requested = 0, paused_status = NULL, paused_run_at = NULL,"
         f" solo = 0, {CLEARED} WHERE run_id = ?",
-        [str(status), None if error is None else dumps(error), now_us, run.run_id],
+        [
+            str(status),
+            None if error is None else values.seal(dumps(error), ERROR),
+            now_us,
+            run.run_id,
+        ],
     )
     label = "dead-lettered" if status is RunStatus.DEAD else str(status)
-    data = {} if error is None else {"kind": error.get("kind"), "error": first_line(error)}
+    data = {} if error is None else {"kind": error.get("kind"), "error": shown_line(values, error)}
     add_event(tx, run.run_id, now_us, label, data)
     kind = None if error is None else error.get("kind")
     record_ending(tx, run.run_id, status, kind, now_us)
     wake_parent(tx, run.run_id, now_us)
     release_held(tx, run.run_id, now_us)
+
+
+def shown_line(values: Values, error: dict[str, Any]) -> str:
+    """An error as the timeline names it, in clear: its first line, or with a key (the
+    message is sealed in the run's row) its type alone."""
+    if values.sealing:
+        return first_line({"type": error.get("type", "Error")})
+    return first_line(error)
 
 
 def record_ending(tx: Tx, run_id: str, status: RunStatus, kind: Any, now_us: int) -> None:

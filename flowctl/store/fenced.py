@@ -28,7 +28,7 @@ from flowctl.store.endings import (
     release_held,
     wake_parent,
 )
-from flowctl.store.mapping import _ENTRY_COLUMNS, _RUN_COLUMNS, _dt, _loads, _run_from_row, _us
+from flowctl.store.mapping import _ENTRY_COLUMNS, _RUN_COLUMNS, _dt, _run_from_row, _us
 from flowctl.store.records import Lease, checkpoint_params, dumps
 from flowctl.store.round import Write, all_applied, run_alone, run_batched
 from flowctl.store.rows import (
@@ -43,6 +43,7 @@ from flowctl.store.rows import (
     load_run,
 )
 from flowctl.store.sql import Tx
+from flowctl.store.values import JOURNAL, PUBLISHED, RESULT, SIGNAL, Values
 from flowctl.transitions import Applied, awaited_child, awaited_signal, parked_run_at, suspension
 
 # Insert or replace a journal row (both backends' upsert).
@@ -90,8 +91,10 @@ class FencedWrites(StoreCore):
         `suspicion=False`: the caller knows the run has no suspicion to clear (its claim
         showed none, or an earlier write of this attempt cleared it), so no UPDATE of the
         run's row is tried either: the write is the INSERT alone, a round's CHECKPOINTS."""
-        now_us = to_us(now)
-        row = _journal_row(lease, entry, now_us)  # its JSON made before the write's turn
+        now_us, values = to_us(now), self.values
+        row = _journal_row(values, lease, entry, now_us)  # its JSON made before the write's turn
+        if event is not None:
+            event = (event[0], values.note(event[1]))
         if not suspicion and event is None:
             return self._write(
                 lambda tx: _journal_held(tx, row), batch=CHECKPOINTS, params=row, single=True
@@ -116,7 +119,10 @@ class FencedWrites(StoreCore):
     ) -> tuple[bool, Any, bool]:
         """Take the oldest buffered signal `name` and journal it at `call_index`.
         Returns (lease held, payload, found)."""
-        return self._write(lambda tx: _consume_signal(tx, lease, name, call_index, to_us(now)))
+        values = self.values
+        return self._write(
+            lambda tx: _consume_signal(tx, values, lease, name, call_index, to_us(now))
+        )
 
     def record_version(self, lease: Lease, change_id: str, version: int, now: datetime) -> bool:
         def write(tx: Tx) -> bool:
@@ -133,7 +139,7 @@ class FencedWrites(StoreCore):
 
     def publish(self, lease: Lease, key: str, value: Any, now: datetime) -> bool:
         """Set a status value the run shows to operators (`ctx.publish`); last write wins."""
-        text = dumps(value, f"published value {key!r}")
+        text = self.values.seal(dumps(value, f"published value {key!r}"), PUBLISHED)
 
         def write(tx: Tx) -> bool:
             if held_row(tx, lease) is None:
@@ -161,11 +167,16 @@ class FencedWrites(StoreCore):
         call. Clears the lease: a suspended run holds no worker. Returns what it applied
         (the effective run_at: `run_at` clamped to the deadline, or now if what it waits
         for already came), or None when the lease is lost."""
-        row = None if entry is None else checkpoint_params(lease.run_id, entry, to_us(now))
+        row = (
+            None
+            if entry is None
+            else checkpoint_params(self.values, lease.run_id, entry, to_us(now))
+        )
         if row is not None:
             row[8] = None  # a pending call is not resolved yet
         park = _Park(lease, status, run_at, to_us(now), round(exec_spent * 1e6), entry, row)
-        return self._write(lambda tx: _suspend(tx, park, event))
+        noted = (event[0], self.values.note(event[1]))
+        return self._write(lambda tx: _suspend(tx, park, noted))
 
     def complete_run(
         self,
@@ -182,8 +193,8 @@ class FencedWrites(StoreCore):
         Store.complete_run). One with its last checkpoint and neither link is a round's
         COMPLETIONS."""
         now_us = to_us(now)
-        result_text = dumps(result, "the workflow's result")
-        row = None if entry is None else _journal_row(lease, entry, now_us)
+        result_text = self.values.seal(dumps(result, "the workflow's result"), RESULT)
+        row = None if entry is None else _journal_row(self.values, lease, entry, now_us)
         ending = [
             result_text,
             now_us,
@@ -216,7 +227,8 @@ class FencedWrites(StoreCore):
             if found is None:
                 return None
             _spent(tx, lease, exec_spent)
-            return fail(tx, _run_from_row(found), error, to_us(now), retry_at=_us(retry_at))
+            run = _run_from_row(found)
+            return fail(tx, self.values, run, error, to_us(now), retry_at=_us(retry_at))
 
         return self._write(write)
 
@@ -235,18 +247,19 @@ class FencedWrites(StoreCore):
             if found is None:
                 return False
             _spent(tx, lease, exec_spent)
-            end(tx, _run_from_row(found), status, error, to_us(now))
+            end(tx, self.values, _run_from_row(found), status, error, to_us(now))
             return True
 
         return self._write(write)
 
     def add_event(self, run_id: str, type_: str, data: dict[str, Any], now: datetime) -> None:
-        row = event(run_id, to_us(now), type_, data)
+        row = event(run_id, to_us(now), type_, self.values.note(data))
         self._write(lambda tx: tx.execute("{timeline_insert}", row), single=True)
 
     def add_events(
         self, run_ids: Sequence[str], type_: str, data: dict[str, Any], now: datetime
     ) -> None:
+        data = self.values.note(data)
         rows = [event(rid, to_us(now), type_, data) for rid in run_ids]
         self._write(lambda tx: add_events(tx, rows))
 
@@ -258,9 +271,10 @@ def _spent(tx: Tx, lease: Lease, exec_spent: float) -> None:
     )
 
 
-def _journal_row(lease: Lease, entry: JournalEntry, now_us: int) -> list[Any]:
+def _journal_row(values: Values, lease: Lease, entry: JournalEntry, now_us: int) -> list[Any]:
     """JOURNAL_HELD's parameters: `entry`'s journal row, then the lease that must hold."""
-    return checkpoint_params(lease.run_id, entry, now_us, lease.run_id, lease.fence, lease.owner)
+    run_id, fence, owner = lease.run_id, lease.fence, lease.owner
+    return checkpoint_params(values, run_id, entry, now_us, run_id, fence, owner)
 
 
 def _journal_held(tx: Tx, row: list[Any]) -> bool:
@@ -270,7 +284,7 @@ def _journal_held(tx: Tx, row: list[Any]) -> bool:
 
 
 def _consume_signal(
-    tx: Tx, lease: Lease, name: str, call_index: int, now_us: int
+    tx: Tx, values: Values, lease: Lease, name: str, call_index: int, now_us: int
 ) -> tuple[bool, Any, bool]:
     run_id = lease.run_id
     if held_row(tx, lease) is None:
@@ -287,14 +301,14 @@ def _consume_signal(
         "UPDATE signals SET consumed_at = ?, call_index = ? WHERE seq = ?",
         [now_us, call_index, seq],
     )
-    value = {"payload": _loads(payload_text), "timed_out": False}
+    value = {"payload": values.loads(payload_text, SIGNAL), "timed_out": False}
     entry = [
         run_id,
         call_index,
         "signal",
         name,
         "done",
-        dumps(value),
+        values.seal(dumps(value), JOURNAL),
         None,
         now_us,
         now_us,

@@ -13,7 +13,7 @@ from typing import Any
 
 from flowctl.model import CallKind, Run, RunStatus, TimelineEvent, from_us, to_us
 from flowctl.store.core import StoreCore
-from flowctl.store.mapping import _RUN_COLUMNS, PLAIN_CREATED, _loads, _run_from_row
+from flowctl.store.mapping import _RUN_COLUMNS, PLAIN_CREATED, _loads
 from flowctl.store.rows import RUNS, marks, search_clause, search_source
 
 # Marks a statement whose sort run_counts bounds (see _workflow_indexes), for the plan test.
@@ -56,7 +56,7 @@ class RunList(StoreCore):
             sql = f"SELECT {_RUN_COLUMNS}, rid FROM {source} WHERE " + " AND ".join(conds)
             sql += f" ORDER BY {_ORDERS[order]} LIMIT ? OFFSET ?"
             args = [*source_params, *wanted, *params, *clause_args, limit, offset]
-            return [_run_from_row(r) for r in self._read(sql, args)]
+            return [self._run(r) for r in self._read(sql, args)]
         # Every index on runs leads with the status (or workflow, status): each status's
         # range, merged.
         wanted = wanted or [str(s) for s in RunStatus]
@@ -76,7 +76,7 @@ class RunList(StoreCore):
             )
             args += [status, *params, limit + offset]
         sql = " UNION ALL ".join(parts) + f" ORDER BY {_ORDERS[order]} LIMIT ? OFFSET ?"
-        return [_run_from_row(r) for r in self._read(sql, [*args, limit, offset])]
+        return [self._run(r) for r in self._read(sql, [*args, limit, offset])]
 
     @staticmethod
     def _narrowing(

@@ -17,6 +17,7 @@ from flowctl.store.mapping import _ENTRY_COLUMNS, _us
 from flowctl.store.records import NewRun, dumps
 from flowctl.store.rows import CLEARED, add_event, iso_us, load_run
 from flowctl.store.sql import Tx
+from flowctl.store.values import SIGNAL, Values
 from flowctl.transitions import Action, cancel_error, guard, requested_only, resume
 
 
@@ -26,12 +27,14 @@ class OperatorWrites(StoreCore):
     def create_run(self, new: NewRun, now: datetime) -> tuple[Run, bool]:
         """Insert a queued run. With an idempotency key already used, return that run
         instead. Returns (run, created)."""
-        return self._write(lambda tx: insert_run(tx, new, to_us(now)))
+        values = self.values
+        return self._write(lambda tx: insert_run(tx, values, new, to_us(now)))
 
     def create_runs(self, news: Sequence[NewRun], now: datetime) -> list[tuple[Run, bool]]:
         """create_run for many runs in one transaction (one fsync): all are queued or none.
         Idempotency keys hold per run, also between runs of the same call."""
-        return self._write(lambda tx: insert_runs(tx, news, to_us(now)))
+        values = self.values
+        return self._write(lambda tx: insert_runs(tx, values, news, to_us(now)))
 
     def fork_run(
         self, new: NewRun, origin: str, upto: int, now: datetime, *, by: str | None = None
@@ -41,7 +44,8 @@ class OperatorWrites(StoreCore):
         One transaction: the run, its copied checkpoints and the version markers the origin
         recorded up to the last copied checkpoint appear together or not at all. The origin
         is only read."""
-        return self._write(lambda tx: _fork(tx, new, origin, upto, to_us(now), by))
+        values = self.values
+        return self._write(lambda tx: _fork(tx, values, new, origin, upto, to_us(now), by))
 
     def request_pause(self, run_id: str, by: str, now: datetime) -> Run:
         """Pause a run: parked at once unless running; a running run is asked to park at its
@@ -58,17 +62,17 @@ class OperatorWrites(StoreCore):
                 add_event(tx, run_id, now_us, "pause requested", {"by": by})
             return load_run(tx, run_id)
 
-        return self._write(write)
+        return self.values.shown(self._write(write))
 
     def resume(self, run_id: str, by: str, now: datetime) -> Run:
         """Give a paused run back its status, due at once if its wake passed meanwhile, else
         at its wake; for a running run, withdraw the pause it was asked for."""
-        return self._write(lambda tx: _resume(tx, run_id, by, to_us(now)))
+        return self.values.shown(self._write(lambda tx: _resume(tx, run_id, by, to_us(now))))
 
     def send_signal(self, run_id: str, name: str, payload: Any, now: datetime) -> RunStatus:
         """Buffer a signal; a run waiting for a signal becomes due now."""
         now_us = to_us(now)
-        text = dumps(payload, "the signal payload")
+        text = self.values.seal(dumps(payload, "the signal payload"), SIGNAL)
 
         def write(tx: Tx) -> RunStatus:
             row = tx.one("SELECT status FROM runs WHERE run_id = ?{for_update}", [run_id])
@@ -111,7 +115,7 @@ class OperatorWrites(StoreCore):
                 data = {"by": by, **({"reason": reason} if reason else {})}
                 add_event(tx, run_id, now_us, "cancel requested", data)
                 return RunStatus.RUNNING
-            end(tx, run, RunStatus.CANCELLED, cancel_error(reason, by), now_us)
+            end(tx, self.values, run, RunStatus.CANCELLED, cancel_error(reason, by), now_us)
             return RunStatus.CANCELLED
 
         return self._write(write)
@@ -119,7 +123,9 @@ class OperatorWrites(StoreCore):
     def redrive(self, run_id: str, by: str, now: datetime, *, deadline: datetime | None) -> Run:
         """Put a dead (or cancelled) run back in the queue with a fresh attempt budget,
         under `deadline` (None: none)."""
-        return self._write(lambda tx: _redrive(tx, run_id, by, to_us(now), deadline))
+        return self.values.shown(
+            self._write(lambda tx: _redrive(tx, run_id, by, to_us(now), deadline))
+        )
 
     def wake_now(self, run_id: str, by: str, now: datetime) -> Run:
         """End a sleep early (operator action); the recorded wake_at is kept for history."""
@@ -138,12 +144,14 @@ class OperatorWrites(StoreCore):
             add_event(tx, run_id, now_us, "woken by operator", data)
             return load_run(tx, run_id)
 
-        return self._write(write)
+        return self.values.shown(self._write(write))
 
 
-def _fork(tx: Tx, new: NewRun, origin: str, upto: int, now_us: int, by: str | None) -> Run:
+def _fork(
+    tx: Tx, values: Values, new: NewRun, origin: str, upto: int, now_us: int, by: str | None
+) -> Run:
     load_run(tx, origin, lock=False)  # raises when it does not exist
-    run, _ = insert_run(tx, new, now_us)
+    run, _ = insert_run(tx, values, new, now_us)
     copied = tx.execute(
         f"INSERT INTO journal ({_ENTRY_COLUMNS}) SELECT ?, call_index, kind, name, state,"
         " value, wake_at, recorded_at, resolved_at, tries, duration_us FROM journal"

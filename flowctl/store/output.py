@@ -8,11 +8,12 @@ from datetime import datetime
 from flowctl.model import from_us, to_us
 from flowctl.store.core import StoreCore
 from flowctl.store.records import OutputChunk
+from flowctl.store.values import OUTPUT, Values
 
 _COLUMNS = "seq, run_id, call_index, step, stream, at, text"
 
 
-def _chunk(row: Sequence[object]) -> OutputChunk:
+def _chunk(row: Sequence[object], values: Values) -> OutputChunk:
     seq, run_id, index, step, stream, at, text = row
     return OutputChunk(
         int(seq),  # type: ignore[call-overload]
@@ -21,7 +22,7 @@ def _chunk(row: Sequence[object]) -> OutputChunk:
         str(step),
         str(stream),
         from_us(int(at)),  # type: ignore[call-overload]
-        str(text),
+        values.text(str(text)),
     )
 
 
@@ -36,11 +37,15 @@ class Output(StoreCore):
         at: datetime,
         chunks: Sequence[tuple[str, str]],
     ) -> None:
-        """Not fenced (a record of what ran, even late); nothing for a run that is gone."""
+        """Not fenced (a record of what ran, even late); nothing for a run that is gone.
+        Each chunk's text is sealed with a key (flowctl.store.values)."""
         if not chunks:
             return
-        at_us = to_us(at)
-        rows = [(run_id, call_index, step, stream, at_us, text, run_id) for stream, text in chunks]
+        at_us, seal = to_us(at), self.values.seal
+        rows = [
+            (run_id, call_index, step, stream, at_us, seal(text, OUTPUT), run_id)
+            for stream, text in chunks
+        ]
         self._write(
             lambda tx: tx.many(
                 "INSERT INTO output (run_id, call_index, step, stream, at, text)"
@@ -60,7 +65,7 @@ class Output(StoreCore):
         rows = self._read(
             f"SELECT {_COLUMNS} FROM output WHERE {where} ORDER BY seq LIMIT ?", [*params, limit]
         )
-        return [_chunk(r) for r in rows]
+        return [_chunk(r, self.values) for r in rows]
 
     def output_tail(self, run_id: str, chunks: int = 20) -> list[OutputChunk]:
         rows = self._read(
@@ -68,4 +73,4 @@ class Output(StoreCore):
             " (SELECT MAX(call_index) FROM output WHERE run_id = ?) ORDER BY seq DESC LIMIT ?",
             [run_id, run_id, chunks],
         )
-        return [_chunk(r) for r in reversed(rows)]
+        return [_chunk(r, self.values) for r in reversed(rows)]

@@ -28,7 +28,9 @@ if TYPE_CHECKING:
         ScheduleEvent,
         ScheduleRow,
     )
+    from flowctl.store.rekey import Sealed
     from flowctl.store.round import WriteRound
+    from flowctl.store.values import Values
     from flowctl.transitions import Applied
 
 
@@ -558,6 +560,11 @@ class Store(RunListing, Protocol):
         re-checked by the delete, so a run that is not finished is never deleted."""
         ...
 
+    def integrity_check(self) -> str:
+        """The database checked whole: "ok", or what is wrong (SQLite's PRAGMA
+        integrity_check)."""
+        ...
+
     def vacuum(self) -> tuple[int, int]:
         """Give the space of deleted rows back: (bytes before, bytes after)."""
         ...
@@ -566,6 +573,36 @@ class Store(RunListing, Protocol):
         """Write a consistent copy of the database to `dest` while others write, checked
         whole (integrity check) before it appears at `dest`; refuses an existing `dest`
         unless `overwrite`; on failure `dest` is untouched."""
+        ...
+
+    # -- encryption at rest (flowctl.store.values, flowctl.store.rekey) ----------
+
+    values: Values  # seals what is written, opens what is read
+
+    def check_keys(self) -> None:
+        """Refuse (KeyNeededError, one line naming the key) a database sealed with a key
+        this store does not hold; adopt a rotation's new key; record a first key."""
+        ...
+
+    def reload_keys(self) -> bool:
+        """Adopt the new key a rotation is handing over (a daemon calls it when another
+        process wrote); whether it did."""
+        ...
+
+    def begin_rotation(self, secret: bytes) -> None:
+        """Hand the new key `secret` to the processes holding the current one, sealed with
+        it (meta key_next), and seal with it from now on."""
+        ...
+
+    def reseal_batch(
+        self, which: Sealed, after: tuple[Any, ...] | None, limit: int
+    ) -> tuple[tuple[Any, ...] | None, int]:
+        """Re-seal with the writing key up to `limit` values of one column after row
+        `after`, each only if unchanged since read: (next `after` or None, rows changed)."""
+        ...
+
+    def end_rotation(self) -> None:
+        """Record the writing key as the database's key; drop the hand-over."""
         ...
 
     # -- schedules -------------------------------------------------------------

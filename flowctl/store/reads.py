@@ -23,11 +23,10 @@ from flowctl.store.listing import NO_LIMIT, RunList
 from flowctl.store.mapping import (
     _ENTRY_COLUMNS,
     _RUN_COLUMNS,
-    _entry_from_row,
     _loads,
-    _run_from_row,
 )
 from flowctl.store.rows import RUNS, RUNS_BY_KEY, marks
+from flowctl.store.values import PUBLISHED, SIGNAL
 from flowctl.transitions import agenda_kind
 
 
@@ -38,7 +37,7 @@ class RunReads(RunList):
         rows = self._read(f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE run_id = ?", [run_id])
         if not rows:
             raise RunNotFoundError(run_id)
-        return _run_from_row(rows[0])
+        return self._run(rows[0])
 
     def find_run(self, ref: str) -> Run:
         """A run by full id or unique prefix."""
@@ -47,7 +46,7 @@ class RunReads(RunList):
             raise RunRefMissingError()
         rows = self._read(f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE run_id = ?", [ref])
         if rows:
-            return _run_from_row(rows[0])
+            return self._run(rows[0])
         hi = ref + "\uffff"
         rows = self._read(
             f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE run_id >= ? AND run_id < ? LIMIT 2",
@@ -57,11 +56,11 @@ class RunReads(RunList):
             raise RunNotFoundError(ref)
         if len(rows) > 1:
             raise RunNotFoundError(ref, f"run id prefix {ref!r} is ambiguous: give more characters")
-        return _run_from_row(rows[0])
+        return self._run(rows[0])
 
     def get_run_by_key(self, key: str) -> Run | None:
         rows = self._read(f"SELECT {_RUN_COLUMNS} FROM {RUNS_BY_KEY} WHERE key = ?", [key])
-        return _run_from_row(rows[0]) if rows else None
+        return self._run(rows[0]) if rows else None
 
     def runs_by_ids(self, run_ids: Sequence[str]) -> list[Run]:
         if not run_ids:
@@ -70,7 +69,7 @@ class RunReads(RunList):
             f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE run_id IN ({marks(len(run_ids))})",
             list(run_ids),
         )
-        return [_run_from_row(r) for r in rows]
+        return [self._run(r) for r in rows]
 
     def run_source(self, run_id: str) -> tuple[str | None, str | None]:
         rows = self._read(
@@ -87,7 +86,7 @@ class RunReads(RunList):
         rows = self._read(
             f"SELECT {_ENTRY_COLUMNS} FROM journal WHERE run_id = ? ORDER BY call_index", [run_id]
         )
-        return {r[1]: _entry_from_row(r) for r in rows}
+        return {r[1]: self._entry(r) for r in rows}
 
     def versions(self, run_id: str) -> dict[str, int]:
         rows = self._read("SELECT change_id, version FROM versions WHERE run_id = ?", [run_id])
@@ -128,7 +127,7 @@ class RunReads(RunList):
             [run_id, NO_LIMIT if limit is None else limit, skip],
         )
         (total,) = self._read("SELECT COUNT(*) FROM journal WHERE run_id = ?", [run_id])[0]
-        return [_entry_from_row(r) for r in reversed(rows)], int(total)
+        return [self._entry(r) for r in reversed(rows)], int(total)
 
     def timeline_page(
         self, run_id: str, limit: int | None, skip: int = 0
@@ -153,7 +152,7 @@ class RunReads(RunList):
             f" ({marks(len(states))}) ORDER BY call_index DESC LIMIT 1",
             [run_id, *(str(s) for s in states)],
         )
-        return _entry_from_row(rows[0]) if rows else None
+        return self._entry(rows[0]) if rows else None
 
     def pending_signals(self, run_id: str) -> list[tuple[str, Any, datetime]]:
         rows = self._read(
@@ -161,7 +160,7 @@ class RunReads(RunList):
             " ORDER BY seq",
             [run_id],
         )
-        return [(r[0], _loads(r[1]), from_us(r[2])) for r in rows]
+        return [(r[0], self.values.loads(r[1], SIGNAL), from_us(r[2])) for r in rows]
 
     def recent_wakes(self, since: datetime, limit: int = 10_000) -> list[float]:
         """Lateness (seconds) of recent timer wakes, from the timeline."""
@@ -180,7 +179,7 @@ class RunReads(RunList):
         rows = self._read(
             "SELECT key, value, at FROM published WHERE run_id = ? ORDER BY key", [run_id]
         )
-        return {r[0]: (_loads(r[1]), from_us(r[2])) for r in rows}
+        return {r[0]: (self.values.loads(r[1], PUBLISHED), from_us(r[2])) for r in rows}
 
     def pauses_requested(self, run_ids: Sequence[str]) -> list[str]:
         """Which of these running runs an operator has asked to pause (a read, no write)."""
@@ -222,7 +221,7 @@ class RunReads(RunList):
             [until_us, limit],
         )
         for r in rows:
-            run = _run_from_row(r)
+            run = self._run(r)
             assert run.run_at is not None
             out.append((run.run_at, agenda_kind(run.status, run.attempt, bool(r[-1])), run))
         rows = self._read(
@@ -232,7 +231,7 @@ class RunReads(RunList):
             [until_us, limit],
         )
         for r in rows:
-            run = _run_from_row(r)
+            run = self._run(r)
             assert run.deadline is not None
             out.append((run.deadline, "deadline", run))
         out.sort(key=lambda item: (item[0], item[2].run_id))

@@ -21,6 +21,7 @@ from flowctl.model import (
     mask_secrets,
     to_us,
 )
+from flowctl.store.values import JOURNAL, Values
 
 # One encoder for every dumps: json.dumps with arguments of its own builds a new
 # JSONEncoder per call, and a three-step run makes about eight.
@@ -46,18 +47,20 @@ def dumps(value: Any, what: str = "value") -> str:
     return text
 
 
-def checkpoint_params(run_id: str, entry: JournalEntry, now_us: int, *then: Any) -> list[Any]:
+def checkpoint_params(
+    values: Values, run_id: str, entry: JournalEntry, now_us: int, *then: Any
+) -> list[Any]:
     """A checkpoint's journal row, in the column order both backends' journal INSERTs
     name (run_id, call_index, kind, name, state, value, wake_at, recorded_at,
     resolved_at, tries, duration_us), then `then` (a fenced INSERT's lease): one
-    spelling of it for every fenced write."""
+    spelling of it for every fenced write. Its value sealed by `values`."""
     return [
         run_id,
         entry.call_index,
         str(entry.kind),
         entry.name,
         str(entry.state),
-        None if entry.value is None else _result_json(entry),
+        None if entry.value is None else values.seal(_result_json(entry), JOURNAL),
         None if entry.wake_at is None else to_us(entry.wake_at),
         now_us,
         None if entry.resolved_at is None else to_us(entry.resolved_at),

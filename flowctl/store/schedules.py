@@ -7,7 +7,6 @@ records decisions, each fire in the same transaction as the run it creates.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -27,6 +26,7 @@ from flowctl.store.records import (
 )
 from flowctl.store.rows import add_event
 from flowctl.store.sql import Row, Tx
+from flowctl.store.values import SCHEDULE_INPUT, Values
 
 HISTORY_KEEP = 1000  # history rows kept per schedule
 
@@ -48,15 +48,16 @@ class Schedules(StoreCore):
         A redefinition keeps the name's history, creation time, pause state and last fire,
         and takes effect from `now` (active_from): it never backfills fires of the old
         definition."""
-        return self._write(lambda tx: _add_schedule(tx, new, to_us(now), replace))
+        values = self.values
+        return self._write(lambda tx: _add_schedule(tx, values, new, to_us(now), replace))
 
     def get_schedule(self, name: str) -> ScheduleRow:
         with self.db.reading() as tx:
-            return _schedule_row(tx, name)
+            return _schedule_row(tx, self.values, name)
 
     def list_schedules(self) -> list[ScheduleRow]:
         rows = self._read(f"SELECT {_SCHEDULE_COLUMNS} FROM schedules ORDER BY name")
-        return [_schedule_from_row(r) for r in rows]
+        return [_schedule_from_row(r, self.values) for r in rows]
 
     def set_schedule_paused(
         self, name: str, paused: bool, next_fire_at: datetime | None, now: datetime
@@ -66,7 +67,7 @@ class Schedules(StoreCore):
         now_us = to_us(now)
 
         def write(tx: Tx) -> ScheduleRow:
-            _schedule_row(tx, name, lock=True)  # raises when it does not exist
+            _schedule_row(tx, self.values, name, lock=True)  # raises when it does not exist
             if paused:
                 tx.execute(
                     "UPDATE schedules SET paused = 1, next_fire_at = NULL, updated_at = ?,"
@@ -79,7 +80,7 @@ class Schedules(StoreCore):
                     " updated_at = ?, revision = revision + 1 WHERE name = ? AND paused = 1",
                     [_us(next_fire_at), now_us, now_us, name],
                 )
-            return _schedule_row(tx, name)
+            return _schedule_row(tx, self.values, name)
 
         return self._write(write)
 
@@ -120,7 +121,7 @@ class Schedules(StoreCore):
             " ORDER BY next_fire_at",
             [to_us(now)],
         )
-        return [_schedule_from_row(r) for r in rows]
+        return [_schedule_from_row(r, self.values) for r in rows]
 
     def next_schedule_fire(self) -> datetime | None:
         """The soonest unhandled fire over all active schedules: when the daemon must wake."""
@@ -147,7 +148,7 @@ class Schedules(StoreCore):
         (another daemon fired it, an operator paused or redefined it): the caller re-reads.
         Runs, history and bookkeeping commit together, so a crash before the commit leaves
         the fire due (it fires on restart) and a crash after leaves it done."""
-        now_us = to_us(now)
+        now_us, values = to_us(now), self.values
 
         def write(tx: Tx) -> list[FireOutcome] | None:
             row = tx.one(
@@ -155,7 +156,7 @@ class Schedules(StoreCore):
             )
             if row is None or row[0] != revision or row[1]:
                 return None
-            outcomes = [_fire_plan(tx, name, plan, overlap, now_us) for plan in plans]
+            outcomes = [_fire_plan(tx, values, name, plan, overlap, now_us) for plan in plans]
             tx.execute(
                 "UPDATE schedules SET last_fire_at = ?, next_fire_at = ?, revision = revision + 1"
                 " WHERE name = ?",
@@ -176,15 +177,18 @@ class Schedules(StoreCore):
     ) -> FireOutcome:
         """A manual fire (`flowctl schedule trigger`): like a scheduled one, under the same
         overlap policy, but it does not move last/next fire."""
+        values = self.values
 
         def write(tx: Tx) -> FireOutcome:
-            _schedule_row(tx, name, lock=True)
-            return _fire_plan(tx, name, plan, overlap, to_us(now))
+            _schedule_row(tx, self.values, name, lock=True)
+            return _fire_plan(tx, values, name, plan, overlap, to_us(now))
 
         return self._write(write)
 
 
-def _add_schedule(tx: Tx, new: NewSchedule, now_us: int, replace: bool) -> ScheduleRow:
+def _add_schedule(
+    tx: Tx, values: Values, new: NewSchedule, now_us: int, replace: bool
+) -> ScheduleRow:
     exists = ScheduleError(
         f"schedule {new.name!r} already exists: use --replace to redefine it,"
         " or choose another name"
@@ -195,7 +199,7 @@ def _add_schedule(tx: Tx, new: NewSchedule, now_us: int, replace: bool) -> Sched
     definition = [
         new.target,
         new.cwd,
-        dumps(new.input, "the schedule's input"),
+        values.seal(dumps(new.input, "the schedule's input"), SCHEDULE_INPUT),
         new.spec,
         now_us,
         now_us,
@@ -221,7 +225,7 @@ def _add_schedule(tx: Tx, new: NewSchedule, now_us: int, replace: bool) -> Sched
             " source = ?, origin = ?, secret_keys = ?, revision = revision + 1 WHERE name = ?",
             [*definition, new.name],
         )
-    return _schedule_row(tx, new.name)
+    return _schedule_row(tx, values, new.name)
 
 
 def _add_history(
@@ -240,7 +244,9 @@ def _add_history(
     )
 
 
-def _fire_plan(tx: Tx, name: str, plan: FirePlan, overlap: str, now_us: int) -> FireOutcome:
+def _fire_plan(
+    tx: Tx, values: Values, name: str, plan: FirePlan, overlap: str, now_us: int
+) -> FireOutcome:
     """Apply one fire decision inside the caller's transaction, under the overlap policy.
 
     overlap=queue: the new run is created `queued` with run_at NULL ("held"); the
@@ -268,7 +274,7 @@ def _fire_plan(tx: Tx, name: str, plan: FirePlan, overlap: str, now_us: int) -> 
             why = f"manual trigger: {why}"
         _add_history(tx, name, plan.fire_at, "skipped-overlap", None, now_us, why)
         return FireOutcome(plan.fire_at, "skipped-overlap", None, False, why)
-    run, created = insert_run(tx, new, now_us)
+    run, created = insert_run(tx, values, new, now_us)
     action = plan.action
     if active is not None and overlap == "queue":
         tx.execute("UPDATE runs SET run_at = NULL WHERE run_id = ?", [run.run_id])
@@ -281,12 +287,12 @@ def _fire_plan(tx: Tx, name: str, plan: FirePlan, overlap: str, now_us: int) -> 
     return FireOutcome(plan.fire_at, action, run.run_id, created, detail)
 
 
-def _schedule_from_row(r: Row) -> ScheduleRow:
+def _schedule_from_row(r: Row, values: Values) -> ScheduleRow:
     return ScheduleRow(
         name=r[0],
         target=r[1],
         cwd=r[2],
-        input=json.loads(r[3]),
+        input=values.loads(r[3], SCHEDULE_INPUT),
         spec=r[4],
         paused=bool(r[5]),
         created_at=from_us(r[6]),
@@ -306,12 +312,12 @@ def _secret_keys_json(keys: tuple[str, ...]) -> str | None:
     return dumps(sorted(keys)) if keys else None
 
 
-def _schedule_row(tx: Tx, name: str, *, lock: bool = False) -> ScheduleRow:
+def _schedule_row(tx: Tx, values: Values, name: str, *, lock: bool = False) -> ScheduleRow:
     sql = f"SELECT {_SCHEDULE_COLUMNS} FROM schedules WHERE name = ?"
     row = tx.one(sql + "{for_update}" if lock else sql, [name])
     if row is None:
         raise ScheduleNotFoundError(name)
-    return _schedule_from_row(row)
+    return _schedule_from_row(row, values)
 
 
 def _history_from_row(r: Row) -> ScheduleEvent:

@@ -12,6 +12,7 @@ from flowctl.store.outbox import Notifications
 from flowctl.store.output import Output
 from flowctl.store.pruning import Pruning
 from flowctl.store.reads import RunReads
+from flowctl.store.rekey import Rekeying
 from flowctl.store.schedules import Schedules
 
 
@@ -27,6 +28,7 @@ class SqlStore(
     Pruning,
     Output,
     BranchReads,
+    Rekeying,
 ):
     """One database, every Store operation: each job's class (one module each) over the
     backend's `Database`. Thread-safe: the backend serialises or pools its connections."""

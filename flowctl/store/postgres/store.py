@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from flowctl.store.postgres.connection import POOL_MAX, PostgresDatabase
 from flowctl.store.store import SqlStore
+from flowctl.store.values import PLAIN, Values
 
 
 class PostgresStore(SqlStore):
@@ -13,11 +14,18 @@ class PostgresStore(SqlStore):
     db: PostgresDatabase
 
     def __init__(
-        self, url: str, *, durability: str = "full", create: bool = True, pool_max: int = POOL_MAX
+        self,
+        url: str,
+        *,
+        durability: str = "full",
+        create: bool = True,
+        pool_max: int = POOL_MAX,
+        values: Values = PLAIN,
     ) -> None:
         """Connect to the database at `url` (see PostgresDatabase)."""
         super().__init__(
-            PostgresDatabase(url, durability=durability, create=create, pool_max=pool_max)
+            PostgresDatabase(url, durability=durability, create=create, pool_max=pool_max),
+            values,
         )
 
 

@@ -6,6 +6,7 @@ import os
 
 from flowctl.store.sqlite.connection import SqliteDatabase
 from flowctl.store.store import SqlStore
+from flowctl.store.values import PLAIN, Values
 
 
 class SqliteStore(SqlStore):
@@ -20,12 +21,14 @@ class SqliteStore(SqlStore):
         durability: str = "full",
         create: bool = True,
         allow_read_only: bool = False,
+        values: Values = PLAIN,
     ) -> None:
         """Open (with `create`, create) the database at `path` (see SqliteDatabase)."""
         super().__init__(
             SqliteDatabase(
                 path, durability=durability, create=create, allow_read_only=allow_read_only
-            )
+            ),
+            values,
         )
 
 
