@@ -189,6 +189,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "flowctl.config",
         "flowctl.transitions",
         "flowctl.inputs",
+        "flowctl.flow",
         "flowctl.workflow",
     ),
     ("flowctl.store",),

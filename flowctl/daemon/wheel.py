@@ -122,3 +122,5 @@ class Timers:
             self.dirty = True  # overlap=queue: its end may have released the next held run
         if status is RunStatus.WAITING and run_at is None:
             self.dirty = True  # it may have started a child run, due now
+        if run.flow_key is not None:
+            self.dirty = True  # it left `running`: the next run held behind its key is due

@@ -18,6 +18,7 @@ from typing import Any
 from flowctl.model import DUE, Run, RunStatus, from_us, to_us
 from flowctl.store.core import StoreCore
 from flowctl.store.endings import end, fail, move_counts, park_paused
+from flowctl.store.keyslots import KeySlots
 from flowctl.store.mapping import _RUN_COLUMNS, _run_from_row
 from flowctl.store.records import Claim, Lease
 from flowctl.store.rows import (
@@ -35,14 +36,27 @@ from flowctl.transitions import ClaimAction, ClaimVerdict, claim_verdict, claim_
 
 _CLAIMABLE = ("queued", "sleeping", "waiting", "running", "paused")
 
-# Each claimable status's soonest (run_at, run_id) pairs due by ?, at most ? of each, from
-# its own range of the (status, run_at, run_id) index, in index order: no scan, no sort.
+# Each claimable status's soonest (priority, run_at, run_id) due by ?, at most ? of each,
+# from its own range of the (status, run_at, run_id) index, in index order: no scan, no
+# sort; and the runs with a priority of the statuses that wait, highest first, from the
+# partial index runs_priority (empty, and free, where nobody gives one). A run of the
+# first arms counts 0 there, a run of both its own priority (the sum): a run with a
+# negative one orders after the others among the runs read, which it may still enter.
 # The caller sorts the union (a few rows; the order of the whole is not SQL's to give).
-_CANDIDATES = " UNION ALL ".join(
-    f"SELECT * FROM (SELECT run_at, run_id FROM runs WHERE status = '{status}'"
-    f" AND run_at <= ? ORDER BY run_at, run_id LIMIT ?) AS c{i}"
-    for i, status in enumerate(_CLAIMABLE)
-)
+_PRIORITIZED = ("queued", "sleeping", "waiting")
+_ARMS = [
+    *(
+        f"SELECT 0 AS prio, run_at, run_id FROM runs WHERE status = '{status}'"
+        " AND run_at <= ? ORDER BY run_at, run_id LIMIT ?"
+        for status in _CLAIMABLE
+    ),
+    *(
+        f"SELECT priority AS prio, run_at, run_id FROM runs WHERE status = '{status}'"
+        " AND priority <> 0 AND run_at <= ? ORDER BY priority DESC, run_at, run_id LIMIT ?"
+        for status in _PRIORITIZED
+    ),
+]
+_CANDIDATES = " UNION ALL ".join(f"SELECT * FROM ({arm}) AS c{i}" for i, arm in enumerate(_ARMS))
 
 # A run's row as a claim reads it, and whether it has no journal rows and no version
 # markers (two index probes): a fresh run's replay then reads neither.
@@ -56,7 +70,7 @@ _CLAIM_COLUMNS = (
 # case) reads the candidates and their rows at once. Not in order: see _due_order.
 _DUE_ROWS = (
     f"SELECT {_CLAIM_COLUMNS} FROM {RUNS} WHERE run_id IN (SELECT run_id FROM ({_CANDIDATES})"
-    " AS due ORDER BY run_at, run_id LIMIT ?){skip_locked}"
+    " AS due GROUP BY run_id ORDER BY SUM(prio) DESC, MIN(run_at), run_id LIMIT ?){skip_locked}"
 )
 
 # One run's row, if it is due (`flowctl run --wait`'s claim).
@@ -234,7 +248,7 @@ def _claim_due(
     if run_id is not None:
         first = tx.all(_ONE_DUE, [run_id, times.now_us])
     else:
-        first = tx.all(_DUE_ROWS, [times.now_us, limit] * len(_CLAIMABLE) + [limit])
+        first = tx.all(_DUE_ROWS, [times.now_us, limit] * len(_ARMS) + [limit])
         first.sort(key=_due_order)
     for r in first:
         # A run ended here may have woken a parent or released a held run: the rows read
@@ -258,8 +272,9 @@ def _claim_more(
     The few rows (at most 5 x (limit + 16)) are merged here: SQLite's ORDER BY over the
     compound built a temporary b-tree per arm, ten times the whole read."""
     want = limit + 16
-    candidates = sorted(tuple(r) for r in tx.all(_CANDIDATES, [times.now_us, want] * 5))[:want]
-    ids = [rid for _, rid in candidates if rid not in seen]
+    rows = tx.all(_CANDIDATES, [times.now_us, want] * len(_ARMS))
+    candidates = sorted((-int(r[0]), r[1], r[2]) for r in rows)[:want]
+    ids = list(dict.fromkeys(rid for _, _, rid in candidates if rid not in seen))
     while ids and len(claims) < limit:
         chunk, ids = ids[: limit - len(claims)], ids[limit - len(claims) :]
         loaded, settled = _load_runs(tx, chunk), len(times.ended)
@@ -273,9 +288,11 @@ def _claim_more(
                 claims.append(claim)
 
 
-def _due_order(row: Row) -> tuple[Any, Any]:
-    """A _CLAIM_COLUMNS row's place in claim order: (run_at, run_id)."""
-    return row[7], row[0]
+def _due_order(row: Row) -> tuple[Any, Any, Any]:
+    """A _CLAIM_COLUMNS row's place in claim order: the highest priority first, then
+    (run_at, run_id). The seam where a wake could later go before a fresh run of the
+    same priority (both are due rows here, told apart by their status)."""
+    return -row[40], row[7], row[0]
 
 
 def _load_runs(tx: Tx, run_ids: Sequence[str]) -> dict[str, tuple[Run, tuple[bool, bool]]]:
@@ -311,6 +328,10 @@ def _claim_one(
     if verdict.action is not _CLAIM:
         _pass_over(tx, run, verdict, times)
         return None
+    if run.flow_key is not None and not times.slots.take(
+        tx, run, times.now_us, reclaim=prev is _RUNNING
+    ):
+        return None  # held behind its full key (or the key is being decided elsewhere)
     fence = run.fence + 1
     times.update(
         [
@@ -374,6 +395,7 @@ class _ClaimTimes:
         "now_us",
         "owner",
         "owner_json",
+        "slots",
         "update",
     )
 
@@ -394,6 +416,7 @@ class _ClaimTimes:
         # Runs claimed into `running`, by (workflow, status they left): the claim moves
         # them in the run counts itself (the schema's trigger leaves that to it).
         self.moved: dict[tuple[str, RunStatus], int] = {}
+        self.slots = KeySlots()  # concurrency keys met (flowctl.store.keyslots)
 
     def claimed(
         self, run: Run, verdict: ClaimVerdict, fence: int, empty: tuple[bool, bool] | None

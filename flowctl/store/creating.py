@@ -10,20 +10,30 @@ then finds that run by its key.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from flowctl.model import Run, RunStatus, from_us, to_us
 from flowctl.store.mapping import _RUN_COLUMNS, _loads, _run_from_row, _us
 from flowctl.store.records import NewRun, dumps
-from flowctl.store.rows import RUNS, RUNS_BY_KEY, EventRow, add_events, event, in_chunks
+from flowctl.store.rows import (
+    RUNS,
+    RUNS_BY_KEY,
+    EventRow,
+    add_event,
+    add_events,
+    event,
+    in_chunks,
+)
 from flowctl.store.sql import TransactionConflict, Tx
 from flowctl.transitions import parked_run_at
 
 _RUN_INSERT = (
     "INSERT INTO runs (run_id, workflow, def_id, source, input, status, run_at, created_at,"
     " max_attempts, backoff, deadline, timeout_us, key, parent_run_id, schedule,"
-    " scheduled_at, secret_keys, notify) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    " scheduled_at, secret_keys, notify, priority, flow_key, flow_limit, debounce_key)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
     " ON CONFLICT DO NOTHING"
 )
 
@@ -57,16 +67,25 @@ def insert_runs(tx: Tx, news: Sequence[NewRun], now_us: int) -> list[tuple[Run, 
     rows: list[list[Any]] = []
     events: list[EventRow] = []
     times: dict[int, datetime] = {}  # one datetime per distinct time in the batch
+    debounced: dict[str, Run] = {}  # debounce keys taken by a run of this batch
     for new in news:
         if new.key is not None and new.key in holding:
             out.append((holding[new.key], False))
             continue
+        if new.debounce_key is not None:
+            found = debounced.get(new.debounce_key) or collapse(tx, new, now_us)
+            if found is not None:
+                out.append((found, False))
+                continue
+            new = replace(new, run_at=from_us(now_us + new.debounce_us))
         params, created, run = _prepared(tx, new, now_us, known, times)
         rows.append(params)
         if created is not None:
             events.append(created)
         if new.key is not None:
             holding[new.key] = run
+        if new.debounce_key is not None:
+            debounced[new.debounce_key] = run
         out.append((run, True))
     if tx.many(_RUN_INSERT, rows) != len(rows):
         raise TransactionConflict("an idempotency key was taken by a concurrent transaction")
@@ -75,6 +94,29 @@ def insert_runs(tx: Tx, news: Sequence[NewRun], now_us: int) -> list[tuple[Run, 
         read = _runs_by_ids(tx, [run.run_id for run, created in out if created])
         out = [(read[run.run_id], True) if created else (run, False) for run, created in out]
     return out
+
+
+def collapse(tx: Tx, new: NewRun, now_us: int) -> Run | None:
+    """A start of a debounced workflow (issue 37, item 4): the run not yet started that
+    holds `new`'s debounce key takes `new`'s input and starts once the key has been quiet
+    for the period again (a `debounced` event counts each start collapsed into it); None
+    when no run holds the key (`new` is then created, due after the period)."""
+    row = tx.one(
+        f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE debounce_key = ? AND status = 'queued'"
+        " AND started_at IS NULL{lock_run}",
+        [new.debounce_key],
+    )
+    if row is None:
+        return None
+    run, due = _run_from_row(row), now_us + new.debounce_us
+    tx.execute(
+        "UPDATE runs SET input = ?, run_at = ?, held_at = NULL WHERE run_id = ?",
+        [dumps(new.input, "the input"), due, run.run_id],
+    )
+    at = from_us(due).isoformat(timespec="microseconds")
+    add_event(tx, run.run_id, now_us, "debounced", {"run_at": at})
+    found = tx.one(f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE run_id = ?", [run.run_id])
+    return None if found is None else _run_from_row(found)
 
 
 def _runs_by_ids(tx: Tx, run_ids: Sequence[str]) -> dict[str, Run]:
@@ -142,6 +184,10 @@ def _row(new: NewRun, def_id: int, source: str | None, run_at: int, now_us: int)
         _us(new.scheduled_at),
         dumps(sorted(new.secret_keys)) if new.secret_keys else None,
         None if new.notify is None else dumps(new.notify, "the notify override"),
+        new.priority,
+        new.flow_key,
+        new.flow_limit,
+        new.debounce_key,
     ]
 
 
@@ -184,6 +230,10 @@ def _as_read(row: list[Any], stored: tuple[Any, ...], times: dict[int, datetime]
         source_path=source_path,
         backoff=_loads(row[9]),
         secret_keys=() if row[16] is None else tuple(_loads(row[16]) or ()),
+        priority=row[18],
+        flow_key=row[19],
+        flow_limit=row[20],
+        debounce_key=row[21],
     )
 
 

@@ -131,6 +131,11 @@ class NewRun:
     scheduled_at: datetime | None = None
     secret_keys: tuple[str, ...] = ()  # input keys shown as *** and never searched
     notify: dict[str, Any] | None = None  # the workflow's `notify:` override, pinned
+    priority: int = 0  # higher first among due runs
+    flow_key: str | None = None  # concurrency key (flowctl.flow.keys.flow_key)
+    flow_limit: int | None = None  # runs of flow_key that may run at once
+    debounce_key: str | None = None  # collapse into the queued run holding this key
+    debounce_us: int = 0  # ... which then starts once the key was quiet this long
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from flowctl.yamlflow.expressions import (
     reference_problem,
     shell_variable,
 )
+from flowctl.yamlflow.flowblocks import FLOW_TOP_KEYS, flow_blocks, step_limit
 from flowctl.yamlflow.steps import (
     Defaults,
     InputSpec,
@@ -56,14 +57,16 @@ TOP_KEYS = (
     "schedule",
     "max_attempts",
     "notify",
+    *FLOW_TOP_KEYS,
     "steps",
 )
-STEP_OPTIONS = ("retry", "timeout", "env", "cwd", "continue_on_error", "with", "on_timeout")
+STEP_OPTIONS: tuple[str, ...] = ("retry", "timeout", "env", "cwd", "continue_on_error", "with")
+STEP_OPTIONS += ("on_timeout", "limit")  # limit: a named limit (flowctl.yamlflow.flowblocks)
 STEP_KEYS = (*STEP_KINDS, "id", "if", *STEP_OPTIONS)
 # Which options each step kind takes (`id` and `if` are taken by every kind).
 KIND_OPTIONS: dict[str, tuple[str, ...]] = {
-    "run": ("retry", "timeout", "env", "cwd", "continue_on_error"),
-    "call": ("with", "retry", "timeout", "continue_on_error"),
+    "run": ("retry", "timeout", "env", "cwd", "continue_on_error", "limit"),
+    "call": ("with", "retry", "timeout", "continue_on_error", "limit"),
     "sleep": (),
     "sleep_until": (),
     "wait_signal": ("timeout", "on_timeout"),
@@ -273,6 +276,7 @@ class _Validator:
         if "max_attempts" in top:
             max_attempts = self.integer(top["max_attempts"], "max_attempts", 1)
         notify = self.notify_block(top["notify"]) if "notify" in top else None
+        flow = flow_blocks(self, top, to_plain)
         steps: list[Step] = []
         if "steps" not in top:
             self.bad(root, "steps", "missing `steps:` (a list of steps)")
@@ -292,13 +296,14 @@ class _Validator:
             schedule_places=self.schedule_places,
             max_attempts=max_attempts,
             notify=notify,
+            **flow,
         )
 
     def notify_block(self, node: Node) -> dict[str, Any] | None:
         """`notify:` overrides flowctl.toml's [notify] for this workflow (`false` silences it)."""
         from flowctl.notify import checked_override
 
-        pinned, problem = checked_override(_plain(node))
+        pinned, problem = checked_override(to_plain(node))
         if problem:
             self.bad(node, "notify", problem)
         return pinned
@@ -611,6 +616,7 @@ class _Validator:
             step.continue_on_error = bool(flag)
         if "with" in spec and "with" in applies:
             step.with_ = self.with_block(spec["with"], f"{where}.with", index, step.kind)
+        step.limit = step_limit(self, spec.get("limit") if "limit" in applies else None, where)
         if "on_timeout" in spec and "on_timeout" in applies:
             node = spec["on_timeout"]
             if node.value not in ON_TIMEOUT:
@@ -789,11 +795,3 @@ class _Validator:
             f"{shown} is not allowed in a shell string (values are never pasted into shell "
             f"text); {advice}",
         )
-
-
-def _plain(node: Node) -> Any:
-    """A Node tree as plain Python values."""
-    value = node.value
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return [_plain(v) for v in value] if isinstance(value, list) else value

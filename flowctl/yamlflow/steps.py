@@ -27,6 +27,7 @@ from flowctl.errors import (
     UsageError,
     mark_non_retryable,
 )
+from flowctl.flow.spec import Concurrency, Debounce
 from flowctl.inputs import convert_value
 from flowctl.retry import NO_RETRY, RetryPolicy, StepOptions, blocking, with_options
 from flowctl.yamlflow.commands import run_command
@@ -106,6 +107,7 @@ class Step:
     cwd: str | None = None
     continue_on_error: bool = False
     on_timeout: str = "fail"
+    limit: str | None = None  # the named limit each start of it takes
 
     @property
     def has_output(self) -> bool:
@@ -129,6 +131,8 @@ class YamlWorkflow:
     schedule_places: list[dict[str, tuple[int, int]]] = field(default_factory=list)
     max_attempts: int | None = None
     notify: dict[str, Any] | None = None  # `notify:`, checked; pinned by each run
+    concurrency: Concurrency | None = None  # `concurrency:`: runs at once (per key)
+    debounce: Debounce | None = None  # `debounce:`: starts collapsed while a key is quiet
     # Finds the workflow a `workflow:` step names (handed in by load_yaml's caller).
     find_workflow: FindWorkflow | None = field(default=None, repr=False, compare=False)
 
@@ -143,7 +147,7 @@ class YamlWorkflow:
         timeout = step.timeout if step.timeout is not None else self.defaults.timeout
         if step.kind not in ("run", "call"):
             timeout = None
-        return StepOptions(retry=policy, timeout=timeout)
+        return StepOptions(retry=policy, timeout=timeout, limit=step.limit)
 
 
 def merged_retry(
