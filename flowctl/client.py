@@ -65,12 +65,14 @@ class Client:
         deadline: datetime | Duration | None = None,
         timeout: Duration | None = None,
         max_attempts: int | None = None,
+        priority: int | None = None,
     ) -> str:
         """Queue a run and return its id; a daemon runs it. A known `key` returns the first run.
 
         `delay` is a duration from now; `at` a time (a past one means now); `deadline` a
         time or a duration from now. A bad value is a UsageError whose `field` names it
         ("in" for `delay`), checked as the CLI and the HTTP API check it (ops.start_options).
+        `priority`: higher first among due runs (default 0), never past a concurrency limit.
         """
         options = ops.start_options(
             self.clock,
@@ -79,6 +81,7 @@ class Client:
             deadline=deadline,
             timeout=timeout,
             max_attempts=max_attempts,
+            priority=priority,
         )
         started = ops.start(
             self.store,
@@ -103,6 +106,7 @@ class Client:
         deadline: datetime | Duration | None = None,
         timeout: Duration | None = None,
         max_attempts: int | None = None,
+        priority: int | None = None,
     ) -> list[str]:
         """Queue one run per input in one transaction; return their ids, in order.
 
@@ -117,6 +121,7 @@ class Client:
             deadline=deadline,
             timeout=timeout,
             max_attempts=max_attempts,
+            priority=priority,
         )
         started = ops.start_many(
             self.store,

@@ -67,6 +67,11 @@ _TIMEOUT = typer.Option(
 _MAX_ATTEMPTS = typer.Option(
     "--max-attempts", metavar="N", max=MAX_COUNT, help="Attempts in total (default 3)."
 )
+_PRIORITY = typer.Option(
+    "--priority",
+    metavar="N",
+    help="Higher first among due runs (default 0); never past a concurrency limit.",
+)
 _KEY = typer.Option(
     "--key",
     metavar="KEY",
@@ -93,6 +98,7 @@ def run(
     deadline: Annotated[str | None, _DEADLINE] = None,
     timeout: Annotated[str | None, _TIMEOUT] = None,
     max_attempts: Annotated[int | None, _MAX_ATTEMPTS] = None,
+    priority: Annotated[int | None, _PRIORITY] = None,
     key: Annotated[str | None, _KEY] = None,
     input_file: Annotated[str | None, _INPUT_FILE] = None,
     as_json: Annotated[bool, _JSON] = False,
@@ -103,7 +109,13 @@ def run(
     data = parse_inputs(inputs, input_json)
     # Each option resolved once, by ops, before the database is opened (and created).
     options = ops.start_options(
-        st.clock, delay=in_, at=at, deadline=deadline, timeout=timeout, max_attempts=max_attempts
+        st.clock,
+        delay=in_,
+        at=at,
+        deadline=deadline,
+        timeout=timeout,
+        max_attempts=max_attempts,
+        priority=priority,
     )
     if input_file is not None:
         _run_many(st, target, input_file, key, options, as_json)

@@ -32,6 +32,7 @@ from flowctl.limits import lone_surrogate
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
 from flowctl.output import capturing
 from flowctl.retry import RetryPolicy, options_of
+from flowctl.runtime import limited
 from flowctl.runtime.live import LiveRun
 from flowctl.runtime.recorded import error_dict, error_line, rebuild_error
 from flowctl.store import dumps
@@ -302,7 +303,10 @@ class Context:
                 if entry.wake_at is not None and entry.wake_at > self._clock.now():
                     raise self._halt(self._suspend_retry(entry))
                 tries = entry.tries
-        policy = options_of(fn).retry
+        options = options_of(fn)
+        policy = options.retry
+        if options.limit is not None:
+            self._take_limit(options.limit, index, name)
         started = self._clock.monotonic()
         self._in_step = name
         self._live.step = (f"#{index} {name!r}", self._clock.now())
@@ -329,6 +333,8 @@ class Context:
         finally:
             self._in_step = None
             self._live.step = None
+            if options.limit is not None:
+                self._store.release_limit(self._lease, options.limit, index, self._clock.now())
         if self.halted is not None:
             raise self.halted  # the step swallowed the DurableCallError it caused
         duration = self._clock.monotonic() - started
@@ -339,6 +345,18 @@ class Context:
         # either way before anything after this step runs that could depend on it durably.
         self.pending = done
         return result
+
+    def _take_limit(self, limit: str, index: int, name: str) -> None:
+        """Before step `name` starts: take its named limit, or halt (flowctl.runtime.limited)."""
+        took = self._store.take_limit(self._lease, limit, index, self._clock.now())
+        if took.lost:
+            raise self._lease_lost()
+        error = limited.unknown(took, limit, name)
+        if error is not None:
+            raise self._halt(error)
+        if took.until is not None:
+            event = limited.waiting(took, limit, index, name)
+            raise self._halt(Suspend(RunStatus.SLEEPING, took.until, None, event))
 
     def _step_failed(
         self, index: int, name: str, exc: Exception, policy: RetryPolicy, tries: int, started: float

@@ -5,6 +5,7 @@ from __future__ import annotations
 from flowctl.store.claims import Claims
 from flowctl.store.fenced import FencedWrites
 from flowctl.store.leases import Leases
+from flowctl.store.limits import Limits
 from flowctl.store.metrics import MetricsReads
 from flowctl.store.operator import OperatorWrites
 from flowctl.store.outbox import Notifications
@@ -25,6 +26,7 @@ class SqlStore(
     MetricsReads,
     Pruning,
     Output,
+    Limits,
 ):
     """One database, every Store operation: each job's class (one module each) over the
     backend's `Database`. Thread-safe: the backend serialises or pools its connections."""
