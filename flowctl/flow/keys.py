@@ -50,17 +50,22 @@ def render(template: str, input: Any, field: str) -> str:
     return _EXPR.sub(value, template)
 
 
-def flow_key(workflow: str, rendered: str | None) -> str:
-    """The stored key: the workflow alone, or `["workflow", "value"]`."""
-    return workflow if rendered is None else json.dumps([workflow, rendered])
+def label(template: str) -> str:
+    """What a key template is per, as `why` says it: `${{ input.user }}` is per user."""
+    return "+".join(m.removeprefix("input.") for m in _EXPR.findall(template)) or template
 
 
-def key_parts(key: str) -> tuple[str, str | None]:
-    """(workflow, rendered value or None) of a stored key."""
+def flow_key(workflow: str, rendered: str | None, per: str = "") -> str:
+    """The stored key: the workflow alone, or `["workflow", "per", "value"]`."""
+    return workflow if rendered is None else json.dumps([workflow, per, rendered])
+
+
+def key_parts(key: str) -> tuple[str, str, str | None]:
+    """(workflow, what the key is per, rendered value or None) of a stored key."""
     if key.startswith("["):
         try:
-            wf, value = json.loads(key)
-            return str(wf), str(value)
+            wf, per, value = json.loads(key)
+            return str(wf), str(per), str(value)
         except (ValueError, TypeError):
             pass
-    return key, None
+    return key, "", None

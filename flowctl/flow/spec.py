@@ -14,7 +14,7 @@ from typing import Any
 
 from flowctl.durations import format_duration, parse_duration
 from flowctl.errors import DurationError, UsageError
-from flowctl.flow.keys import check_template, flow_key, render
+from flowctl.flow.keys import check_template, flow_key, label, render
 from flowctl.limits import MAX_COUNT
 
 # Limit names: what `flowctl limits set` accepts and a step names.
@@ -147,14 +147,14 @@ def flow_fields(
     debounce_us), its keys rendered from `input`: InputError if one does not render."""
     out: dict[str, Any] = {}
     if concurrency is not None:
-        value = (
-            None if concurrency.key is None else render(concurrency.key, input, "concurrency.key")
-        )
-        out.update(flow_key=flow_key(workflow, value), flow_limit=concurrency.limit)
+        key = concurrency.key
+        value = None if key is None else render(key, input, "concurrency.key")
+        per = "" if key is None else label(key)
+        out.update(flow_key=flow_key(workflow, value, per), flow_limit=concurrency.limit)
     if debounce is not None:
         value = None if debounce.key is None else render(debounce.key, input, "debounce.key")
         out.update(
-            debounce_key=flow_key(workflow, value),
+            debounce_key=flow_key(workflow, value, "debounce"),
             debounce_us=round(debounce.period.total_seconds() * 1e6),
         )
     return out

@@ -17,7 +17,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 
-from flowctl.store.flowsql import FLOW_LOCK
+# The class of PostgreSQL's per-key advisory locks of flow control (the two-key form: this
+# class, the key's hashtext): "FLOW" in 31 bits. The schema's trigger takes the same.
+FLOW_LOCK = 0x464C4F57
 
 _TOKEN = re.compile(r"\{([a-z_]+)\}")
 

@@ -18,10 +18,6 @@ FLOW_RELEASE = (
     " ('queued', 'sleeping', 'waiting') ORDER BY h.priority DESC, h.held_at, h.run_id LIMIT 1)"
 )
 
-# The class of PostgreSQL's per-key advisory locks of flow control (the two-key form:
-# this class, the key's hashtext): "FLOW" in 31 bits.
-FLOW_LOCK = 0x464C4F57
-
 # The indexes of flow control, the same on both backends: running runs per key (a claim's
 # count), held runs per key in release order, due runs with a priority, runs waiting for
 # a named limit, and the one not-yet-started run per debounce key.

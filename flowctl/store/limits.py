@@ -84,6 +84,16 @@ class Limits(StoreCore):
             specs = [_spec(r) for r in tx.all(f"{_SPEC}{where} ORDER BY name", args)]
             return [_state(tx, spec, now_us) for spec in specs]
 
+    def key_holders(self, key: str) -> list[tuple[str, datetime | None]]:
+        """The runs running under concurrency key `key`, each with when it was last claimed."""
+        rows = self._read(
+            "SELECT r.run_id, (SELECT MAX(t.at) FROM timeline t WHERE t.run_id = r.run_id AND"
+            " t.type IN ('claimed', 'reclaimed')) FROM runs r WHERE r.flow_key = ?"
+            " AND r.status = 'running' ORDER BY r.started_at, r.run_id",
+            [key],
+        )
+        return [(str(r[0]), None if r[1] is None else from_us(int(r[1]))) for r in rows]
+
     def take_limit(self, lease: Lease, name: str, call_index: int, now: datetime) -> LimitTake:
         """A step of the run `lease` holds starts under limit `name`: taken (a hold and a
         start recorded), or not yet (the run marked waiting for it, and until when), or

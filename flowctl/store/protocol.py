@@ -708,6 +708,10 @@ class Store(RunListing, Protocol):
         window and when the next start may come, read in one snapshot."""
         ...
 
+    def key_holders(self, key: str) -> list[tuple[str, datetime | None]]:
+        """The runs running under concurrency key `key`, with when each was last claimed."""
+        ...
+
     def take_limit(self, lease: Lease, name: str, call_index: int, now: datetime) -> LimitTake:
         """Take the limit for a step's start, with the fence check, in one transaction:
         taken, not yet (the run marked waiting, and until when), unknown, or lost."""

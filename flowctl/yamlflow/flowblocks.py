@@ -48,7 +48,11 @@ def flow_block(
     try:
         parsed = parse(plain(node), field)
     except UsageError as exc:
-        v.bad(node, field, str(exc).removeprefix(f"{field} "))
+        where, _, rest = str(exc).partition(" ")
+        if where.rstrip(":").startswith(field) and rest:
+            v.bad(node, where.rstrip(":"), rest)
+        else:
+            v.bad(node, field, str(exc))
         return None
     names = _INPUT_NAMES.findall(getattr(parsed, "key", None) or "")
     unknown = [n for n in names if v.inputs and n not in v.inputs]

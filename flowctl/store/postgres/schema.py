@@ -19,7 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from flowctl.errors import DatabaseError
-from flowctl.store.flowsql import FLOW_INDEXES, FLOW_LOCK, FLOW_RELEASE
+from flowctl.store.dialect import FLOW_LOCK
+from flowctl.store.flowsql import FLOW_INDEXES, FLOW_RELEASE
 
 # pg_advisory_xact_lock key: "FLOW" and "mig" packed in 64 bits; any constant unique to flowctl.
 MIGRATION_LOCK = 0x464C4F57_6D696700
