@@ -156,7 +156,10 @@ def _check_modes(wait: bool, detach: bool, input_file: str | None, *, given_inpu
 
 def _say_known(st: State, run: Run, key: str | None, *, wait: bool, as_json: bool) -> None:
     """--key matched an earlier run: say so, and with --wait drive it here if it runs on."""
-    if not as_json:
+    if not as_json and key is None and run.debounce_key is not None:
+        due = "-" if run.run_at is None else _local(run.run_at)
+        typer.echo(f"collapsed into run {run.run_id} (debounce): it starts at {due}, newest input")
+    elif not as_json:
         typer.echo(f"run {run.run_id} already exists for key {key!r} ({run.status})")
     if wait and not run.status.is_terminal:
         from flowctl.cli.printer import drive  # the engine loads only for a run driven here

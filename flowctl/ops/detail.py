@@ -124,6 +124,9 @@ def show_run(
         notes.append(explain(facts, now).message)
     if changed:
         notes.append(source_changed_note(run))
+    if run.debounce_key is not None:
+        collapsed = store.collapsed_starts(run.run_id)
+        notes.append(f"debounce: {collapsed} more start(s) collapsed into this run")
     return RunDetail(
         run=run,
         checkpoints=checkpoints,

@@ -94,6 +94,13 @@ class Limits(StoreCore):
         )
         return [(str(r[0]), None if r[1] is None else from_us(int(r[1]))) for r in rows]
 
+    def collapsed_starts(self, run_id: str) -> int:
+        """How many starts of a debounced workflow were collapsed into run `run_id`."""
+        rows = self._read(
+            "SELECT COUNT(*) FROM timeline WHERE run_id = ? AND type = 'debounced'", [run_id]
+        )
+        return int(rows[0][0])
+
     def take_limit(self, lease: Lease, name: str, call_index: int, now: datetime) -> LimitTake:
         """A step of the run `lease` holds starts under limit `name`: taken (a hold and a
         start recorded), or not yet (the run marked waiting for it, and until when), or

@@ -712,6 +712,10 @@ class Store(RunListing, Protocol):
         """The runs running under concurrency key `key`, with when each was last claimed."""
         ...
 
+    def collapsed_starts(self, run_id: str) -> int:
+        """How many starts of a debounced workflow were collapsed into the run."""
+        ...
+
     def take_limit(self, lease: Lease, name: str, call_index: int, now: datetime) -> LimitTake:
         """Take the limit for a step's start, with the fence check, in one transaction:
         taken, not yet (the run marked waiting, and until when), unknown, or lost."""
