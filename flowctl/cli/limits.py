@@ -75,10 +75,17 @@ def limits_ls(
 
 
 @limits_app.command("rm")
-def limits_rm(ctx: typer.Context, name: Annotated[str, _NAME]) -> None:
+def limits_rm(
+    ctx: typer.Context,
+    name: Annotated[str, _NAME],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
     """Remove a limit.  Example: flowctl limits rm api"""
     from flowctl.ops import limits as limit_ops
 
     st = _state(ctx)
     limit_ops.remove_limit(st.store, name)
+    if as_json:
+        _emit_json({"name": name, "removed": True})
+        return
     typer.echo(f"limit {name} removed")

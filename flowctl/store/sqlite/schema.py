@@ -11,7 +11,6 @@ if TYPE_CHECKING:
 from flowctl.errors import (
     DatabaseError,
 )
-from flowctl.store.flowsql import FLOW_INDEXES, FLOW_RELEASE
 from flowctl.store.mapping import DEFINITION_COLUMNS, PLAIN_CREATED
 
 APPLICATION_ID = 0x464C4F57  # "FLOW" in the SQLite header: the flowctl schema marker
@@ -617,6 +616,8 @@ def _migration_21(db: sqlite_utils.Database) -> None:
     (ends, sleeps, waits, parks, fails) makes the first held run of its key due again, in
     the transaction of that write, so no slot is ever leaked by a path that forgets it.
     """
+    from flowctl.store.flowsql import FLOW_INDEXES, FLOW_RELEASE  # only when migrating
+
     for column in _FLOW_COLUMNS:
         db.execute(f"ALTER TABLE runs ADD COLUMN {column}")
     for statement in (*_FLOW_TABLES, *FLOW_INDEXES):
