@@ -18,7 +18,7 @@ from typing import Any
 from flowctl.model import DUE, Run, RunStatus, from_us, to_us
 from flowctl.store.core import StoreCore
 from flowctl.store.endings import end, fail, move_counts, park_paused
-from flowctl.store.keyslots import KeySlots
+from flowctl.store.keyslots import KeySlots, hold
 from flowctl.store.mapping import _RUN_COLUMNS, _run_from_row
 from flowctl.store.records import Claim, Lease
 from flowctl.store.rows import (
@@ -60,10 +60,15 @@ _CANDIDATES = " UNION ALL ".join(f"SELECT * FROM ({arm}) AS c{i}" for i, arm in 
 
 # A run's row as a claim reads it, and whether it has no journal rows and no version
 # markers (two index probes): a fresh run's replay then reads neither.
+# Then the runs running under its concurrency key (an index probe that finds nothing for
+# a run without one): SQLite's claim counts its keys from it, in the same statement.
 _CLAIM_COLUMNS = (
-    f"{_RUN_COLUMNS}, NOT EXISTS (SELECT 1 FROM journal j WHERE j.run_id = runs.run_id),"
+    f"{_RUN_COLUMNS}, (SELECT COUNT(*) FROM runs k WHERE k.flow_key = runs.flow_key"
+    " AND k.status = 'running'),"
+    " NOT EXISTS (SELECT 1 FROM journal j WHERE j.run_id = runs.run_id),"
     " NOT EXISTS (SELECT 1 FROM versions v WHERE v.run_id = runs.run_id)"
 )
+_KEY_COUNT = -3  # where a _CLAIM_COLUMNS row holds that count
 
 # The rows of the ? soonest due runs (each status's first ? by _CANDIDATES, merged by one
 # sort of those few), in one statement: a claim that finds nothing passed over (the usual
@@ -250,7 +255,10 @@ def _claim_due(
     else:
         first = tx.all(_DUE_ROWS, [times.now_us, limit] * len(_ARMS) + [limit])
         first.sort(key=_due_order)
+    times.slots.note(first, _KEY_COUNT)
     for r in first:
+        if not times.ended and times.slots.full(tx, r):
+            continue  # held behind its full key, as its row says
         # A run ended here may have woken a parent or released a held run: the rows read
         # before that are read again.
         row: Run | str = r[0] if times.ended else _run_from_row(r)
@@ -267,17 +275,20 @@ def _claim_due(
 def _claim_more(
     tx: Tx, times: _ClaimTimes, limit: int, claims: list[Claim], seen: set[str]
 ) -> None:
-    """Claims from the candidates after the first read (limit + 16 in all, as one
-    statement of their ids), their rows read as many at a time as claims still wanted.
+    """Claims from the candidates after the first read (limit + 16, and twice the claims
+    still wanted, in all, as one statement of their ids), their rows read as many at a
+    time as claims still wanted.
     The few rows (at most 5 x (limit + 16)) are merged here: SQLite's ORDER BY over the
     compound built a temporary b-tree per arm, ten times the whole read."""
-    want = limit + 16
+    # Twice as many again as were passed over: runs held behind busy keys (flow control)
+    # can pass over many of a batch, and the claim still fills it in one more read.
+    want = limit + 16 + 2 * (limit - len(claims))
     rows = tx.all(_CANDIDATES, [times.now_us, want] * len(_ARMS))
     candidates = sorted((-int(r[0]), r[1], r[2]) for r in rows)[:want]
     ids = list(dict.fromkeys(rid for _, _, rid in candidates if rid not in seen))
     while ids and len(claims) < limit:
         chunk, ids = ids[: limit - len(claims)], ids[limit - len(claims) :]
-        loaded, settled = _load_runs(tx, chunk), len(times.ended)
+        loaded, settled = _load_runs(tx, chunk, times), len(times.ended)
         for rid in chunk:
             got = loaded.get(rid)  # absent: another claimer holds it
             if got is None:
@@ -295,7 +306,9 @@ def _due_order(row: Row) -> tuple[Any, Any, Any]:
     return -row[40], row[7], row[0]
 
 
-def _load_runs(tx: Tx, run_ids: Sequence[str]) -> dict[str, tuple[Run, tuple[bool, bool]]]:
+def _load_runs(
+    tx: Tx, run_ids: Sequence[str], times: _ClaimTimes
+) -> dict[str, tuple[Run, tuple[bool, bool]]]:
     """Rows of these runs as they are inside this transaction (those another claimer holds
     are skipped), with whether each has no journal rows and no version markers."""
     rows = tx.all(
@@ -303,6 +316,7 @@ def _load_runs(tx: Tx, run_ids: Sequence[str]) -> dict[str, tuple[Run, tuple[boo
         "{skip_locked}",
         list(run_ids),
     )
+    times.slots.note(rows, _KEY_COUNT)
     return {r[0]: (_run_from_row(r[:-2]), (bool(r[-2]), bool(r[-1]))) for r in rows}
 
 
@@ -329,7 +343,7 @@ def _claim_one(
         _pass_over(tx, run, verdict, times)
         return None
     if run.flow_key is not None and not times.slots.take(
-        tx, run, times.now_us, reclaim=prev is _RUNNING
+        tx, run, times.now_us, reclaim=prev is _RUNNING, counted=not times.ended
     ):
         return None  # held behind its full key (or the key is being decided elsewhere)
     fence = run.fence + 1
@@ -473,6 +487,8 @@ class _ClaimTimes:
     def flush(self, tx: Tx) -> None:
         """Write the claimed runs' timeline rows and their counts moves, before the claim's
         transaction ends (so both are in it, or neither)."""
+        hold(tx, self.slots.held)
+        self.slots.held = []
         add_events(tx, self.events)
         self.events = []
         move_counts(tx, {(wf, str(prev), "running"): n for (wf, prev), n in self.moved.items()})

@@ -22,7 +22,7 @@ FLOW_RELEASE = (
 # count), held runs per key in release order, due runs with a priority, runs waiting for
 # a named limit, and the one not-yet-started run per debounce key.
 FLOW_INDEXES = (
-    "CREATE INDEX runs_flow ON runs(flow_key, status, run_at) WHERE flow_key IS NOT NULL",
+    "CREATE INDEX runs_flow ON runs(flow_key, status) WHERE flow_key IS NOT NULL",
     "CREATE INDEX runs_flow_held ON runs(flow_key, priority DESC, held_at, run_id)"
     " WHERE held_at IS NOT NULL",
     "CREATE INDEX runs_priority ON runs(status, priority DESC, run_at, run_id) WHERE priority <> 0",

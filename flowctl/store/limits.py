@@ -29,6 +29,8 @@ _HOLDERS = (
     " ON r.run_id = h.run_id WHERE h.name = ? AND r.status = 'running' AND r.lease_until > ?"
     " ORDER BY h.since"
 )
+# Every start after ? (those recorded later than `now` by a writer whose clock read came
+# after ours but whose transaction came first included: starts are made monotonic below).
 _STARTS = "SELECT at FROM limit_starts WHERE name = ? AND at > ? ORDER BY at"
 
 # A waiter of limit ? due again now (?): the one with the highest priority, then the soonest.
@@ -162,9 +164,13 @@ def _take(tx: Tx, lease: Lease, name: str, call_index: int, now_us: int) -> Limi
         for h in tx.all(_HOLDERS, [name, now_us])
         if (str(h[0]), int(h[1])) != (rid, call_index)
     ]
-    starts = []
+    starts: list[int] = []
     if spec.rate_n is not None:
         starts = [int(r[0]) for r in tx.all(_STARTS, [name, _window(spec, now_us)])]
+        # A start is recorded no earlier than the latest one: takers read their clocks
+        # before they wait for the write, so `now` may lag one recorded meanwhile, and
+        # the window is judged on recorded starts in the order they were taken.
+        now_us = max([now_us, *starts[-1:]])
     verdict = decide(spec, holders, starts, now_us)
     if verdict.until_us is not None:
         if held[0] != name:
