@@ -1,5 +1,6 @@
 """Flow control under SIGKILL (issue 37, item 5): two daemons on one database (a SQLite
-file, then a PostgreSQL database: the `db` fixture), SIGKILLed at random and restarted
+file, then a PostgreSQL database: the `db` fixture), one of them with two worker
+processes (a restart picks one or two at random), SIGKILLed at random and restarted
 while 24 runs over 3 users go through a per-user concurrency key of 1 and a named limit
 of concurrency 1 shared by all of them.
 
@@ -14,6 +15,7 @@ The seed is printed (FLOWCTL_CRASH_SEED replays it).
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import random
 import signal
@@ -37,6 +39,17 @@ KILLS = 6
 FLOWS = "tests/crash/flow_flows.py:per_user"
 
 
+def worker_pids(daemon_pid: int) -> list[int]:
+    """The daemon's child processes: its workers (Linux /proc)."""
+    pids: list[int] = []
+    for task in Path(f"/proc/{daemon_pid}/task").iterdir():
+        try:
+            pids += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return pids
+
+
 def intervals(effects: Path, kills: dict[int, float]) -> dict[str, list[tuple[float, float, str]]]:
     """(start, end, run) of every body, by what it held; an unfinished one ends at the kill
     of its process."""
@@ -57,7 +70,7 @@ def intervals(effects: Path, kills: dict[int, float]) -> dict[str, list[tuple[fl
 
 def overlaps(spans: list[tuple[float, float, str]]) -> list[tuple[str, str]]:
     spans = sorted(spans)
-    return [(a[2], b[2]) for a, b in zip(spans, spans[1:], strict=False) if b[0] < a[1]]
+    return [(a[2], b[2]) for a, b in itertools.pairwise(spans) if b[0] < a[1]]
 
 
 def test_keys_and_limits_hold_across_sigkilled_daemons(
@@ -72,25 +85,32 @@ def test_keys_and_limits_hold_across_sigkilled_daemons(
     inputs = [{"effects": str(effects), "user": u} for u in USERS for _ in range(RUNS_PER_USER)]
     run_ids = start_runs(db, "", inputs, target=FLOWS)
 
-    def start() -> subprocess.Popen[bytes]:
-        return daemons.start(db, "--concurrency", "4", "--lease", "1s", "--heartbeat", "0.2s")
+    def start(workers: str = "1") -> subprocess.Popen[bytes]:
+        return daemons.start(
+            db, "--workers", workers, "--concurrency", "4", "--lease", "1s", "--heartbeat", "0.2s"
+        )
 
-    live = [start(), start()]
-    kills: dict[int, float] = {}
-    while len(kills) < KILLS and set(statuses(db).values()) != {"completed"}:
+    live = [start("2"), start()]  # worker processes, and a daemon that runs its own
+    kills: dict[int, float] = {}  # pid -> when it was killed (a daemon's workers with it)
+    killed = 0
+    while killed < KILLS and set(statuses(db).values()) != {"completed"}:
         lines = len(effects.read_text().splitlines()) if effects.exists() else 0
         wait_until(
-            lambda n=lines: (effects.exists() and len(effects.read_text().splitlines()) > n)
-            or set(statuses(db).values()) == {"completed"},
+            lambda n=lines: (
+                (effects.exists() and len(effects.read_text().splitlines()) > n)
+                or set(statuses(db).values()) == {"completed"}
+            ),
             timeout=60,
         )
         time.sleep(rng.uniform(0.0, 0.1))
         victim = live.pop(rng.randrange(len(live)))
+        workers = worker_pids(victim.pid)  # they stop at once with it
         os.kill(victim.pid, signal.SIGKILL)
-        kills[victim.pid] = time.time()
+        kills.update(dict.fromkeys([victim.pid, *workers], time.time()))
+        killed += 1
         victim.wait()
-        live.append(start())
-    assert len(kills) >= 3, "the work ran out before the kills; make it longer"
+        live.append(start(rng.choice(("1", "2"))))
+    assert killed >= 3, "the work ran out before the kills; make it longer"
 
     wait_until(lambda: set(statuses(db).values()) == {"completed"}, timeout=180)
     for proc in live:
