@@ -163,3 +163,23 @@ def test_removing_an_unknown_limit_names_the_defined_ones(store: Store) -> None:
         limit_ops.remove_limit(store, "apy")
     limit_ops.remove_limit(store, "api")
     assert store.limit_names() == []
+
+
+def test_a_copy_keeps_the_named_limits_and_a_held_run(tmp_path: Path, store: Store) -> None:
+    from flowctl.store import open_store
+    from flowctl.store.copy import copy_rows
+
+    clock = FakeClock(T0)
+    define(store, "api", clock, rate="100/1m", concurrency=3)
+    for rid in ("a1", "a2"):
+        store.create_run(
+            NewRun(rid, "wf", "wf.py:wf", "python", {}, flow_key="wf", flow_limit=1), T0
+        )
+    claims, _ = store.claim_due(OWNER, T0, T0 + LEASE, 10)
+    assert [c.run.run_id for c in claims] == ["a1"]
+    with open_store(tmp_path / "copy.db") as dest:
+        copy_rows(store, dest, ops.plan_copy(store, dest, clock=clock))
+        (api,) = dest.limit_states(T0)
+        assert (api.spec.concurrency, api.spec.rate) == (3, "100/1m")
+        held = dest.get_run("a2")
+        assert held.held_at == T0 and held.flow_key == "wf" and held.run_at is None
