@@ -152,3 +152,13 @@ def test_bad_flow_control_is_one_line_and_writes_nothing(
     with open_store(db) as store:
         assert store.limit_names() == ["ok"]
         assert store.count_by_status() == {} or sum(store.count_by_status().values()) == 0
+
+
+def test_the_client_starts_with_a_priority(tmp_path: Path, flows: Path) -> None:
+    from flowctl.client import Client
+
+    with Client(db=tmp_path / "c.db") as client:
+        low = client.start(str(flows / "paced.yaml"), {"n": 1})
+        vip = client.start(str(flows / "paced.yaml"), {"n": 2}, priority=3)
+        assert client.store.get_run(vip).priority == 3
+        assert client.store.get_run(low).priority == 0

@@ -460,3 +460,12 @@ def test_a_stored_lone_surrogate_is_sent_escaped_not_a_500() -> None:
     assert JSONResponse({"name": "\ud800", "ok": "ünï"}).body == (
         b'{"name":"\\ud800","ok":"\\u00fcn\\u00ef"}'
     )
+
+
+def test_priority_is_taken_and_checked(api: Api, served_db: str) -> None:
+    run_id = start(api, "vip-1", priority=7)
+    assert query(served_db, "SELECT priority FROM runs WHERE run_id = ?", (run_id,)) == [(7,)]
+    before = rows(served_db)
+    bad = api.call("POST", "/runs", {"target": "flows.py:followup", "priority": "high"})
+    assert bad.status == 400 and "priority must be a whole number" in bad.json()["error"]
+    assert rows(served_db) == before
