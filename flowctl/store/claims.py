@@ -60,11 +60,11 @@ _CANDIDATES = " UNION ALL ".join(f"SELECT * FROM ({arm}) AS c{i}" for i, arm in 
 
 # A run's row as a claim reads it, and whether it has no journal rows and no version
 # markers (two index probes): a fresh run's replay then reads neither.
-# Then the runs running under its concurrency key (an index probe that finds nothing for
-# a run without one): SQLite's claim counts its keys from it, in the same statement.
+# Then the runs running under its concurrency key (not looked for when it has none):
+# SQLite's claim counts its keys from it, in the same statement.
 _CLAIM_COLUMNS = (
-    f"{_RUN_COLUMNS}, (SELECT COUNT(*) FROM runs k WHERE k.flow_key = runs.flow_key"
-    " AND k.status = 'running'),"
+    f"{_RUN_COLUMNS}, CASE WHEN runs.flow_key IS NULL THEN 0 ELSE (SELECT COUNT(*) FROM"
+    " runs k WHERE k.flow_key = runs.flow_key AND k.status = 'running') END,"
     " NOT EXISTS (SELECT 1 FROM journal j WHERE j.run_id = runs.run_id),"
     " NOT EXISTS (SELECT 1 FROM versions v WHERE v.run_id = runs.run_id)"
 )
