@@ -105,3 +105,13 @@ def test_a_reclaimed_run_keeps_its_slot(store: Store) -> None:
     claims, _ = store.claim_due(OWNER, later, later + LEASE, 10, alone=True)
     assert [c.run.run_id for c in claims] == ["a1"]
     assert store.get_run("a2").held_at is not None
+
+
+def test_a_held_run_past_its_deadline_ends_dead(store: Store) -> None:
+    keyed(store, "a1", "ann")
+    keyed(store, "a2", "ann", deadline=T0 + 10 * SECOND)
+    assert claim(store, T0 + SECOND) == ["a1"]
+    held = store.get_run("a2")
+    assert held.held_at == T0 and held.run_at == T0 + 10 * SECOND  # its deadline still acts
+    _, ended = store.claim_due(OWNER, T0 + 11 * SECOND, T0 + 11 * SECOND + LEASE, 10)
+    assert ended == ["a2"] and store.get_run("a2").status is RunStatus.DEAD

@@ -257,7 +257,7 @@ def _claim_due(
         first.sort(key=_due_order)
     times.slots.note(first, _KEY_COUNT)
     for r in first:
-        if not times.ended and times.slots.full(tx, r):
+        if not times.ended and times.slots.full(tx, r, times.now_us):
             continue  # held behind its full key, as its row says
         # A run ended here may have woken a parent or released a held run: the rows read
         # before that are read again.

@@ -20,7 +20,7 @@ from flowctl.store.rows import marks
 from flowctl.store.sql import Row, Tx
 
 # Places in a row of mapping._RUN_COLUMNS.
-STATUS, FLOW_KEY, FLOW_LIMIT = 4, 41, 42
+STATUS, DEADLINE, FLOW_KEY, FLOW_LIMIT = 4, 12, 41, 42
 _WAITING = ("queued", "sleeping", "waiting")
 
 # Runs of a key running now (leases lapsed or not), from runs_flow.
@@ -52,12 +52,14 @@ class KeySlots:
             if key is not None and key not in self.running:
                 self.counted[key] = int(r[at])
 
-    def full(self, tx: Tx, row: Row) -> bool:
+    def full(self, tx: Tx, row: Row, now_us: int) -> bool:
         """Whether a candidate's row (not decoded) is of a key already full, by the counts
-        noted (SQLite): it is held, and the claim passes it over without deciding more
-        (a due deadline still ends it: its run_at becomes the deadline)."""
+        noted (SQLite): it is held, and the claim passes it over without deciding more. A
+        run past its deadline is left to the claim's verdict (which ends it)."""
         key = row[FLOW_KEY]
         if key is None or tx.dialect.flow_lock or row[STATUS] not in _WAITING:
+            return False
+        if row[DEADLINE] is not None and row[DEADLINE] <= now_us:
             return False
         used = self.running.get(key, self.counted.get(key))
         if used is None or used < (row[FLOW_LIMIT] or 1):
