@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flowctl import workflow
+from flowctl import RetryPolicy, step, workflow
 
 
 def add(a: int, b: int) -> int:
@@ -62,3 +62,30 @@ def heavy(ctx, n: int = 0, ms: float = 2.0) -> int:
 def none(ctx, n: int = 0) -> int:
     """No step at all: what a run costs the daemon beside its steps (claim, completion)."""
     return n
+
+
+@workflow
+def nap(ctx, n: int = 0) -> int:
+    """The sleeping workload: a step, a durable one-second sleep, a step."""
+    a = ctx.step("one", add, n, 1)
+    ctx.sleep("1s")
+    return ctx.step("two", add, a, 1)
+
+
+@step(retry=RetryPolicy.make(max_attempts=3, backoff="100ms", jitter=0))
+def fail_once(n: int, markers: str) -> int:
+    """Fails on its first try and succeeds on the next, in whichever process each runs:
+    the first try creates the run's marker file (O_EXCL), a later one finds it."""
+    import os
+
+    try:
+        os.close(os.open(os.path.join(markers, str(n)), os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        return n + 1
+    raise RuntimeError(f"first try of run {n} fails")
+
+
+@workflow
+def retried(ctx, n: int = 0, markers: str = "/tmp") -> int:
+    """The retrying workload: one step that fails once, then succeeds after its backoff."""
+    return ctx.step("one", fail_once, n, markers)

@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/throughput.py --rounds 5 --runs 10000 --concurrency 32
     .venv/bin/python benchmarks/throughput.py --huey-python PATH # a Python with huey
     .venv/bin/python benchmarks/throughput.py --workers 2        # daemon --workers 2
+    .venv/bin/python benchmarks/throughput.py --workloads only --rounds 9 --runs 2000
 
 Each round measures, one after the other on fresh temporary databases:
 
@@ -53,6 +54,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.workloads import run_rounds  # noqa: E402
 from flowctl.client import Client  # noqa: E402
 
 FLOWS = str(ROOT / "benchmarks" / "flows.py")
@@ -254,6 +256,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, help="daemon --workers (default: flowctl's, 1)")
     parser.add_argument("--quick", action="store_true", help="2 rounds of 1,000 runs")
     parser.add_argument("--huey-python", help="a Python with huey installed")
+    parser.add_argument(
+        "--workloads",
+        choices=("also", "only", "no"),
+        default="also",
+        help="the sleeping, retrying and saturated-wake workloads (benchmarks/workloads.py)",
+    )
     args = parser.parse_args()
     n = args.runs or (1000 if args.quick else 5000)
     rounds = args.rounds or (2 if args.quick else 3)
@@ -263,6 +271,9 @@ def main() -> None:
         f" CPU(s), load {os.getloadavg()[0]:.1f}; {rounds} round(s) of {n:,} runs per figure;"
         f" PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}"
     )
+    if args.workloads == "only":
+        run_rounds(rounds, n, sleepers=1000, fresh=2000)
+        return
     hpy = huey_python(args.huey_python)
     if hpy is None:
         print(
@@ -318,6 +329,9 @@ def main() -> None:
         print(f"  flowctl / huey          {med(one, 'vs_huey')}   (target >= 1.5)")
     else:
         print("  huey -w 1               skipped: huey not installed (see the note above)")
+    if args.workloads == "also":
+        print()
+        run_rounds(rounds, n, sleepers=1000, fresh=2000)
 
 
 if __name__ == "__main__":

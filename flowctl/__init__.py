@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         FlowctlError,
         NonDeterminismError,
         NonRetryableError,
+        ParallelError,
         SignalTimeoutError,
         StepFailedError,
     )
@@ -47,6 +48,7 @@ _WHERE: dict[str, str] = {
             "FlowctlError",
             "NonDeterminismError",
             "NonRetryableError",
+            "ParallelError",
             "SignalTimeoutError",
             "StepFailedError",
         )
@@ -94,6 +96,7 @@ __all__ = [
     "FlowctlError",
     "NonDeterminismError",
     "NonRetryableError",
+    "ParallelError",
     "RetryPolicy",
     "SignalTimeoutError",
     "StepFailedError",

@@ -65,6 +65,7 @@ class Client:
         deadline: datetime | Duration | None = None,
         timeout: Duration | None = None,
         max_attempts: int | None = None,
+        traceparent: str | None = None,
         priority: int | None = None,
     ) -> str:
         """Queue a run and return its id; a daemon runs it. A known `key` returns the first run.
@@ -72,6 +73,7 @@ class Client:
         `delay` is a duration from now; `at` a time (a past one means now); `deadline` a
         time or a duration from now. A bad value is a UsageError whose `field` names it
         ("in" for `delay`), checked as the CLI and the HTTP API check it (ops.start_options).
+        `traceparent` (W3C Trace Context) puts the run's spans in the caller's trace.
         `priority`: higher first among due runs (default 0), never past a concurrency limit.
         """
         options = ops.start_options(
@@ -92,6 +94,7 @@ class Client:
             key=key,
             workflows_dir=self.workflows_dir,
             targets=self._targets,
+            traceparent=traceparent,
         )
         return started.run.run_id
 

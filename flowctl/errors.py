@@ -8,7 +8,7 @@ what was wrong and what is accepted. `exit_code` is what the CLI exits with:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 E = TypeVar("E", bound=BaseException)
 
@@ -167,6 +167,29 @@ class CommandFailedError(FlowctlError):
     def error_fields(self) -> dict[str, object]:
         """Extra fields stored with the recorded error (see `flowctl show --json`)."""
         return {"exit_code": self.exit_code, "stderr_tail": self.stderr_tail}
+
+
+class ParallelError(FlowctlError):
+    """Branches of a fan-out (`ctx.map`, `ctx.parallel`, `ctx.children`) failed for good;
+    raised once every branch has ended. `failures` names each: its index, its step or child
+    run, and its error (type and message)."""
+
+    def __init__(self, call: str, failures: list[dict[str, Any]], total: int) -> None:
+        named = "; ".join(
+            f"[{f.get('index')}]"
+            + (f" run {f['child_run_id']}" if f.get("child_run_id") else "")
+            + f" {f.get('error', '')}"
+            for f in failures[:20]
+        )
+        more = f"; and {len(failures) - 20} more" if len(failures) > 20 else ""
+        super().__init__(f"{call}: {len(failures)} of {total} branches failed: {named}{more}")
+        self.call = call
+        self.failures = failures
+        self.total = total
+
+    def error_fields(self) -> dict[str, object]:
+        """Extra fields stored with the recorded error (see `flowctl show --json`)."""
+        return {"call": self.call, "failures": self.failures, "total": self.total}
 
 
 class SignalTimeoutError(FlowctlError):

@@ -25,6 +25,7 @@ class CallKind(StrEnum):
     UUID = "uuid"
     RANDOM = "random"
     VERSION = "version"
+    FANOUT = "fanout"  # a fan-out's header: its shape; its branches follow it (flowctl.fanout)
 
 
 class EntryState(StrEnum):
@@ -138,6 +139,7 @@ class Run:
     solo: bool = False  # running: its claimer runs it alone, so a crash is charged to it
     crashes: int = 0  # crashes charged to it since its last checkpoint (5: poison)
     step_started_at: datetime | None = None  # running: when `current_step` began (heartbeat)
+    traceparent: str | None = None  # the trace it joined (W3C), if any: see flowctl.tracing
     priority: int = 0  # higher first among due runs (flowctl run --priority)
     flow_key: str | None = None  # its concurrency key: workflow, and the rendered key if any
     flow_limit: int | None = None  # runs of flow_key that may run at once

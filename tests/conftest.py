@@ -101,24 +101,24 @@ def spawn_daemon(tmp_path: Path) -> Iterator[object]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def spawn(db: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        log = open(tmp_path / f"daemon-{len(procs)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "flowctl",
-                "--db",
-                str(db),
-                "daemon",
-                "--log-level",
-                "warning",
-                *args,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            cwd=str(ROOT),
-        )
+        with open(tmp_path / f"daemon-{len(procs)}.log", "wb") as log:  # the child keeps its copy
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "flowctl",
+                    "--db",
+                    str(db),
+                    "daemon",
+                    "--log-level",
+                    "warning",
+                    *args,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                cwd=str(ROOT),
+            )
         procs.append(proc)
         return proc
 

@@ -85,7 +85,10 @@ def test_init_example_writes_the_project_and_its_next_command_works(project: Pat
     assert (project / "flowctl.toml").is_file()
     assert _names(project / "workflows") == {p.name for p in starter.sample_workflows()}
     lines = out.output.splitlines()
-    assert "wrote workflows/followup.yaml, workflows/onboarding.py, workflows/ping.yaml" in lines
+    assert (
+        "wrote workflows/fanout.py, workflows/followup.yaml, workflows/onboarding.py,"
+        " workflows/ping.yaml" in lines
+    )
     # "says what to run next": the command it names runs and leaves a sleeping run
     nxt = next(x for x in lines if x.startswith("next: ")).removeprefix("next: ")
     argv = shlex.split(nxt.split("#", 1)[0])

@@ -29,6 +29,7 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "sqlite3": ("flowctl.store",),
     "sqlite_utils": ("flowctl.store",),
     "psycopg": ("flowctl.store",),
+    "opentelemetry": ("flowctl.tracing",),
     "starlette": ("flowctl.serve",),
     "uvicorn": ("flowctl.serve",),
 }
@@ -188,11 +189,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "flowctl.notify",
         "flowctl.config",
         "flowctl.transitions",
+        "flowctl.fanout",
         "flowctl.inputs",
         "flowctl.flow",
         "flowctl.workflow",
     ),
     ("flowctl.store",),
+    ("flowctl.tracing",),  # spans for runs and steps (OpenTelemetry, when asked for)
     # execution: a run's handler, replayed; what its steps print (output), which YAML's
     # commands and the runtime's steps both capture
     ("flowctl.yamlflow", "flowctl.runtime", "flowctl.output"),

@@ -38,7 +38,7 @@ def _by_init(r: list[object]) -> Run:
         r[17], _dt(r[18]), r[19], r[20], bool(r[21]), r[22], r[23], r[24], r[25],  # type: ignore[arg-type]
         _dt(r[26]), r[27], r[28], r[29], loads(r[30]), bool(r[31]), status(r[32]),  # type: ignore[arg-type]
         _dt(r[33]), r[34], tuple(loads(r[35]) or ()), bool(r[36]), bool(r[37]), r[38],  # type: ignore[arg-type]
-        _dt(r[39]), r[40], r[41], r[42], _dt(r[43]), r[44], r[45],  # type: ignore[arg-type]
+        _dt(r[39]), r[40], r[41], r[42], r[43], _dt(r[44]), r[45], r[46],  # type: ignore[arg-type]
     )  # fmt: skip
 
 

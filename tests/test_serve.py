@@ -462,6 +462,21 @@ def test_a_stored_lone_surrogate_is_sent_escaped_not_a_500() -> None:
     )
 
 
+def test_a_traceparent_header_puts_the_run_in_the_callers_trace(api: Api) -> None:
+    caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    body = {"target": "flows.py:followup", "input": {"user": "7"}}
+    reply = api.call("POST", "/runs", body, headers={"traceparent": caller})
+    assert reply.status == 201, reply.body
+    shown = api.call("GET", f"/runs/{reply.json()['id']}").json()
+    assert shown["trace"] == {
+        "trace_id": "0af7651916cd43dd8448eb211c80319c",
+        "span_id": shown["trace"]["span_id"],
+        "parent_span_id": "b7ad6b7169203331",
+    }
+    bad = api.call("POST", "/runs", body, headers={"traceparent": "00-zz"})
+    assert bad.status == 400 and "is not a W3C traceparent" in bad.json()["error"]
+
+
 def test_priority_is_taken_and_checked(api: Api, served_db: str) -> None:
     run_id = start(api, "vip-1", priority=7)
     assert query(served_db, "SELECT priority FROM runs WHERE run_id = ?", (run_id,)) == [(7,)]

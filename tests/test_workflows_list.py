@@ -40,7 +40,7 @@ def test_workflows_lists_a_yaml_file_that_does_not_load_as_broken(project: Path)
     assert "BROKEN" not in rows["ping"]
     assert rows["typo"].split(None, 3)[3] == (
         "BROKEN: 3:5: steps[0]: a step needs one of: run, call, sleep, sleep_until,"
-        " wait_signal, workflow (and 1 more)"
+        " wait_signal, workflow, parallel (and 1 more)"
     )
     assert rows["cut"].split(None, 3)[3].startswith("BROKEN: 5:1: yaml: syntax error: ")
     assert rows["nameless"].split(None, 3)[2] == "workflows/nameless.yml"

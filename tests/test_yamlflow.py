@@ -388,9 +388,9 @@ def test_step_kind_mistakes() -> None:
     )
     assert found == [
         "wf.yaml:2:5: steps[0]: a step needs one of: run, call, sleep, sleep_until, "
-        "wait_signal, workflow",
+        "wait_signal, workflow, parallel",
         "wf.yaml:4:5: steps[1].call: a step takes exactly one of run, call, sleep, sleep_until, "
-        "wait_signal, workflow; this one has run and call",
+        "wait_signal, workflow, parallel; this one has run and call",
         "wf.yaml:6:5: steps[2].with: `with` does not apply to run steps (only to call and "
         "workflow)",
         "wf.yaml:8:17: steps[3].on_timeout: expected fail or continue, got 'ignore'",

@@ -20,6 +20,7 @@ from flowctl.durations import format_duration
 from flowctl.errors import UsageError
 from flowctl.limits import SHOW_STEPS, one_line, terminal_safe
 from flowctl.model import EntryState, Run, RunStatus, human_value
+from flowctl.tracing.ids import run_trace
 
 if TYPE_CHECKING:  # annotations only: `show` opens the store through the State
     from flowctl.store import Store
@@ -81,6 +82,7 @@ def show(
     _print_now(detail)
     typer.echo("")
     _print_checkpoints(detail)
+    _print_children(detail)
     _print_timeline(detail)
 
 
@@ -116,6 +118,7 @@ def _print_header(store: Store, detail: ops.RunDetail, now: datetime) -> None:
         typer.echo(f"schedule  {r.schedule} (fire time {_local(r.scheduled_at)})")
     if r.parent_run_id:
         typer.echo(f"parent    {r.parent_run_id}")
+    typer.echo(f"trace     {run_trace(r.run_id, r.traceparent).trace_id}")
     if r.status is RunStatus.COMPLETED:
         typer.echo(f"result    {_shown_json(r.result)}")
 
@@ -169,6 +172,10 @@ def _print_checkpoints(detail: ops.RunDetail) -> None:
         if c.state is EntryState.ERROR:
             err = c.value or {}
             extra += f" {err.get('type')}: {str(err.get('message', '')).splitlines()[0] if err.get('message') else ''}"
+        elif c.kind == "fanout" and isinstance(c.value, dict):
+            extra += (
+                f" → {c.value.get('count')} branches {c.name}[0..{c.value.get('count', 1) - 1}]"
+            )
         elif c.kind == "step" and c.value is not None:
             extra += " → " + _describe_value(c.value)
         took = f" ({format_duration(c.duration)})" if c.duration is not None else ""
@@ -183,6 +190,25 @@ def _print_checkpoints(detail: ops.RunDetail) -> None:
         typer.echo("buffered signals")
         for name, payload, at in detail.pending_signals:
             typer.echo(f"  {one_line(name)} {_shown_json(payload)} (sent {_local(at)})")
+
+
+CHILDREN_SHOWN = 20  # child runs `show` lists; --json lists every one
+
+
+def _print_children(detail: ops.RunDetail) -> None:
+    """The run's child runs, by the call (and branch) that started each."""
+    if not detail.children:
+        return
+    running = sum(1 for c in detail.children if not c.run.status.is_terminal)
+    typer.echo("")
+    typer.echo(f"children  ({len(detail.children)}, {running} still running)")
+    for c in detail.children[:CHILDREN_SHOWN]:
+        at = f"#{c.call_index}" if c.call_index is not None else "#?"
+        branch = c.branch or c.run.workflow
+        typer.echo(one_line(f"  {at:<4} {branch:<28} {c.run.run_id}  {c.run.status}"))
+    if len(detail.children) > CHILDREN_SHOWN:
+        left = len(detail.children) - CHILDREN_SHOWN
+        typer.echo(f"  … {left} more (flowctl show {detail.run.run_id} --json lists all)")
 
 
 def _print_timeline(detail: ops.RunDetail) -> None:

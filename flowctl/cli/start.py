@@ -31,6 +31,7 @@ from flowctl.durations import parse_duration
 from flowctl.errors import UsageError
 from flowctl.limits import MAX_COUNT
 from flowctl.model import EntryState, Run, RunStatus, iso
+from flowctl.tracing.ids import normal_traceparent
 
 # ---------------------------------------------------------------------------
 # run
@@ -84,6 +85,11 @@ _INPUT_FILE = typer.Option(
     " with --key, line N's run gets key KEY:N. Needs --detach.",
 )
 _JSON = typer.Option("--json", help="Print one JSON object.")
+_TRACEPARENT = typer.Option(
+    "--traceparent",
+    metavar="VALUE",
+    help="Join this W3C trace (00-<trace id>-<span id>-<flags>): the run's spans go under it.",
+)
 
 
 def run(
@@ -102,11 +108,13 @@ def run(
     key: Annotated[str | None, _KEY] = None,
     input_file: Annotated[str | None, _INPUT_FILE] = None,
     as_json: Annotated[bool, _JSON] = False,
+    traceparent: Annotated[str | None, _TRACEPARENT] = None,
 ) -> None:
     """Start a workflow run.  Example: flowctl run examples/hello.py:hello -i name=ana --wait"""
     st = _state(ctx)
     _check_modes(wait, detach, input_file, given_inputs=bool(inputs) or input_json is not None)
     data = parse_inputs(inputs, input_json)
+    traceparent = normal_traceparent(traceparent)
     # Each option resolved once, by ops, before the database is opened (and created).
     options = ops.start_options(
         st.clock,
@@ -118,7 +126,7 @@ def run(
         priority=priority,
     )
     if input_file is not None:
-        _run_many(st, target, input_file, key, options, as_json)
+        _run_many(st, target, input_file, key, options, as_json, traceparent)
         return
     # A bad target or input is refused before the database is opened (and created); a bad
     # --db is said first, as every command says it.
@@ -134,6 +142,7 @@ def run(
         key=key,
         workflows_dir=workflows_dir,
         targets=targets,
+        traceparent=traceparent,
     )
     if not started.created:
         _say_known(st, started.run, key, wait=wait, as_json=as_json)
@@ -200,6 +209,7 @@ def _run_many(
     key: str | None,
     options: ops.StartOptions,
     as_json: bool,
+    traceparent: str | None,
 ) -> None:
     """`run --detach --input-file`: every line checked, then all queued in one transaction."""
     if input_file == "-":
@@ -222,6 +232,7 @@ def _run_many(
         keys=keys,
         labels=[f"{source} line {number}" for number, _ in lines],
         workflows_dir=st.config.workflows_dir(),
+        traceparent=traceparent,
     )
     if as_json:
         _emit_json([_run_summary(s.run, created=s.created) for s in started])

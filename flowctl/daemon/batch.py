@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from greenlet import getcurrent, greenlet
 
 from flowctl.retry import BLOCKING
-from flowctl.runtime.context import step_caller
+from flowctl.runtime.suspend import step_caller
 
 if TYPE_CHECKING:
     from flowctl.runtime.live import LiveRun

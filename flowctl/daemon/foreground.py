@@ -20,6 +20,7 @@ from flowctl.daemon.loop import Daemon
 from flowctl.model import EntryState, JournalEntry, Run, RunStatus
 from flowctl.runtime.engine import Engine, Outcome
 from flowctl.store import Claim, Store
+from flowctl.tracing import flush as flush_traces
 from flowctl.transitions import awaited_child
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ def drive_run(
         return _heartbeating(worker, run_id, drive, on_wait)
     finally:
         restore()
+        flush_traces()  # the run's spans, before the command prints its end and exits
 
 
 @dataclass

@@ -29,6 +29,7 @@ from flowctl.daemon.loop import UNWIND_WAIT, Daemon
 from flowctl.daemon.spawn import child_start, config_of
 from flowctl.errors import FlowctlError
 from flowctl.store import Claim, open_store
+from flowctl.tracing import flush as flush_traces
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ def stop_at_eof(control: IO[bytes], daemon: Daemon) -> None:
             daemon.heartbeat.release([live.lease for live in lives], "its daemon stopped")
         except Exception:
             log.exception("could not release the run")
+        flush_traces()  # os._exit runs no atexit hook
         os._exit(0)
 
 

@@ -39,6 +39,7 @@ from flowctl.runtime.engine import Engine, Outcome
 from flowctl.runtime.live import LiveRun
 from flowctl.schedule.firing import Scheduler
 from flowctl.store import Claim, Store
+from flowctl.tracing import flush as flush_traces
 
 log = logging.getLogger(__name__)
 
@@ -310,6 +311,7 @@ class Daemon:
             self.life.stopping = True
             self._running = self._inline
             self.close_isolated(0.0)  # they had the grace too; none is charged now
+            flush_traces()  # a draining daemon's spans are exported before it exits
 
     def _idle(self, claimed: int) -> bool:
         """Nothing was claimed, nothing runs (isolated workers included), nothing is due now."""

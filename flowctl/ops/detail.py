@@ -26,7 +26,26 @@ from flowctl.model import (
 )
 from flowctl.ops.explain import DaemonFact, OperatorEvent, Why, WhyFacts, explain
 from flowctl.store import Store
+from flowctl.tracing.ids import run_trace
 from flowctl.transitions import load_failures
+
+
+@dataclass(frozen=True)
+class ChildRow:
+    """A child run of the run shown: the call that started it, by index and branch name."""
+
+    call_index: int | None
+    branch: str | None  # its journal name: "workflow kid[3]" (ctx.children), "workflow kid"
+    run: Run
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "call_index": self.call_index,
+            "branch": self.branch,
+            "run_id": self.run.run_id,
+            "workflow": self.run.workflow,
+            "status": str(self.run.status),
+        }
 
 
 @dataclass
@@ -47,6 +66,7 @@ class RunDetail:
     timeline_total: int = 0
     steps: int | None = None  # the page asked for: the newest `steps` after `skip`; None: all
     skip: int = 0
+    children: list[ChildRow] = field(default_factory=list)  # by call index
 
     def left_out(self) -> tuple[int, int]:
         """(checkpoints, timeline events) the page leaves out, older and newer together."""
@@ -67,8 +87,14 @@ class RunDetail:
             }
             for cid, v, at in self.versions
         ]
+        where = run_trace(self.run.run_id, self.run.traceparent)
         return {
             "run": self.run.to_json(),
+            "trace": {
+                "trace_id": where.trace_id,
+                "span_id": where.span_id,
+                "parent_span_id": where.parent_span_id,
+            },
             "checkpoints": checkpoints,
             "checkpoints_total": self.checkpoints_total,
             "timeline": [e.to_json() for e in self.timeline],
@@ -80,6 +106,7 @@ class RunDetail:
             "source_changed": self.source_changed,
             "notes": self.notes,
             "published": {k: {"value": v, "at": iso(at)} for k, (v, at) in self.published.items()},
+            "children": [c.to_json() for c in self.children],
             "output_tail": (
                 {"step": self.output_step, "lines": self.output_tail}
                 if self.output_step is not None
@@ -142,7 +169,30 @@ def show_run(
         timeline_total=timeline_total,
         steps=steps,
         skip=skip,
+        children=children_rows(store, run.run_id),
     )
+
+
+def children_rows(store: Store, run_id: str) -> list[ChildRow]:
+    """The run's child runs by the call that started them (ctx.child, ctx.children)."""
+    kids = store.children_of(run_id)
+    if not kids:
+        return []
+    journal = store.journal(run_id)
+    rows = []
+    for kid in kids:
+        index = _call_index(kid.key, run_id)
+        entry = journal.get(index) if index is not None else None
+        rows.append(ChildRow(index, entry.name if entry is not None else None, kid))
+    return sorted(rows, key=lambda r: (r.call_index is None, r.call_index or 0))
+
+
+def _call_index(key: str | None, run_id: str) -> int | None:
+    """The call index in a child's key, `child:PARENT:INDEX`."""
+    prefix = f"child:{run_id}:"
+    if key is None or not key.startswith(prefix) or not key[len(prefix) :].isdigit():
+        return None
+    return int(key[len(prefix) :])
 
 
 TAIL_LINES = 5  # lines of the running step's output that show and the TUI detail show
@@ -321,9 +371,16 @@ def why_facts(store: Store, ref: str, *, now: datetime | None = None) -> WhyFact
         paused=operator(["paused"]) if run.status is RunStatus.PAUSED else None,
         paused_wake=run.paused_run_at,
         child=_child(store, pending),
+        children=tuple(store.children_of(run.run_id)) if _parked_waiting(run) else (),
         buffered_signal=buffered,
         flow=_flow_facts(store, run, now) if active else None,
         db=store.path,
+    )
+
+
+def _parked_waiting(run: Run) -> bool:
+    return run.status is RunStatus.WAITING or (
+        run.status is RunStatus.PAUSED and run.paused_status is RunStatus.WAITING
     )
 
 

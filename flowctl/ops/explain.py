@@ -12,6 +12,7 @@ a FakeClock. The reasons, in the order they are tried:
     paused                                          an operator paused it
     held, held_by_key, waiting_for_limit,           held back by a schedule or flow control
     sleeping, waiting_signal, waiting_child,        parked until a time or an event
+    waiting_children,
     retry_step, retry_load, retry_run, scheduled
     no_daemon, queued_no_slot, due                  due now, and who will claim it
 
@@ -50,6 +51,7 @@ REASONS = (
     "sleeping",
     "waiting_signal",
     "waiting_child",
+    "waiting_children",
     "retry_step",
     "retry_load",
     "retry_run",
@@ -97,6 +99,7 @@ class WhyFacts:
     paused: OperatorEvent | None = None
     paused_wake: datetime | None = None  # a paused run's wake time (kept while it is paused)
     child: Run | None = None  # the child run a waiting run waits for
+    children: tuple[Run, ...] = ()  # a waiting run's child runs (ctx.children), oldest first
     buffered_signal: bool = False  # a signal it waits for is buffered already
     flow: FlowFacts | None = None  # what holds it back, if flow control does (issue 37)
     db: str = ""
@@ -507,6 +510,8 @@ def _waiting(facts: WhyFacts, now: datetime) -> Answer:
             f"waiting for signal {pending.name!r}{since}{timeout}"
             f" (call #{pending.call_index}){buffered}",
         )
+    if pending is not None and pending.name.endswith("]") and facts.children:
+        return _waiting_children(facts.children)
     child = facts.child
     if child is None:
         return "waiting_child", {}, "waiting for a child run"
@@ -514,6 +519,28 @@ def _waiting(facts: WhyFacts, now: datetime) -> Answer:
         "waiting_child",
         {"child_run_id": child.run_id, "child_status": str(child.status)},
         f"waiting for child run {child.run_id} ({child.workflow}), which is {child.status}",
+    )
+
+
+CHILDREN_NAMED = 10  # child runs a why names; the rest are counted
+
+
+def _waiting_children(children: tuple[Run, ...]) -> Answer:
+    """Parked on ctx.children: how many children still run, named, and how many ended."""
+    running = [c for c in children if not c.status.is_terminal]
+    named = ", ".join(f"{c.run_id} ({c.status})" for c in running[:CHILDREN_NAMED])
+    more = f" and {len(running) - CHILDREN_NAMED} more" if len(running) > CHILDREN_NAMED else ""
+    return (
+        "waiting_children",
+        {
+            "children_running": len(running),
+            "children_total": len(children),
+            "children": [
+                {"run_id": c.run_id, "workflow": c.workflow, "status": str(c.status)}
+                for c in running
+            ],
+        },
+        f"waiting for {len(running)} of {len(children)} child runs still running: {named}{more}",
     )
 
 

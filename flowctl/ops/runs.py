@@ -28,6 +28,7 @@ from flowctl.ops.options import StartOptions, check_key, redrive_options, start_
 from flowctl.ops.parse import check_workflow_filter
 from flowctl.runtime.targets import TargetCache, WorkflowDef, WorkflowEntry, discover, load_target
 from flowctl.store import DaemonInfo, Store
+from flowctl.tracing.ids import normal_traceparent
 
 # ---------------------------------------------------------------------------
 # Starting runs
@@ -54,6 +55,7 @@ def start(
     deadline: datetime | None = None,
     timeout: timedelta | float | str | None = None,
     max_attempts: int | None = None,
+    traceparent: str | None = None,
     priority: int | None = None,
 ) -> Started:
     """Validate and queue one run: start_many of one. Nothing is written when anything is
@@ -62,8 +64,10 @@ def start(
 
     `options` are a front end's, resolved by start_options; a Python caller may give
     run_at, deadline, timeout and max_attempts instead, resolved the same way.
+    `traceparent` (W3C) puts the run's spans in the caller's trace.
     """
     check_key(key)
+    joined = normal_traceparent(traceparent)
     if key is not None:
         existing = store.get_run_by_key(key)
         if existing is not None:
@@ -72,7 +76,7 @@ def start(
     wf = (targets.load if targets is not None else load_target)(
         target, workflows_dir=workflows_dir, cwd=cwd
     )
-    (started,) = _queue(store, wf, [input or {}], [key], None, resolved, clock)
+    (started,) = _queue(store, wf, [input or {}], [key], None, resolved, clock, joined)
     return started
 
 
@@ -92,6 +96,7 @@ def start_many(
     deadline: datetime | None = None,
     timeout: timedelta | float | str | None = None,
     max_attempts: int | None = None,
+    traceparent: str | None = None,
     priority: int | None = None,
 ) -> list[Started]:
     """Validate and queue many runs of one target in one transaction (one fsync).
@@ -100,8 +105,9 @@ def start_many(
     its error names it by `labels[i]` (default its position, "input #1" the first).
     `keys[i]`, when given, is run i's idempotency key: a key already used, or used
     earlier in the same batch, returns that run (created False) instead of a new one.
-    The options are given as `start` takes them.
+    The options and `traceparent` are given as `start` takes them (every run joins it).
     """
+    joined = normal_traceparent(traceparent)
     if keys is not None and len(keys) != len(inputs):
         raise UsageError(f"{len(keys)} keys for {len(inputs)} inputs: give one key per input")
     if labels is not None and len(labels) != len(inputs):
@@ -113,7 +119,7 @@ def start_many(
         target, workflows_dir=workflows_dir, cwd=cwd
     )
     shown = labels or [f"input #{i + 1}" for i in range(len(inputs))]
-    return _queue(store, wf, inputs, keys or [None] * len(inputs), shown, resolved, clock)
+    return _queue(store, wf, inputs, keys or [None] * len(inputs), shown, resolved, clock, joined)
 
 
 def _resolved(
@@ -148,6 +154,7 @@ def _queue(
     labels: Sequence[str] | None,
     options: StartOptions,
     clock: Clock,
+    traceparent: str | None = None,
 ) -> list[Started]:
     """Check every input against `wf` (an error names input i by labels[i], when given),
     then create the runs in one transaction."""
@@ -178,6 +185,7 @@ def _queue(
                 timeout=options.timeout,
                 key=keys[i],
                 run_id=run_id,
+                traceparent=traceparent,
                 priority=options.priority,
             )
         )

@@ -9,11 +9,13 @@ gate, `_next_call`, which allocates the index and checks kind and name.
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import random as _random
 import threading
 import uuid as _uuid
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,17 +30,24 @@ from flowctl.errors import (
     UsageError,
     mark_non_retryable,
 )
+from flowctl.fanout import call_key, item_key
 from flowctl.limits import lone_surrogate
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
 from flowctl.output import capturing
 from flowctl.retry import RetryPolicy, options_of
 from flowctl.runtime import limited
+from flowctl.runtime.branches import call_body, is_async
+from flowctl.runtime.children import run_children
+from flowctl.runtime.fanout import check_fanout, run_steps
 from flowctl.runtime.live import LiveRun
 from flowctl.runtime.recorded import error_dict, error_line, rebuild_error
+from flowctl.runtime.suspend import Suspend, step_caller
 from flowctl.store import dumps
+from flowctl.tracing.ids import run_trace
 
 if TYPE_CHECKING:
     from flowctl.store import Claim, Store
+    from flowctl.tracing import Attempt
 
 # Values a JSON round trip returns unchanged, so a step's result of one of these types is
 # not round-tripped (a float is not among them: NaN and infinities are refused).
@@ -46,6 +55,7 @@ _SAME_AFTER_JSON = frozenset({str, int, bool, type(None)})
 
 T = TypeVar("T")
 E = TypeVar("E", bound=BaseException)
+_NO_SPAN = nullcontext()  # a step's span when traces are off (reentrant: shared)
 
 
 class _Missing:
@@ -54,27 +64,6 @@ class _Missing:
 
 
 MISSING: Any = _Missing()
-
-
-class Suspend(BaseException):
-    """Unwinds a handler back to the engine when a run must wait.
-
-    BaseException, not Exception, so that `except Exception:` in user code cannot
-    swallow it and turn a durable sleep into a silent no-op.
-    """
-
-    def __init__(
-        self,
-        status: RunStatus,
-        run_at: datetime | None,
-        entry: JournalEntry | None,
-        event: tuple[str, dict[str, Any]],
-    ) -> None:
-        super().__init__(f"suspend: {status} until {run_at}")
-        self.status = status
-        self.run_at = run_at
-        self.entry = entry
-        self.event = event
 
 
 class LeaseLost(Interrupt):
@@ -94,13 +83,6 @@ class ChildLauncher:
 # handlers on one thread, each in its own greenlet, which has its own context variables.
 _current: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
     "flowctl_context", default=None
-)
-
-# How a step's body is called: None, directly; the batch runner sets its own, which runs
-# a body that may block on another thread while the other handlers go on.
-StepCaller = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
-step_caller: contextvars.ContextVar[StepCaller | None] = contextvars.ContextVar(
-    "flowctl_step_caller", default=None
 )
 
 
@@ -136,6 +118,7 @@ class Context:
         live: LiveRun | None = None,
         children: ChildLauncher | None = None,
         on_checkpoint: Callable[[JournalEntry], None] | None = None,
+        trace: Attempt | None = None,
     ) -> None:
         run = claim.run
         self.run_id = run.run_id
@@ -169,6 +152,16 @@ class Context:
         # call (the gate) or with the run's ending (the engine), so it is durable before
         # anything after it runs, and a run that returns right after it commits once.
         self.pending: JournalEntry | None = None
+        self._trace = trace  # the attempt's span, when traces are on
+        self._traceparent = run.traceparent
+
+    def trace_link(self) -> str:
+        """The W3C traceparent a child run started now joins: the current step's or
+        attempt's span when traces are on, else this run's own span (which is derived,
+        so the child is in this run's trace either way)."""
+        if self._trace is not None:
+            return self._trace.link()
+        return run_trace(self.run_id, self._traceparent).traceparent()
 
     # -- the gate ------------------------------------------------------------
 
@@ -305,15 +298,22 @@ class Context:
                 tries = entry.tries
         options = options_of(fn)
         policy = options.retry
-        if options.limit is not None:
-            self._take_limit(options.limit, index, name)
+        if options.limit is not None:  # taken before the body starts, or the run halts
+            halt = limited.take(self._store, self._lease, options.limit, index, name, self._clock)
+            if halt is not None:
+                raise self._lease_lost() if halt is limited.LOST else self._halt(halt)
         started = self._clock.monotonic()
         self._in_step = name
         self._live.step = (f"#{index} {name!r}", self._clock.now())
         try:
-            with capturing(self._store, self.run_id, index, name, self._clock):
+            span = _NO_SPAN if self._trace is None else self._trace.step(name, index, tries + 1)
+            with capturing(self._store, self.run_id, index, name, self._clock), span:
                 caller = step_caller.get()
-                result = fn(*args, **kwargs) if caller is None else caller(fn, args, kwargs)
+                body: Callable[..., Any] = fn
+                if is_async(fn):  # awaited on an event loop; pooled by the batch runner
+                    body = functools.partial(call_body, fn)
+                    args, kwargs = (args, kwargs), {}
+                result = body(*args, **kwargs) if caller is None else caller(body, args, kwargs)
             if isinstance(result, str) and not result.isascii():
                 _check_text(result, f"the result of step {name!r}")
             if self.halted is None and type(result) not in _SAME_AFTER_JSON:
@@ -344,19 +344,7 @@ class Context:
         # Written at the next durable call or with the run's ending, whichever is first:
         # either way before anything after this step runs that could depend on it durably.
         self.pending = done
-        return result
-
-    def _take_limit(self, limit: str, index: int, name: str) -> None:
-        """Before step `name` starts: take its named limit, or halt (flowctl.runtime.limited)."""
-        took = self._store.take_limit(self._lease, limit, index, self._clock.now())
-        if took.lost:
-            raise self._lease_lost()
-        error = limited.unknown(took, limit, name)
-        if error is not None:
-            raise self._halt(error)
-        if took.until is not None:
-            event = limited.waiting(took, limit, index, name)
-            raise self._halt(Suspend(RunStatus.SLEEPING, took.until, None, event))
+        return result  # type: ignore[no-any-return]
 
     def _step_failed(
         self, index: int, name: str, exc: Exception, policy: RetryPolicy, tries: int, started: float
@@ -606,6 +594,80 @@ class Context:
                 ("waiting for child", {"child_run_id": child_id, "index": index}),
             )
         )
+
+    def map(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        items: list[Any] | tuple[Any, ...],
+        *,
+        max_concurrency: int | None = None,
+    ) -> list[Any]:
+        """Run `fn(item)` for each item as its own step `f"{name}[{i}]"`, concurrently (at
+        most `max_concurrency` at once), each result journaled as its body returns; the
+        results in item order. Branches that fail for good raise ParallelError once all
+        have ended; a new attempt runs only the branches without a result."""
+        self._guard("map")
+        if not isinstance(name, str) or not name:
+            raise _misuse("ctx.map() needs a non-empty name as its first argument")
+        if not isinstance(items, list | tuple):
+            raise _misuse(
+                f"ctx.map({name!r}) takes its items as a list or tuple, got"
+                f" {type(items).__name__}: pass list(...) of them"
+            )
+        limit = check_fanout("ctx.map", name, len(items), max_concurrency)
+        bodies = [(fn, (item,)) for item in items]
+        return run_steps(self, "ctx.map", name, bodies, [item_key(i) for i in items], limit)
+
+    def parallel(
+        self,
+        name: str,
+        calls: list[Callable[[], Any]] | tuple[Callable[[], Any], ...],
+        *,
+        max_concurrency: int | None = None,
+    ) -> list[Any]:
+        """Run each zero-argument callable (`lambda: fetch(a)`, `functools.partial`) as its
+        own step `f"{name}[{i}]"`, concurrently; the results in order (see `map`)."""
+        self._guard("parallel")
+        if not isinstance(name, str) or not name:
+            raise _misuse("ctx.parallel() needs a non-empty name as its first argument")
+        if not isinstance(calls, list | tuple) or not all(callable(c) for c in calls):
+            raise _misuse(
+                f"ctx.parallel({name!r}) takes a list of zero-argument callables, e.g."
+                " [lambda: fetch(a), lambda: fetch(b)]"
+            )
+        limit = check_fanout("ctx.parallel", name, len(calls), max_concurrency)
+        bodies: list[tuple[Callable[..., Any], tuple[Any, ...]]] = [(c, ()) for c in calls]
+        return run_steps(self, "ctx.parallel", name, bodies, [call_key(c) for c in calls], limit)
+
+    def children(
+        self,
+        target: str,
+        inputs: list[dict[str, Any]] | tuple[dict[str, Any], ...],
+        *,
+        max_concurrency: int | None = None,
+    ) -> list[Any]:
+        """Start one child run of `target` per input (each once) and wait durably for all:
+        the run parks `waiting`, holding no worker, until they have ended; their results in
+        input order. At most `max_concurrency` children are active at once. Children that
+        ended dead or cancelled raise ParallelError once all have ended."""
+        self._guard("children")
+        if not isinstance(target, str) or not target:
+            raise _misuse("ctx.children() needs a workflow target as its first argument")
+        if not isinstance(inputs, list | tuple) or not all(isinstance(i, dict) for i in inputs):
+            raise _misuse(
+                f"ctx.children({target!r}) takes its inputs as a list of dicts, one per child"
+            )
+        if self._children is None:
+            raise DurableCallError("ctx.children() is not available here")
+        limit = check_fanout("ctx.children", target, len(inputs), max_concurrency)
+        launcher = self._children
+
+        def start(target: str, input: dict[str, Any], key: str) -> str:
+            return launcher.start_child(self, target, dict(input), key)
+
+        keys = [item_key(i) for i in inputs]
+        return run_children(self, target, list(inputs), keys, limit, start)
 
     def now(self) -> datetime:
         """The current time, recorded: replay returns the same instant."""

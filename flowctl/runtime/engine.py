@@ -24,6 +24,7 @@ from flowctl.model import JournalEntry, RunStatus
 from flowctl.runtime.context import ChildLauncher, Context, LeaseLost, LiveRun, Suspend, error_dict
 from flowctl.runtime.targets import Loader, WorkflowDef, load_child
 from flowctl.store import Claim, Store
+from flowctl.tracing import Attempt, Tracer, tracer
 from flowctl.transitions import Ending, ErrorKind, ending, stop_kind
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,9 @@ class Engine:
         self.foreground = foreground
         self.operator_interrupted = False
         self._unloadable: set[tuple[str, str]] = set()  # (target, error) logged already
+        # Spans for attempts and steps when the OTEL_* environment asks (flowctl.tracing);
+        # None, the usual case, costs one check per attempt and per step.
+        self.tracer: Tracer | None = tracer()
 
     def execute(
         self,
@@ -69,6 +73,37 @@ class Engine:
     ) -> Outcome:
         """Replay the claimed run's handler and write how it ended (or nothing, if the
         lease was lost): completed, parked, failed or ended, as its Outcome says."""
+        if self.tracer is None:
+            return self._execute(claim, live, on_checkpoint, None)
+        return self._traced(self.tracer, claim, live, on_checkpoint)
+
+    def _traced(
+        self,
+        tracer: Tracer,
+        claim: Claim,
+        live: LiveRun | None,
+        on_checkpoint: Callable[[JournalEntry], None] | None,
+    ) -> Outcome:
+        """execute, inside the attempt's span; the run's own span once the run ends."""
+        attempt = tracer.attempt(claim.run, claim.woke_from)
+        try:
+            with attempt.active():
+                outcome = self._execute(claim, live, on_checkpoint, attempt)
+        except BaseException as e:
+            attempt.ended(None, error={"type": type(e).__name__, "message": str(e)})
+            raise
+        attempt.ended(outcome.status, run_at=outcome.run_at, error=outcome.error)
+        if outcome.status is not None and outcome.status.is_terminal:
+            tracer.run_ended(claim.run, outcome.status, self.clock.now())
+        return outcome
+
+    def _execute(
+        self,
+        claim: Claim,
+        live: LiveRun | None,
+        on_checkpoint: Callable[[JournalEntry], None] | None,
+        attempt: Attempt | None,
+    ) -> Outcome:
         run = claim.run
         live = live or LiveRun(claim.lease, self.clock, run.exec_spent, run.timeout)
         wf = self._workflow(claim, live)
@@ -83,6 +118,7 @@ class Engine:
             live=live,
             children=self.children,
             on_checkpoint=on_checkpoint,
+            trace=attempt,
         )
         stop, result = self._run_handler(wf, ctx, live, run.input)
         if isinstance(stop, DatabaseUnavailable):
@@ -256,6 +292,11 @@ class _Children(ChildLauncher):
         if existing is not None:
             return existing.run_id
         wf = load_child(target, parent.cwd)  # a name as `flowctl run NAME` finds it
-        new = wf.new_run(wf.check_input(input), key=key, parent_run_id=parent.run_id)
+        new = wf.new_run(
+            wf.check_input(input),
+            key=key,
+            parent_run_id=parent.run_id,
+            traceparent=parent.trace_link(),  # the child joins its parent's trace
+        )
         run, _ = self.engine.store.create_run(new, self.engine.clock.now())
         return run.run_id

@@ -7,11 +7,39 @@ error naming the limits that are defined.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from flowctl.clock import Clock
 from flowctl.errors import UnknownLimitError
-from flowctl.model import iso
-from flowctl.store.records import LimitTake
+from flowctl.model import RunStatus, iso
+from flowctl.runtime.suspend import Suspend
+
+if TYPE_CHECKING:
+    from flowctl.store import Lease, LimitTake, Store
+
+
+class _Lost(BaseException):
+    """The lease is lost: the run is another worker's now (the context abandons it)."""
+
+
+LOST = _Lost()  # what `take` returns then
+
+
+def take(
+    store: Store, lease: Lease, limit: str, index: int, step: str, clock: Clock
+) -> BaseException | None:
+    """Take `limit` for the start of step `step` at call `index`: None when taken, else
+    what halts the run: LOST, an UnknownLimitError, or the Suspend that parks it until
+    the limit allows the step."""
+    took = store.take_limit(lease, limit, index, clock.now())
+    if took.lost:
+        return LOST
+    error = unknown(took, limit, step)
+    if error is not None:
+        return error
+    if took.until is None:
+        return None
+    return Suspend(RunStatus.SLEEPING, took.until, None, waiting(took, limit, index, step))
 
 
 def unknown(took: LimitTake, limit: str, step: str) -> UnknownLimitError | None:

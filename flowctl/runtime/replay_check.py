@@ -21,6 +21,7 @@ from flowctl.clock import Clock
 from flowctl.errors import FlowctlError, Interrupt, NonDeterminismError
 from flowctl.model import CallKind, EntryState, JournalEntry, Run
 from flowctl.runtime.context import Context, LiveRun, Suspend
+from flowctl.runtime.fanout import ShapeChanged
 from flowctl.runtime.targets import WorkflowDef
 from flowctl.store import Claim, Lease
 
@@ -156,6 +157,10 @@ def _verdict(
     """What a replay that stopped so says of the run: None if it would go on."""
     if isinstance(stop, _Frontier):
         return None
+    if isinstance(stop, ShapeChanged):  # a fan-out with other branches than recorded
+        return _finding(
+            run, "nondeterminism", str(stop), stop.index, recorded=stop.recorded, now=stop.now
+        )
     if isinstance(stop, NonDeterminismError):
         if ctx.mismatch is None:  # a version outside the supported range
             return _finding(run, "nondeterminism", str(stop))

@@ -112,6 +112,7 @@ class WorkflowDef:
         schedule: str | None = None,
         scheduled_at: datetime | None = None,
         run_id: str | None = None,
+        traceparent: str | None = None,
         priority: int = 0,
     ) -> NewRun:
         """The row for a new run of this workflow: its pinned source and its defaults,
@@ -142,6 +143,7 @@ class WorkflowDef:
             scheduled_at=scheduled_at,
             secret_keys=self.secret_inputs,
             notify=self.notify,
+            traceparent=traceparent,
             priority=priority,
             **flow,
         )

@@ -203,6 +203,15 @@ def spec() -> dict[str, Any]:
                 "post": {
                     "operationId": "startRun",
                     "summary": "Queue a run; a known key returns the run it started (200).",
+                    "parameters": [
+                        {
+                            "name": "traceparent",
+                            "in": "header",
+                            "required": False,
+                            "description": "W3C Trace Context: the run's spans join this trace.",
+                            "schema": {"type": "string"},
+                        }
+                    ],
                     "requestBody": {
                         "required": True,
                         "content": {

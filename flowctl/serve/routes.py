@@ -185,7 +185,8 @@ def check_target(target: Any, root: Path) -> str:
     return text
 
 
-def start_run(s: Served, body: Any) -> JSONResponse:
+def start_run(s: Served, body: Any, traceparent: str | None = None) -> JSONResponse:
+    """POST /runs: queue a run; a W3C `traceparent` header puts it in the caller's trace."""
     if not isinstance(body, dict):
         raise UsageError(
             'the body must be a JSON object like {"target": "trial-followup", "input": {"user": 42}}'
@@ -218,6 +219,7 @@ def start_run(s: Served, body: Any) -> JSONResponse:
             key=body.get("key"),
             workflows_dir=s.workflows_dir,
             cwd=str(s.root),
+            traceparent=traceparent,
         )
     except UnknownWorkflowError:
         # The CLI's hint lists module:function, which HTTP refuses (check_target).
@@ -264,7 +266,10 @@ async def create_run(request: Request) -> Response:
         raw = await read_body(request)
     except HttpError as e:
         return error_response(e.status, e.message)
-    return await call(request, lambda: start_run(s, parse_json_body(raw, "the body")))
+    return await call(
+        request,
+        lambda: start_run(s, parse_json_body(raw, "the body"), request.headers.get("traceparent")),
+    )
 
 
 async def list_runs(request: Request) -> Response:

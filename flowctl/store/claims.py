@@ -18,7 +18,7 @@ from typing import Any
 from flowctl.model import DUE, Run, RunStatus, from_us, to_us
 from flowctl.store.core import StoreCore
 from flowctl.store.endings import end, fail, move_counts, park_paused
-from flowctl.store.keyslots import KeySlots, hold
+from flowctl.store.keyslots import PRIORITY, KeySlots, hold
 from flowctl.store.mapping import _RUN_COLUMNS, _run_from_row
 from flowctl.store.records import Claim, Lease
 from flowctl.store.rows import (
@@ -303,7 +303,7 @@ def _due_order(row: Row) -> tuple[Any, Any, Any]:
     """A _CLAIM_COLUMNS row's place in claim order: the highest priority first, then
     (run_at, run_id). The seam where a wake could later go before a fresh run of the
     same priority (both are due rows here, told apart by their status)."""
-    return -row[40], row[7], row[0]
+    return -row[PRIORITY], row[7], row[0]
 
 
 def _load_runs(

@@ -32,8 +32,8 @@ from flowctl.transitions import parked_run_at
 _RUN_INSERT = (
     "INSERT INTO runs (run_id, workflow, def_id, source, input, status, run_at, created_at,"
     " max_attempts, backoff, deadline, timeout_us, key, parent_run_id, schedule,"
-    " scheduled_at, secret_keys, notify, priority, flow_key, flow_limit, debounce_key)"
-    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    " scheduled_at, secret_keys, notify, traceparent, priority, flow_key, flow_limit,"
+    " debounce_key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
     " ON CONFLICT DO NOTHING"
 )
 
@@ -184,6 +184,7 @@ def _row(new: NewRun, def_id: int, source: str | None, run_at: int, now_us: int)
         _us(new.scheduled_at),
         dumps(sorted(new.secret_keys)) if new.secret_keys else None,
         None if new.notify is None else dumps(new.notify, "the notify override"),
+        new.traceparent,
         new.priority,
         new.flow_key,
         new.flow_limit,
@@ -230,10 +231,11 @@ def _as_read(row: list[Any], stored: tuple[Any, ...], times: dict[int, datetime]
         source_path=source_path,
         backoff=_loads(row[9]),
         secret_keys=() if row[16] is None else tuple(_loads(row[16]) or ()),
-        priority=row[18],
-        flow_key=row[19],
-        flow_limit=row[20],
-        debounce_key=row[21],
+        traceparent=row[18],
+        priority=row[19],
+        flow_key=row[20],
+        flow_limit=row[21],
+        debounce_key=row[22],
     )
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from flowctl.model import Run, RunStatus, from_us, to_us
+from flowctl.store.branches import cut_journal
 from flowctl.store.mapping import _dt, _loads, _us
 from flowctl.store.records import dumps
 from flowctl.store.rows import CLEARED, add_event, add_events, event, first_line
@@ -65,11 +66,7 @@ def fail(
     if verdict.spends:
         # A new attempt starts from the first recorded step error: checkpoints before it
         # stand. The same attempt again (its workflow did not load) keeps all.
-        tx.execute(
-            "DELETE FROM journal WHERE run_id = ? AND call_index >= (SELECT MIN(call_index)"
-            " FROM journal WHERE run_id = ? AND state = 'error')",
-            [run.run_id, run.run_id],
-        )
+        cut_journal(tx, run.run_id, ("error",))
     tx.execute(
         "UPDATE runs SET status = 'queued', run_at = ?, attempt = attempt + ?, error = ?,"
         " exec_spent_us = CASE WHEN ? = 1 THEN 0 ELSE exec_spent_us END, lease_owner = NULL,"

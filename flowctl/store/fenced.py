@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from flowctl.fanout import children_seen
 from flowctl.model import JournalEntry, RunStatus, from_us, to_us
+from flowctl.store.branches import ended_children
 from flowctl.store.core import StoreCore
 from flowctl.store.endings import (
     NOTIFICATION_INSERT,
@@ -346,11 +348,16 @@ def _suspend(tx: Tx, park: _Park, event_: tuple[str, dict[str, Any]]) -> Applied
     # A signal or a child's end that came while it ran woke nobody: not missed. The run's
     # row is held, so a send_signal in flight waits for this commit.
     signal = awaited_signal(status, park.entry)
-    if child_ended or (
-        signal is not None
-        and tx.one(
-            "SELECT 1 FROM signals WHERE run_id = ? AND name = ? AND consumed_at IS NULL",
-            [run_id, signal],
+    seen = children_seen(status, park.entry)  # ctx.children: a child ended since the read
+    if (
+        child_ended
+        or (seen is not None and ended_children(tx, run_id) != seen)
+        or (
+            signal is not None
+            and tx.one(
+                "SELECT 1 FROM signals WHERE run_id = ? AND name = ? AND consumed_at IS NULL",
+                [run_id, signal],
+            )
         )
     ):
         at = now_us

@@ -20,7 +20,7 @@ from flowctl.store.rows import marks
 from flowctl.store.sql import Row, Tx
 
 # Places in a row of mapping._RUN_COLUMNS.
-STATUS, DEADLINE, FLOW_KEY, FLOW_LIMIT = 4, 12, 41, 42
+STATUS, DEADLINE, PRIORITY, FLOW_KEY, FLOW_LIMIT = 4, 12, 41, 42, 43
 _WAITING = ("queued", "sleeping", "waiting")
 
 # Runs of a key running now (leases lapsed or not), from runs_flow.

@@ -9,6 +9,7 @@ from typing import Any
 
 from flowctl.errors import RunNotFoundError
 from flowctl.model import Run, RunStatus, from_us, to_us
+from flowctl.store.branches import cut_journal
 from flowctl.store.core import StoreCore
 from flowctl.store.creating import insert_run, insert_runs
 from flowctl.store.endings import end, park_paused, release_next
@@ -196,11 +197,7 @@ def _redrive(tx: Tx, run_id: str, by: str, now_us: int, deadline: datetime | Non
     # Like a retry, start again at the first step error (a step waiting to retry gets a
     # fresh budget too). Pending sleeps and signal waits are kept: a recorded deadline
     # stands, a redrive is not a restart of the sleep.
-    tx.execute(
-        "DELETE FROM journal WHERE run_id = ? AND call_index >= (SELECT MIN(call_index)"
-        " FROM journal WHERE run_id = ? AND state IN ('error', 'retrying'))",
-        [run_id, run_id],
-    )
+    cut_journal(tx, run_id, ("error", "retrying"))
     tx.execute(
         # A cancelled run's error is the cancel itself: it no longer applies once the run
         # is queued again. A dead run keeps its last error until it runs again.

@@ -208,6 +208,10 @@ class Store(RunListing, Protocol):
         The text is stored once per hash (SQLite: the sources table), not per run."""
         ...
 
+    def children_of(self, run_id: str) -> list[Run]:
+        """Every child run `run_id` started (ctx.child, ctx.children), oldest first."""
+        ...
+
     def journal(self, run_id: str) -> dict[int, JournalEntry]:
         """The run's journal by call index, as last recorded."""
         ...

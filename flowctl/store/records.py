@@ -132,6 +132,7 @@ class NewRun:
     scheduled_at: datetime | None = None
     secret_keys: tuple[str, ...] = ()  # input keys shown as *** and never searched
     notify: dict[str, Any] | None = None  # the workflow's `notify:` override, pinned
+    traceparent: str | None = None  # a W3C traceparent to join (a caller's or a parent's)
     priority: int = 0  # higher first among due runs
     flow_key: str | None = None  # concurrency key (flowctl.flow.keys.flow_key)
     flow_limit: int | None = None  # runs of flow_key that may run at once

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from flowctl.store.branches import BranchReads
 from flowctl.store.claims import Claims
 from flowctl.store.fenced import FencedWrites
 from flowctl.store.leases import Leases
@@ -26,6 +27,7 @@ class SqlStore(
     MetricsReads,
     Pruning,
     Output,
+    BranchReads,
     Limits,
 ):
     """One database, every Store operation: each job's class (one module each) over the

@@ -31,6 +31,7 @@ from flowctl.model import (
     human_value,
     local_text,
 )
+from flowctl.tracing.ids import run_trace
 
 # The newest checkpoints and timeline events the detail pane reads and shows, each; the
 # rest of a long run stays in the store (`flowctl show RUN --all`).
@@ -205,8 +206,12 @@ def _checkpoint_line(entry: JournalEntry, now: datetime, width: int) -> Content:
             what += f", woke {to_second(entry.resolved_at)}"
     elif entry.state is EntryState.RETRYING:
         what = f"try {entry.tries + 1} at {to_second(entry.wake_at)}"
+    elif entry.state is EntryState.PENDING and isinstance(entry.value, dict):
+        what = f"child run {entry.value.get('child_run_id', '…')}"
     elif entry.state is EntryState.PENDING:
         what = f"until {to_second(entry.wake_at)}" if entry.wake_at else "…"
+    elif entry.kind == "fanout" and isinstance(entry.value, dict):
+        what = f"{entry.value.get('count')} branches, {entry.name}[i]"
     else:
         what = compact_json(entry.value, 120)
     took = f"{format_duration(entry.duration)} " if entry.duration is not None else ""
@@ -304,6 +309,7 @@ def render_detail(detail: ops.RunDetail, now: datetime, width: int = 80) -> Cont
     parts += _input_and_outcome(detail, width)
     parts += _published_and_sent(detail, width)
     parts += _checkpoints(detail, now, width)
+    parts += _children(detail, width)
     parts += _timeline(detail, width)
     return Content.assemble(*parts)
 
@@ -360,6 +366,7 @@ def _detail_facts(detail: ops.RunDetail, now: datetime, width: int) -> list[Cont
         parts.append(_kv("schedule", f"{run.schedule} at {to_second(run.scheduled_at)}", width))
     if run.parent_run_id:
         parts.append(_kv("parent", run.parent_run_id, width))
+    parts.append(_kv("trace", run_trace(run.run_id, run.traceparent).trace_id, width, "dim"))
     return parts
 
 
@@ -413,6 +420,25 @@ def _checkpoints(detail: ops.RunDetail, now: datetime, width: int) -> list[Conte
     parts += [_checkpoint_line(entry, now, width) for entry in detail.checkpoints]
     for change_id, version, _at in detail.versions:
         parts.append(_indent(f"version {change_id} = {version}", width, "dim"))
+    return parts
+
+
+CHILDREN_SHOWN = 50  # child runs the detail lists
+
+
+def _children(detail: ops.RunDetail, width: int) -> list[Content]:
+    """The run's child runs, by the call (and branch) that started each."""
+    if not detail.children:
+        return []
+    running = sum(1 for c in detail.children if not c.run.status.is_terminal)
+    parts = [_section(f"Children ({len(detail.children)}, {running} running)")]
+    for c in detail.children[:CHILDREN_SHOWN]:
+        at = f"#{c.call_index}" if c.call_index is not None else "#?"
+        line = f"{at:<5} {c.branch or c.run.workflow}  {c.run.run_id}  {c.run.status}"
+        parts.append(_indent(line, width, "" if c.run.status.is_terminal else "bold"))
+    if len(detail.children) > CHILDREN_SHOWN:
+        more = len(detail.children) - CHILDREN_SHOWN
+        parts.append(_indent(f"… {more:,} more children not shown", width, "dim"))
     return parts
 
 

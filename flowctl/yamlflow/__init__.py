@@ -47,8 +47,6 @@ from flowctl.yamlflow.schema import (
     STEP_KINDS,
     STEP_OPTIONS,
     TOP_KEYS,
-    Node,
-    Problems,
     build_workflow,
 )
 from flowctl.yamlflow.steps import (
@@ -62,6 +60,7 @@ from flowctl.yamlflow.steps import (
     load_callable,
     parse_sleep_until,
 )
+from flowctl.yamlflow.tree import Node, Problems
 
 __all__ = [
     "DEEP_ATTRS",

@@ -47,6 +47,7 @@ DEEP_ATTRS: dict[str, tuple[str, ...]] = {
     "wait_signal": ("output", "json"),
 }
 
+LOOP_NAMES = ("item", "index")  # `${{ item }}`, `${{ index }}` in a for_each step's values
 _EXPR = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
 _WHOLE_EXPR = re.compile(r"\s*\$\{\{(.*?)\}\}\s*", re.DOTALL)
 _PATH = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
@@ -122,6 +123,8 @@ def shell_variable(path: tuple[str, ...]) -> str | None:
         return env_name("signal", path[1])
     if path[0] == "steps" and len(path) == 3 and path[2] in ("output", "exit_code"):
         return env_name("step", path[1], path[2])
+    if path[0] in LOOP_NAMES and len(path) == 1:
+        return env_name(path[0])  # FLOWCTL_ITEM, FLOWCTL_INDEX in a for_each branch
     return None
 
 
@@ -149,13 +152,21 @@ def reference_problem(
     inputs: Collection[str],
     steps: Mapping[str, StepRef],
     signals: Mapping[str, list[int]],
+    loop: bool = False,
 ) -> str | None:
     """Why `path` cannot be used in step `index` (None: the workflow's env); None if it can.
 
-    Inputs can be used anywhere; step values and signals only from earlier steps.
+    Inputs can be used anywhere; step values and signals only from earlier steps; `item`
+    and `index` only in the values of a `for_each` step (`loop`).
     """
     shown = "${{ " + ".".join(path) + " }}"
     root = path[0]
+    if root in LOOP_NAMES:
+        if not loop:
+            return f"{shown}: {root} is known only in the values of a for_each step"
+        if root == "index" and len(path) > 1:
+            return f"{shown}: index is a number, it has no fields"
+        return None
     if root == "input":
         if len(path) < 2:
             return f"{shown}: name the input, like input.user"
@@ -375,6 +386,11 @@ class Scope:
     inputs: dict[str, Any]
     steps: dict[str, dict[str, Any]] = field(default_factory=dict)
     signals: dict[str, Any] = field(default_factory=dict)
+    loop: dict[str, Any] | None = None  # {"item": ..., "index": ...} in a for_each branch
+
+    def branch(self, item: Any, index: int) -> Scope:
+        """This scope for one branch of a for_each step: `item` and `index` known too."""
+        return Scope(self.inputs, self.steps, self.signals, {"item": item, "index": index})
 
     def lookup(self, path: tuple[str, ...]) -> Any:
         """The value at a dotted path, or an ExpressionError saying what is missing."""
@@ -400,6 +416,9 @@ class Scope:
         elif root == "signal":
             value = self.signals.get(path[1])
             rest = path[2:]
+        elif root in LOOP_NAMES and self.loop is not None:
+            value = self.loop[root]
+            rest = path[1:]
         else:
             raise ExpressionError(f"{shown}: unknown value {root!r}")
         for depth, key in enumerate(rest):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,8 @@ from flowctl.durations import parse_duration
 from flowctl.errors import DurationError, InputError, UsageError
 from flowctl.inputs import convert_value
 from flowctl.retry import RetryPolicy
+from flowctl.yamlflow.branching import STEP_KINDS as STEP_KINDS
+from flowctl.yamlflow.branching import for_each_value, parallel_block
 from flowctl.yamlflow.expressions import (
     Condition,
     ExpressionError,
@@ -45,9 +46,9 @@ from flowctl.yamlflow.steps import (
     merged_retry,
     parse_sleep_until,
 )
+from flowctl.yamlflow.tree import Node, Problems, plain, schedule_places, to_plain
 
 INPUT_TYPES = ("str", "int", "float", "bool", "list", "dict")
-STEP_KINDS = ("run", "call", "sleep", "sleep_until", "wait_signal", "workflow")
 TOP_KEYS = (
     "name",
     "description",
@@ -61,17 +62,20 @@ TOP_KEYS = (
     "steps",
 )
 STEP_OPTIONS: tuple[str, ...] = ("retry", "timeout", "env", "cwd", "continue_on_error", "with")
-STEP_OPTIONS += ("on_timeout", "limit")  # limit: a named limit (flowctl.yamlflow.flowblocks)
+STEP_OPTIONS += ("on_timeout", "for_each", "max_concurrency", "limit")  # limit: flowblocks
 STEP_KEYS = (*STEP_KINDS, "id", "if", *STEP_OPTIONS)
 # Which options each step kind takes (`id` and `if` are taken by every kind).
 KIND_OPTIONS: dict[str, tuple[str, ...]] = {
-    "run": ("retry", "timeout", "env", "cwd", "continue_on_error", "limit"),
-    "call": ("with", "retry", "timeout", "continue_on_error", "limit"),
+    "run": ("retry", "timeout", "env", "cwd", "continue_on_error", "for_each", "max_concurrency"),
+    "call": ("with", "retry", "timeout", "continue_on_error", "for_each", "max_concurrency"),
     "sleep": (),
     "sleep_until": (),
     "wait_signal": ("timeout", "on_timeout"),
-    "workflow": ("with", "continue_on_error"),
+    "workflow": ("with", "continue_on_error", "for_each", "max_concurrency"),
+    "parallel": ("continue_on_error", "max_concurrency"),
 }
+KIND_OPTIONS["run"] += ("limit",)  # a named limit each start takes (flowctl.yamlflow.flowblocks)
+KIND_OPTIONS["call"] += ("limit",)
 INPUT_KEYS = ("type", "default", "required", "description", "secret")
 RETRY_KEYS = ("max_attempts", "backoff", "multiplier", "max_backoff", "jitter")
 DEFAULTS_KEYS = ("retry", "timeout")
@@ -95,72 +99,6 @@ _CALLABLE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 
 
 # ---------------------------------------------------------------------------------------
-# The position-tracking tree the loader builds
-
-
-@dataclass
-class Node:
-    """A parsed YAML value with its place, so every problem can point at file:line:column."""
-
-    value: Any  # dict[str, Node] | list[Node] | a scalar
-    text: str | None  # a scalar's source text
-    line: int
-    column: int
-    key_line: int = 0
-    key_column: int = 0
-
-    @property
-    def is_map(self) -> bool:
-        return isinstance(self.value, dict)
-
-    @property
-    def is_list(self) -> bool:
-        return isinstance(self.value, list)
-
-
-class Problems:
-    """Every problem found in one file, so they are all reported at once, in file order."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.items: list[tuple[int, int, str, str]] = []
-
-    def add(self, line: int, column: int, where: str, message: str) -> None:
-        self.items.append((line, column, where, message))
-
-    def at(self, node: Node, where: str, message: str, *, key: bool = False) -> None:
-        if key and node.key_line:
-            self.add(node.key_line, node.key_column, where, message)
-        else:
-            self.add(node.line, node.column, where, message)
-
-    def lines(self) -> list[str]:
-        ordered = sorted(self.items, key=lambda item: (item[0], item[1]))
-        return [f"{self.path}:{line}:{col}: {where}: {msg}" for line, col, where, msg in ordered]
-
-
-def to_plain(node: Node) -> Any:
-    """The node tree as plain JSON-like Python values."""
-    if node.is_map:
-        return {key: to_plain(child) for key, child in node.value.items()}
-    if node.is_list:
-        return [to_plain(child) for child in node.value]
-    return node.value
-
-
-def schedule_places(entry: Node) -> dict[str, tuple[int, int]]:
-    """Where one `schedule:` entry and each of its fields stand, so the schedule checks (run
-    later, against the cron and time zone code) can point at file:line:column too. Keys:
-    "" the entry, FIELD its value, "key:FIELD" the key itself."""
-    places = {"": (entry.line, entry.column)}
-    if entry.is_map:
-        for key, child in entry.value.items():
-            places[key] = (child.line, child.column)
-            places[f"key:{key}"] = (child.key_line, child.key_column)
-    return places
-
-
-# ---------------------------------------------------------------------------------------
 # Validation
 
 
@@ -177,6 +115,10 @@ class _Validator:
         self.inputs: dict[str, InputSpec] = {}
         self.step_infos: dict[str, StepRef] = {}
         self.signals: dict[str, list[int]] = {}
+        self.loop_steps: set[int] = set()
+        self.id_places: dict[
+            str, str
+        ] = {}  # step id -> where it is given  # indices of the steps with a for_each
         self.default_retry: dict[str, Any] | None = None
         self.schedule_places: list[dict[str, tuple[int, int]]] = []
 
@@ -303,7 +245,7 @@ class _Validator:
         """`notify:` overrides flowctl.toml's [notify] for this workflow (`false` silences it)."""
         from flowctl.notify import checked_override
 
-        pinned, problem = checked_override(to_plain(node))
+        pinned, problem = checked_override(plain(node))
         if problem:
             self.bad(node, "notify", problem)
         return pinned
@@ -502,50 +444,65 @@ class _Validator:
         """First pass: every step's id, kind and signal, so references can be checked."""
         seen_env: dict[str, str] = {}
         for index, node in enumerate(nodes):
-            where = f"steps[{index}]"
-            if not node.is_map:
-                continue
-            spec: dict[str, Node] = node.value
-            kinds = [key for key in spec if key in STEP_KINDS]
-            kind = kinds[0] if len(kinds) == 1 else None
-            step_id = f"step-{index + 1}"
-            id_node = spec.get("id")
-            if id_node is not None:
-                given = self.string(id_node, f"{where}.id")
-                if given is None:
-                    continue
-                if not _STEP_ID.fullmatch(given):
-                    self.bad(
-                        id_node,
-                        f"{where}.id",
-                        f"invalid step id {given!r}: use letters, digits, _ and - (at most 64)",
-                    )
-                    continue
-                step_id = given
-            if step_id in self.step_infos:
-                first = self.step_infos[step_id].index
-                auto = "" if id_node is not None else " (the automatic id of this step)"
-                self.bad(
-                    id_node or node,
-                    f"{where}.id",
-                    f"duplicate step id {step_id!r}{auto}; steps[{first}] already uses it",
-                )
-                continue
-            variable = env_name("step", step_id)
-            if variable in seen_env:
-                self.bad(
-                    id_node or node,
-                    f"{where}.id",
-                    f"step ids {step_id!r} and {seen_env[variable]!r} would share the "
-                    f"environment variables {variable}_*; rename one",
-                )
-            seen_env[variable] = step_id
-            if kind == "wait_signal" and isinstance(spec["wait_signal"].value, str):
-                self.signals.setdefault(spec["wait_signal"].value, []).append(index)
-            self.step_infos[step_id] = StepRef(kind, index)
+            self.collect_id(node, f"steps[{index}]", index, seen_env)
+            block = node.value.get("parallel") if node.is_map else None
+            if block is not None and block.is_list:
+                for j, inner in enumerate(block.value):
+                    where = f"steps[{index}].parallel[{j}]"
+                    if inner.is_map and "id" not in inner.value:
+                        self.bad(inner, where, "a step in a parallel block needs an `id`")
+                        continue
+                    self.collect_id(inner, where, index, seen_env)
 
-    def step(self, node: Node, index: int) -> Step | None:
-        where = f"steps[{index}]"
+    def collect_id(self, node: Node, where: str, index: int, seen_env: dict[str, str]) -> None:
+        """One step's id, kind and signal (a step of a parallel block takes its block's
+        index: later steps may use its output, its siblings may not)."""
+        if not node.is_map:
+            return
+        spec: dict[str, Node] = node.value
+        if "for_each" in spec:
+            self.loop_steps.add(index)
+        kinds = [key for key in spec if key in STEP_KINDS]
+        kind = kinds[0] if len(kinds) == 1 else None
+        step_id = f"step-{index + 1}"
+        id_node = spec.get("id")
+        if id_node is not None:
+            given = self.string(id_node, f"{where}.id")
+            if given is None:
+                return
+            if not _STEP_ID.fullmatch(given):
+                self.bad(
+                    id_node,
+                    f"{where}.id",
+                    f"invalid step id {given!r}: use letters, digits, _ and - (at most 64)",
+                )
+                return
+            step_id = given
+        if step_id in self.step_infos:
+            first = self.id_places.get(step_id, f"steps[{self.step_infos[step_id].index}]")
+            auto = "" if id_node is not None else " (the automatic id of this step)"
+            self.bad(
+                id_node or node,
+                f"{where}.id",
+                f"duplicate step id {step_id!r}{auto}; {first} already uses it",
+            )
+            return
+        variable = env_name("step", step_id)
+        if variable in seen_env:
+            self.bad(
+                id_node or node,
+                f"{where}.id",
+                f"step ids {step_id!r} and {seen_env[variable]!r} would share the "
+                f"environment variables {variable}_*; rename one",
+            )
+        seen_env[variable] = step_id
+        if kind == "wait_signal" and isinstance(spec["wait_signal"].value, str):
+            self.signals.setdefault(spec["wait_signal"].value, []).append(index)
+        self.step_infos[step_id] = StepRef(kind, index)
+        self.id_places[step_id] = where
+
+    def step(self, node: Node, index: int, where: str | None = None) -> Step | None:
+        where = where or f"steps[{index}]"
         if not node.is_map:
             self.bad(node, where, f"expected a mapping (one step), got {describe(node.value)}")
             return None
@@ -616,6 +573,13 @@ class _Validator:
             step.continue_on_error = bool(flag)
         if "with" in spec and "with" in applies:
             step.with_ = self.with_block(spec["with"], f"{where}.with", index, step.kind)
+        if "for_each" in spec and "for_each" in applies:
+            step.for_each = self.for_each(spec["for_each"], f"{where}.for_each", index)
+        if "max_concurrency" in spec and "max_concurrency" in applies:
+            node = spec["max_concurrency"]
+            step.max_concurrency = self.integer(node, f"{where}.max_concurrency", 1)
+            if "for_each" not in spec and step.kind != "parallel":
+                self.bad(node, f"{where}.max_concurrency", "`max_concurrency` needs a `for_each`")
         step.limit = step_limit(self, spec.get("limit") if "limit" in applies else None, where)
         if "on_timeout" in spec and "on_timeout" in applies:
             node = spec["on_timeout"]
@@ -736,6 +700,12 @@ class _Validator:
             return
         step.value = name
 
+    def kind_parallel(self, step: Step, node: Node, where: str) -> None:
+        parallel_block(self, step, node, where)
+
+    def for_each(self, node: Node, where: str, index: int) -> Any:
+        return for_each_value(self, node, where, index)
+
     def kind_workflow(self, step: Step, node: Node, where: str) -> None:
         target = self.string(node, where)
         if target is None or not self.no_expression(node, where, "a workflow target"):
@@ -773,7 +743,12 @@ class _Validator:
         self, node: Node, where: str, path: tuple[str, ...], index: int | None
     ) -> None:
         problem = reference_problem(
-            path, index, inputs=self.inputs, steps=self.step_infos, signals=self.signals
+            path,
+            index,
+            inputs=self.inputs,
+            steps=self.step_infos,
+            signals=self.signals,
+            loop=index in self.loop_steps,
         )
         if problem:
             self.bad(node, where, problem)

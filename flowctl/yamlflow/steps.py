@@ -61,6 +61,15 @@ class StepContext(Protocol):
     def sleep_until(self, when: datetime | float) -> None: ...
     def wait_signal(self, name: str, timeout: Any = None, **kwargs: Any) -> Any: ...
     def child(self, target: str, input: dict[str, Any] | None = None) -> Any: ...
+    def map(
+        self, name: str, fn: Callable[..., Any], items: Any, *, max_concurrency: int | None = None
+    ) -> list[Any]: ...
+    def parallel(
+        self, name: str, calls: Any, *, max_concurrency: int | None = None
+    ) -> list[Any]: ...
+    def children(
+        self, target: str, inputs: Any, *, max_concurrency: int | None = None
+    ) -> list[Any]: ...
     def check(self) -> None: ...
     def interruption(self) -> BaseException | None: ...
 
@@ -107,6 +116,9 @@ class Step:
     cwd: str | None = None
     continue_on_error: bool = False
     on_timeout: str = "fail"
+    for_each: Any = None  # a list expression or a YAML list: run once per element
+    max_concurrency: int | None = None
+    branches: list[Step] = field(default_factory=list)  # a parallel block's steps
     limit: str | None = None  # the named limit each start of it takes
 
     @property
@@ -313,6 +325,11 @@ class _Runner:
     def execute(self, step: Step) -> dict[str, Any] | None:
         """Run one step; returns its record for `${{ steps.ID.* }}` (None for sleeps)."""
         ctx = self.ctx
+        if step.kind == "parallel":
+            self.parallel_block(step)
+            return None
+        if step.for_each is not None:
+            return self.for_each_step(step)
         if step.kind == "run":
             return self.run_step(step)
         if step.kind == "call":
@@ -347,8 +364,12 @@ class _Runner:
         raise AssertionError(f"unknown step kind {step.kind}")
 
     def run_step(self, step: Step) -> dict[str, Any]:
+        return _run_record(self.ctx.step(step.id, self.run_body(step, self.scope)))
+
+    def run_body(self, step: Step, scope: Scope) -> Callable[[], dict[str, Any]]:
+        """The body of a run step, its values rendered in `scope`, with its options."""
         ctx = self.ctx
-        text = self.scope.text
+        text = scope.text
         command: list[str] | str = (
             step.value if isinstance(step.value, str) else [text(arg) for arg in step.value]
         )
@@ -356,6 +377,9 @@ class _Runner:
         env.update({key: text(value) for key, value in self.wf.env.items()})
         env.update({key: text(value) for key, value in step.env.items()})
         env.update(self.flowctl_env())
+        if scope.loop is not None:
+            env["FLOWCTL_ITEM"] = to_text(scope.loop["item"])
+            env["FLOWCTL_INDEX"] = str(scope.loop["index"])
         cwd = ctx.cwd
         if step.cwd is not None:
             cwd = os.path.join(ctx.cwd or os.getcwd(), text(step.cwd))
@@ -368,14 +392,14 @@ class _Runner:
             )
             return result.to_json()
 
-        result = ctx.step(step.id, with_options(blocking(run), options))
-        record = step_record(str(result.get("stdout", "")).strip())
-        record["json"] = result.get("json")
-        record["exit_code"] = result.get("exit_code")
-        return record
+        return with_options(blocking(run), options)
 
     def call_step(self, step: Step) -> dict[str, Any]:
-        kwargs = self.scope.render(step.with_) if step.with_ is not None else {}
+        return step_record(self.ctx.step(step.id, self.call_body(step, self.scope)))
+
+    def call_body(self, step: Step, scope: Scope) -> Callable[[], Any]:
+        """The body of a call step, its arguments rendered in `scope`, with its options."""
+        kwargs = scope.render(step.with_) if step.with_ is not None else {}
         if not isinstance(kwargs, dict):
             raise ExpressionError(f"step {step.id!r}: `with` must give a mapping")
         target, folder = step.value, self.ctx.cwd
@@ -383,11 +407,60 @@ class _Runner:
         def call() -> Any:
             return load_callable(target, folder)(**kwargs)
 
-        options = self.wf.step_options(step)
-        return step_record(self.ctx.step(step.id, with_options(blocking(call), options)))
+        return with_options(blocking(call), self.wf.step_options(step))
+
+    # -- parallel branches ----------------------------------------------------------------
+
+    def body(self, step: Step, scope: Scope) -> Callable[[], Any]:
+        return self.run_body(step, scope) if step.kind == "run" else self.call_body(step, scope)
+
+    def parallel_block(self, step: Step) -> None:
+        """The block's steps run concurrently (ctx.parallel): each one's record under its
+        own id afterwards."""
+        calls = [self.body(branch, self.scope) for branch in step.branches]
+        results = self.ctx.parallel(step.id, calls, max_concurrency=step.max_concurrency)
+        for branch, result in zip(step.branches, results, strict=True):
+            self.scope.steps[branch.id] = _record(branch.kind, result)
+
+    def for_each_step(self, step: Step) -> dict[str, Any]:
+        """The step once per element of its for_each list (`${{ item }}`, `${{ index }}`),
+        concurrently; its record holds the list of their outputs."""
+        items = self.scope.render(step.for_each)
+        if not isinstance(items, list):
+            raise ExpressionError(
+                f"step {step.id!r}: for_each must give a list, got {describe(items)}"
+            )
+        limit = step.max_concurrency
+        if step.kind == "workflow":
+            inputs = [self.child_input(step, self.scope.branch(x, i)) for i, x in enumerate(items)]
+            target = self.child_target(step.value)
+            return step_record(self.ctx.children(target, inputs, max_concurrency=limit))
+        calls = [self.body(step, self.scope.branch(x, i)) for i, x in enumerate(items)]
+        results = self.ctx.parallel(step.id, calls, max_concurrency=limit)
+        records = [_record(step.kind, r) for r in results]
+        record = step_record([r["output"] for r in records])
+        record["json"] = [r["json"] for r in records]
+        return record
+
+    def child_input(self, step: Step, scope: Scope) -> dict[str, Any]:
+        child_input = scope.render(step.with_) if step.with_ is not None else {}
+        if not isinstance(child_input, dict):
+            raise ExpressionError(f"step {step.id!r}: `with` must give a mapping")
+        return child_input
 
     def child_target(self, target: str) -> str:
         return child_target(target, self.ctx.cwd, self.wf.find_workflow)
+
+
+def _run_record(result: dict[str, Any]) -> dict[str, Any]:
+    record = step_record(str(result.get("stdout", "")).strip())
+    record["json"] = result.get("json")
+    record["exit_code"] = result.get("exit_code")
+    return record
+
+
+def _record(kind: str, result: Any) -> dict[str, Any]:
+    return _run_record(result) if kind == "run" else step_record(result)
 
 
 # Linux passes no environment string ("NAME=value") longer than this (MAX_ARG_STRLEN).

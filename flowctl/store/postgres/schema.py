@@ -378,13 +378,16 @@ _V8 = [
     "ALTER TABLE published ALTER COLUMN value TYPE JSON USING value::text::json",
 ]
 
-# Version 9: flow control (issue 37), as SQLite's migration 21: a run's priority, its
+# Version 9: a run's W3C traceparent when it joins a trace it did not start (SQLite 21).
+_V9 = ["ALTER TABLE runs ADD COLUMN traceparent TEXT"]
+
+# Version 10: flow control (issue 37), as SQLite's migration 22: a run's priority, its
 # concurrency key and limit, its held due time, the step limit it waits for and its
 # debounce key; named limits, their holders and their rates' starts. A run of a limited
 # key that leaves `running` makes the first held run of its key due again, under the
 # key's advisory lock (FLOW_LOCK): a claim that holds a run behind a full key takes the
 # same lock first, so a slot given back while a claim decides is never missed.
-_V9 = [
+_V10 = [
     "ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0,"
     ' ADD COLUMN flow_key TEXT COLLATE "C", ADD COLUMN flow_limit INTEGER,'
     ' ADD COLUMN held_at BIGINT, ADD COLUMN flow_wait TEXT COLLATE "C",'
@@ -410,7 +413,7 @@ _V9 = [
     " EXECUTE FUNCTION flowctl_flow_release()",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -607,6 +607,13 @@ def _migration_20(db: sqlite_utils.Database) -> None:
 
 
 def _migration_21(db: sqlite_utils.Database) -> None:
+    """A run's W3C traceparent when it joins a trace it did not start (a caller's, or its
+    parent run's): NULL for every other run, whose trace id is derived from its run id
+    (flowctl/tracing/ids.py), so a run that joins nothing stores nothing more."""
+    db.execute("ALTER TABLE runs ADD COLUMN traceparent TEXT")
+
+
+def _migration_22(db: sqlite_utils.Database) -> None:
     """Flow control (issue 37): a run's priority, its concurrency key and limit (rendered
     when it is created), the due time it had while a full key holds it (`held_at`, its
     run_at then NULL or its deadline), the named limit a step of it waits for, and its
@@ -689,6 +696,7 @@ MIGRATIONS = [
     _migration_19,
     _migration_20,
     _migration_21,
+    _migration_22,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
