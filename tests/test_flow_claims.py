@@ -115,3 +115,21 @@ def test_a_held_run_past_its_deadline_ends_dead(store: Store) -> None:
     assert held.held_at == T0 and held.run_at == T0 + 10 * SECOND  # its deadline still acts
     _, ended = store.claim_due(OWNER, T0 + 11 * SECOND, T0 + 11 * SECOND + LEASE, 10)
     assert ended == ["a2"] and store.get_run("a2").status is RunStatus.DEAD
+
+
+def test_a_held_run_made_due_another_way_is_no_longer_held(store: Store) -> None:
+    keyed(store, "a1", "ann")
+    keyed(store, "a2", "ann", deadline=T0 + 10 * SECOND)
+    keyed(store, "a3", "ann")
+    assert claim(store, T0 + SECOND) == ["a1"]
+    store.heartbeat(OWNER, [(lease(store, "a1"), 0.0)], T0 + 60 * SECOND, T0 + 10 * SECOND)
+    _, ended = store.claim_due(OWNER, T0 + 11 * SECOND, T0 + 11 * SECOND + LEASE, 10)
+    assert ended == ["a2"]  # its deadline passed while held
+    store.redrive("a2", "ana", T0 + 12 * SECOND, deadline=None)  # due now, by the operator
+    assert store.get_run("a2").run_at == T0 + 12 * SECOND
+    # a1's slot goes to a3, still held, not to a2, which is due already
+    assert store.complete_run(lease(store, "a1"), 1, T0 + 13 * SECOND, 0.0)
+    assert store.get_run("a3").run_at == T0 and store.get_run("a3").held_at is None
+    assert claim(store, T0 + 14 * SECOND) == ["a3"]  # due first: a2 is held behind it
+    again = store.get_run("a2")
+    assert again.held_at == T0 + 12 * SECOND and again.run_at is None

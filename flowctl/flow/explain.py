@@ -79,13 +79,15 @@ def is_held(run: Run) -> bool:
     named limit): `ls` and the TUI show it as held."""
     if str(run.status) not in _PARKED:
         return False
-    return run.held_at is not None or (run.flow_wait is not None and str(run.status) == "sleeping")
+    if run.held_at is not None and run.run_at in (None, run.deadline):
+        return True  # held: its run_at is its deadline or none (flowctl.store.flowsql)
+    return run.flow_wait is not None and str(run.status) == "sleeping"
 
 
 def held_note(run: Run) -> str | None:
     """A held run's reason in a few words (ls's NOTE, the TUI's detail), or None."""
     if not is_held(run):
         return None
-    if run.held_at is not None:
+    if run.held_at is not None and run.run_at in (None, run.deadline):
         return f"held: {describe_key(run)[0]}"
     return f"held: waiting for limit {run.flow_wait!r}"

@@ -472,7 +472,7 @@ def _flow_held(facts: WhyFacts, now: datetime) -> Answer | None:
     run, flow = facts.run, facts.flow or FlowFacts()
     if run.status not in (RunStatus.QUEUED, RunStatus.SLEEPING, RunStatus.WAITING):
         return None
-    if run.held_at is not None and run.flow_key is not None:
+    if run.held_at is not None and run.flow_key is not None and run.run_at in (None, run.deadline):
         return held_by_key(run, flow, now, when)
     if run.flow_wait is not None and run.status is RunStatus.SLEEPING and facts.pending is None:
         return waiting_for_limit(run, flow, now, when)

@@ -99,7 +99,8 @@ _SLEEPS_DUE = (
 _CLAIM_UPDATE = (
     "UPDATE runs SET status = 'running', lease_owner = ?, lease_until = ?, run_at = ?,"
     " fence = ?, reclaims = ?, started_at = COALESCE(started_at, ?), current_step = NULL,"
-    " step_started_at = NULL, suspect = ?, solo = ?, crashes = ? WHERE run_id = ?"
+    " step_started_at = NULL, suspect = ?, solo = ?, crashes = ?, held_at = NULL"
+    " WHERE run_id = ?"
 )
 
 # Enum members looked up once: `ClaimAction.CLAIM` is an attribute lookup through the
@@ -451,6 +452,7 @@ class _ClaimTimes:
         fields["suspect"] = verdict.suspect
         fields["solo"] = self.alone
         fields["crashes"] = verdict.crashes
+        fields["held_at"] = None
         no_journal, no_versions = empty or (False, False)
         return Claim(
             run=run,

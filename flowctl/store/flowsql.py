@@ -11,11 +11,14 @@ costs the claim nothing while it waits. Whatever makes a run of that key leave
 from __future__ import annotations
 
 # The first held run of key ? (priority first, then the time it became due) due again.
-# Priority orders held runs within a key; it never lets a run past the key's limit.
+# Priority orders held runs within a key; it never lets a run past the key's limit. A held
+# run's run_at is its deadline or NULL: one made due meanwhile by another path (a signal,
+# a resume, a redrive) is no longer held, whatever its held_at says until its claim.
 FLOW_RELEASE = (
     "UPDATE runs SET run_at = held_at, held_at = NULL WHERE run_id = (SELECT h.run_id FROM"
     " runs h WHERE h.flow_key = ? AND h.held_at IS NOT NULL AND h.status IN"
-    " ('queued', 'sleeping', 'waiting') ORDER BY h.priority DESC, h.held_at, h.run_id LIMIT 1)"
+    " ('queued', 'sleeping', 'waiting') AND (h.run_at IS NULL OR h.run_at = h.deadline)"
+    " ORDER BY h.priority DESC, h.held_at, h.run_id LIMIT 1)"
 )
 
 # The indexes of flow control, the same on both backends: running runs per key (a claim's
