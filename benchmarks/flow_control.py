@@ -154,7 +154,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--paced", type=int, default=500)
     parser.add_argument("--rate", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--dir", help="where the databases go (default /dev/shm if there)")
     args = parser.parse_args()
     runs = inputs(args.runs)
