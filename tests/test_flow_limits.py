@@ -43,6 +43,10 @@ def hit(ctx, n: int = 0):
 @workflow
 def typo(ctx):
     return ctx.step("lost", lost, 1)
+
+@workflow
+def fanned(ctx):
+    return ctx.map("calls", call, [1, 2])
 """
 
 
@@ -183,3 +187,22 @@ def test_a_copy_keeps_the_named_limits_and_a_held_run(tmp_path: Path, store: Sto
         assert (api.spec.concurrency, api.spec.rate) == (3, "100/1m")
         held = dest.get_run("a2")
         assert held.held_at == T0 and held.flow_key == "wf" and held.run_at is None
+
+
+def test_a_fan_out_of_a_limited_step_is_refused_not_run_unlimited(store: Store, flows: str) -> None:
+    clock = FakeClock(T0)
+    define(store, "api", clock, concurrency=1)
+    rid = ops.start(store, f"{flows}:fanned", {}, clock=clock).run.run_id
+    Daemon(store, clock, DaemonConfig(concurrency=1)).tick()
+    run = store.get_run(rid)
+    assert run.status is RunStatus.DEAD and run.error is not None
+    assert "takes limit 'api', which only ctx.step steps take" in run.error["message"]
+    assert store.limit_states(clock.now())[0].holders == []
+
+
+def test_a_for_each_step_with_a_limit_is_a_validation_error(tmp_path: Path) -> None:
+    from flowctl.yamlflow import load_yaml
+
+    text = "name: x\nsteps:\n  - id: a\n    for_each: [1, 2]\n    run: [echo, hi]\n    limit: api\n"
+    with pytest.raises(UsageError, match=r"x.yaml:6:12: steps\[0\]\.limit: `limit` does not"):
+        load_yaml(text, "x.yaml")

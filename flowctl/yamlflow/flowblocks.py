@@ -62,11 +62,15 @@ def flow_block(
     return parsed
 
 
-def step_limit(v: _Validator, node: Node | None, where: str) -> str | None:
-    """A step's `limit: NAME` (a named limit: `flowctl limits set NAME`), if it has one."""
+def step_limit(v: _Validator, node: Node | None, where: str, spec: dict[str, Node]) -> str | None:
+    """A step's `limit: NAME` (a named limit: `flowctl limits set NAME`), if it has one; not
+    on a `for_each` step (its branches run at once, outside a named limit's reach)."""
     if node is None:
         return None
     where = f"{where}.limit"
+    if "for_each" in spec:
+        v.bad(node, where, "`limit` does not apply to a for_each step: its branches run at once")
+        return None
     name = v.string(node, where)
     if name is None:
         return None

@@ -580,7 +580,9 @@ class _Validator:
             step.max_concurrency = self.integer(node, f"{where}.max_concurrency", 1)
             if "for_each" not in spec and step.kind != "parallel":
                 self.bad(node, f"{where}.max_concurrency", "`max_concurrency` needs a `for_each`")
-        step.limit = step_limit(self, spec.get("limit") if "limit" in applies else None, where)
+        step.limit = step_limit(
+            self, spec.get("limit") if "limit" in applies else None, where, spec
+        )
         if "on_timeout" in spec and "on_timeout" in applies:
             node = spec["on_timeout"]
             if node.value not in ON_TIMEOUT:
