@@ -45,10 +45,20 @@ steps:
 """
 
 
+KEYED_PY = """\
+from flowctl import workflow
+
+@workflow(concurrency={"limit": 1, "key": "${{ input.org.id }}"})
+def per_org(ctx, org: dict):
+    return ctx.step("one", lambda: 1)
+"""
+
+
 @pytest.fixture
 def flows(tmp_path: Path) -> Path:
     for name, text in (("per_user", PER_USER), ("paced", PACED), ("bad", BAD)):
         (tmp_path / f"{name}.yaml").write_text(text)
+    (tmp_path / "keyed.py").write_text(KEYED_PY)
     return tmp_path
 
 
@@ -145,10 +155,13 @@ def test_bad_flow_control_is_one_line_and_writes_nothing(
         ["limits", "set", "api", "--rate", "many"],
         ["limits", "rm", "nope"],
         ["run", str(flows / "per_user.yaml"), "--detach", "--input", '{"user": null}'],
+        ["run", f"{flows / 'keyed.py'}:per_org", "--detach", "--input", '{"org": {}}'],
     ):
         ran = flowctl(db, *args)
         assert ran.returncode == 2, args
         assert len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+        if "per_org" in args[1]:
+            assert "concurrency.key '${{ input.org.id }}' does not render" in ran.stderr
     with open_store(db) as store:
         assert store.limit_names() == ["ok"]
         assert store.count_by_status() == {} or sum(store.count_by_status().values()) == 0
