@@ -133,22 +133,3 @@ def test_a_held_run_made_due_another_way_is_no_longer_held(store: Store) -> None
     assert claim(store, T0 + 14 * SECOND) == ["a3"]  # due first: a2 is held behind it
     again = store.get_run("a2")
     assert again.held_at == T0 + 12 * SECOND and again.run_at is None
-
-
-def test_sqlite_holds_every_due_run_of_a_full_key_at_once(tmp_path: Any) -> None:
-    from flowctl.store.sqlite import SqliteStore
-
-    with SqliteStore(tmp_path / "bulk.db") as store:
-        keyed(store, "a1", "ann")
-        assert claim(store, T0 + SECOND) == ["a1"]
-        for i in range(2, 6):
-            keyed(store, f"a{i}", "ann")
-        keyed(store, "b1", "bob")
-        # a2 read first, its key full: the key's other due runs are held with it, and the
-        # claim goes on to bob's
-        assert claim(store, T0 + 2 * SECOND, 1) == ["b1"]
-        assert [store.get_run(f"a{i}").held_at for i in range(2, 6)] == [T0] * 4
-        assert [store.get_run(f"a{i}").run_at for i in range(2, 6)] == [None] * 4
-        assert store.complete_run(lease(store, "a1"), 1, T0 + 4 * SECOND, 0.0)
-        assert claim(store, T0 + 5 * SECOND) == ["a2"]  # released one at a time, in order
-        assert store.get_run("a3").held_at == T0

@@ -28,14 +28,6 @@ _RUNNING = "SELECT COUNT(*) FROM runs WHERE flow_key = ? AND status = 'running'"
 
 # Held: its due time kept in held_at, its run_at its deadline (still acted on) or NULL.
 _HOLD = "UPDATE runs SET held_at = run_at, run_at = deadline WHERE run_id IN ({marks})"
-# Every other due run of full key ? held with them (SQLite: one writer, so no row of the
-# key is another claimer's now): the next claims read none of them again, and the key's
-# slots go to them one by one as its runs stop running. Not one past its deadline.
-_HOLD_KEY = (
-    "UPDATE runs SET held_at = run_at, run_at = deadline WHERE flow_key = ? AND status IN"
-    " ('queued', 'sleeping', 'waiting') AND held_at IS NULL AND run_at <= ?"
-    " AND (deadline IS NULL OR deadline > ?)"
-)
 
 
 class KeySlots:
@@ -43,11 +35,10 @@ class KeySlots:
     when first met, plus those it claimed since), the counts its candidate rows were read
     with, the keys it could not lock, and the runs it holds (written together by `hold`)."""
 
-    __slots__ = ("counted", "full_keys", "held", "locked", "running")
+    __slots__ = ("counted", "held", "locked", "running")
 
     def __init__(self) -> None:
         self.held: list[str] = []  # runs to hold behind their full keys (flush)
-        self.full_keys: set[str] = set()  # keys found full (SQLite: their due runs held)
         self.running: dict[str, int] = {}
         self.counted: dict[str, int] = {}  # key -> running, as read with a candidate's row
         self.locked: set[str] = set()  # another transaction decides for these now
@@ -75,7 +66,6 @@ class KeySlots:
             return False
         self.running[key] = used
         self.held.append(row[0])
-        self.full_keys.add(key)
         return True
 
     def take(self, tx: Tx, run: Run, now_us: int, *, reclaim: bool, counted: bool) -> bool:
@@ -99,8 +89,6 @@ class KeySlots:
         if used >= (run.flow_limit or 1):
             self.running[key] = used
             self.held.append(run.run_id)
-            if not tx.dialect.flow_lock:
-                self.full_keys.add(key)
             return False
         self.running[key] = used + 1
         return True
@@ -121,13 +109,10 @@ def _locked(tx: Tx, key: str) -> bool:
     return bool(row is not None and row[0])
 
 
-def hold(tx: Tx, slots: KeySlots, now_us: int) -> None:
-    """Hold the runs the claim found behind full keys (one statement), and on SQLite every
-    other due run of those keys: out of the due runs until a slot is given back. No event
-    is written: a run is held as often as its key is busy when it comes due, and `why`
-    reads the hold from the row."""
-    if slots.held:
-        tx.execute(_HOLD.format(marks=marks(len(slots.held))), slots.held)
-    for key in sorted(slots.full_keys):
-        tx.execute(_HOLD_KEY, [key, now_us, now_us])
-    slots.held, slots.full_keys = [], set()
+def hold(tx: Tx, run_ids: Sequence[str]) -> None:
+    """Hold these runs behind their full keys (one statement): out of the due runs until a
+    slot is given back. No event is written: a run is held and given back as often as its
+    key is busy when it comes due (half of all runs, over 100 busy keys), and `why` reads
+    the hold from the row."""
+    if run_ids:
+        tx.execute(_HOLD.format(marks=marks(len(run_ids))), list(run_ids))
