@@ -71,6 +71,7 @@ class Client:
         timeout: Duration | None = None,
         max_attempts: int | None = None,
         traceparent: str | None = None,
+        priority: int | None = None,
     ) -> str:
         """Queue a run and return its id; a daemon runs it. A known `key` returns the first run.
 
@@ -78,6 +79,7 @@ class Client:
         time or a duration from now. A bad value is a UsageError whose `field` names it
         ("in" for `delay`), checked as the CLI and the HTTP API check it (ops.start_options).
         `traceparent` (W3C Trace Context) puts the run's spans in the caller's trace.
+        `priority`: higher first among due runs (default 0), never past a concurrency limit.
         """
         options = ops.start_options(
             self.clock,
@@ -86,6 +88,7 @@ class Client:
             deadline=deadline,
             timeout=timeout,
             max_attempts=max_attempts,
+            priority=priority,
         )
         started = ops.start(
             self.store,
@@ -111,6 +114,7 @@ class Client:
         deadline: datetime | Duration | None = None,
         timeout: Duration | None = None,
         max_attempts: int | None = None,
+        priority: int | None = None,
     ) -> list[str]:
         """Queue one run per input in one transaction; return their ids, in order.
 
@@ -125,6 +129,7 @@ class Client:
             deadline=deadline,
             timeout=timeout,
             max_attempts=max_attempts,
+            priority=priority,
         )
         started = ops.start_many(
             self.store,

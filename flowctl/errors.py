@@ -309,3 +309,7 @@ class DiskFullError(DatabaseError):
 
 class DatabaseGoneError(DatabaseError):
     """The daemon's database file was deleted or replaced under it."""
+
+
+class UnknownLimitError(NonRetryableError):
+    """A step names a limit no `flowctl limits set` defined: no retry can fix it."""

@@ -140,6 +140,12 @@ class Run:
     crashes: int = 0  # crashes charged to it since its last checkpoint (5: poison)
     step_started_at: datetime | None = None  # running: when `current_step` began (heartbeat)
     traceparent: str | None = None  # the trace it joined (W3C), if any: see flowctl.tracing
+    priority: int = 0  # higher first among due runs (flowctl run --priority)
+    flow_key: str | None = None  # its concurrency key: workflow, and the rendered key if any
+    flow_limit: int | None = None  # runs of flow_key that may run at once
+    held_at: datetime | None = None  # held behind its full key: when it was due
+    flow_wait: str | None = None  # the named limit a step of it waits for
+    debounce_key: str | None = None  # starts with this key collapse into it while queued
 
     @property
     def shown_input(self) -> Any:

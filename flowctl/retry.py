@@ -117,13 +117,19 @@ DEFAULT_RUN_RETRY = RetryPolicy()
 class StepOptions:
     retry: RetryPolicy = NO_RETRY
     timeout: timedelta | None = None  # per try; enforced by command steps, advisory for Python
+    limit: str | None = None  # the named limit (flowctl limits set) each start of it takes
 
 
 _NO_OPTIONS = StepOptions()  # frozen: one shared instance for every undecorated step
 
 
-def step(*, retry: RetryPolicy | None = None, timeout: Duration | None = None) -> Callable[[F], F]:
-    """Attach options to a step function: `@step(retry=RetryPolicy.make(max_attempts=5))`."""
+def step(
+    *, retry: RetryPolicy | None = None, timeout: Duration | None = None, limit: str | None = None
+) -> Callable[[F], F]:
+    """Attach options to a step function: `@step(retry=RetryPolicy.make(max_attempts=5))`;
+    `@step(limit="api")`: each start waits for the named limit (`flowctl limits set api`)."""
+    if limit is not None and (not isinstance(limit, str) or not limit):
+        raise UsageError(f"@step(limit=...) must be a limit's name, got {limit!r}", field="limit")
 
     def attach(fn: F) -> F:
         return with_options(
@@ -131,6 +137,7 @@ def step(*, retry: RetryPolicy | None = None, timeout: Duration | None = None) -
             StepOptions(
                 retry=retry or NO_RETRY,
                 timeout=parse_duration(timeout) if timeout is not None else None,
+                limit=limit,
             ),
         )
 

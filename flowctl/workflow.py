@@ -16,6 +16,7 @@ from typing import Any, TypeVar, overload
 
 from flowctl.durations import Duration, parse_duration
 from flowctl.errors import UsageError
+from flowctl.flow.spec import Concurrency, Debounce, parse_concurrency, parse_debounce
 from flowctl.retry import RetryPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -31,6 +32,8 @@ class WorkflowOptions:
     retry: RetryPolicy | None = None  # backoff between run attempts
     secret_inputs: tuple[str, ...] = ()  # shown as *** everywhere; the handler gets them as given
     notify: dict[str, Any] | None = None  # override of [notify], pinned by each run
+    concurrency: Concurrency | None = None  # at most N runs at once (per key)
+    debounce: Debounce | None = None  # starts with one key collapse while it is quiet
 
 
 @overload
@@ -44,6 +47,8 @@ def workflow(
     retry: RetryPolicy | None = None,
     secret_inputs: list[str] | tuple[str, ...] = (),
     notify: dict[str, Any] | bool | None = None,
+    concurrency: int | dict[str, Any] | None = None,
+    debounce: dict[str, Any] | None = None,
 ) -> Callable[[F], F]: ...
 def workflow(
     name: Any = None,
@@ -53,6 +58,8 @@ def workflow(
     retry: RetryPolicy | None = None,
     secret_inputs: list[str] | tuple[str, ...] = (),
     notify: dict[str, Any] | bool | None = None,
+    concurrency: int | dict[str, Any] | None = None,
+    debounce: dict[str, Any] | None = None,
 ) -> Any:
     """Mark a function `fn(ctx, **input)` as a workflow: `@workflow`, `@workflow("name")`.
 
@@ -60,6 +67,9 @@ def workflow(
     TUI, and never match `ls --search`; the handler gets them unchanged.
     `notify={"on": ["dead", "timed_out"], "webhook": URL, "command": [...]}` overrides
     flowctl.toml's [notify] for this workflow's runs, key by key; `notify=False` silences it.
+    `concurrency=2` or `{"limit": 1, "key": "${{ input.user }}"}`: at most that many runs
+    at once (per value of the key); `debounce={"period": "2s", "key": ...}`: starts with
+    one key within the period collapse into one run, with the newest input.
     """
     from flowctl.notify import override_json, parse_notify
 
@@ -67,6 +77,8 @@ def workflow(
         raise UsageError("notify must be a table like {'on': ['dead']} or False, not True")
     parse_notify(notify, "@workflow(notify=...)", override=True)
     pinned = override_json(notify)
+    flow = None if concurrency is None else parse_concurrency(concurrency, "concurrency")
+    quiet = None if debounce is None else parse_debounce(debounce, "debounce")
     if isinstance(secret_inputs, str) or not all(isinstance(k, str) for k in secret_inputs):
         raise UsageError(
             f"secret_inputs must be a list of input names, like ['token'], got {secret_inputs!r}"
@@ -81,6 +93,8 @@ def workflow(
             retry=retry,
             secret_inputs=tuple(secret_inputs),
             notify=pinned,
+            concurrency=flow,
+            debounce=quiet,
         )
         return fn
 

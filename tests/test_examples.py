@@ -31,7 +31,11 @@ INPUTS = {
     "workflows/followup.yaml": {"user": "42"},
     "workflows/onboarding.py:onboarding": {"user": "42"},
     "examples/quote.py:quote": {"fail_rate": 0.0},
+    "examples/digest.yaml": {"user": "zed"},
 }
+# The named limits an example's steps take (flowctl limits set NAME ...): name, concurrency,
+# (N, period in µs).
+LIMITS = {"examples/paced.py:paced": [("mail", 5, (100, 60_000_000))]}
 
 
 def test_every_example_is_covered() -> None:
@@ -57,6 +61,8 @@ def _outbox(folder: Path) -> str | None:
 def test_example_runs_to_completion(db: str, target: str, project: Path) -> None:
     checkout = _outbox(ROOT)
     with WorkflowEnvironment(db=db, cwd=project) as env:
+        for name, concurrency, rate in LIMITS.get(target, []):
+            env.store.set_limit(name, concurrency, rate, env.clock.now())
         run_id = env.start(target, INPUTS.get(target, {}))
         for _ in range(20):  # sleeps and signal timeouts pass on the fake clock
             run = env.get(run_id)

@@ -192,6 +192,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "flowctl.transitions",
         "flowctl.fanout",
         "flowctl.inputs",
+        "flowctl.flow",
         "flowctl.workflow",
     ),
     # key files and the key ring (issue 42): the store is handed a ring, never imports one

@@ -70,7 +70,9 @@ def test_the_command_list_is_the_same_from_stand_ins() -> None:
     assert names == list(group.commands)
     for name, command in group.commands.items():
         assert not isinstance(command, LazyCommand)
-        assert command.params or name in ("tui", "schedule", "keys"), name  # its real options
+        assert command.params or name in ("tui", "schedule", "keys", "limits"), (
+            name
+        )  # its real options
 
 
 def test_each_listed_line_is_the_first_sentence_of_its_commands_help() -> None:

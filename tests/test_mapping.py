@@ -21,7 +21,7 @@ def _row(**over: object) -> list[object]:
         run_id="r1", workflow="wf", target="m:f", kind="python", status="queued",
         input='{"n": 1}', created_at=US, attempt=1, max_attempts=3, exec_spent_us=0,
         fence=0, reclaims=0, cancel_requested=0, pause_requested=0, suspect=0, solo=0,
-        crashes=0,
+        crashes=0, priority=0,
     )  # fmt: skip
     row.update(over)
     return list(row.values())
@@ -38,7 +38,7 @@ def _by_init(r: list[object]) -> Run:
         r[17], _dt(r[18]), r[19], r[20], bool(r[21]), r[22], r[23], r[24], r[25],  # type: ignore[arg-type]
         _dt(r[26]), r[27], r[28], r[29], loads(r[30]), bool(r[31]), status(r[32]),  # type: ignore[arg-type]
         _dt(r[33]), r[34], tuple(loads(r[35]) or ()), bool(r[36]), bool(r[37]), r[38],  # type: ignore[arg-type]
-        _dt(r[39]),  # type: ignore[arg-type]
+        _dt(r[39]), r[40], r[41], r[42], r[43], _dt(r[44]), r[45], r[46],  # type: ignore[arg-type]
     )  # fmt: skip
 
 
@@ -56,6 +56,8 @@ def _by_init(r: list[object]) -> Run:
             "backoff": '{"initial": 1}', "pause_requested": 1, "paused_status": "sleeping",
             "paused_run_at": US + 9, "current_step": "#1 'a'", "secret_keys": '["pw"]',
             "suspect": 1, "solo": 1, "crashes": 4, "step_started_at": US + 2,
+            "priority": -3, "flow_key": '["wf", "ann"]', "flow_limit": 2, "held_at": US + 4,
+            "flow_wait": "api", "debounce_key": "wf",
         },
         {"secret_keys": "null", "result": "null"},
     ],

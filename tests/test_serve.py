@@ -475,3 +475,12 @@ def test_a_traceparent_header_puts_the_run_in_the_callers_trace(api: Api) -> Non
     }
     bad = api.call("POST", "/runs", body, headers={"traceparent": "00-zz"})
     assert bad.status == 400 and "is not a W3C traceparent" in bad.json()["error"]
+
+
+def test_priority_is_taken_and_checked(api: Api, served_db: str) -> None:
+    run_id = start(api, "vip-1", priority=7)
+    assert query(served_db, "SELECT priority FROM runs WHERE run_id = ?", (run_id,)) == [(7,)]
+    before = rows(served_db)
+    bad = api.call("POST", "/runs", {"target": "flows.py:followup", "priority": "high"})
+    assert bad.status == 400 and "priority must be a whole number" in bad.json()["error"]
+    assert rows(served_db) == before

@@ -178,6 +178,12 @@ COMMANDS: tuple[tuple[str, str, str, str], ...] = (
         "Schedules",
     ),
     (
+        "limits",
+        "flowctl.cli.limits:limits_app",
+        "Named limits that steps share across runs, workflows and daemons.",
+        "Schedules",
+    ),
+    (
         "daemon",
         "flowctl.cli.daemon:daemon",
         "Run queued work and wake sleepers on time; SIGTERM/Ctrl-C drains; `daemon stop` drains a running one; --install makes it a systemd user service.",

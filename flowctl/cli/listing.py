@@ -142,11 +142,25 @@ def _note(run: "Run", asked: "dict[str, OperatorEvent]") -> str:
     cancel that is pending on a running run, and who asked for it."""
     if run.run_id in asked:
         return ops.cancel_pending_text(run, asked[run.run_id])
+    if run.held_at is not None or run.flow_wait is not None:
+        from flowctl.flow.explain import held_note  # only where flow control holds a run
+
+        note = held_note(run)
+        if note is not None:
+            return note
     by = (run.error or {}).get("by") if run.status is RunStatus.CANCELLED else None
     line = _first_error_line(run)
     if by and line.startswith("Cancelled"):
         return f"Cancelled by {by}{line[len('Cancelled') :]}"
     return line
+
+
+def _held(run: "Run") -> bool:
+    if run.held_at is None and run.flow_wait is None:
+        return False
+    from flowctl.flow.explain import is_held
+
+    return is_held(run)
 
 
 def _run_table(runs: "list[Run]", now: datetime, asked: "dict[str, OperatorEvent]") -> None:
@@ -162,7 +176,7 @@ def _run_table(runs: "list[Run]", now: datetime, asked: "dict[str, OperatorEvent
             [
                 r.run_id,
                 r.workflow,
-                str(r.status),
+                f"{r.status} (held)" if _held(r) else str(r.status),
                 f"{r.attempt}/{r.max_attempts}",
                 _local(r.created_at),
                 nxt,

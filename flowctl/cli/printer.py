@@ -100,6 +100,7 @@ class RunPrinter:
         self.seen = 0 if quiet else store.timeline_page(run.run_id, limit=0)[1]
         self.theirs = False  # the events being read follow a claim by another worker
         self.attempt = run.attempt  # the newest attempt a `retry scheduled` event named
+        self.held: str | None = None  # what flow control holds it by, as last said
 
     # -- the call-backs of flowctl.daemon.foreground.drive_run --------------------------------
 
@@ -132,6 +133,16 @@ class RunPrinter:
         """Before this process runs a step, and while it waits: what a daemon ran."""
         self.catch_up(None, with_output=True)
         self.say_others()
+        self.say_held()
+
+    def say_held(self) -> None:
+        """While it waits: flow control holding it (a busy key, a named limit), said once."""
+        from flowctl.flow.explain import held_note  # read only while a run waits here
+
+        note = held_note(self.store.get_run(self.run_id))
+        if note is not None and note != self.held:
+            typer.echo(f"  … {note}; it starts as soon as that allows")
+        self.held = note
 
     # -- the journal ----------------------------------------------------------------------
 

@@ -68,6 +68,11 @@ _TIMEOUT = typer.Option(
 _MAX_ATTEMPTS = typer.Option(
     "--max-attempts", metavar="N", max=MAX_COUNT, help="Attempts in total (default 3)."
 )
+_PRIORITY = typer.Option(
+    "--priority",
+    metavar="N",
+    help="Higher first among due runs (default 0); never past a concurrency limit.",
+)
 _KEY = typer.Option(
     "--key",
     metavar="KEY",
@@ -99,6 +104,7 @@ def run(
     deadline: Annotated[str | None, _DEADLINE] = None,
     timeout: Annotated[str | None, _TIMEOUT] = None,
     max_attempts: Annotated[int | None, _MAX_ATTEMPTS] = None,
+    priority: Annotated[int | None, _PRIORITY] = None,
     key: Annotated[str | None, _KEY] = None,
     input_file: Annotated[str | None, _INPUT_FILE] = None,
     as_json: Annotated[bool, _JSON] = False,
@@ -111,7 +117,13 @@ def run(
     traceparent = normal_traceparent(traceparent)
     # Each option resolved once, by ops, before the database is opened (and created).
     options = ops.start_options(
-        st.clock, delay=in_, at=at, deadline=deadline, timeout=timeout, max_attempts=max_attempts
+        st.clock,
+        delay=in_,
+        at=at,
+        deadline=deadline,
+        timeout=timeout,
+        max_attempts=max_attempts,
+        priority=priority,
     )
     if input_file is not None:
         _run_many(st, target, input_file, key, options, as_json, traceparent)
@@ -153,7 +165,10 @@ def _check_modes(wait: bool, detach: bool, input_file: str | None, *, given_inpu
 
 def _say_known(st: State, run: Run, key: str | None, *, wait: bool, as_json: bool) -> None:
     """--key matched an earlier run: say so, and with --wait drive it here if it runs on."""
-    if not as_json:
+    if not as_json and key is None and run.debounce_key is not None:
+        due = "-" if run.run_at is None else _local(run.run_at)
+        typer.echo(f"collapsed into run {run.run_id} (debounce): it starts at {due}, newest input")
+    elif not as_json:
         typer.echo(f"run {run.run_id} already exists for key {key!r} ({run.status})")
     if wait and not run.status.is_terminal:
         from flowctl.cli.printer import drive  # the engine loads only for a run driven here

@@ -118,6 +118,10 @@ class Timers:
                 self.wheel.push(run_at, run.run_id)
             if status.is_terminal and run.parent_run_id is not None:
                 self.wheel.push(clock.now(), run.parent_run_id)
+            if run.flow_key is not None:
+                # It left `running`: the next run held behind its key is due now (the
+                # store's trigger made it so); a claim now finds it, no refill needed.
+                self.wheel.push(clock.now(), run.run_id)
         if status.is_terminal and run.schedule is not None:
             self.dirty = True  # overlap=queue: its end may have released the next held run
         if status is RunStatus.WAITING and run_at is None:

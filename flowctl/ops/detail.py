@@ -12,6 +12,7 @@ from typing import Any
 
 from flowctl.clock import Clock
 from flowctl.errors import FlowctlError, UsageError
+from flowctl.flow.explain import FlowFacts, held_note
 from flowctl.limits import MAX_COUNT, SHOW_STEPS
 from flowctl.model import (
     CallKind,
@@ -150,6 +151,9 @@ def show_run(
         notes.append(explain(facts, now).message)
     if changed:
         notes.append(source_changed_note(run))
+    if run.debounce_key is not None:
+        collapsed = store.collapsed_starts(run.run_id)
+        notes.append(f"debounce: {collapsed} more start(s) collapsed into this run")
     return RunDetail(
         run=run,
         checkpoints=checkpoints,
@@ -237,6 +241,9 @@ def why(detail: RunDetail, now: datetime) -> str:
     """One sentence on what the run is doing or waiting for (the TUI's why line); times
     are local with the zone, as in every human-facing line (model.local_text)."""
     run = detail.run
+    note = held_note(run)
+    if note is not None:
+        return f"{run.status} ({note})"
     if run.deadline is not None and run.deadline <= now and not run.status.is_terminal:
         if detail.why_facts is not None:
             return f"{run.status}: {explain(detail.why_facts, now).message}"
@@ -366,6 +373,7 @@ def why_facts(store: Store, ref: str, *, now: datetime | None = None) -> WhyFact
         child=_child(store, pending),
         children=tuple(store.children_of(run.run_id)) if _parked_waiting(run) else (),
         buffered_signal=buffered,
+        flow=_flow_facts(store, run, now) if active else None,
         db=store.path,
     )
 
@@ -374,6 +382,19 @@ def _parked_waiting(run: Run) -> bool:
     return run.status is RunStatus.WAITING or (
         run.status is RunStatus.PAUSED and run.paused_status is RunStatus.WAITING
     )
+
+
+def _flow_facts(store: Store, run: Run, now: datetime | None) -> FlowFacts | None:
+    """What flow control holds the run back by (flowctl.flow.explain), if anything."""
+    if run.held_at is not None and run.flow_key is not None:
+        return FlowFacts(key_holders=store.key_holders(run.flow_key))
+    if run.flow_wait is not None:
+        states = store.limit_states(now or run.created_at, run.flow_wait)
+        if not states:
+            return FlowFacts()
+        state = states[0]
+        return FlowFacts(limit=state.spec, limit_holders=state.holders, next_free=state.next_free)
+    return None
 
 
 def _daemons(store: Store) -> tuple[DaemonFact, ...]:

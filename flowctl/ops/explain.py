@@ -10,7 +10,8 @@ a FakeClock. The reasons, in the order they are tried:
     suspect_alone, released, suspect_waiting,       recovering: run alone, handed back,
     lease_owner_gone, lease_expired, running        or its lease to be taken over
     paused                                          an operator paused it
-    held, sleeping, waiting_signal, waiting_child,  parked until a time or an event
+    held, held_by_key, waiting_for_limit,           held back by a schedule or flow control
+    sleeping, waiting_signal, waiting_child,        parked until a time or an event
     waiting_children,
     retry_step, retry_load, retry_run, scheduled
     no_daemon, queued_no_slot, due                  due now, and who will claim it
@@ -26,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from flowctl.durations import format_duration
+from flowctl.flow.explain import FlowFacts, held_by_key, waiting_for_limit
 from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus, iso, local_text
 from flowctl.transitions import ISOLATED_AT_ONCE, POISON_CRASHES, load_failures
 
@@ -44,6 +46,8 @@ REASONS = (
     "running",
     "paused",
     "held",
+    "held_by_key",
+    "waiting_for_limit",
     "sleeping",
     "waiting_signal",
     "waiting_child",
@@ -97,6 +101,7 @@ class WhyFacts:
     child: Run | None = None  # the child run a waiting run waits for
     children: tuple[Run, ...] = ()  # a waiting run's child runs (ctx.children), oldest first
     buffered_signal: bool = False  # a signal it waits for is buffered already
+    flow: FlowFacts | None = None  # what holds it back, if flow control does (issue 37)
     db: str = ""
 
 
@@ -375,7 +380,7 @@ def _parked_or_due(facts: WhyFacts, now: datetime) -> Answer:
     or due now: then who will claim it."""
     run = facts.run
     due = run.run_at is not None and run.run_at <= now
-    parked = _parked(facts, now)
+    parked = _flow_held(facts, now) or _parked(facts, now)
     if parked is not None and not due:
         reason, extra, message = parked
         if not _alive(facts):
@@ -459,6 +464,18 @@ def _parked(facts: WhyFacts, now: datetime) -> Answer | None:
         return _waiting(facts, now)
     if facts.run.status is RunStatus.QUEUED:
         return _queued(facts, now)
+    return None
+
+
+def _flow_held(facts: WhyFacts, now: datetime) -> Answer | None:
+    """Held behind its full concurrency key, or waiting for a named limit (flowctl.flow)."""
+    run, flow = facts.run, facts.flow or FlowFacts()
+    if run.status not in (RunStatus.QUEUED, RunStatus.SLEEPING, RunStatus.WAITING):
+        return None
+    if run.held_at is not None and run.flow_key is not None and run.run_at in (None, run.deadline):
+        return held_by_key(run, flow, now, when)
+    if run.flow_wait is not None and run.status is RunStatus.SLEEPING and facts.pending is None:
+        return waiting_for_limit(run, flow, now, when)
     return None
 
 

@@ -31,6 +31,7 @@ class StartOptions:
     deadline: datetime | None = None
     timeout: timedelta | None = None
     max_attempts: int | None = None
+    priority: int = 0  # higher first among due runs
 
 
 def start_options(
@@ -41,6 +42,7 @@ def start_options(
     deadline: object = None,
     timeout: object = None,
     max_attempts: object = None,
+    priority: object = None,
 ) -> StartOptions:
     """Each option as a front end gave it (None: not given), resolved and checked:
 
@@ -48,7 +50,8 @@ def start_options(
     time that has not passed, or a datetime, taken as given (code that computes a past
     time means "due now"). `deadline`: a duration from now, an ISO time or a datetime, not
     yet passed. `timeout`: a positive duration. `max_attempts`: a whole number from 1 to
-    MAX_COUNT. A duration is text (15m), a number of seconds or a timedelta.
+    MAX_COUNT. A duration is text (15m), a number of seconds or a timedelta. `priority`: a
+    whole number from -MAX_COUNT to MAX_COUNT (default 0; higher first among due runs).
     """
     if delay is not None and at is not None:
         raise UsageError(lambda f: f"give {f('in')} or {f('at')}, not both", field="at")
@@ -57,7 +60,23 @@ def start_options(
         deadline=None if deadline is None else _deadline(deadline, clock),
         timeout=None if timeout is None else _budget(timeout),
         max_attempts=None if max_attempts is None else _attempts(max_attempts),
+        priority=0 if priority is None else _priority(priority),
     )
+
+
+def _priority(value: object) -> int:
+    """A run's priority: a whole number within ±MAX_COUNT."""
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_COUNT:
+        raise UsageError(
+            lambda f: (
+                f"{f('priority')} must be a whole number from -{MAX_COUNT} to"
+                f" {MAX_COUNT}, got {value!r}"
+            ),
+            field="priority",
+        )
+    return value
 
 
 @dataclass(frozen=True)

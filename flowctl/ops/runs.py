@@ -56,6 +56,7 @@ def start(
     timeout: timedelta | float | str | None = None,
     max_attempts: int | None = None,
     traceparent: str | None = None,
+    priority: int | None = None,
 ) -> Started:
     """Validate and queue one run: start_many of one. Nothing is written when anything is
     wrong. A key already used returns its run before the target is loaded, so a repeated
@@ -71,7 +72,7 @@ def start(
         existing = store.get_run_by_key(key)
         if existing is not None:
             return Started(existing, False)
-    resolved = _resolved(clock, options, run_at, deadline, timeout, max_attempts)
+    resolved = _resolved(clock, options, run_at, deadline, timeout, max_attempts, priority)
     wf = (targets.load if targets is not None else load_target)(
         target, workflows_dir=workflows_dir, cwd=cwd
     )
@@ -96,6 +97,7 @@ def start_many(
     timeout: timedelta | float | str | None = None,
     max_attempts: int | None = None,
     traceparent: str | None = None,
+    priority: int | None = None,
 ) -> list[Started]:
     """Validate and queue many runs of one target in one transaction (one fsync).
 
@@ -112,7 +114,7 @@ def start_many(
         raise UsageError(f"{len(labels)} labels for {len(inputs)} inputs: give one per input")
     for i, key in enumerate(keys or []):
         check_key(key, field="keys", label=f"key #{i + 1}")
-    resolved = _resolved(clock, options, run_at, deadline, timeout, max_attempts)
+    resolved = _resolved(clock, options, run_at, deadline, timeout, max_attempts, priority)
     wf = (targets.load if targets is not None else load_target)(
         target, workflows_dir=workflows_dir, cwd=cwd
     )
@@ -127,13 +129,19 @@ def _resolved(
     deadline: datetime | None,
     timeout: timedelta | float | str | None,
     max_attempts: int | None,
+    priority: int | None = None,
 ) -> StartOptions:
     """The front end's resolved options, or a Python caller's values resolved now."""
     if options is None:
         return start_options(
-            clock, at=run_at, deadline=deadline, timeout=timeout, max_attempts=max_attempts
+            clock,
+            at=run_at,
+            deadline=deadline,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            priority=priority,
         )
-    if (run_at, deadline, timeout, max_attempts) != (None, None, None, None):
+    if (run_at, deadline, timeout, max_attempts, priority) != (None,) * 5:
         raise TypeError("give options= or run_at/deadline/timeout/max_attempts, not both")
     return options
 
@@ -178,6 +186,7 @@ def _queue(
                 key=keys[i],
                 run_id=run_id,
                 traceparent=traceparent,
+                priority=options.priority,
             )
         )
     return [Started(run, created) for run, created in store.create_runs(news, clock.now())]

@@ -25,7 +25,7 @@ from flowctl.errors import (
     UsageError,
     ValidationError,
 )
-from flowctl.model import Run, iso
+from flowctl.model import Run, RunStatus, iso
 from flowctl.runtime.targets import YAML_SUFFIXES, WorkflowDef, load_target
 from flowctl.schedule.calendar import (
     Fire,
@@ -676,7 +676,16 @@ _AGENDA_WHAT = {
     "wake": "wakes from its sleep",
     "timeout": "signal wait times out",
     "deadline": "deadline: dead-lettered unless finished",
+    "token": "next start under limit",
 }
+
+
+def _agenda_kind(kind: str, run: Run) -> tuple[str, str]:
+    """An agenda entry's kind and words: a sleep that waits for a named limit's next
+    token (issue 37) is that token's time, not a wake."""
+    if kind == "wake" and run.flow_wait is not None and run.status is RunStatus.SLEEPING:
+        return "token", f"{_AGENDA_WHAT['token']} {run.flow_wait!r}"
+    return kind, _AGENDA_WHAT[kind]
 
 
 def agenda(
@@ -694,17 +703,11 @@ def agenda(
         )
     now = clock.now()
     end = now + span
-    items = [
-        AgendaItem(
-            at,
-            kind,
-            run.run_id,
-            run.workflow,
-            run.schedule,
-            ("overdue: " if at < now else "") + _AGENDA_WHAT[kind],
-        )
-        for at, kind, run in store.agenda_runs(end, limit)
-    ]
+    items = []
+    for at, given, run in store.agenda_runs(end, limit):
+        kind, what = _agenda_kind(given, run)
+        overdue = "overdue: " if at < now else ""
+        items.append(AgendaItem(at, kind, run.run_id, run.workflow, run.schedule, overdue + what))
     for row in store.list_schedules():
         if row.paused:
             continue

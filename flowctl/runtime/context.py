@@ -35,6 +35,7 @@ from flowctl.limits import lone_surrogate
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
 from flowctl.output import capturing
 from flowctl.retry import RetryPolicy, options_of
+from flowctl.runtime import limited
 from flowctl.runtime.branches import call_body, is_async
 from flowctl.runtime.children import run_children
 from flowctl.runtime.fanout import check_fanout, run_steps
@@ -295,7 +296,12 @@ class Context:
                 if entry.wake_at is not None and entry.wake_at > self._clock.now():
                     raise self._halt(self._suspend_retry(entry))
                 tries = entry.tries
-        policy = options_of(fn).retry
+        options = options_of(fn)
+        policy = options.retry
+        if options.limit is not None:  # taken before the body starts, or the run halts
+            halt = limited.take(self._store, self._lease, options.limit, index, name, self._clock)
+            if halt is not None:
+                raise self._lease_lost() if halt is limited.LOST else self._halt(halt)
         started = self._clock.monotonic()
         self._in_step = name
         self._live.step = (f"#{index} {name!r}", self._clock.now())
@@ -322,6 +328,8 @@ class Context:
         finally:
             self._in_step = None
             self._live.step = None
+            if options.limit is not None:
+                self._store.release_limit(self._lease, options.limit, index, self._clock.now())
         if self.halted is not None:
             raise self.halted  # the step swallowed the DurableCallError it caused
         duration = self._clock.monotonic() - started

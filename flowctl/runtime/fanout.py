@@ -128,6 +128,7 @@ def run_steps(
     ctx: Context, call: str, name: str, bodies: list[Body], keys: list[str], limit: int
 ) -> list[Any]:
     """The fan-out of `bodies` as steps `name[k]`: their results in order (see module)."""
+    _refuse_named_limits(ctx, call, name, bodies)
     head = header(ctx, call, name, keys)
     slots = [ctx._next_call(CallKind.STEP, f"{name}[{k}]") for k in range(len(bodies))]
     results: list[Any] = [None] * len(bodies)
@@ -252,6 +253,20 @@ def _journal(ctx: Context, out: Outcome) -> JournalEntry:
 
 def _policy(fn: Callable[..., Any]) -> RetryPolicy:
     return options_of(getattr(fn, "func", fn)).retry
+
+
+def _refuse_named_limits(ctx: Context, call: str, name: str, bodies: list[Body]) -> None:
+    """A branch body that names a limit (@step(limit=...)) is refused, not run unlimited:
+    named limits are taken by ctx.step steps only (issue 37)."""
+    for fn, _ in bodies:
+        limit = options_of(getattr(fn, "func", fn)).limit
+        if limit is not None:
+            raise ctx._halt(
+                misuse(
+                    f"{call}({name!r}): its body takes limit {limit!r}, which only ctx.step"
+                    " steps take; call ctx.step for each item instead"
+                )
+            )
 
 
 def _failed(

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from flowctl.errors import FlowctlError, InputError, TargetError, UnknownWorkflowError
+from flowctl.flow.spec import Concurrency, Debounce, flow_fields
 from flowctl.inputs import python_validator
 from flowctl.retry import RetryPolicy
 from flowctl.store import NewRun
@@ -57,6 +58,8 @@ class WorkflowDef:
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     notify: dict[str, Any] | None = None  # `notify:` / @workflow(notify=...), checked
+    concurrency: Concurrency | None = None  # `concurrency:` / @workflow(concurrency=...)
+    debounce: Debounce | None = None  # `debounce:` / @workflow(debounce=...)
     # The handler's signature, computed once per def (inspect.signature costs ~50 µs and
     # a def is reused for every run of its target); None: it has none to check against.
     _signature: inspect.Signature | bool | None = field(
@@ -110,6 +113,7 @@ class WorkflowDef:
         scheduled_at: datetime | None = None,
         run_id: str | None = None,
         traceparent: str | None = None,
+        priority: int = 0,
     ) -> NewRun:
         """The row for a new run of this workflow: its pinned source and its defaults,
         overridden by what the caller gives. `input` must already be checked; `run_id`
@@ -117,6 +121,7 @@ class WorkflowDef:
         from flowctl.ids import new_run_id
 
         budget = timeout if timeout is not None else self.timeout
+        flow = flow_fields(self.name, self.concurrency, self.debounce, input)
         return NewRun(
             run_id=run_id or new_run_id(),
             workflow=self.name,
@@ -139,6 +144,8 @@ class WorkflowDef:
             secret_keys=self.secret_inputs,
             notify=self.notify,
             traceparent=traceparent,
+            priority=priority,
+            **flow,
         )
 
 
@@ -282,6 +289,8 @@ def _python_def(fn: Any, target: str, source_path: Path | None, cwd: str | None)
         validate=python_validator(fn, name, opts.secret_inputs if opts else ()),
         secret_inputs=opts.secret_inputs if opts else (),
         notify=opts.notify if opts else None,
+        concurrency=opts.concurrency if opts else None,
+        debounce=opts.debounce if opts else None,
         description=(inspect.getdoc(fn) or "").splitlines()[0] if inspect.getdoc(fn) else "",
     )
 
@@ -313,6 +322,8 @@ def _yaml_def(path: Path, text: str | None = None) -> WorkflowDef:
         schedule_places=wf.schedule_places,
         description=wf.description or "",
         notify=wf.notify,
+        concurrency=wf.concurrency,
+        debounce=wf.debounce,
     )
 
 

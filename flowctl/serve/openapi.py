@@ -161,6 +161,10 @@ def spec() -> dict[str, Any]:
                         "deadline": duration | {"description": "A duration or an ISO time."},
                         "timeout": duration,
                         "max_attempts": {"type": "integer", "minimum": 1},
+                        "priority": {
+                            "type": "integer",
+                            "description": "Higher first among due runs (default 0).",
+                        },
                     },
                 },
             },

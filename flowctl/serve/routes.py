@@ -31,7 +31,17 @@ from flowctl.store import Store
 log = logging.getLogger(__name__)
 
 ACTOR = "serve"  # `by` in the timeline of actions taken over HTTP
-START_FIELDS = ("target", "input", "key", "in", "at", "deadline", "timeout", "max_attempts")
+START_FIELDS = (
+    "target",
+    "input",
+    "key",
+    "in",
+    "at",
+    "deadline",
+    "timeout",
+    "max_attempts",
+    "priority",
+)
 MAX_LIST = 1000
 
 
@@ -197,6 +207,7 @@ def start_run(s: Served, body: Any, traceparent: str | None = None) -> JSONRespo
         deadline=body.get("deadline"),
         timeout=body.get("timeout"),
         max_attempts=body.get("max_attempts"),
+        priority=body.get("priority"),
     )
     try:
         started = ops.start(

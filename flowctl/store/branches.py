@@ -68,4 +68,4 @@ class BranchReads(StoreCore):
             f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE parent_run_id = ? ORDER BY created_at",
             [run_id],
         )
-        return [_run_from_row(r) for r in rows]
+        return [self.values.run(_run_from_row(r)) for r in rows]  # opened, as get_run

@@ -18,6 +18,7 @@ from typing import Any
 from flowctl.model import DUE, Run, RunStatus, from_us, to_us
 from flowctl.store.core import StoreCore
 from flowctl.store.endings import end, fail, move_counts, park_paused
+from flowctl.store.keyslots import PRIORITY, KeySlots, hold
 from flowctl.store.mapping import _RUN_COLUMNS, _run_from_row
 from flowctl.store.records import Claim, Lease
 from flowctl.store.rows import (
@@ -36,28 +37,46 @@ from flowctl.transitions import ClaimAction, ClaimVerdict, claim_verdict, claim_
 
 _CLAIMABLE = ("queued", "sleeping", "waiting", "running", "paused")
 
-# Each claimable status's soonest (run_at, run_id) pairs due by ?, at most ? of each, from
-# its own range of the (status, run_at, run_id) index, in index order: no scan, no sort.
+# Each claimable status's soonest (priority, run_at, run_id) due by ?, at most ? of each,
+# from its own range of the (status, run_at, run_id) index, in index order: no scan, no
+# sort; and the runs with a priority of the statuses that wait, highest first, from the
+# partial index runs_priority (empty, and free, where nobody gives one). A run of the
+# first arms counts 0 there, a run of both its own priority (the sum): a run with a
+# negative one orders after the others among the runs read, which it may still enter.
 # The caller sorts the union (a few rows; the order of the whole is not SQL's to give).
-_CANDIDATES = " UNION ALL ".join(
-    f"SELECT * FROM (SELECT run_at, run_id FROM runs WHERE status = '{status}'"
-    f" AND run_at <= ? ORDER BY run_at, run_id LIMIT ?) AS c{i}"
-    for i, status in enumerate(_CLAIMABLE)
-)
+_PRIORITIZED = ("queued", "sleeping", "waiting")
+_ARMS = [
+    *(
+        f"SELECT 0 AS prio, run_at, run_id FROM runs WHERE status = '{status}'"
+        " AND run_at <= ? ORDER BY run_at, run_id LIMIT ?"
+        for status in _CLAIMABLE
+    ),
+    *(
+        f"SELECT priority AS prio, run_at, run_id FROM runs WHERE status = '{status}'"
+        " AND priority <> 0 AND run_at <= ? ORDER BY priority DESC, run_at, run_id LIMIT ?"
+        for status in _PRIORITIZED
+    ),
+]
+_CANDIDATES = " UNION ALL ".join(f"SELECT * FROM ({arm}) AS c{i}" for i, arm in enumerate(_ARMS))
 
 # A run's row as a claim reads it, and whether it has no journal rows and no version
 # markers (two index probes): a fresh run's replay then reads neither.
+# Then the runs running under its concurrency key (not looked for when it has none):
+# SQLite's claim counts its keys from it, in the same statement.
 _CLAIM_COLUMNS = (
-    f"{_RUN_COLUMNS}, NOT EXISTS (SELECT 1 FROM journal j WHERE j.run_id = runs.run_id),"
+    f"{_RUN_COLUMNS}, CASE WHEN runs.flow_key IS NULL THEN 0 ELSE (SELECT COUNT(*) FROM"
+    " runs k WHERE k.flow_key = runs.flow_key AND k.status = 'running') END,"
+    " NOT EXISTS (SELECT 1 FROM journal j WHERE j.run_id = runs.run_id),"
     " NOT EXISTS (SELECT 1 FROM versions v WHERE v.run_id = runs.run_id)"
 )
+_KEY_COUNT = -3  # where a _CLAIM_COLUMNS row holds that count
 
 # The rows of the ? soonest due runs (each status's first ? by _CANDIDATES, merged by one
 # sort of those few), in one statement: a claim that finds nothing passed over (the usual
 # case) reads the candidates and their rows at once. Not in order: see _due_order.
 _DUE_ROWS = (
     f"SELECT {_CLAIM_COLUMNS} FROM {RUNS} WHERE run_id IN (SELECT run_id FROM ({_CANDIDATES})"
-    " AS due ORDER BY run_at, run_id LIMIT ?){skip_locked}"
+    " AS due GROUP BY run_id ORDER BY SUM(prio) DESC, MIN(run_at), run_id LIMIT ?){skip_locked}"
 )
 
 # One run's row, if it is due (`flowctl run --wait`'s claim).
@@ -81,7 +100,8 @@ _SLEEPS_DUE = (
 _CLAIM_UPDATE = (
     "UPDATE runs SET status = 'running', lease_owner = ?, lease_until = ?, run_at = ?,"
     " fence = ?, reclaims = ?, started_at = COALESCE(started_at, ?), current_step = NULL,"
-    " step_started_at = NULL, suspect = ?, solo = ?, crashes = ? WHERE run_id = ?"
+    " step_started_at = NULL, suspect = ?, solo = ?, crashes = ?, held_at = NULL"
+    " WHERE run_id = ?"
 )
 
 # Enum members looked up once: `ClaimAction.CLAIM` is an attribute lookup through the
@@ -235,9 +255,12 @@ def _claim_due(
     if run_id is not None:
         first = tx.all(_ONE_DUE, [run_id, times.now_us])
     else:
-        first = tx.all(_DUE_ROWS, [times.now_us, limit] * len(_CLAIMABLE) + [limit])
+        first = tx.all(_DUE_ROWS, [times.now_us, limit] * len(_ARMS) + [limit])
         first.sort(key=_due_order)
+    times.slots.note(first, _KEY_COUNT)
     for r in first:
+        if not times.ended and times.slots.full(tx, r, times.now_us):
+            continue  # held behind its full key, as its row says
         # A run ended here may have woken a parent or released a held run: the rows read
         # before that are read again.
         row: Run | str = r[0] if times.ended else _run_from_row(r)
@@ -254,16 +277,20 @@ def _claim_due(
 def _claim_more(
     tx: Tx, times: _ClaimTimes, limit: int, claims: list[Claim], seen: set[str]
 ) -> None:
-    """Claims from the candidates after the first read (limit + 16 in all, as one
-    statement of their ids), their rows read as many at a time as claims still wanted.
+    """Claims from the candidates after the first read (limit + 16, and twice the claims
+    still wanted, in all, as one statement of their ids), their rows read as many at a
+    time as claims still wanted.
     The few rows (at most 5 x (limit + 16)) are merged here: SQLite's ORDER BY over the
     compound built a temporary b-tree per arm, ten times the whole read."""
-    want = limit + 16
-    candidates = sorted(tuple(r) for r in tx.all(_CANDIDATES, [times.now_us, want] * 5))[:want]
-    ids = [rid for _, rid in candidates if rid not in seen]
+    # Twice as many again as were passed over: runs held behind busy keys (flow control)
+    # can pass over many of a batch, and the claim still fills it in one more read.
+    want = limit + 16 + 2 * (limit - len(claims))
+    rows = tx.all(_CANDIDATES, [times.now_us, want] * len(_ARMS))
+    candidates = sorted((-int(r[0]), r[1], r[2]) for r in rows)[:want]
+    ids = list(dict.fromkeys(rid for _, _, rid in candidates if rid not in seen))
     while ids and len(claims) < limit:
         chunk, ids = ids[: limit - len(claims)], ids[limit - len(claims) :]
-        loaded, settled = _load_runs(tx, chunk), len(times.ended)
+        loaded, settled = _load_runs(tx, chunk, times), len(times.ended)
         for rid in chunk:
             got = loaded.get(rid)  # absent: another claimer holds it
             if got is None:
@@ -274,12 +301,16 @@ def _claim_more(
                 claims.append(claim)
 
 
-def _due_order(row: Row) -> tuple[Any, Any]:
-    """A _CLAIM_COLUMNS row's place in claim order: (run_at, run_id)."""
-    return row[7], row[0]
+def _due_order(row: Row) -> tuple[Any, Any, Any]:
+    """A _CLAIM_COLUMNS row's place in claim order: the highest priority first, then
+    (run_at, run_id). The seam where a wake could later go before a fresh run of the
+    same priority (both are due rows here, told apart by their status)."""
+    return -row[PRIORITY], row[7], row[0]
 
 
-def _load_runs(tx: Tx, run_ids: Sequence[str]) -> dict[str, tuple[Run, tuple[bool, bool]]]:
+def _load_runs(
+    tx: Tx, run_ids: Sequence[str], times: _ClaimTimes
+) -> dict[str, tuple[Run, tuple[bool, bool]]]:
     """Rows of these runs as they are inside this transaction (those another claimer holds
     are skipped), with whether each has no journal rows and no version markers."""
     rows = tx.all(
@@ -287,6 +318,7 @@ def _load_runs(tx: Tx, run_ids: Sequence[str]) -> dict[str, tuple[Run, tuple[boo
         "{skip_locked}",
         list(run_ids),
     )
+    times.slots.note(rows, _KEY_COUNT)
     return {r[0]: (_run_from_row(r[:-2]), (bool(r[-2]), bool(r[-1]))) for r in rows}
 
 
@@ -312,6 +344,10 @@ def _claim_one(
     if verdict.action is not _CLAIM:
         _pass_over(tx, run, verdict, times)
         return None
+    if run.flow_key is not None and not times.slots.take(
+        tx, run, times.now_us, reclaim=prev is _RUNNING, counted=not times.ended
+    ):
+        return None  # held behind its full key (or the key is being decided elsewhere)
     fence = run.fence + 1
     times.update(
         [
@@ -376,6 +412,7 @@ class _ClaimTimes:
         "now_us",
         "owner",
         "owner_json",
+        "slots",
         "update",
         "values",
     )
@@ -398,6 +435,7 @@ class _ClaimTimes:
         # Runs claimed into `running`, by (workflow, status they left): the claim moves
         # them in the run counts itself (the schema's trigger leaves that to it).
         self.moved: dict[tuple[str, RunStatus], int] = {}
+        self.slots = KeySlots()  # concurrency keys met (flowctl.store.keyslots)
 
     def claimed(
         self, run: Run, verdict: ClaimVerdict, fence: int, empty: tuple[bool, bool] | None
@@ -418,6 +456,7 @@ class _ClaimTimes:
         fields["suspect"] = verdict.suspect
         fields["solo"] = self.alone
         fields["crashes"] = verdict.crashes
+        fields["held_at"] = None
         no_journal, no_versions = empty or (False, False)
         return Claim(
             run=self.values.run(run),  # in the claim's transaction: no key, no claim
@@ -454,6 +493,8 @@ class _ClaimTimes:
     def flush(self, tx: Tx) -> None:
         """Write the claimed runs' timeline rows and their counts moves, before the claim's
         transaction ends (so both are in it, or neither)."""
+        hold(tx, self.slots.held)
+        self.slots.held = []
         add_events(tx, self.events)
         self.events = []
         move_counts(tx, {(wf, str(prev), "running"): n for (wf, prev), n in self.moved.items()})

@@ -35,6 +35,7 @@ TABLES = (
     "meta",
     "notifications",
     "output",
+    "limits",  # named limits (issue 37); their holds and starts are transient, not copied
 )
 SERIAL_COLUMNS = {
     "timeline": "seq",

@@ -10,13 +10,22 @@ then finds that run by its key.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from flowctl.model import Run, RunStatus, from_us, to_us
 from flowctl.store.mapping import _RUN_COLUMNS, _loads, _run_from_row, _us
 from flowctl.store.records import NewRun, dumps
-from flowctl.store.rows import RUNS, RUNS_BY_KEY, EventRow, add_events, event, in_chunks
+from flowctl.store.rows import (
+    RUNS,
+    RUNS_BY_KEY,
+    EventRow,
+    add_event,
+    add_events,
+    event,
+    in_chunks,
+)
 from flowctl.store.sql import TransactionConflict, Tx
 from flowctl.store.values import INPUT, Values
 from flowctl.transitions import parked_run_at
@@ -24,8 +33,8 @@ from flowctl.transitions import parked_run_at
 _RUN_INSERT = (
     "INSERT INTO runs (run_id, workflow, def_id, source, input, status, run_at, created_at,"
     " max_attempts, backoff, deadline, timeout_us, key, parent_run_id, schedule,"
-    " scheduled_at, secret_keys, notify, traceparent)"
-    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    " scheduled_at, secret_keys, notify, traceparent, priority, flow_key, flow_limit,"
+    " debounce_key) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
     " ON CONFLICT DO NOTHING"
 )
 
@@ -62,10 +71,17 @@ def insert_runs(
     rows: list[list[Any]] = []
     events: list[EventRow] = []
     times: dict[int, datetime] = {}  # one datetime per distinct time in the batch
+    debounced: dict[str, Run] = {}  # debounce keys taken by a run of this batch
     for new in news:
         if new.key is not None and new.key in holding:
             out.append((holding[new.key], False))
             continue
+        if new.debounce_key is not None:
+            found = debounced.get(new.debounce_key) or collapse(tx, values, new, now_us)
+            if found is not None:
+                out.append((found, False))
+                continue
+            new = replace(new, run_at=from_us(now_us + new.debounce_us))
         params, created, run = _prepared(tx, new, now_us, known, times)
         params[4] = values.seal(params[4], INPUT)  # the input, once _as_read has read it
         rows.append(params)
@@ -73,6 +89,8 @@ def insert_runs(
             events.append(created)
         if new.key is not None:
             holding[new.key] = run
+        if new.debounce_key is not None:
+            debounced[new.debounce_key] = run
         out.append((run, True))
     if tx.many(_RUN_INSERT, rows) != len(rows):
         raise TransactionConflict("an idempotency key was taken by a concurrent transaction")
@@ -81,6 +99,29 @@ def insert_runs(
         read = _runs_by_ids(tx, values, [run.run_id for run, created in out if created])
         out = [(read[run.run_id], True) if created else (run, False) for run, created in out]
     return out
+
+
+def collapse(tx: Tx, values: Values, new: NewRun, now_us: int) -> Run | None:
+    """A start of a debounced workflow (issue 37, item 4): the run not yet started that
+    holds `new`'s debounce key takes `new`'s input and starts once the key has been quiet
+    for the period again (a `debounced` event counts each start collapsed into it); None
+    when no run holds the key (`new` is then created, due after the period)."""
+    row = tx.one(
+        f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE debounce_key = ? AND status = 'queued'"
+        " AND started_at IS NULL{lock_run}",
+        [new.debounce_key],
+    )
+    if row is None:
+        return None
+    run, due = _run_from_row(row), now_us + new.debounce_us
+    tx.execute(
+        "UPDATE runs SET input = ?, run_at = ?, held_at = NULL WHERE run_id = ?",
+        [values.seal(dumps(new.input, "the input"), INPUT), due, run.run_id],
+    )
+    at = from_us(due).isoformat(timespec="microseconds")
+    add_event(tx, run.run_id, now_us, "debounced", {"run_at": at})
+    found = tx.one(f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE run_id = ?", [run.run_id])
+    return None if found is None else values.run(_run_from_row(found))
 
 
 def _runs_by_ids(tx: Tx, values: Values, run_ids: Sequence[str]) -> dict[str, Run]:
@@ -149,6 +190,10 @@ def _row(new: NewRun, def_id: int, source: str | None, run_at: int, now_us: int)
         dumps(sorted(new.secret_keys)) if new.secret_keys else None,
         None if new.notify is None else dumps(new.notify, "the notify override"),
         new.traceparent,
+        new.priority,
+        new.flow_key,
+        new.flow_limit,
+        new.debounce_key,
     ]
 
 
@@ -192,6 +237,10 @@ def _as_read(row: list[Any], stored: tuple[Any, ...], times: dict[int, datetime]
         backoff=_loads(row[9]),
         secret_keys=() if row[16] is None else tuple(_loads(row[16]) or ()),
         traceparent=row[18],
+        priority=row[19],
+        flow_key=row[20],
+        flow_limit=row[21],
+        debounce_key=row[22],
     )
 
 

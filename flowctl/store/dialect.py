@@ -17,6 +17,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 
+# The class of PostgreSQL's per-key advisory locks of flow control (the two-key form: this
+# class, the key's hashtext): "FLOW" in 31 bits. The schema's trigger takes the same.
+FLOW_LOCK = 0x464C4F57
+
 _TOKEN = re.compile(r"\{([a-z_]+)\}")
 
 
@@ -38,6 +42,9 @@ class Dialect:
     lock_run: str
     # A claim's candidates: rows another claimer holds are skipped, never waited for.
     skip_locked: str
+    # Takes the flow-control lock of key ? for this transaction if free, else says so
+    # (returns one row, true or false); "" on SQLite, whose one writer needs none.
+    flow_lock: str
     # The runs table picked out by status or by key, with the index named (SQLite), or
     # by rowid alone (no status range walked for the search window's rows).
     runs_by_status: str
@@ -112,6 +119,7 @@ SQLITE = Dialect(
     for_share="",
     lock_run="",
     skip_locked="",
+    flow_lock="",
     runs_by_status="runs INDEXED BY runs_due",
     runs_by_key="runs INDEXED BY runs_key",
     runs_by_rowid="runs NOT INDEXED",
@@ -164,6 +172,7 @@ POSTGRES = Dialect(
     lock_run=" FOR UPDATE OF runs",
     # OF runs: a claim's rows are read joined to their definitions, which stay unlocked.
     skip_locked=" FOR UPDATE OF runs SKIP LOCKED",
+    flow_lock=f"SELECT pg_try_advisory_xact_lock({FLOW_LOCK}, hashtext(?))",
     runs_by_status="runs",
     runs_by_key="runs",
     runs_by_rowid="runs",

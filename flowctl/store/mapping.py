@@ -52,7 +52,8 @@ _RUN_COLUMNS = (
     " lease_until, fence, reclaims, cancel_requested, cancel_reason, key, parent_run_id,"
     " schedule, scheduled_at, cwd, source_hash, source_path, backoff, pause_requested,"
     " paused_status, paused_run_at, current_step, secret_keys, suspect, solo, crashes,"
-    " step_started_at, traceparent"
+    " step_started_at, traceparent, priority, flow_key, flow_limit, held_at, flow_wait,"
+    " debounce_key"
 )
 
 _new_run = object.__new__
@@ -107,6 +108,12 @@ def _run_from_row(r: Sequence[Any]) -> Run:
         crashes=r[38],
         step_started_at=None if r[39] is None else epoch + delta(0, 0, r[39]),
         traceparent=r[40],
+        priority=r[41],
+        flow_key=r[42],
+        flow_limit=r[43],
+        held_at=None if r[44] is None else epoch + delta(0, 0, r[44]),
+        flow_wait=r[45],
+        debounce_key=r[46],
     )
     return run
 

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from flowctl.flow.tokens import LimitSpec
     from flowctl.model import CallKind, EntryState, JournalEntry, Run, RunStatus, TimelineEvent
     from flowctl.store.records import (
         Claim,
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
         FirePlan,
         HeartbeatReply,
         Lease,
+        LimitState,
+        LimitTake,
         MetricsSnapshot,
         NewRun,
         NewSchedule,
@@ -723,4 +726,42 @@ class Store(RunListing, Protocol):
         """Runs by status and workflow, wake-lateness and step-duration histograms (bounds in
         seconds), claim and reclaim counts, daemons with leases held, outbox rows by state,
         all read in one transaction."""
+        ...
+
+    # -- named limits (issue 37) -------------------------------------------------
+
+    def set_limit(
+        self, name: str, concurrency: int | None, rate: tuple[int, int] | None, now: datetime
+    ) -> LimitSpec:
+        """Create or change the named limit (`rate`: N starts per period in µs)."""
+        ...
+
+    def remove_limit(self, name: str) -> bool:
+        """Remove a limit with its holds and starts; False when there was none."""
+        ...
+
+    def limit_names(self) -> list[str]:
+        """The names of the defined limits, sorted."""
+        ...
+
+    def limit_states(self, now: datetime, name: str | None = None) -> list[LimitState]:
+        """Each limit (or the one named) with its live holders, its starts in the rate's
+        window and when the next start may come, read in one snapshot."""
+        ...
+
+    def key_holders(self, key: str) -> list[tuple[str, datetime | None]]:
+        """The runs running under concurrency key `key`, with when each was last claimed."""
+        ...
+
+    def collapsed_starts(self, run_id: str) -> int:
+        """How many starts of a debounced workflow were collapsed into the run."""
+        ...
+
+    def take_limit(self, lease: Lease, name: str, call_index: int, now: datetime) -> LimitTake:
+        """Take the limit for a step's start, with the fence check, in one transaction:
+        taken, not yet (the run marked waiting, and until when), unknown, or lost."""
+        ...
+
+    def release_limit(self, lease: Lease, name: str, call_index: int, now: datetime) -> None:
+        """Give back the hold of the step at `call_index`, making the first waiter due."""
         ...

@@ -13,6 +13,7 @@ from typing import Any
 from flowctl.errors import (
     SerializationError,
 )
+from flowctl.flow.tokens import LimitSpec
 from flowctl.limits import lone_surrogate
 from flowctl.model import (
     JournalEntry,
@@ -135,6 +136,37 @@ class NewRun:
     secret_keys: tuple[str, ...] = ()  # input keys shown as *** and never searched
     notify: dict[str, Any] | None = None  # the workflow's `notify:` override, pinned
     traceparent: str | None = None  # a W3C traceparent to join (a caller's or a parent's)
+    priority: int = 0  # higher first among due runs
+    flow_key: str | None = None  # concurrency key (flowctl.flow.keys.flow_key)
+    flow_limit: int | None = None  # runs of flow_key that may run at once
+    debounce_key: str | None = None  # collapse into the queued run holding this key
+    debounce_us: int = 0  # ... which then starts once the key was quiet this long
+
+
+@dataclass(frozen=True)
+class LimitTake:
+    """What a step's start under a named limit got (Store.take_limit)."""
+
+    spec: LimitSpec | None = None
+    until: datetime | None = None  # not taken: look again then (why: concurrency | rate)
+    why: str = ""
+    unknown: tuple[str, ...] | None = None  # no such limit: the names defined
+    lost: bool = False  # the lease is lost: nothing written
+
+    @property
+    def taken(self) -> bool:
+        return self.spec is not None and self.until is None
+
+
+@dataclass(frozen=True)
+class LimitState:
+    """A named limit now: its definition, the steps holding it (run, call index, since),
+    the starts within its rate's window, and when the next start may come (None: now)."""
+
+    spec: LimitSpec
+    holders: list[tuple[str, int, datetime]]
+    starts: int
+    next_free: datetime | None
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from flowctl.store.branches import BranchReads
 from flowctl.store.claims import Claims
 from flowctl.store.fenced import FencedWrites
 from flowctl.store.leases import Leases
+from flowctl.store.limits import Limits
 from flowctl.store.metrics import MetricsReads
 from flowctl.store.operator import OperatorWrites
 from flowctl.store.outbox import Notifications
@@ -29,6 +30,7 @@ class SqlStore(
     Output,
     BranchReads,
     Rekeying,
+    Limits,
 ):
     """One database, every Store operation: each job's class (one module each) over the
     backend's `Database`. Thread-safe: the backend serialises or pools its connections."""

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from flowctl import ops
 from flowctl.durations import format_duration
+from flowctl.flow.explain import is_held
 from flowctl.model import Run, RunStatus
 from flowctl.ops import schedules as schedule_ops
 from flowctl.ops.explain import OperatorEvent
@@ -254,7 +255,7 @@ VIEWS: tuple[View, ...] = (
         (
             RUN_ID,
             WORKFLOW,
-            Column("status", "STATUS", lambda r, now: table_cell(str(r.run.status))),
+            Column("status", "STATUS", lambda r, now: table_cell(status_text(r.run))),
             Column(
                 "created",
                 "CREATED",
@@ -446,3 +447,8 @@ def load_page(store: Store, query: PageQuery) -> Page:
     asked = ops.cancel_requests(store, runs) if view.key == "running" else {}
     page.rows = [Row(r, waits.get(r.run_id), asked.get(r.run_id)) for r in runs]
     return page
+
+
+def status_text(run: Run) -> str:
+    """A run's status as the lists show it: `queued (held)` while flow control holds it."""
+    return f"{run.status} (held)" if is_held(run) else str(run.status)

@@ -37,6 +37,7 @@ from flowctl.yamlflow.expressions import (
     reference_problem,
     shell_variable,
 )
+from flowctl.yamlflow.flowblocks import FLOW_TOP_KEYS, flow_blocks, step_limit
 from flowctl.yamlflow.steps import (
     Defaults,
     InputSpec,
@@ -57,19 +58,11 @@ TOP_KEYS = (
     "schedule",
     "max_attempts",
     "notify",
+    *FLOW_TOP_KEYS,
     "steps",
 )
-STEP_OPTIONS = (
-    "retry",
-    "timeout",
-    "env",
-    "cwd",
-    "continue_on_error",
-    "with",
-    "on_timeout",
-    "for_each",
-    "max_concurrency",
-)
+STEP_OPTIONS: tuple[str, ...] = ("retry", "timeout", "env", "cwd", "continue_on_error", "with")
+STEP_OPTIONS += ("on_timeout", "for_each", "max_concurrency", "limit")  # limit: flowblocks
 STEP_KEYS = (*STEP_KINDS, "id", "if", *STEP_OPTIONS)
 # Which options each step kind takes (`id` and `if` are taken by every kind).
 KIND_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -81,6 +74,8 @@ KIND_OPTIONS: dict[str, tuple[str, ...]] = {
     "workflow": ("with", "continue_on_error", "for_each", "max_concurrency"),
     "parallel": ("continue_on_error", "max_concurrency"),
 }
+KIND_OPTIONS["run"] += ("limit",)  # a named limit each start takes (flowctl.yamlflow.flowblocks)
+KIND_OPTIONS["call"] += ("limit",)
 INPUT_KEYS = ("type", "default", "required", "description", "secret")
 RETRY_KEYS = ("max_attempts", "backoff", "multiplier", "max_backoff", "jitter")
 DEFAULTS_KEYS = ("retry", "timeout")
@@ -223,6 +218,7 @@ class _Validator:
         if "max_attempts" in top:
             max_attempts = self.integer(top["max_attempts"], "max_attempts", 1)
         notify = self.notify_block(top["notify"]) if "notify" in top else None
+        flow = flow_blocks(self, top, to_plain)
         steps: list[Step] = []
         if "steps" not in top:
             self.bad(root, "steps", "missing `steps:` (a list of steps)")
@@ -242,6 +238,7 @@ class _Validator:
             schedule_places=self.schedule_places,
             max_attempts=max_attempts,
             notify=notify,
+            **flow,
         )
 
     def notify_block(self, node: Node) -> dict[str, Any] | None:
@@ -583,6 +580,9 @@ class _Validator:
             step.max_concurrency = self.integer(node, f"{where}.max_concurrency", 1)
             if "for_each" not in spec and step.kind != "parallel":
                 self.bad(node, f"{where}.max_concurrency", "`max_concurrency` needs a `for_each`")
+        step.limit = step_limit(
+            self, spec.get("limit") if "limit" in applies else None, where, spec
+        )
         if "on_timeout" in spec and "on_timeout" in applies:
             node = spec["on_timeout"]
             if node.value not in ON_TIMEOUT:

@@ -27,6 +27,7 @@ from flowctl.errors import (
     UsageError,
     mark_non_retryable,
 )
+from flowctl.flow.spec import Concurrency, Debounce
 from flowctl.inputs import convert_value
 from flowctl.retry import NO_RETRY, RetryPolicy, StepOptions, blocking, with_options
 from flowctl.yamlflow.commands import run_command
@@ -118,6 +119,7 @@ class Step:
     for_each: Any = None  # a list expression or a YAML list: run once per element
     max_concurrency: int | None = None
     branches: list[Step] = field(default_factory=list)  # a parallel block's steps
+    limit: str | None = None  # the named limit each start of it takes
 
     @property
     def has_output(self) -> bool:
@@ -141,6 +143,8 @@ class YamlWorkflow:
     schedule_places: list[dict[str, tuple[int, int]]] = field(default_factory=list)
     max_attempts: int | None = None
     notify: dict[str, Any] | None = None  # `notify:`, checked; pinned by each run
+    concurrency: Concurrency | None = None  # `concurrency:`: runs at once (per key)
+    debounce: Debounce | None = None  # `debounce:`: starts collapsed while a key is quiet
     # Finds the workflow a `workflow:` step names (handed in by load_yaml's caller).
     find_workflow: FindWorkflow | None = field(default=None, repr=False, compare=False)
 
@@ -155,7 +159,7 @@ class YamlWorkflow:
         timeout = step.timeout if step.timeout is not None else self.defaults.timeout
         if step.kind not in ("run", "call"):
             timeout = None
-        return StepOptions(retry=policy, timeout=timeout)
+        return StepOptions(retry=policy, timeout=timeout, limit=step.limit)
 
 
 def merged_retry(

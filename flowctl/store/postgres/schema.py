@@ -19,6 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from flowctl.errors import DatabaseError
+from flowctl.store.dialect import FLOW_LOCK
+from flowctl.store.flowsql import FLOW_INDEXES, FLOW_RELEASE
 
 # pg_advisory_xact_lock key: "FLOW" and "mig" packed in 64 bits; any constant unique to flowctl.
 MIGRATION_LOCK = 0x464C4F57_6D696700
@@ -379,7 +381,39 @@ _V8 = [
 # Version 9: a run's W3C traceparent when it joins a trace it did not start (SQLite 21).
 _V9 = ["ALTER TABLE runs ADD COLUMN traceparent TEXT"]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
+# Version 10: flow control (issue 37), as SQLite's migration 22: a run's priority, its
+# concurrency key and limit, its held due time, the step limit it waits for and its
+# debounce key; named limits, their holders and their rates' starts. A run of a limited
+# key that leaves `running` makes the first held run of its key due again, under the
+# key's advisory lock (FLOW_LOCK): a claim that holds a run behind a full key takes the
+# same lock first, so a slot given back while a claim decides is never missed.
+_V10 = [
+    "ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0,"
+    ' ADD COLUMN flow_key TEXT COLLATE "C", ADD COLUMN flow_limit INTEGER,'
+    ' ADD COLUMN held_at BIGINT, ADD COLUMN flow_wait TEXT COLLATE "C",'
+    ' ADD COLUMN debounce_key TEXT COLLATE "C"',
+    'CREATE TABLE limits (name TEXT COLLATE "C" PRIMARY KEY, concurrency INTEGER,'
+    " rate_n INTEGER, period_us BIGINT, updated_at BIGINT NOT NULL)",
+    'CREATE TABLE limit_holds (name TEXT COLLATE "C" NOT NULL, run_id TEXT COLLATE "C"'
+    " NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE, call_index INTEGER NOT NULL,"
+    " since BIGINT NOT NULL, PRIMARY KEY (name, run_id, call_index))",
+    'CREATE TABLE limit_starts (name TEXT COLLATE "C" NOT NULL, at BIGINT NOT NULL,'
+    ' run_id TEXT COLLATE "C" NOT NULL)',
+    *FLOW_INDEXES,
+    f"""
+    CREATE FUNCTION flowctl_flow_release() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_advisory_xact_lock({FLOW_LOCK}, hashtext(OLD.flow_key));
+        {FLOW_RELEASE.replace("?", "OLD.flow_key")};
+        RETURN NULL;
+    END $$
+    """,
+    "CREATE TRIGGER runs_flow_release AFTER UPDATE OF status ON runs FOR EACH ROW"
+    " WHEN (OLD.flow_key IS NOT NULL AND OLD.status = 'running' AND NEW.status <> 'running')"
+    " EXECUTE FUNCTION flowctl_flow_release()",
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

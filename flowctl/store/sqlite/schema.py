@@ -613,6 +613,67 @@ def _migration_21(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN traceparent TEXT")
 
 
+def _migration_22(db: sqlite_utils.Database) -> None:
+    """Flow control (issue 37): a run's priority, its concurrency key and limit (rendered
+    when it is created), the due time it had while a full key holds it (`held_at`, its
+    run_at then NULL or its deadline), the named limit a step of it waits for, and its
+    debounce key; the named limits, the steps holding them and the starts of the rates.
+
+    The trigger gives a key's slot back: a run of a limited key that leaves `running`
+    (ends, sleeps, waits, parks, fails) makes the first held run of its key due again, in
+    the transaction of that write, so no slot is ever leaked by a path that forgets it.
+    """
+    from flowctl.store.flowsql import FLOW_INDEXES, FLOW_RELEASE  # only when migrating
+
+    for column in _FLOW_COLUMNS:
+        db.execute(f"ALTER TABLE runs ADD COLUMN {column}")
+    for statement in (*_FLOW_TABLES, *FLOW_INDEXES):
+        db.execute(statement)
+    db.execute(
+        "CREATE TRIGGER runs_flow_release AFTER UPDATE OF status ON runs"
+        " WHEN OLD.flow_key IS NOT NULL AND OLD.status = 'running' AND NEW.status <> 'running'"
+        f" BEGIN {FLOW_RELEASE.replace('?', 'OLD.flow_key')}; END"
+    )
+
+
+# Shared with the PostgreSQL schema (flowctl.store.postgres.schema), as are the tables.
+_FLOW_COLUMNS = (
+    "priority INTEGER NOT NULL DEFAULT 0",
+    "flow_key TEXT",
+    "flow_limit INTEGER",
+    "held_at INTEGER",
+    "flow_wait TEXT",
+    "debounce_key TEXT",
+)
+_FLOW_TABLES = (
+    """
+    CREATE TABLE limits (
+        name TEXT PRIMARY KEY,
+        concurrency INTEGER,
+        rate_n INTEGER,
+        period_us INTEGER,
+        updated_at INTEGER NOT NULL
+    ) STRICT
+    """,
+    """
+    CREATE TABLE limit_holds (
+        name TEXT NOT NULL,
+        run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+        call_index INTEGER NOT NULL,
+        since INTEGER NOT NULL,
+        PRIMARY KEY (name, run_id, call_index)
+    ) STRICT, WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE limit_starts (
+        name TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        run_id TEXT NOT NULL
+    ) STRICT
+    """,
+)
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -635,6 +696,7 @@ MIGRATIONS = [
     _migration_19,
     _migration_20,
     _migration_21,
+    _migration_22,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

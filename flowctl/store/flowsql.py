@@ -1,0 +1,36 @@
+"""The statements of flow control (issue 37) that the schemas share with the store: a
+leaf, so the schema modules import it without the store.
+
+A run of a limited key is *held* while its key is full: its due time moves to `held_at`
+and its run_at becomes its deadline (or NULL), so it leaves the claim's candidates and
+costs the claim nothing while it waits. Whatever makes a run of that key leave
+`running` gives the slot back by making the first held run of the key due again
+(FLOW_RELEASE, run by a trigger of each schema in that write's own transaction).
+"""
+
+from __future__ import annotations
+
+# The first held run of key ? (priority first, then the time it became due) due again.
+# Priority orders held runs within a key; it never lets a run past the key's limit. A held
+# run's run_at is its deadline or NULL: one made due meanwhile by another path (a signal,
+# a resume, a redrive) is no longer held, whatever its held_at says until its claim.
+FLOW_RELEASE = (
+    "UPDATE runs SET run_at = held_at, held_at = NULL WHERE run_id = (SELECT h.run_id FROM"
+    " runs h WHERE h.flow_key = ? AND h.held_at IS NOT NULL AND h.status IN"
+    " ('queued', 'sleeping', 'waiting') AND (h.run_at IS NULL OR h.run_at = h.deadline)"
+    " ORDER BY h.priority DESC, h.held_at, h.run_id LIMIT 1)"
+)
+
+# The indexes of flow control, the same on both backends: running runs per key (a claim's
+# count), held runs per key in release order, due runs with a priority, runs waiting for
+# a named limit, and the one not-yet-started run per debounce key.
+FLOW_INDEXES = (
+    "CREATE INDEX runs_flow ON runs(flow_key, status) WHERE flow_key IS NOT NULL",
+    "CREATE INDEX runs_flow_held ON runs(flow_key, priority DESC, held_at, run_id)"
+    " WHERE held_at IS NOT NULL",
+    "CREATE INDEX runs_priority ON runs(status, priority DESC, run_at, run_id) WHERE priority <> 0",
+    "CREATE INDEX runs_flow_wait ON runs(flow_wait, run_at) WHERE flow_wait IS NOT NULL",
+    "CREATE UNIQUE INDEX runs_debounce ON runs(debounce_key) WHERE debounce_key IS NOT NULL"
+    " AND status = 'queued' AND started_at IS NULL",
+    "CREATE INDEX limit_starts_at ON limit_starts(name, at)",
+)

@@ -1,0 +1,118 @@
+"""Concurrency keys inside a claim's transaction (issue 37, item 1): whether a due run of a
+limited key may be claimed, and holding it behind its full key when not.
+
+A run with a `flow_key` may run while fewer than its `flow_limit` runs of that key are
+`running` (a run whose lease lapsed still counts: it is reclaimed and goes on holding its
+slot, so a crash never lets a key run more at once, and never leaks the slot). The count
+is read once per key per claim, inside the claim's transaction, and kept up as the claim
+takes runs: SQLite's write lock makes it atomic; on PostgreSQL the claim first takes the
+key's advisory lock (tried, never waited for: a key another transaction holds is passed
+over until the next claim), the same lock the trigger that gives a slot back takes.
+Runs with no key never come here: the claim of an unlimited run pays nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from flowctl.model import Run
+from flowctl.store.rows import marks
+from flowctl.store.sql import Row, Tx
+
+# Places in a row of mapping._RUN_COLUMNS.
+STATUS, DEADLINE, PRIORITY, FLOW_KEY, FLOW_LIMIT = 4, 12, 41, 42, 43
+_WAITING = ("queued", "sleeping", "waiting")
+
+# Runs of a key running now (leases lapsed or not), from runs_flow.
+_RUNNING = "SELECT COUNT(*) FROM runs WHERE flow_key = ? AND status = 'running'"
+
+# Held: its due time kept in held_at, its run_at its deadline (still acted on) or NULL.
+_HOLD = "UPDATE runs SET held_at = run_at, run_at = deadline WHERE run_id IN ({marks})"
+
+
+class KeySlots:
+    """One claim transaction's view of the keys it met: runs running per key (as counted
+    when first met, plus those it claimed since), the counts its candidate rows were read
+    with, the keys it could not lock, and the runs it holds (written together by `hold`)."""
+
+    __slots__ = ("counted", "held", "locked", "running")
+
+    def __init__(self) -> None:
+        self.held: list[str] = []  # runs to hold behind their full keys (flush)
+        self.running: dict[str, int] = {}
+        self.counted: dict[str, int] = {}  # key -> running, as read with a candidate's row
+        self.locked: set[str] = set()  # another transaction decides for these now
+
+    def note(self, rows: Sequence[Row], at: int) -> None:
+        """The running count each candidate row (a run's row, flow_key at FLOW_KEY) was read
+        with, for keys not met yet: where one writer writes (SQLite) it is the count inside
+        this transaction, so the claim needs no statement of its own for it."""
+        for r in rows:
+            key = r[FLOW_KEY]
+            if key is not None and key not in self.running:
+                self.counted[key] = int(r[at])
+
+    def full(self, tx: Tx, row: Row, now_us: int) -> bool:
+        """Whether a candidate's row (not decoded) is of a key already full, by the counts
+        noted (SQLite): it is held, and the claim passes it over without deciding more. A
+        run past its deadline is left to the claim's verdict (which ends it)."""
+        key = row[FLOW_KEY]
+        if key is None or tx.dialect.flow_lock or row[STATUS] not in _WAITING:
+            return False
+        if row[DEADLINE] is not None and row[DEADLINE] <= now_us:
+            return False
+        used = self.running.get(key, self.counted.get(key))
+        if used is None or used < (row[FLOW_LIMIT] or 1):
+            return False
+        self.running[key] = used
+        self.held.append(row[0])
+        return True
+
+    def take(self, tx: Tx, run: Run, now_us: int, *, reclaim: bool, counted: bool) -> bool:
+        """Whether `run` may be claimed now; if so its slot is counted taken. A run beyond
+        its key's limit is held (False); a reclaimed run already holds its slot. `counted`:
+        the counts noted still hold (no run was ended in this transaction since)."""
+        key = run.flow_key
+        if key is None:
+            return True
+        if key in self.locked:
+            return False
+        used = self.running.get(key)
+        if used is None:
+            used = self._count(tx, key, counted)
+            if used is None:
+                self.locked.add(key)
+                return False
+        if reclaim:
+            self.running[key] = used
+            return True
+        if used >= (run.flow_limit or 1):
+            self.running[key] = used
+            self.held.append(run.run_id)
+            return False
+        self.running[key] = used + 1
+        return True
+
+    def _count(self, tx: Tx, key: str, counted: bool) -> int | None:
+        """The runs running under `key` now, or None when its lock is another's."""
+        if tx.dialect.flow_lock:  # PostgreSQL: counted again under the key's lock
+            if not _locked(tx, key):
+                return None
+        elif counted and key in self.counted:
+            return self.counted[key]
+        row = tx.one(_RUNNING, [key])
+        return int(row[0]) if row is not None else 0
+
+
+def _locked(tx: Tx, key: str) -> bool:
+    row = tx.one("{flow_lock}", [key])
+    return bool(row is not None and row[0])
+
+
+def hold(tx: Tx, run_ids: Sequence[str]) -> None:
+    """Hold these runs behind their full keys (one statement): out of the due runs until a
+    slot is given back. No event is written: a run is held and given back as often as its
+    key is busy when it comes due (half of all runs, over 100 busy keys), and `why` reads
+    the hold from the row."""
+    if run_ids:
+        tx.execute(_HOLD.format(marks=marks(len(run_ids))), list(run_ids))
