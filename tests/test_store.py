@@ -901,7 +901,7 @@ def test_checkpoints_have_the_shape_show_json_promises() -> None:
         "tries": 2,
     }
     assert [str(k) for k in CallKind] == [
-        "step", "sleep", "signal", "now", "uuid", "random", "version",
+        "step", "sleep", "signal", "now", "uuid", "random", "version", "fanout",
     ]  # fmt: skip
 
 

@@ -64,8 +64,8 @@ class BranchReads(StoreCore):
 
     def children_of(self, run_id: str) -> list[Run]:
         """Every child run `run_id` started (ctx.child, ctx.children), oldest first."""
-        rows = self._read(
-            f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE parent_run_id = ? ORDER BY created_at",
-            [run_id],
-        )
-        return [self.values.run(_run_from_row(r)) for r in rows]  # opened, as get_run
+        rows = self._read(f"SELECT {_RUN_COLUMNS} FROM {RUNS} WHERE parent_run_id = ?", [run_id])
+        # Sorted here: one run's children are few, and SQL would sort them in a temporary
+        # b-tree (no index orders them by creation within a parent).
+        kids = [self.values.run(_run_from_row(r)) for r in rows]  # opened, as get_run
+        return sorted(kids, key=lambda r: (r.created_at, r.run_id))
