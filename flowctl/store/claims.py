@@ -37,23 +37,31 @@ from flowctl.transitions import ClaimAction, ClaimVerdict, claim_verdict, claim_
 
 _CLAIMABLE = ("queued", "sleeping", "waiting", "running", "paused")
 
-# Each claimable status's soonest (priority, run_at, run_id) due by ?, at most ? of each,
-# from its own range of the (status, run_at, run_id) index, in index order: no scan, no
-# sort; and the runs with a priority of the statuses that wait, highest first, from the
-# partial index runs_priority (empty, and free, where nobody gives one). A run of the
-# first arms counts 0 there, a run of both its own priority (the sum): a run with a
-# negative one orders after the others among the runs read, which it may still enter.
+# Each claimable status's soonest (priority, woke, run_at, run_id) due by ?, at most ? of
+# each, from its own range of the (status, run_at, run_id) index, in index order: no scan,
+# no sort; the queued runs that have run before (retries, runs released or taken back)
+# from the partial index runs_resumed; and the runs with a priority of the statuses that
+# wait, highest first, from the partial index runs_priority (empty, and free, where nobody
+# gives one). A run of the first arms counts 0 there, a run of both its own priority (the
+# sum): a run with a negative one orders after the others among the runs read, which it
+# may still enter. `woke` is 1 for a wake (a sleeper, a waiter, a lapsed lease, a resumed
+# queued run), 0 for a fresh run: among runs of one priority, wakes go first (issue 40),
+# so a daemon saturated with fresh work still wakes its sleepers on time.
 # The caller sorts the union (a few rows; the order of the whole is not SQL's to give).
 _PRIORITIZED = ("queued", "sleeping", "waiting")
+_WOKE = {"queued": 0, "sleeping": 1, "waiting": 1, "running": 1, "paused": 0}
 _ARMS = [
     *(
-        f"SELECT 0 AS prio, run_at, run_id FROM runs WHERE status = '{status}'"
-        " AND run_at <= ? ORDER BY run_at, run_id LIMIT ?"
+        f"SELECT 0 AS prio, {_WOKE[status]} AS woke, run_at, run_id FROM runs"
+        f" WHERE status = '{status}' AND run_at <= ? ORDER BY run_at, run_id LIMIT ?"
         for status in _CLAIMABLE
     ),
+    "SELECT 0 AS prio, 1 AS woke, run_at, run_id FROM runs WHERE status = 'queued'"
+    " AND started_at IS NOT NULL AND run_at <= ? ORDER BY run_at, run_id LIMIT ?",
     *(
-        f"SELECT priority AS prio, run_at, run_id FROM runs WHERE status = '{status}'"
-        " AND priority <> 0 AND run_at <= ? ORDER BY priority DESC, run_at, run_id LIMIT ?"
+        f"SELECT priority AS prio, {_WOKE[status]} AS woke, run_at, run_id FROM runs"
+        f" WHERE status = '{status}' AND priority <> 0 AND run_at <= ?"
+        " ORDER BY priority DESC, run_at, run_id LIMIT ?"
         for status in _PRIORITIZED
     ),
 ]
@@ -76,7 +84,8 @@ _KEY_COUNT = -3  # where a _CLAIM_COLUMNS row holds that count
 # case) reads the candidates and their rows at once. Not in order: see _due_order.
 _DUE_ROWS = (
     f"SELECT {_CLAIM_COLUMNS} FROM {RUNS} WHERE run_id IN (SELECT run_id FROM ({_CANDIDATES})"
-    " AS due GROUP BY run_id ORDER BY SUM(prio) DESC, MIN(run_at), run_id LIMIT ?){skip_locked}"
+    " AS due GROUP BY run_id ORDER BY SUM(prio) DESC, MAX(woke) DESC, MIN(run_at), run_id"
+    " LIMIT ?){skip_locked}"
 )
 
 # One run's row, if it is due (`flowctl run --wait`'s claim).
@@ -286,8 +295,8 @@ def _claim_more(
     # can pass over many of a batch, and the claim still fills it in one more read.
     want = limit + 16 + 2 * (limit - len(claims))
     rows = tx.all(_CANDIDATES, [times.now_us, want] * len(_ARMS))
-    candidates = sorted((-int(r[0]), r[1], r[2]) for r in rows)[:want]
-    ids = list(dict.fromkeys(rid for _, _, rid in candidates if rid not in seen))
+    candidates = sorted((-int(r[0]), -int(r[1]), r[2], r[3]) for r in rows)[:want]
+    ids = list(dict.fromkeys(c[-1] for c in candidates if c[-1] not in seen))
     while ids and len(claims) < limit:
         chunk, ids = ids[: limit - len(claims)], ids[limit - len(claims) :]
         loaded, settled = _load_runs(tx, chunk, times), len(times.ended)
@@ -301,11 +310,19 @@ def _claim_more(
                 claims.append(claim)
 
 
-def _due_order(row: Row) -> tuple[Any, Any, Any]:
-    """A _CLAIM_COLUMNS row's place in claim order: the highest priority first, then
-    (run_at, run_id). The seam where a wake could later go before a fresh run of the
-    same priority (both are due rows here, told apart by their status)."""
-    return -row[PRIORITY], row[7], row[0]
+def _due_order(row: Row) -> tuple[Any, ...]:
+    """A _CLAIM_COLUMNS row's place in claim order: the highest priority first, then wakes
+    before fresh runs (see _ARMS), then (run_at, run_id)."""
+    return -row[PRIORITY], not _woke(row), row[7], row[0]
+
+
+def _woke(row: Row) -> bool:
+    """A due run that has run before: any status but queued and paused, or a queued run
+    that started once (its retry, a release, a take-back)."""
+    status = row[4]
+    if status == "queued":
+        return row[8] is not None  # started_at
+    return bool(status != "paused")
 
 
 def _load_runs(

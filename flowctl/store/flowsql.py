@@ -34,3 +34,11 @@ FLOW_INDEXES = (
     " AND status = 'queued' AND started_at IS NULL",
     "CREATE INDEX limit_starts_at ON limit_starts(name, at)",
 )
+
+# Queued runs that have run before (a step's retry, a run released by a drain or taken
+# back from a dead worker), in due order: the claim's arm for wakes that are queued, so
+# they go before fresh runs of the same priority (issue 40, item 3).
+RESUMED_INDEX = (
+    "CREATE INDEX runs_resumed ON runs(run_at, run_id)"
+    " WHERE status = 'queued' AND started_at IS NOT NULL"
+)

@@ -20,7 +20,7 @@ from typing import Any
 
 from flowctl.errors import DatabaseError
 from flowctl.store.dialect import FLOW_LOCK
-from flowctl.store.flowsql import FLOW_INDEXES, FLOW_RELEASE
+from flowctl.store.flowsql import FLOW_INDEXES, FLOW_RELEASE, RESUMED_INDEX
 
 # pg_advisory_xact_lock key: "FLOW" and "mig" packed in 64 bits; any constant unique to flowctl.
 MIGRATION_LOCK = 0x464C4F57_6D696700
@@ -413,7 +413,10 @@ _V10 = [
     " EXECUTE FUNCTION flowctl_flow_release()",
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10]
+# Version 11: wakes before fresh work (SQLite 23): queued runs that have run before.
+_V11 = [RESUMED_INDEX]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

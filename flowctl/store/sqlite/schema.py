@@ -674,6 +674,14 @@ _FLOW_TABLES = (
 )
 
 
+def _migration_23(db: sqlite_utils.Database) -> None:
+    """Wakes before fresh work (issue 40): the queued runs that have run before (retries,
+    runs released or taken back) in due order, for the claim's own arm."""
+    from flowctl.store.flowsql import RESUMED_INDEX  # only when migrating
+
+    db.execute(RESUMED_INDEX)
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -697,6 +705,7 @@ MIGRATIONS = [
     _migration_20,
     _migration_21,
     _migration_22,
+    _migration_23,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

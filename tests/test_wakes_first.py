@@ -1,0 +1,76 @@
+"""Wakes before fresh work (issue 40, item 3): among due runs of one priority, a claim
+takes sleepers, signal waits past their timeout, step retries and runs released or taken
+back before fresh queued runs, however many fresh runs are older; a higher priority
+still goes first. On both stores, through the claim itself."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
+from flowctl.store import Lease, NewRun, Store
+
+T0 = datetime(2026, 3, 29, 0, 59, tzinfo=UTC)
+SECOND = timedelta(seconds=1)
+LEASE = 15 * SECOND
+OWNER = "host-a/100/1/aaaa"
+
+
+def new(store: Store, run_id: str, at: datetime = T0, **kw: Any) -> str:
+    store.create_run(NewRun(run_id, "wf", "wf.py:wf", "python", {}, **kw), at)
+    return run_id
+
+
+def claim(store: Store, now: datetime, limit: int = 10) -> list[str]:
+    claims, _ = store.claim_due(OWNER, now, now + LEASE, limit)
+    return [c.run.run_id for c in claims]
+
+
+def lease(store: Store, run_id: str) -> Lease:
+    return Lease(run_id, store.get_run(run_id).fence, OWNER)
+
+
+def park(store: Store, run_id: str, status: RunStatus, until: datetime, now: datetime) -> None:
+    """Claim `run_id` alone and park it as a handler would: sleeping, waiting with a
+    timeout, or queued for a step's retry."""
+    assert claim(store, now, 1) == [run_id]
+    kind = {RunStatus.SLEEPING: CallKind.SLEEP, RunStatus.WAITING: CallKind.SIGNAL}
+    state = EntryState.RETRYING if status is RunStatus.QUEUED else EntryState.PENDING
+    entry = JournalEntry(
+        run_id, 0, kind.get(status, CallKind.STEP), "x", state, None, wake_at=until, tries=1
+    )
+    event = ("parked", {"index": 0})
+    applied = store.suspend_run(lease(store, run_id), status, until, now, 0.0, entry, event)
+    assert applied is not None and applied.status is status
+
+
+def test_due_wakes_are_claimed_before_older_fresh_runs(store: Store) -> None:
+    wakes = [
+        ("sleeper", RunStatus.SLEEPING, T0 + 10 * SECOND),
+        ("waiter", RunStatus.WAITING, T0 + 11 * SECOND),  # its signal's timeout
+        ("retry", RunStatus.QUEUED, T0 + 12 * SECOND),  # a step's retry
+    ]
+    for rid, status, until in wakes:
+        new(store, rid, T0 - 60 * SECOND)
+        park(store, rid, status, until, T0 - 50 * SECOND)
+    fresh = [new(store, f"fresh{i}", T0 - 40 * SECOND + i * SECOND) for i in range(30)]
+    now = T0 + 20 * SECOND
+    # every fresh run has been due for longer; the three wakes still go first
+    assert claim(store, now, 3) == ["sleeper", "waiter", "retry"]
+    assert claim(store, now, 5) == fresh[:5]  # then fresh runs, oldest first
+
+
+def test_a_higher_priority_fresh_run_still_goes_before_a_wake(store: Store) -> None:
+    new(store, "sleeper", T0 - 60 * SECOND)
+    park(store, "sleeper", RunStatus.SLEEPING, T0 + SECOND, T0 - 50 * SECOND)
+    new(store, "vip", T0, priority=5)
+    new(store, "plain", T0 - 30 * SECOND)
+    assert claim(store, T0 + 2 * SECOND) == ["vip", "sleeper", "plain"]
+
+
+def test_a_wake_not_yet_due_waits_behind_due_fresh_runs(store: Store) -> None:
+    new(store, "sleeper", T0 - 60 * SECOND)
+    park(store, "sleeper", RunStatus.SLEEPING, T0 + 60 * SECOND, T0 - 50 * SECOND)
+    new(store, "plain", T0)
+    assert claim(store, T0 + SECOND) == ["plain"]
