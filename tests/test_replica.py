@@ -19,6 +19,7 @@ import pytest
 from flowctl.errors import UsageError
 from flowctl.replica.binary import litestream_binary
 from flowctl.replica.destination import replica_url
+from flowctl.replica.litestream import child_env
 from tests.helpers import ROOT, query, wait_until
 
 FLOW = """
@@ -77,6 +78,23 @@ def test_destinations() -> None:
     for bad in ("", "ftp://x/y", "file://host/x", "s3:///nobucket"):
         with pytest.raises(UsageError):
             replica_url(bad)
+    with pytest.raises(UsageError) as said:
+        replica_url("s3://AKIDEXAMPLE:hush-hush@bucket/db")
+    assert "hush-hush" not in str(said.value) and "AWS_SECRET_ACCESS_KEY" in str(said.value)
+
+
+def test_litestream_gets_a_ca_bundle_it_can_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Litestream 0.5 cannot start an S3 client while AWS_CA_BUNDLE is set: the bundle
+    goes to it as SSL_CERT_FILE instead (the HTTPS test in test_replica_s3.py proves it)."""
+    monkeypatch.setenv("AWS_CA_BUNDLE", "/etc/my-ca.pem")
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "from-the-environment")
+    env = child_env("s3://bucket/db?endpoint=https://minio.internal:9000")
+    assert "AWS_CA_BUNDLE" not in env and env["SSL_CERT_FILE"] == "/etc/my-ca.pem"
+    assert env["AWS_SECRET_ACCESS_KEY"] == "from-the-environment"
+    monkeypatch.setenv("SSL_CERT_FILE", "/etc/ssl/mine.pem")
+    assert child_env("s3://bucket/db")["SSL_CERT_FILE"] == "/etc/ssl/mine.pem"
+    assert child_env("file:///srv/rep")["AWS_CA_BUNDLE"] == "/etc/my-ca.pem"
 
 
 def test_restore_refuses_an_existing_path_and_writes_nothing(tmp_path: Path) -> None:
