@@ -149,6 +149,7 @@ def test_restore_from_an_empty_s3_path_fails_in_one_line(tmp_path: Path, moto: S
     assert not target.exists() and SECRET not in done.stderr + done.stdout
 
 
+@pytest.mark.crash
 def test_replicate_and_restore_over_https_with_aws_ca_bundle(
     tmp_path: Path, credentials: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
