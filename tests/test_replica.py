@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ import pytest
 from flowctl.errors import UsageError
 from flowctl.replica.binary import litestream_binary
 from flowctl.replica.destination import replica_url
+from flowctl.replica.litestream import child_env
 from tests.helpers import ROOT, query, wait_until
 
 FLOW = """
@@ -77,6 +79,23 @@ def test_destinations() -> None:
     for bad in ("", "ftp://x/y", "file://host/x", "s3:///nobucket"):
         with pytest.raises(UsageError):
             replica_url(bad)
+    with pytest.raises(UsageError) as said:
+        replica_url("s3://AKIDEXAMPLE:hush-hush@bucket/db")
+    assert "hush-hush" not in str(said.value) and "AWS_SECRET_ACCESS_KEY" in str(said.value)
+
+
+def test_litestream_gets_a_ca_bundle_it_can_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Litestream 0.5 cannot start an S3 client while AWS_CA_BUNDLE is set: the bundle
+    goes to it as SSL_CERT_FILE instead (the HTTPS test in test_replica_s3.py proves it)."""
+    monkeypatch.setenv("AWS_CA_BUNDLE", "/etc/my-ca.pem")
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "from-the-environment")
+    env = child_env("s3://bucket/db?endpoint=https://minio.internal:9000")
+    assert "AWS_CA_BUNDLE" not in env and env["SSL_CERT_FILE"] == "/etc/my-ca.pem"
+    assert env["AWS_SECRET_ACCESS_KEY"] == "from-the-environment"
+    monkeypatch.setenv("SSL_CERT_FILE", "/etc/ssl/mine.pem")
+    assert child_env("s3://bucket/db")["SSL_CERT_FILE"] == "/etc/ssl/mine.pem"
+    assert child_env("file:///srv/rep")["AWS_CA_BUNDLE"] == "/etc/my-ca.pem"
 
 
 def test_restore_refuses_an_existing_path_and_writes_nothing(tmp_path: Path) -> None:
@@ -92,9 +111,17 @@ def test_restore_refuses_an_existing_path_and_writes_nothing(tmp_path: Path) -> 
 
 @pytest.mark.crash
 def test_sigkill_everything_then_restore_and_finish_the_work(tmp_path: Path) -> None:
+    rep = tmp_path / "replica"
+    drill(tmp_path, f"file://{rep}", lambda: (rep / "ltx").is_dir())
+
+
+def drill(tmp_path: Path, dest: str, shipped: Callable[[], bool]) -> None:
+    """RUNS runs queued; `flowctl replicate DEST` beside a daemon until the replica holds
+    checkpoints of every run (`shipped`, then a restore that works); both killed with
+    SIGKILL; the restored file whole, holding every run, and a daemon on it finishing them."""
     flow = tmp_path / "drill.py"
     flow.write_text(FLOW)
-    db, rep, restored = tmp_path / "f.db", tmp_path / "replica", tmp_path / "restored.db"
+    db, restored = tmp_path / "f.db", tmp_path / "restored.db"
     lines = "".join(json.dumps({"n": n}) + "\n" for n in range(1, RUNS + 1))
     queued = flowctl(
         "--db", str(db), "run", f"{flow}:drill", "--detach", "--input-file", "-", stdin=lines
@@ -102,22 +129,20 @@ def test_sigkill_everything_then_restore_and_finish_the_work(tmp_path: Path) -> 
     assert queued.returncode == 0, queued.stderr
     ids = {r[0] for r in query(db, "SELECT run_id FROM runs")}
     assert len(ids) == RUNS
-    replica = spawn(
-        db, tmp_path / "replica.log", "replicate", f"file://{rep}", "--sync-interval", "200ms"
-    )
+    replica = spawn(db, tmp_path / "replica.log", "replicate", dest, "--sync-interval", "200ms")
     daemon = spawn(db, tmp_path / "daemon.log", "daemon", "--workers", "2")
     try:
         # mid-work: some runs have checkpoints, none is finished
         wait_until(lambda: query(db, "SELECT COUNT(*) FROM journal")[0][0] >= RUNS, timeout=60)
-        wait_until(lambda: (rep / "ltx").is_dir(), timeout=30)
+        wait_until(shipped, timeout=30)
         wait_until(
-            lambda: flowctl("restore", f"file://{rep}", str(tmp_path / "probe.db")).returncode == 0,
+            lambda: flowctl("restore", dest, str(tmp_path / "probe.db")).returncode == 0,
             timeout=30,
         )
     finally:
         kill_group(daemon)
         kill_group(replica)
-    done = flowctl("restore", f"file://{rep}", str(restored), "--json")
+    done = flowctl("restore", dest, str(restored), "--json")
     assert done.returncode == 0, done.stderr
     said = json.loads(done.stdout)
     assert said["integrity"] == "ok" and said["runs"] == RUNS
@@ -125,6 +150,11 @@ def test_sigkill_everything_then_restore_and_finish_the_work(tmp_path: Path) -> 
     assert {r[0] for r in query(restored, "SELECT run_id FROM runs")} == ids
     unfinished = query(restored, "SELECT COUNT(*) FROM runs WHERE status <> 'completed'")[0][0]
     assert unfinished > 0  # it was restored mid-work: there is work left to finish
+    finish(tmp_path, restored)
+
+
+def finish(tmp_path: Path, restored: Path) -> None:
+    """A daemon on the restored file completes every run, each with its right result."""
     finisher = spawn(restored, tmp_path / "finisher.log", "daemon")
     try:
         wait_until(

@@ -14,8 +14,9 @@ SCHEMES = ("file", "s3")
 
 def replica_url(dest: str) -> str:
     """DEST as a Litestream replica URL: `file:///abs/folder` for a folder, an `s3://`
-    URL as given (credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; an
-    S3-compatible server with `?endpoint=`)."""
+    URL as given (an S3-compatible server with `?endpoint=`, path-style by Litestream's
+    default for one; credentials from the environment only, AWS_ACCESS_KEY_ID /
+    AWS_SECRET_ACCESS_KEY, never in the URL)."""
     text = dest.strip()
     if not text:
         raise UsageError(
@@ -24,6 +25,12 @@ def replica_url(dest: str) -> str:
     parts = urlsplit(text)
     if "://" not in text:  # a plain folder path
         return Path(os.path.abspath(os.path.expanduser(text))).as_uri()
+    if "@" in parts.netloc:  # not echoed: it may hold a secret
+        raise UsageError(
+            "DEST holds credentials (user:secret@); give them as AWS_ACCESS_KEY_ID and"
+            " AWS_SECRET_ACCESS_KEY in the environment",
+            field="dest",
+        )
     if parts.scheme not in SCHEMES:
         raise UsageError(
             f"DEST {text!r}: unsupported scheme {parts.scheme!r}; give file:///folder or"

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from types import FrameType
+from urllib.parse import urlsplit
 
 from flowctl.errors import FlowctlError
 from flowctl.replica.binary import litestream_binary
@@ -40,6 +41,20 @@ def config_text(db: str, url: str, sync_interval: float) -> str:
     )
 
 
+def child_env(url: str) -> dict[str, str]:
+    """Litestream's environment: flowctl's own, where S3 credentials are read from
+    (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or LITESTREAM_ACCESS_KEY_ID / ...), never
+    a file. One change, for an s3 URL: Litestream 0.5's S3 client cannot load its AWS
+    configuration while AWS_CA_BUNDLE is set ("unable to add custom RootCAs HTTPClient"),
+    so the bundle reaches it as SSL_CERT_FILE (which Go reads on Linux) unless that is set."""
+    env = dict(os.environ)
+    if urlsplit(url).scheme == "s3" and "AWS_CA_BUNDLE" in env:
+        bundle = env.pop("AWS_CA_BUNDLE")
+        if bundle:
+            env.setdefault("SSL_CERT_FILE", bundle)
+    return env
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     """Linux: the child is sent SIGTERM when flowctl dies, even by SIGKILL."""
     if sys.platform.startswith("linux"):
@@ -62,6 +77,7 @@ def replicate(db: str, url: str, sync_interval: float) -> int:
         child = subprocess.Popen(
             [litestream_binary(), "replicate", "-config", f"/dev/fd/{read}", "-no-expand-env"],
             pass_fds=(read,),
+            env=child_env(url),
             preexec_fn=_die_with_parent,
         )
     finally:
@@ -87,6 +103,7 @@ def restore(url: str, path: str) -> float:
         capture_output=True,
         text=True,
         check=False,
+        env=child_env(url),
     )
     if done.returncode != 0 or not os.path.exists(path):
         said = (done.stderr or done.stdout).strip().splitlines()
