@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import parallel_flows as flows
@@ -330,6 +331,38 @@ def test_dead_children_raise_parallel_error_naming_each_child_run(
     [failure] = parent.error["failures"]
     assert failure["index"] == 1 and failure["child_run_id"] == dead.run_id
     assert "child 2 refuses" in parent.error["message"] and dead.run_id in parent.error["message"]
+
+
+def test_a_cancelled_child_raises_parallel_error_after_the_others_end(
+    store: Store, fake_clock: FakeClock, daemon: Daemon
+) -> None:
+    rid = start(store, fake_clock, "fan_children", ns=[1, 2, 3], nap="1h")
+    for _ in range(3):
+        daemon.tick()  # the parent parks waiting; its three children sleep
+    kids = store.children_of(rid)
+    assert [k.status for k in kids] == [RunStatus.SLEEPING] * 3
+    ops.cancel(store, kids[1].run_id, clock=fake_clock, reason="not this one", by="ana")
+    daemon.tick()
+    assert store.get_run(rid).status is RunStatus.WAITING  # the others still sleep
+    fake_clock.advance(timedelta(hours=1))
+    for _ in range(4):
+        daemon.tick()
+    parent = store.get_run(rid)  # its attempt failed: retried by its policy, then dead
+    assert parent.error is not None and parent.error["type"] == "ParallelError"
+    [failure] = parent.error["failures"]
+    assert failure["index"] == 1 and failure["child_run_id"] == kids[1].run_id
+    assert kids[1].run_id in parent.error["message"]
+    for _ in range(5):
+        fake_clock.advance(timedelta(minutes=1))
+        daemon.tick()
+    assert store.get_run(rid).status is RunStatus.DEAD  # the same failure on each attempt
+    assert len(store.children_of(rid)) == 3  # no child started again
+    ended = {k.run_id: k.status for k in store.children_of(rid)}
+    assert ended == {
+        kids[0].run_id: RunStatus.COMPLETED,
+        kids[1].run_id: RunStatus.CANCELLED,
+        kids[2].run_id: RunStatus.COMPLETED,
+    }
 
 
 def test_a_redrive_runs_only_the_items_without_a_result(
