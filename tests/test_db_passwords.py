@@ -78,6 +78,12 @@ COMMANDS: list[list[str]] = [
     ["schedule", "explain", "0 9 * * *"],
     ["schedule", "sync"],
     ["schedule", "rm", "nightly"],
+    ["limits", "set", "api", "--rate", "10/1m"],
+    ["limits", "ls"],
+    ["limits", "rm", "api"],
+    ["keys", "new", "{tmp}/k.key"],
+    ["replicate", "file://{tmp}/replica"],  # refused: SQLite only, saying which database
+    ["restore", "file://{tmp}/replica", "{tmp}/restored.db"],
     ["agenda"],
     ["status"],
     ["tui"],
@@ -87,6 +93,7 @@ COMMANDS: list[list[str]] = [
     ["vacuum"],
     ["backup", "{tmp}/backup.db"],
     ["daemon", "stop"],
+    ["keys", "rotate", "{tmp}/k.key"],  # last: the values are sealed from then on
 ]
 IN_PROCESSES = ["daemon", "serve"]
 
@@ -104,7 +111,7 @@ def _command_names() -> set[str]:
 
 
 def _named(argv: list[str]) -> str:
-    return " ".join(argv[:2]) if argv[0] == "schedule" else argv[0]
+    return " ".join(argv[:2]) if argv[0] in ("schedule", "limits", "keys") else argv[0]
 
 
 @pytest.fixture

@@ -208,8 +208,9 @@ PLAUSIBLE: dict[str, list[str]] = {
     "from_": ["2026-03-28T00:00:00Z"],
 }
 # Commands and options that serve or wait until something outside the test happens.
-# serve: fuzzed over HTTP in test_serve_fuzz; wait: until its runs end (test_cli_wait).
-SKIP_COMMANDS = {"daemon", "tui", "init", "serve", "wait"}
+# serve: fuzzed over HTTP in test_serve_fuzz; wait: until its runs end (test_cli_wait);
+# replicate: Litestream until stopped (its bad destinations: test_replica).
+SKIP_COMMANDS = {"daemon", "tui", "init", "serve", "wait", "replicate"}
 # logs --follow: until the run ends; ls --watch: until Ctrl-C (both tested on a FakeClock).
 SKIP_OPTIONS = {"wait", "follow", "watch", "version", "help"}
 

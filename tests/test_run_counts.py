@@ -129,6 +129,15 @@ def test_migration_11_moves_an_older_database(tmp_path: Path, flows: Path) -> No
     conn = sqlite3.connect(str(db), isolation_level=None)
     conn.executescript(  # the same rows as schema 10 held them: the text in every run row
         """
+        DROP INDEX runs_resumed;  -- migration 23's
+        DROP TRIGGER runs_flow_release;  -- migration 22's
+        DROP INDEX runs_flow; DROP INDEX runs_flow_held; DROP INDEX runs_priority;
+        DROP INDEX runs_flow_wait; DROP INDEX runs_debounce;
+        DROP TABLE limit_holds; DROP TABLE limit_starts; DROP TABLE limits;
+        ALTER TABLE runs DROP COLUMN priority; ALTER TABLE runs DROP COLUMN flow_key;
+        ALTER TABLE runs DROP COLUMN flow_limit; ALTER TABLE runs DROP COLUMN held_at;
+        ALTER TABLE runs DROP COLUMN flow_wait; ALTER TABLE runs DROP COLUMN debounce_key;
+        ALTER TABLE runs DROP COLUMN traceparent;  -- migration 21's
         CREATE TABLE timeline_rowid (  -- migration 19's: the timeline by rowid, runs_created
             seq INTEGER PRIMARY KEY,
             run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,

@@ -59,7 +59,9 @@ def test_install_completion_then_tab_completes_in_bash(tmp_path: Path) -> None:
     assert "complete -o default -F _flowctl_completion flowctl" in script.read_text()
 
     assert _complete(tmp_path, "flowctl", "sch") == ["schedule"]
-    assert _complete(tmp_path, "flowctl", "re") == ["redrive", "rerun", "resume"]
+    assert _complete(tmp_path, "flowctl", "re") == [
+        "redrive", "rerun", "resume", "replicate", "restore",
+    ]  # fmt: skip  (in the order --help lists them)
     assert _complete(tmp_path, "flowctl", "schedule", "") == [
         "add", "ls", "show", "pause", "resume", "rm", "trigger", "explain", "sync",
     ]  # fmt: skip
@@ -131,7 +133,7 @@ def test_tab_offers_workflow_names_run_ids_and_statuses(tmp_path: Path) -> None:
     ids = [json.loads(first)["id"], json.loads(second)["id"]]
 
     assert _complete_in(home, project, "flowctl", "run", "") == [
-        "onboarding", "ping", "trial-followup",
+        "fanout", "onboarding", "ping", "trial-followup",
     ]  # fmt: skip
     assert _complete_in(home, project, "flowctl", "run", "on") == ["onboarding"]
     assert _complete_in(home, project, "flowctl", "ls", "--workflow", "p") == ["ping"]
