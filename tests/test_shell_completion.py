@@ -59,9 +59,10 @@ def test_install_completion_then_tab_completes_in_bash(tmp_path: Path) -> None:
     assert "complete -o default -F _flowctl_completion flowctl" in script.read_text()
 
     assert _complete(tmp_path, "flowctl", "sch") == ["schedule"]
+    # In the order --help lists them.
     assert _complete(tmp_path, "flowctl", "re") == [
         "redrive", "rerun", "resume", "replicate", "restore",
-    ]  # fmt: skip  (in the order --help lists them)
+    ]  # fmt: skip
     assert _complete(tmp_path, "flowctl", "schedule", "") == [
         "add", "ls", "show", "pause", "resume", "rm", "trigger", "explain", "sync",
     ]  # fmt: skip
