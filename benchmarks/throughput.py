@@ -65,9 +65,11 @@ BATCH = 32
 # flowctl
 
 
-def run_daemon(db: Path, concurrency: int | None, workers: int | None) -> tuple[float, int]:
-    """Run `flowctl daemon --until-idle` on db; return (CPU seconds, its worker processes'
-    included, and the exit code)."""
+def run_daemon(
+    db: Path, concurrency: int | None, workers: int | None, env: dict[str, str] | None = None
+) -> tuple[float, int]:
+    """Run `flowctl daemon --until-idle` on db (in `env`, else this environment); return
+    (CPU seconds, its worker processes' included, and the exit code)."""
     args = [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", "--log-level", "warning"]
     args += ["--until-idle"]
     if concurrency is not None:
@@ -75,7 +77,7 @@ def run_daemon(db: Path, concurrency: int | None, workers: int | None) -> tuple[
     if workers is not None:
         args += ["--workers", str(workers)]
     proc = subprocess.Popen(
-        args, cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        args, cwd=str(ROOT), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.throughput import run_daemon  # noqa: E402
 from flowctl.client import Client  # noqa: E402
 
 FLOWS = str(ROOT / "benchmarks" / "flows.py")
@@ -72,15 +72,10 @@ def environments(port: int) -> dict[str, dict[str, str]]:
 
 
 def daemon_cpu(db: Path, env: dict[str, str]) -> float:
-    args = [sys.executable, "-m", "flowctl", "--db", str(db), "daemon", "--until-idle"]
-    args += ["--log-level", "warning"]
-    proc = subprocess.Popen(
-        args, cwd=str(ROOT), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    _, status, usage = os.wait4(proc.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"the daemon exited {os.waitstatus_to_exitcode(status)}")
-    return usage.ru_utime + usage.ru_stime
+    cpu, code = run_daemon(db, None, None, env)
+    if code != 0:
+        raise SystemExit(f"the daemon exited {code}")
+    return cpu
 
 
 def cpu_ms_per_run(tmp: Path, name: str, n: int, env: dict[str, str]) -> float:

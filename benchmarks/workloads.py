@@ -41,20 +41,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.daemon import children, proc_cpu_s  # noqa: E402
+from benchmarks.daemon import children, count, proc_cpu_s  # noqa: E402
 from flowctl.client import Client  # noqa: E402
 
 FLOWS = str(ROOT / "benchmarks" / "flows.py")
 IDLE_AFTER_START = 1.0  # seconds: the daemon and its workers start, then idle
-
-
-def _completed(db: Path) -> int:
-    conn = sqlite3.connect(str(db), timeout=30)
-    try:
-        row = conn.execute("SELECT COALESCE(SUM(n), 0) FROM run_counts WHERE status = 'completed'")
-        return int(row.fetchone()[0])
-    finally:
-        conn.close()
 
 
 def tree_cpu_s(pid: int) -> float:
@@ -83,7 +74,7 @@ def serve(db: Path, enqueue: Callable[[Client], None], n: int) -> float:
         with Client(db) as client:
             enqueue(client)
         give_up = time.monotonic() + 600
-        while _completed(db) < n:
+        while count(db, "completed") < n:
             if proc.poll() is not None or time.monotonic() > give_up:
                 raise SystemExit(f"the daemon stopped (or took too long) before {n} completed")
             time.sleep(0.05)

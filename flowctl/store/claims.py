@@ -18,7 +18,7 @@ from typing import Any
 from flowctl.model import DUE, Run, RunStatus, from_us, to_us
 from flowctl.store.core import StoreCore
 from flowctl.store.endings import end, fail, move_counts, park_paused
-from flowctl.store.keyslots import PRIORITY, KeySlots, hold
+from flowctl.store.keyslots import PRIORITY, STATUS, KeySlots, hold
 from flowctl.store.mapping import _RUN_COLUMNS, _run_from_row
 from flowctl.store.records import Claim, Lease
 from flowctl.store.rows import (
@@ -316,12 +316,15 @@ def _due_order(row: Row) -> tuple[Any, ...]:
     return -row[PRIORITY], not _woke(row), row[7], row[0]
 
 
+_STARTED_AT = 8  # a run row's started_at (mapping._RUN_COLUMNS)
+
+
 def _woke(row: Row) -> bool:
     """A due run that has run before: any status but queued and paused, or a queued run
     that started once (its retry, a release, a take-back)."""
-    status = row[4]
+    status = row[STATUS]
     if status == "queued":
-        return row[8] is not None  # started_at
+        return row[_STARTED_AT] is not None
     return bool(status != "paused")
 
 
