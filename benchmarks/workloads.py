@@ -141,12 +141,15 @@ def run_rounds(rounds: int, n: int, sleepers: int, fresh: int) -> None:
         with tempfile.TemporaryDirectory(prefix="flowctl-work-") as d:
             for name in names:
                 cpu[name].append(cpu_ms_per_run(Path(d), name, n))
-            wakes.append(wake_lateness(Path(d), sleepers, fresh))
+            if sleepers:
+                wakes.append(wake_lateness(Path(d), sleepers, fresh))
         loads.append(os.getloadavg()[0])
         print(
             f"  round {r + 1}: "
             + ", ".join(f"{k} {v[-1]:.3f}" for k, v in cpu.items())
-            + f" ms/run; wakes p99 {wakes[-1]['p99']:.0f} ms (load {loads[-1]:.2f})",
+            + " ms/run"
+            + (f"; wakes p99 {wakes[-1]['p99']:.0f} ms" if wakes else "")
+            + f" (load {loads[-1]:.2f})",
             flush=True,
         )
     sleep_ratio = [a / b for a, b in zip(cpu["nap"], cpu["three"], strict=True)]
@@ -159,6 +162,8 @@ def run_rounds(rounds: int, n: int, sleepers: int, fresh: int) -> None:
     print(f"  one-step            {spread(cpu['one'])} ms CPU per run")
     print(f"  one failed try + retry {spread(cpu['retried'])} ms CPU per run")
     print(f"    / one-step        {spread(retry_ratio)}   (target <= 1.5)")
+    if not wakes:
+        return
     print(f"  wakes beside fresh work ({sleepers:,} sleepers of 1 s, {fresh:,} fresh runs):")
     for key in ("p50", "p99", "max"):
         target = "   (target p99 < 100 ms)" if key == "p99" else ""

@@ -39,8 +39,11 @@ from typing import TYPE_CHECKING, Any
 # module is itself imported only by a daemon that runs the batch runner.
 from greenlet import getcurrent, greenlet
 
+from flowctl.clock import Clock
+from flowctl.daemon.rests import Rests
+from flowctl.daemon.slots import Slots
 from flowctl.retry import BLOCKING
-from flowctl.runtime.suspend import step_caller
+from flowctl.runtime.suspend import resting, step_caller
 
 if TYPE_CHECKING:
     from flowctl.runtime.live import LiveRun
@@ -193,6 +196,7 @@ class BatchRunner:
         # alive is its length; a greenlet leaves it once it has ended (_round).
         self._workflows: dict[greenlet, str] = {}
         self._warned: set[str] = set()
+        self.rests: Rests | None = None  # short waits spent here (allow_rests)
         self._thread = threading.Thread(target=self._serve, name="flowctl-runner", daemon=True)
 
     def start(self) -> None:
@@ -223,12 +227,15 @@ class BatchRunner:
             self._writes = None
 
     def _take(self, *, block: bool) -> None:
-        """New claims and finished pooled bodies: each makes a greenlet ready."""
+        """New claims, finished pooled bodies and resting handlers whose wake came (or
+        all of them, when closing): each makes a greenlet ready. Blocks (if `block`) at
+        most until the next wake."""
+        timeout = None if self.rests is None else self.rests.next_in()
         while True:
             try:
-                event = self._events.get() if block else self._events.get_nowait()
+                event = self._events.get(timeout=timeout) if block else self._events.get_nowait()
             except queue.Empty:
-                return
+                break
             block = False
             if event is None:
                 self._closing = True
@@ -240,6 +247,9 @@ class BatchRunner:
                 self._ready.append((event[1], None))
             if self._closing and not self._workflows:
                 return
+        if self.rests is not None:
+            woken = self.rests.stop() if self._closing else self.rests.due()
+            self._ready.extend((g, not self._closing) for g in woken)
 
     def _round(self) -> None:
         """Resume every ready greenlet until it parks on a write, waits on the pool or ends;
@@ -294,7 +304,17 @@ class BatchRunner:
 
     def _run(self, job: tuple[Claim, LiveRun]) -> None:
         step_caller.set(self._call_step)
+        resting.set(self.rests)
         self._execute(*job)
+
+    def allow_rests(self, clock: Clock, slots: Slots, lease: float) -> None:
+        """Let handlers wait out short sleeps and retries in memory (flowctl.daemon.rests):
+        on the system clock only, since resting greenlets wait on real time."""
+        self.rests = Rests(clock, slots, lease, switch=self._to_main, freed=self._ended)
+
+    def _to_main(self) -> object:
+        assert self._main is not None
+        return self._main.switch()
 
     def _park(self) -> None:
         """A write waits for its round's COMMIT: back to the runner until the round commits."""

@@ -19,10 +19,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import ClassVar, Protocol
 
-from flowctl.clock import Clock
+from flowctl.clock import Clock, SystemClock
 from flowctl.daemon.batch import BatchRunner
 from flowctl.daemon.config import DaemonConfig
 from flowctl.daemon.lifecycle import Lifecycle
+from flowctl.daemon.slots import Slots
 from flowctl.runtime.engine import Outcome
 from flowctl.runtime.live import LiveRun
 from flowctl.store import Claim, Store
@@ -35,6 +36,7 @@ class Host(Protocol):
     clock: Clock
     config: DaemonConfig
     life: Lifecycle
+    slots: Slots
 
     def execute(self, claim: Claim, live: LiveRun | None = None) -> Outcome: ...
     def serve_loop(self, until_idle: bool, executor: Executor) -> int: ...
@@ -151,6 +153,8 @@ class Greenlets(InProcess):
         self._runner = BatchRunner(
             host.store, host.execute, ended=host.life.wake.set, failed=failed
         )
+        if isinstance(host.clock, SystemClock):
+            self._runner.allow_rests(host.clock, host.slots, host.config.lease)
         self._runner.start()
 
     def submit(self, claim: Claim, live: LiveRun) -> None:

@@ -94,16 +94,19 @@ class Heartbeat:
         if not held:
             self._beat_idle()
             return
+        sent = [(live.lease, live.spent()) for _, live in held]
         replies = self.store.heartbeat(
             self.owner,
-            [(live.lease, live.spent()) for _, live in held],
+            sent,
             now + timedelta(seconds=self.config.lease),
             now,
             steps={rid: live.step for rid, live in held},
         )
         lives = dict(held)
-        for reply in replies:
+        for reply, (lease, _) in zip(replies, sent, strict=True):
             live = lives[reply.run_id]
+            if live.resting or live.lease is not lease:
+                continue  # it rests, or rested since (flowctl.daemon.rests): a stale reply
             live.lost = live.lost or reply.lost
             exc = _told(reply.lost, reply.cancel, reply.deadline, reply.timeout, live)
             if exc is None:

@@ -514,7 +514,7 @@ class Daemon:
             log.warning(
                 "run %s: lease lost (our fence %d, now %d held by %s); abandoned",
                 run_id,
-                claim.lease.fence,
+                live.lease.fence,
                 now_run.fence,
                 now_run.lease_owner,
             )
@@ -523,7 +523,7 @@ class Daemon:
                 "lease lost",
                 {
                     "owner": self.owner,
-                    "fence": claim.lease.fence,
+                    "fence": live.lease.fence,
                     "current_fence": now_run.fence,
                     "noticed_by": "heartbeat" if live.lost else "write",
                     "note": "late write rejected by the fence; the run is another worker's now",

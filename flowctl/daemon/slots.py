@@ -29,6 +29,12 @@ class Slots:
             self._live[run.run_id] = live
         return live
 
+    def put(self, live: LiveRun) -> None:
+        """A run resumed by its resting handler (flowctl.daemon.rests) takes a slot again,
+        beyond `concurrency` if none is free: a wake goes before fresh work."""
+        with self._lock:
+            self._live[live.run_id] = live
+
     def release(self, run_id: str) -> None:
         """Its handler stopped (here, or in a worker process): the slot is free."""
         with self._lock:

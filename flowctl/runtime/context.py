@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from flowctl.clock import Clock
-from flowctl.durations import Duration, format_duration, parse_duration
+from flowctl.durations import Duration, parse_duration
 from flowctl.errors import (
     DurableCallError,
     Interrupt,
@@ -34,14 +34,20 @@ from flowctl.fanout import call_key, item_key
 from flowctl.limits import lone_surrogate
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
 from flowctl.output import capturing
-from flowctl.retry import RetryPolicy, options_of
+from flowctl.retry import RetryPolicy, StepOptions, options_of
 from flowctl.runtime import limited
 from flowctl.runtime.branches import call_body, is_async
 from flowctl.runtime.children import run_children
 from flowctl.runtime.fanout import check_fanout, run_steps
 from flowctl.runtime.live import LiveRun
 from flowctl.runtime.recorded import error_dict, error_line, rebuild_error
-from flowctl.runtime.suspend import Suspend, step_caller
+from flowctl.runtime.suspend import Parked, Suspend, step_caller
+from flowctl.runtime.timed import (
+    rest_through,
+    resumed_sleep,
+    retry_suspension,
+    sleep_suspension,
+)
 from flowctl.store import dumps
 from flowctl.tracing.ids import run_trace
 
@@ -148,6 +154,10 @@ class Context:
         # Whether the run's row may still carry suspicion (reclaims, suspect) for progress
         # to clear: the claim says; the first checkpoint clears it.
         self._suspicion = bool(run.reclaims or run.suspect)
+        # Never waits in memory (_rest): a keyed run's slot of its key is released when
+        # it parks, and a suspect runs alone, its slot held.
+        self._restless = run.flow_key is not None or run.suspect or run.solo
+        self._deadline = run.deadline
         # The last step's checkpoint, not yet written: committed before any later durable
         # call (the gate) or with the run's ending (the engine), so it is durable before
         # anything after it runs, and a run that returns right after it commits once.
@@ -294,9 +304,31 @@ class Context:
                 raise rebuild_error(entry.value)
             if entry.state is EntryState.RETRYING:
                 if entry.wake_at is not None and entry.wake_at > self._clock.now():
-                    raise self._halt(self._suspend_retry(entry))
+                    raise self._halt(retry_suspension(entry))
                 tries = entry.tries
         options = options_of(fn)
+        while True:
+            tried = self._try_step(index, name, fn, args, kwargs, options, tries)
+            if not isinstance(tried, Suspend):
+                return tried
+            # Its retry: waited out here (a short backoff in the batch runner), else parked.
+            if tried.entry is None or not self._rest(tried):
+                raise self._halt(tried)
+            self.recorded(tried.entry)
+            tries = tried.entry.tries
+
+    def _try_step(
+        self,
+        index: int,
+        name: str,
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        options: StepOptions,
+        tries: int,
+    ) -> T | Suspend:
+        """One try of a step's body: its result (checkpointed at the next durable call),
+        or the suspension that retries it; raises when it fails for good or halts."""
         policy = options.retry
         if options.limit is not None:  # taken before the body starts, or the run halts
             halt = limited.take(self._store, self._lease, options.limit, index, name, self._clock)
@@ -323,7 +355,7 @@ class Context:
                 raise self.halted from None
             retry = self._step_failed(index, name, exc, policy, tries + 1, started)
             if retry is not None:
-                raise self._halt(retry) from None
+                return retry
             raise
         finally:
             self._in_step = None
@@ -364,7 +396,7 @@ class Context:
                 tries=tries,
                 duration=duration,
             )
-            return self._suspend_retry(retry)
+            return retry_suspension(retry)
         failed = self._entry(
             index, CallKind.STEP, name, EntryState.ERROR, error, tries=tries, duration=duration
         )
@@ -373,26 +405,26 @@ class Context:
         )
         return None
 
-    def _suspend_retry(self, entry: JournalEntry) -> Suspend:
-        """Park the run until the step's backoff ends: a durable timer, no worker held."""
-        wake_at = entry.wake_at
-        if wake_at is None:
-            raise RuntimeError(f"run {self.run_id}: step retry #{entry.call_index} has no wake_at")
-        return Suspend(
-            RunStatus.QUEUED,
-            wake_at,
-            entry,
-            (
-                "step retry scheduled",
-                {
-                    "name": entry.name,
-                    "index": entry.call_index,
-                    "try": entry.tries + 1,
-                    "at": wake_at.isoformat(timespec="microseconds"),
-                    "error": error_line(entry.value or {}),
-                },
-            ),
+    def _rest(self, suspend: Suspend) -> bool:
+        """Wait out `suspend` in memory here if the batch runner allows it (runtime.timed):
+        True once the run is taken back; False, park it as usual."""
+        if self._restless or self._trace is not None:
+            return False
+        rested = rest_through(
+            self._store,
+            self._lease,
+            self._live,
+            self._clock,
+            suspend,
+            attempt=self.attempt,
+            deadline=self._deadline,
         )
+        if isinstance(rested, Parked):
+            raise self._halt(rested)
+        if rested is None:
+            return False
+        self._lease = rested
+        return True
 
     def sleep(self, duration: Duration, *, name: str = "sleep") -> None:
         """Sleep durably: the deadline is recorded first; a restart never restarts it."""
@@ -421,68 +453,34 @@ class Context:
     def _sleep(self, name: str, deadline: Callable[[datetime], datetime]) -> None:
         index, entry = self._next_call(CallKind.SLEEP, name)
         now = self._clock.now()
+
+        def done(wake_at: datetime, at: datetime) -> JournalEntry:
+            return self._entry(
+                index, CallKind.SLEEP, name, EntryState.DONE, None, wake_at=wake_at, resolved_at=at
+            )
+
         if entry is None:
             wake_at = deadline(now)
             if wake_at <= now:
                 # Fast path: still recorded, so a later code change cannot alter this run.
-                self._record(
-                    self._entry(
-                        index,
-                        CallKind.SLEEP,
-                        name,
-                        EntryState.DONE,
-                        None,
-                        wake_at=wake_at,
-                        resolved_at=now,
-                    )
-                )
+                self._record(done(wake_at, now))
                 return
             pending = self._entry(
                 index, CallKind.SLEEP, name, EntryState.PENDING, None, wake_at=wake_at
             )
-            raise self._halt(
-                Suspend(
-                    RunStatus.SLEEPING,
-                    wake_at,
-                    pending,
-                    (
-                        "sleep started",
-                        {
-                            "index": index,
-                            "wake_at": wake_at.isoformat(timespec="microseconds"),
-                            "for": format_duration(wake_at - now),
-                        },
-                    ),
-                )
-            )
+            suspend = sleep_suspension(pending, now)
+            if not self._rest(suspend):  # a short sleep in the batch runner: waited out here
+                raise self._halt(suspend)
+            self.recorded(done(wake_at, self._clock.now()))  # as the resume wrote it
+            return
         if entry.state is EntryState.DONE:
             return
         recorded = entry.wake_at  # the recorded deadline stands across restarts and deploys
         if recorded is None:
             raise RuntimeError(f"run {self.run_id}: sleep #{index} was journaled without wake_at")
         if recorded > now:
-            raise self._halt(
-                Suspend(
-                    RunStatus.SLEEPING,
-                    recorded,
-                    None,
-                    (
-                        "sleep resumed",
-                        {"index": index, "wake_at": recorded.isoformat(timespec="microseconds")},
-                    ),
-                )
-            )
-        self._record(
-            self._entry(
-                index,
-                CallKind.SLEEP,
-                name,
-                EntryState.DONE,
-                None,
-                wake_at=recorded,
-                resolved_at=now,
-            )
-        )
+            raise self._halt(resumed_sleep(index, recorded))
+        self._record(done(recorded, now))
 
     def wait_signal(
         self, name: str, timeout: Duration | None = None, default: Any = MISSING

@@ -22,6 +22,7 @@ from flowctl.errors import (
 )
 from flowctl.model import JournalEntry, RunStatus
 from flowctl.runtime.context import ChildLauncher, Context, LeaseLost, LiveRun, Suspend, error_dict
+from flowctl.runtime.suspend import Parked
 from flowctl.runtime.targets import Loader, WorkflowDef, load_child
 from flowctl.store import Claim, Store
 from flowctl.tracing import Attempt, Tracer, tracer
@@ -160,7 +161,7 @@ class Engine:
         ctx._enter()
         try:
             result = wf.handler(ctx, **inputs)
-        except (Exception, Interrupt, Suspend) as e:
+        except (Exception, Interrupt, Suspend, Parked) as e:
             # What a durable call halted on wins over what user code made of it (caught it
             # and raised something else, say).
             return ctx.halted or e, None
@@ -186,7 +187,7 @@ class Engine:
         last = ctx.pending
         try:
             ok = self.store.complete_run(
-                claim.lease,
+                live.lease,
                 result,
                 self.clock.now(),
                 live.spent(),
@@ -212,9 +213,11 @@ class Engine:
     def _stopped(self, claim: Claim, live: LiveRun, stop: BaseException) -> Outcome:
         """Map how a handler stopped to its store transition."""
         run = claim.run
+        if isinstance(stop, Parked):  # parked by the handler's own call (Context._rest)
+            return Outcome(run.run_id, stop.status, run_at=stop.run_at)
         if isinstance(stop, Suspend):
             applied = self.store.suspend_run(
-                claim.lease,
+                live.lease,
                 stop.status,
                 stop.run_at,
                 self.clock.now(),
@@ -227,7 +230,7 @@ class Engine:
             # The store's run_at (clamped to the deadline), not the one the handler asked for.
             return Outcome(run.run_id, applied.status, run_at=applied.run_at)
         if isinstance(stop, LeaseLost):
-            log.info("run %s: lease lost (fence %s); abandoning", run.run_id, claim.lease.fence)
+            log.info("run %s: lease lost (fence %s); abandoning", run.run_id, live.lease.fence)
             return Outcome(run.run_id, None)
         kind = stop_kind(stop)
         if kind is ErrorKind.CANCELLED:
@@ -258,7 +261,7 @@ class Engine:
 
     def _fail(self, claim: Claim, live: LiveRun, error: dict[str, Any]) -> Outcome:
         applied = self.store.fail_attempt(
-            claim.lease, error, self.clock.now(), live.spent(), retry_at=None
+            live.lease, error, self.clock.now(), live.spent(), retry_at=None
         )
         if applied is None:
             return Outcome(claim.run.run_id, None, error=error)
@@ -267,7 +270,7 @@ class Engine:
     def _end(
         self, claim: Claim, live: LiveRun, status: RunStatus, error: dict[str, Any]
     ) -> Outcome:
-        ok = self.store.end_run(claim.lease, status, error, self.clock.now(), live.spent())
+        ok = self.store.end_run(live.lease, status, error, self.clock.now(), live.spent())
         return Outcome(claim.run.run_id, status if ok else None, error=error)
 
 

@@ -32,10 +32,23 @@ class LiveRun:
         # TUI: one tuple, so the heartbeat thread never reads a label with another's start.
         self.step: tuple[str, datetime] | None = None
         self.lost = False
+        self.resting = False  # its handler waits for a wake in memory (rest .. back)
         self._lock = threading.Lock()
 
     def spent(self) -> float:
         return self._spent_before + (self._clock.monotonic() - self._started)
+
+    def rest(self) -> None:
+        """The run is parked while its handler waits in memory: that wait spends no
+        execution time (a parked run's budget does not run)."""
+        self._spent_before = self.spent()
+        self.resting = True
+
+    def back(self, lease: Lease) -> None:
+        """Resumed under `lease` after a rest: the budget runs again from now."""
+        self.lease = lease
+        self._started = self._clock.monotonic()
+        self.resting = False
 
     @property
     def pause_requested(self) -> bool:

@@ -102,7 +102,7 @@ _SUSPECT_DUE = "status = 'running' AND run_at <= ? AND (suspect = 1 OR lease_own
 # that keeps killing its worker does not hold up the others.
 _SUSPECTS_READ = 64
 
-_SLEEPS_DUE = (
+SLEEPS_DUE = (
     "UPDATE journal SET state = 'done', resolved_at = ? WHERE run_id = ?"
     " AND kind = 'sleep' AND state = 'pending' AND wake_at <= ?"
 )
@@ -388,7 +388,7 @@ def _claim_one(
     # pause/resume keep that status), so its claim skips the statement; a pending sleep a
     # fork copied into it is resolved by the replay itself (Context._sleep).
     if prev is not _QUEUED:
-        tx.send(_SLEEPS_DUE, [times.now_us, run.run_id, times.now_us])
+        tx.send(SLEEPS_DUE, [times.now_us, run.run_id, times.now_us])
     return times.claimed(run, verdict, fence, empty)
 
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         ScheduleRow,
     )
     from flowctl.store.rekey import Sealed
+    from flowctl.store.resting import Resumed
     from flowctl.store.round import WriteRound
     from flowctl.store.values import Values
     from flowctl.transitions import Applied
@@ -441,6 +442,33 @@ class Store(RunListing, Protocol):
         is now when what it waits for came while it ran (an awaited signal is buffered, an
         awaited child has ended: see `awaited_signal`, `awaited_child`). Returns what it
         applied; None: lost."""
+        ...
+
+    def rest_run(
+        self,
+        lease: Lease,
+        entry: JournalEntry,
+        until: datetime,
+        now: datetime,
+        exec_spent: float,
+        event: tuple[str, dict[str, Any]],
+    ) -> bool:
+        """Journal a pending sleep or retry and let the held run rest, its lease given up,
+        due to others at `until` (flowctl.store.resting). False, writing nothing: the lease
+        is lost, or a cancel or pause was asked."""
+        ...
+
+    def resume_run(
+        self,
+        lease: Lease,
+        parked: RunStatus,
+        scheduled: datetime,
+        now: datetime,
+        lease_until: datetime,
+        attempt: int,
+    ) -> Resumed | None:
+        """Take back a run let rest under `lease`, as a claim would; None (nothing written)
+        when it is no longer as its handler left it."""
         ...
 
     def complete_run(

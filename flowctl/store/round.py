@@ -168,3 +168,23 @@ def all_applied(tx: Tx, sql: str, rows: list[Any]) -> bool:
 
 def _statement(sql: str, params: Any) -> Callable[[Tx], bool]:
     return lambda tx: bool(tx.execute(sql, params).rowcount == 1)
+
+
+class _Partial(Exception):
+    """Some row of an all-or-none executemany did not apply: the statement is undone."""
+
+
+def all_or_none(tx: Tx, sql: str, rows: list[Any]) -> bool:
+    """One executemany of `sql` for `rows`, kept only if each changed its one row; else
+    (or when it failed and the transaction goes on) undone whole and False: for a
+    statement that cannot simply run again for the rows that applied (it moves a fence),
+    so the caller then runs each write alone, for its own answer."""
+    try:
+        with tx.savepoint():
+            if tx.many(sql, rows) != len(rows):
+                raise _Partial
+    except Exception:
+        if not tx.alive():
+            raise
+        return False
+    return True

@@ -14,6 +14,7 @@ from flowctl.store.output import Output
 from flowctl.store.pruning import Pruning
 from flowctl.store.reads import RunReads
 from flowctl.store.rekey import Rekeying
+from flowctl.store.resting import Resting
 from flowctl.store.schedules import Schedules
 
 
@@ -22,6 +23,7 @@ class SqlStore(
     Claims,
     Leases,
     FencedWrites,
+    Resting,
     OperatorWrites,
     Schedules,
     Notifications,

@@ -1,0 +1,195 @@
+"""Resting runs: a short sleep or step retry waited out in memory by its handler (issue 40).
+
+The daemon's batch runner keeps a handler whose run sleeps (or waits to retry a step) for
+a short while on its stack, rather than unwind it, park the run and claim and replay it
+at the wake. Its run rests: `rest_run` journals the pending call (a sleep with its wake
+time, a failed try with its retry time) and gives up the lease, leaving the run
+`running` with no owner and due at `run_at`, the wake plus a margin. So:
+
+- no other claimer takes it before then; the handler takes it back at the wake with
+  `resume_run` (a new fence and lease, its sleep resolved, its `woke` and `claimed`
+  events), with no claim, no replay and no read;
+- if the daemon dies or stops meanwhile, any daemon claims it at `run_at` as a run a
+  stopping daemon handed back (no suspect: nobody died in it), and its replay finds the
+  sleep due, or the step to retry;
+- its status does not move (running), so neither write touches the status indexes or
+  the run counts: each is a third of a park's or a claim's cost.
+
+A round writes its rests together (`RESTS`) and its resumes together (`RESUMES`); each
+applies only while the run is still the writer's as it left it, else writes nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from flowctl.model import JournalEntry, RunStatus, to_us
+from flowctl.store.claims import SLEEPS_DUE
+from flowctl.store.core import StoreCore
+from flowctl.store.fenced import UPSERT_ENTRY
+from flowctl.store.records import Lease, checkpoint_params
+from flowctl.store.round import Write, all_or_none, run_alone
+from flowctl.store.rows import CLEARED, FENCED, EventRow, add_events, event
+from flowctl.store.rows import event as timeline_row
+from flowctl.store.sql import Tx
+
+# A held run rests: its lease given up, due to others at its margin, unless a cancel or
+# a pause was asked (the handler then parks it the usual way): (run_at, exec_spent_us,
+# run_id, fence, owner).
+_REST = (
+    "UPDATE runs SET run_at = ?, lease_owner = NULL, lease_until = NULL, exec_spent_us = ?,"
+    f" {CLEARED} WHERE {FENCED} AND cancel_requested = 0 AND pause_requested = 0"
+)
+
+# The resting run taken back by its handler, while nobody has claimed it since (same
+# fence, no owner, still running): (owner, lease_until, lease_until, run_id, fence).
+_RESUME = (
+    "UPDATE runs SET lease_owner = ?, lease_until = ?, run_at = ?, fence = fence + 1"
+    " WHERE run_id = ? AND fence = ? AND lease_owner IS NULL AND status = 'running'"
+)
+# The round's resumes together: only those with no cancel or pause asked meanwhile.
+_RESUME_PLAIN = _RESUME + " AND cancel_requested = 0 AND pause_requested = 0"
+
+
+class _Rest:
+    """What one rest writes, made before the write's turn."""
+
+    __slots__ = ("event", "params", "row")
+
+    def __init__(self, params: list[Any], row: list[Any], event: EventRow) -> None:
+        self.params, self.row, self.event = params, row, event
+
+
+class _Resume:
+    """What one resume writes, made before the write's turn."""
+
+    __slots__ = ("events", "params", "sleeps")
+
+    def __init__(
+        self, lease: Lease, parked: RunStatus, scheduled: datetime, now_us: int, until_us: int
+    ) -> None:
+        self.params = [lease.owner, until_us, until_us, lease.run_id, lease.fence]
+        at_us = to_us(scheduled)
+        woke = {
+            "from": str(parked),
+            "scheduled": scheduled.isoformat(timespec="microseconds"),
+            "late_ms": round((now_us - at_us) / 1000, 3),
+        }
+        self.events = [event(lease.run_id, now_us, "woke", woke)]
+        # A sleep's entry resolves, as a claim resolves it (a retry parks on no sleep).
+        self.sleeps = [now_us, lease.run_id, now_us] if parked is RunStatus.SLEEPING else None
+
+
+class Resumed:
+    """A resume that applied: the new lease, and what an operator asked meanwhile (the
+    handler is told, as a heartbeat would tell it)."""
+
+    __slots__ = ("cancel", "lease", "pause")
+
+    def __init__(self, lease: Lease, cancel: bool = False, pause: bool = False) -> None:
+        self.lease, self.cancel, self.pause = lease, cancel, pause
+
+
+class Resting(StoreCore):
+    """The batch runner's side of a run whose handler waits for its wake in memory."""
+
+    def rest_run(
+        self,
+        lease: Lease,
+        entry: JournalEntry,
+        until: datetime,
+        now: datetime,
+        exec_spent: float,
+        event: tuple[str, dict[str, Any]],
+    ) -> bool:
+        """Journal `entry` (the pending sleep or retry) and let the run rest until `until`
+        (see the module docstring). False, writing nothing, when the lease is lost or a
+        cancel or pause was asked: the handler then parks it as usual."""
+        now_us = to_us(now)
+        row = checkpoint_params(self.values, lease.run_id, entry, now_us)
+        row[8] = None  # a pending call is not resolved yet
+        params = [to_us(until), round(exec_spent * 1e6), lease.run_id, lease.fence, lease.owner]
+        noted = timeline_row(lease.run_id, now_us, event[0], self.values.note(event[1]))
+        rest = _Rest(params, row, noted)
+        return self._write(lambda tx: _rest(tx, rest), batch=RESTS, params=rest)
+
+    def resume_run(
+        self,
+        lease: Lease,
+        parked: RunStatus,
+        scheduled: datetime,
+        now: datetime,
+        lease_until: datetime,
+        attempt: int,
+    ) -> Resumed | None:
+        """Take back the run `lease` let rest, as a claim would (a new fence and lease,
+        `woke` and `claimed` events, its sleep resolved): None, writing nothing, when it
+        is no longer as its handler left it (claimed by another past its margin, ended)."""
+        resume = _Resume(lease, parked, scheduled, to_us(now), to_us(lease_until))
+        fence = lease.fence + 1
+        claimed = {"by": lease.owner, "fence": fence, "attempt": attempt}
+        resume.events.append(event(lease.run_id, to_us(now), "claimed", claimed))
+        flags = self._write(lambda tx: _resume(tx, resume), batch=RESUMES, params=resume)
+        if flags is None:
+            return None
+        return Resumed(Lease(lease.run_id, fence, lease.owner), *flags)
+
+
+def _rest(tx: Tx, rest: _Rest) -> bool:
+    """One rest, alone."""
+    if tx.execute(_REST, rest.params).rowcount != 1:
+        return False
+    tx.execute(UPSERT_ENTRY, rest.row)
+    add_events(tx, [rest.event])
+    return True
+
+
+def _rests(tx: Tx, writes: list[Write[Any]]) -> None:
+    """A round's rests: each statement once for all of them (all_or_none); if one would
+    not apply, each is written alone for its own answer."""
+    rests: list[_Rest] = [w.params for w in writes]
+    if not all_or_none(tx, _REST, [r.params for r in rests]):
+        for write in writes:
+            run_alone(tx, write)
+        return
+    tx.many(UPSERT_ENTRY, [r.row for r in rests])
+    add_events(tx, [r.event for r in rests])
+    for write in writes:
+        write.result = True
+
+
+def _resume(tx: Tx, resume: _Resume) -> tuple[bool, bool] | None:
+    """One resume, alone: (cancel asked, pause asked), or None when it did not apply."""
+    found = tx.all(_RESUME + " RETURNING cancel_requested, pause_requested", resume.params)
+    if not found:
+        return None
+    _follow(tx, [resume])
+    return bool(found[0][0]), bool(found[0][1])
+
+
+def _resumes(tx: Tx, writes: list[Write[Any]]) -> None:
+    """A round's resumes: one executemany of the UPDATE for those with nothing asked
+    meanwhile (all_or_none); else each alone, for its own answer."""
+    resumes: list[_Resume] = [w.params for w in writes]
+    if not all_or_none(tx, _RESUME_PLAIN, [r.params for r in resumes]):
+        for write in writes:
+            run_alone(tx, write)
+        return
+    _follow(tx, resumes)
+    for write in writes:
+        write.result = (False, False)
+
+
+def _follow(tx: Tx, resumes: list[_Resume]) -> None:
+    """What follows resumes that applied: their sleeps resolved, their events."""
+    sleeps = [r.sleeps for r in resumes if r.sleeps is not None]
+    if sleeps:
+        tx.many(SLEEPS_DUE, sleeps)
+    add_events(tx, [e for r in resumes for e in r.events])
+
+
+RESTS = _rests
+RESUMES = _resumes
+
+__all__ = ["RESTS", "RESUMES", "Resting", "Resumed"]

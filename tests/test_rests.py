@@ -1,0 +1,268 @@
+"""Short sleeps and step retries waited out in memory (issue 40: flowctl.daemon.rests,
+flowctl.store.resting, flowctl.runtime.timed).
+
+The daemon's batch runner keeps a handler whose run sleeps or waits to retry for up to
+REST_MAX on its stack: the pending call is journaled and the run let go first (durable,
+as a park), then taken back at the wake, with no claim and no replay. What a user sees is
+checked from the database and from the bodies' own effects (a line per handler start and
+per step body, in a file): the handler starts once, each body runs as often as it should,
+the timeline says what happened; a cancel asked meanwhile ends the run before its next
+step; a daemon that stops or is killed meanwhile leaves the run for the next one, which
+goes on from the journal with no step run twice and no suspect.
+
+Resting greenlets wait on real time (the system clock): these runs sleep 50 to 300 ms.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from helpers import logged_daemon, query, wait_until
+
+from flowctl import ops
+from flowctl.clock import FakeClock, SystemClock
+from flowctl.daemon import Daemon, DaemonConfig
+from flowctl.daemon.rests import REST_MARGIN, REST_MAX
+from flowctl.model import EntryState, JournalEntry, RunStatus
+from flowctl.store.sqlite import SqliteStore as Store
+
+FLOWS = """
+import os
+
+from flowctl import RetryPolicy, step, workflow
+
+
+def note(effects, what):
+    with open(effects, "a") as f:
+        f.write(what + "\\n")
+
+
+def add(effects, n, what):
+    note(effects, what)
+    return n + 1
+
+
+@workflow
+def nap(ctx, effects, n=0, seconds=0.1):
+    note(effects, f"start {ctx.run_id}")
+    a = ctx.step("one", add, effects, n, f"one {ctx.run_id}")
+    ctx.sleep(seconds)
+    return ctx.step("two", add, effects, a, f"two {ctx.run_id}")
+
+
+@step(retry=RetryPolicy.make(max_attempts=3, backoff="100ms", jitter=0))
+def fail_once(effects, marker):
+    note(effects, f"try {marker}")
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        return "ok"
+    raise RuntimeError("first try fails")
+
+
+@workflow
+def retried(ctx, effects, marker):
+    note(effects, f"start {ctx.run_id}")
+    return ctx.step("flaky", fail_once, effects, marker)
+"""
+
+
+@pytest.fixture
+def flows(tmp_path: Path) -> str:
+    path = tmp_path / "rest_flows.py"
+    path.write_text(FLOWS)
+    return str(path)
+
+
+@pytest.fixture
+def serving(db_path: Path) -> Iterator[Daemon]:
+    """A daemon on the system clock serving with its batch runner (where runs rest)."""
+    daemon = Daemon(Store(db_path), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
+    thread = threading.Thread(target=daemon.run_forever, daemon=True)
+    thread.start()
+    assert daemon.serving.wait(5)
+    yield daemon
+    daemon.stop(drain=False)
+    thread.join(10)
+    daemon.store.close()
+    assert not thread.is_alive()
+
+
+def start(db_path: Path, target: str, inputs: list[dict[str, object]]) -> list[str]:
+    with Store(db_path) as s:
+        return [ops.start(s, target, i, clock=SystemClock()).run.run_id for i in inputs]
+
+
+def status(db_path: Path, run_id: str) -> RunStatus:
+    with Store(db_path) as s:
+        return s.get_run(run_id).status
+
+
+def events(db_path: Path, run_id: str) -> list[str]:
+    rows = query(db_path, "SELECT type FROM timeline WHERE run_id = ? ORDER BY seq", (run_id,))
+    return [str(r[0]) for r in rows]
+
+
+def lines(effects: Path) -> list[str]:
+    return effects.read_text().splitlines() if effects.exists() else []
+
+
+def test_a_short_sleep_rests_in_memory_its_handler_started_once(
+    db_path: Path, tmp_path: Path, flows: str, serving: Daemon
+) -> None:
+    effects = tmp_path / "effects"
+    ids = start(db_path, f"{flows}:nap", [{"effects": str(effects), "n": i} for i in range(6)])
+    wait_until(lambda: all(status(db_path, r) is RunStatus.COMPLETED for r in ids), timeout=20)
+    seen = lines(effects)
+    with Store(db_path) as s:
+        for i, rid in enumerate(ids):
+            run = s.get_run(rid)
+            assert run.result == i + 2
+            # No replay: the handler started once and each body ran once.
+            assert [seen.count(f"{w} {rid}") for w in ("start", "one", "two")] == [1, 1, 1]
+            # Taken back by its own handler: a second fence, with the wake in the timeline.
+            assert run.fence == 2
+            kinds = events(db_path, rid)
+            assert kinds == ["claimed", "sleep started", "woke", "claimed", "completed"]
+            sleep = s.journal(rid)[1]
+            assert (sleep.kind, sleep.state) == ("sleep", EntryState.DONE)
+            assert sleep.resolved_at is not None and sleep.wake_at is not None
+            assert sleep.resolved_at >= sleep.wake_at  # never woken early
+    late = query(db_path, "SELECT data FROM timeline WHERE type = 'woke'")
+    assert len(late) == 6
+
+
+def test_a_failed_try_is_retried_in_memory_after_its_backoff(
+    db_path: Path, tmp_path: Path, flows: str, serving: Daemon
+) -> None:
+    effects = tmp_path / "effects"
+    inputs = [{"effects": str(effects), "marker": str(tmp_path / f"m{i}")} for i in range(4)]
+    ids = start(db_path, f"{flows}:retried", inputs)
+    wait_until(lambda: all(status(db_path, r) is RunStatus.COMPLETED for r in ids), timeout=20)
+    seen = lines(effects)
+    with Store(db_path) as s:
+        for rid, given in zip(ids, inputs, strict=True):
+            assert s.get_run(rid).result == "ok"
+            assert seen.count(f"start {rid}") == 1  # the handler went on, not replayed
+            assert seen.count(f"try {given['marker']}") == 2
+            step = s.journal(rid)[0]
+            assert (step.state, step.tries) == (EntryState.DONE, 2)
+            kinds = events(db_path, rid)
+            assert kinds[1:] == ["step retry scheduled", "woke", "claimed", "completed"]
+
+
+def test_a_sleep_longer_than_a_rest_parks_the_run_as_before(
+    db_path: Path, tmp_path: Path, flows: str, serving: Daemon
+) -> None:
+    effects = tmp_path / "effects"
+    [rid] = start(db_path, f"{flows}:nap", [{"effects": str(effects), "seconds": REST_MAX + 30}])
+    wait_until(lambda: status(db_path, rid) is RunStatus.SLEEPING, timeout=20)
+    with Store(db_path) as s:
+        run = s.get_run(rid)
+        assert run.lease_owner is None and run.run_at is not None
+        assert s.journal(rid)[1].state is EntryState.PENDING
+
+
+def test_a_cancel_asked_while_resting_ends_the_run_before_its_next_step(
+    db_path: Path, tmp_path: Path, flows: str, serving: Daemon
+) -> None:
+    effects = tmp_path / "effects"
+    [rid] = start(db_path, f"{flows}:nap", [{"effects": str(effects), "seconds": 1.0}])
+    wait_until(lambda: "sleep started" in events(db_path, rid), timeout=20)
+    with Store(db_path) as s:
+        resting = s.get_run(rid)
+        # It rests: still running, let go (no owner), due to others only after its wake.
+        assert resting.status is RunStatus.RUNNING and resting.lease_owner is None
+        ops.cancel(s, rid, clock=SystemClock(), reason="changed my mind")
+    wait_until(lambda: status(db_path, rid) is RunStatus.CANCELLED, timeout=20)
+    assert f"two {rid}" not in lines(effects)
+    assert lines(effects).count(f"start {rid}") == 1
+
+
+def test_a_drained_daemon_leaves_resting_runs_to_the_next_without_a_suspect(
+    db_path: Path, tmp_path: Path, flows: str
+) -> None:
+    effects = tmp_path / "effects"
+    first = Daemon(Store(db_path), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
+    thread = threading.Thread(target=first.run_forever, daemon=True)
+    thread.start()
+    inputs = [{"effects": str(effects), "n": i, "seconds": 0.3} for i in range(4)]
+    ids = start(db_path, f"{flows}:nap", inputs)
+    wait_until(lambda: all("sleep started" in events(db_path, r) for r in ids), timeout=20)
+    first.stop(drain=True)
+    thread.join(10)
+    first.store.close()
+    assert not thread.is_alive()
+    assert all(status(db_path, r) is RunStatus.RUNNING for r in ids)  # resting, let go
+    second = Daemon(Store(db_path), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
+    thread = threading.Thread(target=second.run_forever, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: all(status(db_path, r) is RunStatus.COMPLETED for r in ids), 20)
+    finally:
+        second.stop(drain=False)
+        thread.join(10)
+        second.store.close()
+    seen = lines(effects)
+    for rid in ids:
+        assert seen.count(f"one {rid}") == 1 and seen.count(f"two {rid}") == 1
+        kinds = events(db_path, rid)
+        assert "reclaimed" in kinds and "suspect" not in kinds
+
+
+def test_runs_resting_in_a_killed_daemon_go_on_in_the_next_with_no_step_twice(
+    db_path: Path, tmp_path: Path, flows: str
+) -> None:
+    """SIGKILL of a real `flowctl daemon` while its runs rest: the next daemon takes each
+    at its margin, replays it from the journal (its first step not run again) and ends
+    it; nobody died *in* a resting run, so none is a suspect."""
+    effects = tmp_path / "effects"
+    proc = logged_daemon(db_path, tmp_path / "d1.log", "--workers", "1")
+    try:
+        inputs = [{"effects": str(effects), "n": i, "seconds": 1.0} for i in range(8)]
+        ids = start(db_path, f"{flows}:nap", inputs)
+        wait_until(lambda: all("sleep started" in events(db_path, r) for r in ids), timeout=30)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    assert all(f"two {r}" not in lines(effects) for r in ids)
+    proc = logged_daemon(db_path, tmp_path / "d2.log", "--workers", "1")
+    try:
+        done = lambda: all(status(db_path, r) is RunStatus.COMPLETED for r in ids)  # noqa: E731
+        wait_until(done, timeout=30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    seen = lines(effects)
+    for rid in ids:
+        assert [seen.count(f"{w} {rid}") for w in ("one", "two")] == [1, 1]
+        assert seen.count(f"start {rid}") == 2  # replayed once, in the second daemon
+        kinds = events(db_path, rid)
+        assert "suspect" not in kinds and kinds[-1] == "completed"
+
+
+def test_a_resting_run_is_nobodys_until_its_margin_and_a_stale_resume_writes_nothing(
+    db_path: Path, fake_clock: FakeClock, flows: str, tmp_path: Path
+) -> None:
+    """The store's side, on a fake clock: no claim takes a resting run before its margin;
+    after it another claimer does, and the handler's late resume is refused."""
+    with Store(db_path) as s:
+        rid = ops.start(s, f"{flows}:nap", {"effects": "x"}, clock=fake_clock).run.run_id
+        now = fake_clock.now()
+        [claim], _ = s.claim_due("a", now, now + timedelta(seconds=15), 1)
+        wake = now + timedelta(seconds=1)
+        margin = wake + timedelta(seconds=REST_MARGIN)
+        sleep = JournalEntry(rid, 1, "sleep", "sleep", EntryState.PENDING, None, wake_at=wake)
+        assert s.rest_run(claim.lease, sleep, margin, now, 0.01, ("sleep started", {}))
+        for at in (wake, margin - timedelta(microseconds=1)):
+            assert s.claim_due("b", at, at + timedelta(seconds=15), 8)[0] == []
+        [taken], _ = s.claim_due("b", margin, margin + timedelta(seconds=15), 8)
+        assert taken.lease.fence == 2 and taken.run.reclaims == 0 and not taken.run.suspect
+        late = s.resume_run(claim.lease, RunStatus.SLEEPING, wake, margin, margin, 1)
+        assert late is None
+        assert s.get_run(rid).lease_owner == "b"
