@@ -178,6 +178,8 @@ def test_a_cancel_asked_while_resting_ends_the_run_before_its_next_step(
         resting = s.get_run(rid)
         # It rests: still running, let go (no owner), due to others only after its wake.
         assert resting.status is RunStatus.RUNNING and resting.lease_owner is None
+        why = ops.why_run(s, rid, clock=SystemClock())
+        assert why.reason == "resting" and "waits in memory for its sleep" in why.message
         ops.cancel(s, rid, clock=SystemClock(), reason="changed my mind")
     wait_until(lambda: status(db_path, rid) is RunStatus.CANCELLED, timeout=20)
     assert f"two {rid}" not in lines(effects)

@@ -527,6 +527,20 @@ def test_a_run_a_drain_handed_back_is_no_suspect() -> None:
     assert alone.reason == "released" and "no daemon is running" in alone.message
 
 
+def test_a_resting_run_waits_in_memory_until_its_wake_then_any_daemon_takes_it() -> None:
+    """A short sleep or retry waited out in memory (issue 40): running, let go, due to any
+    daemon at its margin; once past the margin it is a handed-back run like any other."""
+    wake, margin = NOW + timedelta(seconds=1), NOW + timedelta(seconds=2)
+    r = run(RunStatus.RUNNING, lease_owner=None, lease_until=None, run_at=margin)
+    sleep = entry(1, CallKind.SLEEP, "nap", EntryState.PENDING, wake_at=wake)
+    why = explain(WhyFacts(r, pending=sleep, daemons=(ALIVE,)), NOW)
+    assert why.reason == "resting" and why.to_json()["wake_at"] == "2026-03-29T12:00:01.000000Z"
+    assert "waits in memory for its sleep at" in why.message
+    retry = entry(0, CallKind.STEP, "charge", EntryState.RETRYING, wake_at=wake)
+    assert "for its retry of step 'charge'" in explain(WhyFacts(r, pending=retry), NOW).message
+    assert explain(WhyFacts(r, pending=sleep), margin).reason == "released"
+
+
 def test_why_and_status_read_the_suspects_from_the_store(
     store: Store, fake_clock: FakeClock, flows: Path
 ) -> None:

@@ -7,6 +7,7 @@ a FakeClock. The reasons, in the order they are tried:
     completed, cancelled, dead                      the run has ended
     deadline_passed                                 past its deadline, not yet dead-lettered
     cancel_requested, pause_requested,              running, with something pending on it
+    resting,                                        a short sleep or retry waited in memory
     suspect_alone, released, suspect_waiting,       recovering: run alone, handed back,
     lease_owner_gone, lease_expired, running        or its lease to be taken over
     paused                                          an operator paused it
@@ -38,6 +39,7 @@ REASONS = (
     "deadline_passed",
     "cancel_requested",
     "pause_requested",
+    "resting",
     "suspect_alone",
     "released",
     "suspect_waiting",
@@ -284,6 +286,9 @@ def _running(facts: WhyFacts, now: datetime) -> Answer | None:
             f"pause requested at {when(ev.at, now)}{_by(ev)}; {doing} still runs in"
             f" {owner}, and the run parks as paused at its next durable call",
         )
+    resting = _resting(facts, now, lease)
+    if resting is not None:
+        return resting
     recovering = _recovering(facts, now, owner, doing, lease)
     if recovering is not None:
         return recovering
@@ -309,6 +314,24 @@ def _running(facts: WhyFacts, now: datetime) -> Answer | None:
         "running",
         lease,
         f"running: {doing} runs in {owner}, lease until {when(run.lease_until, now)}",
+    )
+
+
+def _resting(facts: WhyFacts, now: datetime, lease: dict[str, Any]) -> Answer | None:
+    """A run whose handler waits in memory for a short sleep's or a retry's wake (issue
+    40, flowctl.store.resting): let go, due to any daemon only at its margin."""
+    run, entry = facts.run, facts.pending
+    if run.lease_owner is not None or run.suspect or run.run_at is None or run.run_at <= now:
+        return None
+    if entry is None or entry.wake_at is None or entry.kind not in (CallKind.SLEEP, CallKind.STEP):
+        return None
+    what = "sleep" if entry.kind is CallKind.SLEEP else f"retry of step {entry.name!r}"
+    return (
+        "resting",
+        {"daemon": _daemon_facts(facts), "wake_at": iso(entry.wake_at), **lease},
+        f"resting: its handler waits in memory for its {what} at {when(entry.wake_at, now)}"
+        f" in the daemon that ran it; if that daemon stops, any daemon takes it at"
+        f" {when(run.run_at, now)}",
     )
 
 
