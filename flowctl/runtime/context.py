@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from flowctl.clock import Clock
-from flowctl.durations import Duration, parse_duration
+from flowctl.durations import Duration
 from flowctl.errors import (
     DurableCallError,
     Interrupt,
@@ -43,7 +43,9 @@ from flowctl.runtime.live import LiveRun
 from flowctl.runtime.recorded import error_dict, error_line, rebuild_error
 from flowctl.runtime.suspend import Parked, Suspend, step_caller
 from flowctl.runtime.timed import (
-    rest_through,
+    begin_rest,
+    duration_of,
+    end_rest,
     resumed_sleep,
     retry_suspension,
     sleep_suspension,
@@ -175,7 +177,9 @@ class Context:
 
     # -- the gate ------------------------------------------------------------
 
-    def _guard(self, what: str) -> None:
+    def _guard(self, what: str, *, flush: bool = True) -> None:
+        """Checks every durable call makes first; and the last step's checkpoint committed
+        (`flush=False`: the call writes it itself, with its own first write)."""
         if not self._active:
             raise DurableCallError(
                 f"ctx.{what}() called outside a running handler; durable calls work only while"
@@ -192,7 +196,7 @@ class Context:
             )
         if threading.get_ident() != self._thread:
             raise DurableCallError(f"ctx.{what}() called from another thread than the handler's")
-        if self.pending is not None:
+        if flush and self.pending is not None:
             self.flush()  # the last step's checkpoint is durable before this call does anything
         self.check()
         if self._live.pause_requested:
@@ -406,35 +410,36 @@ class Context:
         return None
 
     def _rest(self, suspend: Suspend) -> bool:
-        """Wait out `suspend` in memory here if the batch runner allows it (runtime.timed):
-        True once the run is taken back; False, park it as usual."""
+        """Wait out `suspend` in memory here if the batch runner allows it (runtime.timed),
+        the last step's checkpoint written with its first write: True once the run is
+        taken back; False, park it as usual."""
         if self._restless or self._trace is not None:
             return False
-        rested = rest_through(
-            self._store,
-            self._lease,
-            self._live,
-            self._clock,
-            suspend,
-            attempt=self.attempt,
-            deadline=self._deadline,
+        store, lease, live, clock = self._store, self._lease, self._live, self._clock
+        last = self.pending
+        margin = begin_rest(
+            store, lease, live, clock, suspend, deadline=self._deadline, checkpoint=last
         )
+        if margin is None:
+            return False
+        if last is not None:  # written with the rest
+            self.pending = None
+            self.recorded(last)
+        rested = end_rest(store, lease, live, clock, suspend, margin, attempt=self.attempt)
         if isinstance(rested, Parked):
             raise self._halt(rested)
-        if rested is None:
-            return False
         self._lease = rested
         return True
 
     def sleep(self, duration: Duration, *, name: str = "sleep") -> None:
         """Sleep durably: the deadline is recorded first; a restart never restarts it."""
-        self._guard("sleep")
-        delta = _duration(duration)
+        self._guard("sleep", flush=False)  # _sleep writes it with its first write
+        delta = duration_of(duration)
         self._sleep(name, lambda now: now + delta)
 
     def sleep_until(self, when: datetime | float | int, *, name: str = "sleep") -> None:
         """Sleep until a timezone-aware datetime or an epoch time in seconds."""
-        self._guard("sleep_until")
+        self._guard("sleep_until", flush=False)
         if isinstance(when, datetime):
             if when.tzinfo is None or when.utcoffset() is None:
                 raise _misuse(
@@ -511,7 +516,7 @@ class Context:
             return payload
         now = self._clock.now()
         if entry is None:
-            timeout_at = None if timeout is None else now + _duration(timeout)
+            timeout_at = None if timeout is None else now + duration_of(timeout)
         else:
             timeout_at = entry.wake_at  # the recorded timeout stands
         if timeout_at is not None and timeout_at <= now:
@@ -773,14 +778,6 @@ def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any])
 def _misuse(message: str) -> UsageError:
     """A durable call used wrongly: the same code does the same again, so no retry can fix it."""
     return mark_non_retryable(UsageError(message))
-
-
-def _duration(value: Duration) -> timedelta:
-    """parse_duration, with a bad duration flagged as an error no retry can fix."""
-    try:
-        return parse_duration(value)
-    except UsageError as exc:
-        raise mark_non_retryable(exc) from None
 
 
 __all__ = [

@@ -3,16 +3,24 @@ resting through one in memory where the daemon's batch runner allows it (issue 4
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from flowctl.clock import Clock
-from flowctl.durations import format_duration
-from flowctl.errors import Cancelled
+from flowctl.durations import Duration, format_duration, parse_duration
+from flowctl.errors import Cancelled, UsageError, mark_non_retryable
 from flowctl.model import JournalEntry, RunStatus
 from flowctl.runtime.live import LiveRun
 from flowctl.runtime.recorded import error_line
 from flowctl.runtime.suspend import Parked, Suspend, resting
 from flowctl.store import Lease, Store
+
+
+def duration_of(value: Duration) -> timedelta:
+    """parse_duration, with a bad duration flagged as an error no retry can fix."""
+    try:
+        return parse_duration(value)
+    except UsageError as exc:
+        raise mark_non_retryable(exc) from None
 
 
 def sleep_suspension(pending: JournalEntry, now: datetime) -> Suspend:
@@ -49,21 +57,21 @@ def retry_suspension(entry: JournalEntry) -> Suspend:
     return Suspend(RunStatus.QUEUED, wake_at, entry, ("step retry scheduled", scheduled))
 
 
-def rest_through(
+def begin_rest(
     store: Store,
     lease: Lease,
     live: LiveRun,
     clock: Clock,
     suspend: Suspend,
     *,
-    attempt: int,
     deadline: datetime | None,
-) -> Lease | Parked | None:
-    """Wait out a timed suspension in memory where the batch runner allows it
-    (runtime.suspend.Rester, flowctl.store.resting): journal the pending call and let the
-    run rest, then take it back at the wake, with no claim and no replay: the new lease.
-    None: not here (the caller parks the run, as everywhere else). Parked: the run stays
-    resting for another daemon to take (this one stops, or the run moved on meanwhile)."""
+    checkpoint: JournalEntry | None,
+) -> datetime | None:
+    """Let the run rest through a timed suspension where the batch runner allows it
+    (runtime.suspend.Rester, flowctl.store.resting): its pending call journaled (with
+    `checkpoint`, the last step's, in the same write) and its lease given up. The margin
+    (when any daemon may take it); None: not here, nothing written (the caller parks the
+    run, as everywhere else)."""
     rester, until, entry = resting.get(), suspend.run_at, suspend.entry
     if rester is None or until is None or entry is None:
         return None
@@ -72,9 +80,28 @@ def rest_through(
         return None
     spent = live.spent()
     live.rest()  # first: a heartbeat's reply from now on is stale
-    if not store.rest_run(lease, entry, margin, clock.now(), spent, suspend.event):
+    now = clock.now()
+    if not store.rest_run(lease, entry, margin, now, spent, suspend.event, checkpoint=checkpoint):
         live.back(lease)
         return None  # lost, or a cancel or pause was asked: parked the usual way
+    return margin
+
+
+def end_rest(
+    store: Store,
+    lease: Lease,
+    live: LiveRun,
+    clock: Clock,
+    suspend: Suspend,
+    margin: datetime,
+    *,
+    attempt: int,
+) -> Lease | Parked:
+    """Wait for the wake of a run begin_rest let rest, and take it back, with no claim
+    and no replay: the new lease. Parked: it stays resting for another daemon to take
+    (this one stops, or the run moved on meanwhile)."""
+    rester, until = resting.get(), suspend.run_at
+    assert rester is not None and until is not None  # as begin_rest found them
     resting_for = Parked(RunStatus.RUNNING, margin)  # due to any daemon at its margin
     if not rester.rest(live, until):
         return resting_for
@@ -92,4 +119,11 @@ def rest_through(
     return resumed.lease
 
 
-__all__ = ["rest_through", "resumed_sleep", "retry_suspension", "sleep_suspension"]
+__all__ = [
+    "begin_rest",
+    "duration_of",
+    "end_rest",
+    "resumed_sleep",
+    "retry_suspension",
+    "sleep_suspension",
+]

@@ -452,10 +452,12 @@ class Store(RunListing, Protocol):
         now: datetime,
         exec_spent: float,
         event: tuple[str, dict[str, Any]],
+        *,
+        checkpoint: JournalEntry | None = None,
     ) -> bool:
-        """Journal a pending sleep or retry and let the held run rest, its lease given up,
-        due to others at `until` (flowctl.store.resting). False, writing nothing: the lease
-        is lost, or a cancel or pause was asked."""
+        """Journal a pending sleep or retry (and `checkpoint`, the last step's) and let the
+        held run rest, its lease given up, due to others at `until` (flowctl.store.resting).
+        False, writing nothing: the lease is lost, or a cancel or pause was asked."""
         ...
 
     def resume_run(

@@ -55,10 +55,10 @@ _RESUME_PLAIN = _RESUME + " AND cancel_requested = 0 AND pause_requested = 0"
 class _Rest:
     """What one rest writes, made before the write's turn."""
 
-    __slots__ = ("event", "params", "row")
+    __slots__ = ("event", "params", "rows")
 
-    def __init__(self, params: list[Any], row: list[Any], event: EventRow) -> None:
-        self.params, self.row, self.event = params, row, event
+    def __init__(self, params: list[Any], rows: list[list[Any]], event: EventRow) -> None:
+        self.params, self.rows, self.event = params, rows, event
 
 
 class _Resume:
@@ -102,16 +102,22 @@ class Resting(StoreCore):
         now: datetime,
         exec_spent: float,
         event: tuple[str, dict[str, Any]],
+        *,
+        checkpoint: JournalEntry | None = None,
     ) -> bool:
         """Journal `entry` (the pending sleep or retry) and let the run rest until `until`
-        (see the module docstring). False, writing nothing, when the lease is lost or a
-        cancel or pause was asked: the handler then parks it as usual."""
-        now_us = to_us(now)
-        row = checkpoint_params(self.values, lease.run_id, entry, now_us)
+        (see the module docstring); `checkpoint`, the last step's, journaled in the same
+        write. False, writing nothing, when the lease is lost or a cancel or pause was
+        asked: the handler then parks it as usual."""
+        now_us, values = to_us(now), self.values
+        row = checkpoint_params(values, lease.run_id, entry, now_us)
         row[8] = None  # a pending call is not resolved yet
+        rows = [row]
+        if checkpoint is not None:
+            rows.insert(0, checkpoint_params(values, lease.run_id, checkpoint, now_us))
         params = [to_us(until), round(exec_spent * 1e6), lease.run_id, lease.fence, lease.owner]
-        noted = timeline_row(lease.run_id, now_us, event[0], self.values.note(event[1]))
-        rest = _Rest(params, row, noted)
+        noted = timeline_row(lease.run_id, now_us, event[0], values.note(event[1]))
+        rest = _Rest(params, rows, noted)
         return self._write(lambda tx: _rest(tx, rest), batch=RESTS, params=rest)
 
     def resume_run(
@@ -140,7 +146,7 @@ def _rest(tx: Tx, rest: _Rest) -> bool:
     """One rest, alone."""
     if tx.execute(_REST, rest.params).rowcount != 1:
         return False
-    tx.execute(UPSERT_ENTRY, rest.row)
+    tx.many(UPSERT_ENTRY, rest.rows)
     add_events(tx, [rest.event])
     return True
 
@@ -153,7 +159,7 @@ def _rests(tx: Tx, writes: list[Write[Any]]) -> None:
         for write in writes:
             run_alone(tx, write)
         return
-    tx.many(UPSERT_ENTRY, [r.row for r in rests])
+    tx.many(UPSERT_ENTRY, [row for r in rests for row in r.rows])
     add_events(tx, [r.event for r in rests])
     for write in writes:
         write.result = True
