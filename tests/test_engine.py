@@ -280,6 +280,7 @@ def test_a_run_that_exhausts_its_attempts_is_dead_lettered_with_its_last_error(
     assert run.error is not None
     traceback = run.error["traceback"]
     assert "durable_flows.py" in traceback
+    assert "durable_flows.py" in traceback.splitlines()[1]  # from the user's frame on
     assert traceback.splitlines()[-1] == "RuntimeError: b failed on call 3"
     assert CALLS == {"a": 1, "b": 3}
     assert events(store, rid) == [

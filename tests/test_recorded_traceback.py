@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import traceback
+from pathlib import Path
 
 from flowctl.runtime.recorded import error_dict, format_traceback
 
@@ -79,3 +80,27 @@ def test_error_dict_records_it_bounded() -> None:
     assert error_dict(exc)["traceback"] == format_traceback(exc)
     deepest = error_dict(caught(deep, 900))["traceback"]
     assert deepest.count('  File "') == 40 and len(deepest) < 8000
+
+
+def test_a_steps_traceback_starts_at_the_users_code_not_flowctls() -> None:
+    """The frames of flowctl calling a step's body (the engine, the batch runner) say
+    nothing to the user: the recorded text starts at the user's first frame. flowctl's
+    frames are made here by code compiled under a file name in flowctl's package."""
+    import flowctl
+
+    own = Path(flowctl.__file__).parent / "runtime" / "caller.py"
+    space: dict[str, object] = {}
+    source = (
+        "def catch(fn, *a):\n    try:\n        fn(*a)\n    except BaseException as e:\n"
+        "        return e\n\n\ndef boom():\n    raise ValueError('inside')\n"
+    )
+    exec(compile(source, str(own), "exec"), space)
+    exc = space["catch"](deep, 1)  # type: ignore[operator]
+    assert str(own) in python_text(exc)  # Python's own text starts in flowctl's frame
+    text = format_traceback(exc)
+    assert str(own) not in text and text.count('  File "') == 2
+    assert text.splitlines()[1].endswith(", in deep") and text.endswith("KeyError: 'missing'\n")
+    boom = space["boom"]
+    own_only = space["catch"](boom)  # type: ignore[operator]
+    assert format_traceback(own_only).count('  File "') == 2  # nothing but flowctl's: kept
+    assert format_traceback(own_only).endswith("ValueError: inside\n")

@@ -275,8 +275,9 @@ class BatchRunner:
         self._commit()
         parked, self._parked = self._parked, []
         self._ready.extend((g, None) for g in parked)
-        if len(self._workflows) < alive:
-            self._ended()
+        rested = self.rests is not None and self.rests.take_freed()
+        if len(self._workflows) < alive or rested:
+            self._ended()  # slots were freed: the loop claims for them
 
     def _commit(self) -> None:
         """The round's writes in one transaction, one COMMIT (the store's round). The write
@@ -310,7 +311,7 @@ class BatchRunner:
     def allow_rests(self, clock: Clock, slots: Slots, lease: float) -> None:
         """Let handlers wait out short sleeps and retries in memory (flowctl.daemon.rests):
         on the system clock only, since resting greenlets wait on real time."""
-        self.rests = Rests(clock, slots, lease, switch=self._to_main, freed=self._ended)
+        self.rests = Rests(clock, slots, lease, switch=self._to_main)
 
     def _to_main(self) -> object:
         assert self._main is not None

@@ -52,13 +52,12 @@ class Rests(Rester):
         lease: float,
         *,
         switch: Callable[[], object],
-        freed: Callable[[], None],
     ) -> None:
         self._clock = clock
         self._slots = slots
         self._lease = timedelta(seconds=lease)
         self._switch = switch  # back to the runner; returns what the runner resumes it with
-        self._freed = freed  # a slot was freed: the loop may claim for it
+        self.freed = 0  # slots freed by rests since the runner last looked (`take_freed`)
         self._heap: list[tuple[float, int, greenlet]] = []
         self._order = itertools.count()  # ties in due time never compare greenlets
         self._stopping = False
@@ -74,7 +73,7 @@ class Rests(Rester):
 
     def rest(self, live: LiveRun, until: datetime) -> bool:
         self._slots.release(live.run_id)
-        self._freed()
+        self.freed += 1
         wait = max(0.0, (until - self._clock.now()).total_seconds())
         due = math.ceil((time.monotonic() + wait) / REST_TICK) * REST_TICK
         heapq.heappush(self._heap, (due, next(self._order), greenlet.getcurrent()))
@@ -87,6 +86,12 @@ class Rests(Rester):
         self._slots.put(live)
 
     # -- the runner's side ------------------------------------------------------------
+
+    def take_freed(self) -> bool:
+        """Whether a rest freed a slot since the last call: the runner then wakes the
+        daemon's loop once for them all, to claim for the slots, as for runs that ended."""
+        freed, self.freed = self.freed, 0
+        return freed > 0
 
     def due(self) -> list[greenlet]:
         """The resting handlers whose wake has come, soonest first."""

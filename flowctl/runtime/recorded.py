@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import linecache
+import os
 import traceback
 from types import TracebackType
 from typing import Any
@@ -49,7 +50,8 @@ _CONTEXT = "\nDuring handling of the above exception, another exception occurred
 
 def format_traceback(exc: BaseException) -> str:
     """The traceback as Python prints it, bounded (the innermost _FRAMES frames of each of
-    the last _CHAIN exceptions of its chain), without the column markers Python 3.11 adds:
+    the last _CHAIN exceptions of its chain, from the first frame that is not flowctl's
+    own), without the column markers Python 3.11 adds:
     finding them parses each line's source, about 25x the cost of the rest (a failed try
     is recorded on the daemon's hot path)."""
     chain: list[tuple[BaseException, str]] = []  # newest first, with the link to the next
@@ -75,6 +77,11 @@ def format_traceback(exc: BaseException) -> str:
     return "".join(parts)
 
 
+# flowctl's own source files: the frames of a step's traceback before the user's code
+# (the engine calling the body) say nothing to the user and are left out.
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
 def _one_traceback(exc: BaseException) -> str:
     frames: list[tuple[str, int, str]] = []
     tb: TracebackType | None = exc.__traceback__
@@ -82,6 +89,8 @@ def _one_traceback(exc: BaseException) -> str:
         code = tb.tb_frame.f_code
         frames.append((code.co_filename, tb.tb_lineno, code.co_name))
         tb = tb.tb_next
+    first = next((i for i, f in enumerate(frames) if not f[0].startswith(_OWN)), 0)
+    frames = frames[first:]  # from the user's first frame (all, if none is the user's)
     out = []
     if frames:
         out.append("Traceback (most recent call last):\n")
