@@ -90,10 +90,16 @@ def test_examples_use_real_looking_ids() -> None:
     assert re.fullmatch(r"[0-9a-z]{8,16}", example), example
 
 
-def test_shell_completion_is_offered_and_prints_a_script() -> None:
+def test_shell_completion_is_offered_and_prints_a_script(monkeypatch: pytest.MonkeyPatch) -> None:
     out = _help()
     assert "--install-completion" in out and "--show-completion" in out
-    result = CliRunner().invoke(cli.app, ["--show-completion", "bash"], prog_name="flowctl")
+    # Typer names the shell it finds among this process's parents: a test runner may have
+    # none above it, so it is told (a user's shell is always there; tests/
+    # test_shell_completion.py runs the real thing under bash).
+    import typer.completion
+
+    monkeypatch.setattr(typer.completion, "_get_shell_name", lambda: "bash")
+    result = CliRunner().invoke(cli.app, ["--show-completion"], prog_name="flowctl")
     assert result.exit_code == 0
     assert "complete -o default -F _flowctl_completion flowctl" in result.output
 

@@ -25,6 +25,14 @@ def _env(home: Path) -> dict[str, str]:
     return {**keep, "HOME": str(home), "PATH": f"{FLOWCTL.parent}{os.pathsep}{keep['PATH']}"}
 
 
+def _in_bash(option: str) -> list[str]:
+    """`flowctl OPTION` started by bash, as a user types it: Typer's completion options
+    take no value and name the shell they find among the process's parents (a test run
+    whose runner has no shell above it would find none)."""
+    # Not the command alone: bash would exec it in its own place, leaving no shell above.
+    return [str(BASH), "-c", f"'{FLOWCTL}' {option}; exit $?"]
+
+
 def _complete(home: Path, *words: str) -> list[str]:
     """What TAB offers after `words` (the last one is being typed) in `bash -i` at `home`."""
     line = " ".join(f"'{w}'" for w in words)
@@ -46,7 +54,7 @@ def _complete(home: Path, *words: str) -> list[str]:
 
 def test_install_completion_then_tab_completes_in_bash(tmp_path: Path) -> None:
     installed = subprocess.run(
-        [str(FLOWCTL), "--install-completion", "bash"],
+        _in_bash("--install-completion"),
         env=_env(tmp_path),
         capture_output=True,
         text=True,
@@ -71,7 +79,7 @@ def test_install_completion_then_tab_completes_in_bash(tmp_path: Path) -> None:
 
 def test_show_completion_prints_the_script_install_writes(tmp_path: Path) -> None:
     shown = subprocess.run(
-        [str(FLOWCTL), "--show-completion", "bash"],
+        _in_bash("--show-completion"),
         env=_env(tmp_path),
         capture_output=True,
         text=True,
@@ -79,7 +87,7 @@ def test_show_completion_prints_the_script_install_writes(tmp_path: Path) -> Non
         check=True,
     ).stdout
     subprocess.run(
-        [str(FLOWCTL), "--install-completion", "bash"],
+        _in_bash("--install-completion"),
         env=_env(tmp_path),
         capture_output=True,
         timeout=60,
@@ -116,7 +124,7 @@ def test_tab_offers_workflow_names_run_ids_and_statuses(tmp_path: Path) -> None:
     home.mkdir()
     project.mkdir()
     subprocess.run(
-        [str(FLOWCTL), "--install-completion", "bash"],
+        _in_bash("--install-completion"),
         env=_env(home), capture_output=True, timeout=60, check=True,
     )  # fmt: skip
     env = {k: v for k, v in _env(home).items() if k != "FLOWCTL_DB"}

@@ -56,6 +56,7 @@ ROUND_MAX = 0.005  # seconds a round's writes may wait for their COMMIT while bo
 INLINE_UNDER = 0.002  # a body that took less than this on the pool runs inline from then on
 SLOW_INLINE = 0.02  # an inline body that took longer than this goes back to the pool for good
 KNOWN_MAX = 4096  # function objects remembered (closures made per call are new objects)
+RELEASE_WAIT = 5.0  # seconds a closing runner is given to hand resting runs back
 
 
 def _key(fn: Callable[..., Any]) -> Hashable | None:
@@ -206,9 +207,13 @@ class BatchRunner:
         self._events.put(("run", claim, live))
 
     def close(self) -> None:
-        """Stop once the handlers still running have stopped (the daemon interrupts them)."""
+        """Stop once the handlers still running have stopped (the daemon interrupts them).
+        Handlers resting hand their runs back first (due now, for any daemon): waited for,
+        a few seconds at most, so the daemon does not exit before those writes."""
         self._events.put(None)
         self._pool.close()
+        if self.rests is not None and self._thread.is_alive():
+            self.rests.wait_settled(RELEASE_WAIT)
 
     # -- the runner's thread --------------------------------------------------
 

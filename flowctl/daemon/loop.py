@@ -290,6 +290,7 @@ class Daemon:
         """The loop in this process, `executor` executing what it claims: tick and wait for
         work until stopped (then drain) or, `until_idle`, until nothing is left."""
         self._running = executor
+        self.slots.closed = False  # served again after a stop (tests): rests come back
         try:
             self.reap_dead_owners(force=True)
             while not (self.life.stopping or self.life.hard):
@@ -360,7 +361,7 @@ class Daemon:
                     self.config.grace
                 )
                 log.info("draining: %d run(s) still running", len(self.slots))
-            if not len(self.slots) and not self._isolating():
+            if not self._isolating() and self.slots.close(if_empty=True):
                 return 0
             if self.clock.monotonic() >= deadline:
                 log.warning(
@@ -538,6 +539,7 @@ class Daemon:
     def _abandon(self, reason: str, *, until: float) -> None:
         """Interrupt live handlers, let them unwind until monotonic time `until`, then kill
         the commands still running and release every lease held."""
+        self.slots.close()  # first: a resting run taken back now is handed back by its handler
         lives = self.slots.lives()
         for live in lives:
             live.interrupt(DaemonStopping(reason))

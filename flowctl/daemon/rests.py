@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -61,6 +62,10 @@ class Rests(Rester):
         self._heap: list[tuple[float, int, greenlet]] = []
         self._order = itertools.count()  # ties in due time never compare greenlets
         self._stopping = False
+        # Handlers between may_rest and settled (resting, or writing their rest or resume):
+        # a closing runner waits for none to be left (wait_settled).
+        self._active = 0
+        self._settled = threading.Condition()
 
     # -- a handler's side (runtime.suspend.Rester) --------------------------------
 
@@ -69,7 +74,15 @@ class Rests(Rester):
             return None
         if (until - self._clock.now()).total_seconds() > REST_MAX:
             return None
+        with self._settled:
+            self._active += 1
         return until + timedelta(seconds=REST_MARGIN)
+
+    def settled(self) -> None:
+        with self._settled:
+            self._active -= 1
+            if not self._active:
+                self._settled.notify_all()
 
     def rest(self, live: LiveRun, until: datetime) -> bool:
         self._slots.release(live.run_id)
@@ -82,8 +95,8 @@ class Rests(Rester):
     def lease_until(self) -> datetime:
         return self._clock.now() + self._lease
 
-    def back(self, live: LiveRun) -> None:
-        self._slots.put(live)
+    def back(self, live: LiveRun) -> bool:
+        return self._slots.put(live)
 
     # -- the runner's side ------------------------------------------------------------
 
@@ -111,6 +124,12 @@ class Rests(Rester):
         out = [g for _, _, g in sorted(self._heap)]
         self._heap = []
         return out
+
+    def wait_settled(self, timeout: float) -> None:
+        """Until no handler rests or is on its way to (another thread: the daemon's, as
+        its runner closes), at most `timeout` seconds."""
+        with self._settled:
+            self._settled.wait_for(lambda: not self._active, timeout)
 
     def __len__(self) -> int:
         return len(self._heap)

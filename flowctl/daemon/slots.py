@@ -20,6 +20,7 @@ class Slots:
         self._silenced: set[str] = set()  # runs whose lease we no longer extend (another's)
         self._lock = threading.Lock()
         self.solo: str | None = None  # the suspect running alone here, if any
+        self.closed = False  # the daemon stops: no resting run comes back (put)
 
     def take(self, claim: Claim, clock: Clock) -> LiveRun:
         """The claimed run's slot, with the view its engine and heartbeat share."""
@@ -29,11 +30,24 @@ class Slots:
             self._live[run.run_id] = live
         return live
 
-    def put(self, live: LiveRun) -> None:
+    def put(self, live: LiveRun) -> bool:
         """A run resumed by its resting handler (flowctl.daemon.rests) takes a slot again,
-        beyond `concurrency` if none is free: a wake goes before fresh work."""
+        beyond `concurrency` if none is free: a wake goes before fresh work. False once
+        the daemon stops (closed): its handler hands the run back instead."""
         with self._lock:
+            if self.closed:
+                return False
             self._live[live.run_id] = live
+            return True
+
+    def close(self, *, if_empty: bool = False) -> bool:
+        """No resting run takes a slot from now on (the daemon hands back or has drained
+        what it holds); `if_empty`: only if no run holds one. Whether it closed."""
+        with self._lock:
+            if if_empty and self._live:
+                return False
+            self.closed = True
+            return True
 
     def release(self, run_id: str) -> None:
         """Its handler stopped (here, or in a worker process): the slot is free."""

@@ -62,11 +62,16 @@ class Rester(Protocol):
         """Free the run's slot and wait until `until`: True at the wake, False when the
         daemon stops meanwhile (the run stays resting, for any daemon to claim)."""
 
+    def settled(self) -> None:
+        """Said once after each may_rest that returned a margin, when that handler is done
+        resting (taken back, handed back, or it never rested)."""
+
     def lease_until(self) -> datetime:
         """The end of a lease taken now."""
 
-    def back(self, live: LiveRun) -> None:
-        """The run is resumed under `live.lease`: it takes a slot again."""
+    def back(self, live: LiveRun) -> bool:
+        """The run is resumed under `live.lease`: it takes a slot again. False when the
+        daemon stops meanwhile: the handler hands the run back (Store.release_runs)."""
 
 
 # The batch runner's Rester for the handlers it runs (None elsewhere: nothing rests).

@@ -11,7 +11,7 @@ from flowctl.errors import Cancelled, UsageError, mark_non_retryable
 from flowctl.model import JournalEntry, RunStatus
 from flowctl.runtime.live import LiveRun
 from flowctl.runtime.recorded import error_line
-from flowctl.runtime.suspend import Parked, Suspend, resting
+from flowctl.runtime.suspend import Parked, Rester, Suspend, resting
 from flowctl.store import Lease, Store
 
 
@@ -75,13 +75,23 @@ def begin_rest(
     rester, until, entry = resting.get(), suspend.run_at, suspend.entry
     if rester is None or until is None or entry is None:
         return None
-    margin = rester.may_rest(until)
-    if margin is None or live.pause_requested or (deadline is not None and deadline < until):
+    if live.pause_requested or (deadline is not None and deadline < until):
+        return None
+    margin = rester.may_rest(until)  # from here on, settled() once it is done
+    if margin is None:
         return None
     spent = live.spent()
     live.rest()  # first: a heartbeat's reply from now on is stale
     now = clock.now()
-    if not store.rest_run(lease, entry, margin, now, spent, suspend.event, checkpoint=checkpoint):
+    try:
+        rested = store.rest_run(
+            lease, entry, margin, now, spent, suspend.event, checkpoint=checkpoint
+        )
+    except BaseException:
+        rester.settled()
+        raise
+    if not rested:
+        rester.settled()
         live.back(lease)
         return None  # lost, or a cancel or pause was asked: parked the usual way
     return margin
@@ -102,16 +112,39 @@ def end_rest(
     (this one stops, or the run moved on meanwhile)."""
     rester, until = resting.get(), suspend.run_at
     assert rester is not None and until is not None  # as begin_rest found them
+    try:
+        return _woken(store, lease, live, clock, suspend, margin, rester, attempt)
+    finally:
+        rester.settled()
+
+
+def _woken(
+    store: Store,
+    lease: Lease,
+    live: LiveRun,
+    clock: Clock,
+    suspend: Suspend,
+    margin: datetime,
+    rester: Rester,
+    attempt: int,
+) -> Lease | Parked:
+    """end_rest's wait and what follows it."""
+    until = suspend.run_at
+    assert until is not None
     resting_for = Parked(RunStatus.RUNNING, margin)  # due to any daemon at its margin
-    if not rester.rest(live, until):
-        return resting_for
+    if not rester.rest(live, until):  # this daemon stops: any other may take it now
+        now = clock.now()
+        return Parked(RunStatus.RUNNING, now) if store.release_rest(lease, now) else resting_for
     resumed = store.resume_run(
         lease, suspend.status, until, clock.now(), rester.lease_until(), attempt
     )
     if resumed is None:
         return resting_for
     live.back(resumed.lease)
-    rester.back(live)
+    if not rester.back(live):  # the daemon stops: taken back too late, handed back now
+        now = clock.now()
+        store.release_runs([resumed.lease], now, "stopped resting")
+        return Parked(RunStatus.RUNNING, now)
     if resumed.cancel:  # asked while it rested: told as a heartbeat would tell it
         live.interrupt(Cancelled("cancel requested by operator"))
     if resumed.pause:

@@ -455,9 +455,7 @@ class Store(RunListing, Protocol):
         *,
         checkpoint: JournalEntry | None = None,
     ) -> bool:
-        """Journal a pending sleep or retry (and `checkpoint`, the last step's) and let the
-        held run rest, its lease given up, due to others at `until` (flowctl.store.resting).
-        False, writing nothing: the lease is lost, or a cancel or pause was asked."""
+        """Let a held run rest until `until` (flowctl.store.resting). False: not written."""
         ...
 
     def resume_run(
@@ -469,8 +467,11 @@ class Store(RunListing, Protocol):
         lease_until: datetime,
         attempt: int,
     ) -> Resumed | None:
-        """Take back a run let rest under `lease`, as a claim would; None (nothing written)
-        when it is no longer as its handler left it."""
+        """Take back a run let rest under `lease`; None: it moved on (nothing written)."""
+        ...
+
+    def release_rest(self, lease: Lease, now: datetime) -> bool:
+        """A resting run whose daemon stops: due now to any. False: it moved on."""
         ...
 
     def complete_run(

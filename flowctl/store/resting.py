@@ -48,6 +48,11 @@ _RESUME = (
     "UPDATE runs SET lease_owner = ?, lease_until = ?, run_at = ?, fence = fence + 1"
     " WHERE run_id = ? AND fence = ? AND lease_owner IS NULL AND status = 'running'"
 )
+# A resting run let go for good (its daemon stops): due now. (run_at, run_id, fence)
+_RELEASE = (
+    "UPDATE runs SET run_at = ? WHERE run_id = ? AND fence = ? AND lease_owner IS NULL"
+    " AND status = 'running'"
+)
 # The round's resumes together: only those with no cancel or pause asked meanwhile.
 _RESUME_PLAIN = _RESUME + " AND cancel_requested = 0 AND pause_requested = 0"
 
@@ -140,6 +145,24 @@ class Resting(StoreCore):
         if flags is None:
             return None
         return Resumed(Lease(lease.run_id, fence, lease.owner), *flags)
+
+    def release_rest(self, lease: Lease, now: datetime) -> bool:
+        """The daemon of a resting run's handler stops: the run is due now to any daemon
+        (whose replay finds its sleep or retry and parks it until the wake), with a
+        `released` event, as a stopping daemon hands back the runs it holds. False: it
+        had moved on already (nothing written)."""
+        now_us = to_us(now)
+        note = timeline_row(
+            lease.run_id, now_us, "released", {"by": lease.owner, "reason": "stopped resting"}
+        )
+
+        def release(tx: Tx) -> bool:
+            if tx.execute(_RELEASE, [now_us, lease.run_id, lease.fence]).rowcount != 1:
+                return False
+            add_events(tx, [note])
+            return True
+
+        return self._write(release)
 
 
 def _rest(tx: Tx, rest: _Rest) -> bool:
