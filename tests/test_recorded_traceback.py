@@ -104,3 +104,33 @@ def test_a_steps_traceback_starts_at_the_users_code_not_flowctls() -> None:
     own_only = space["catch"](boom)  # type: ignore[operator]
     assert format_traceback(own_only).count('  File "') == 2  # nothing but flowctl's: kept
     assert format_traceback(own_only).endswith("ValueError: inside\n")
+
+
+class Outer:
+    class Inner(Exception):
+        pass
+
+
+class NoStr(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_its_last_line_is_pythons_for_every_kind_of_exception() -> None:
+    """The last line is written without traceback's machinery (a third of the cost):
+    the same text as Python's, whatever the exception."""
+    noted = ValueError("with a note")
+    noted.add_note("a note")
+    kinds: list[BaseException] = [
+        KeyError("k"),
+        ValueError(),
+        Outer.Inner("nested"),
+        NoStr(),
+        noted,
+        SyntaxError("bad", ("f.py", 1, 2, "x y")),
+        SystemExit(3),
+    ]
+    for exc in kinds:
+        raised = caught(lambda e=exc: (_ for _ in ()).throw(e))
+        ours = "".join(x for x in format_traceback(raised).splitlines(True) if not MARKERS.match(x))
+        assert ours == python_text(raised), type(exc).__name__  # a SyntaxError keeps its caret

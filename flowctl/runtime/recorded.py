@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import linecache
 import os
+import time
 import traceback
 from types import TracebackType
 from typing import Any
@@ -98,14 +99,47 @@ def _one_traceback(exc: BaseException) -> str:
             out.append(f"  ... {len(frames) - _FRAMES} earlier frame(s) left out\n")
             frames = frames[-_FRAMES:]
         for filename in {f[0] for f in frames}:
-            linecache.checkcache(filename)  # a file edited since it was read
+            _fresh(filename)  # a file edited since it was read
         for filename, lineno, name in frames:
             out.append(f'  File "{filename}", line {lineno}, in {name}\n')
             line = linecache.getline(filename, lineno).strip()
             if line:
                 out.append(f"    {line}\n")
-    out.extend(traceback.format_exception_only(type(exc), exc))
+    out.append(_exception_only(exc))
     return "".join(out)
+
+
+def _exception_only(exc: BaseException) -> str:
+    """The traceback's last line, as traceback.format_exception_only writes it: that
+    builds a TracebackException for it, a third of a failed try's formatting. Its own
+    text for what has more than one line (a SyntaxError, notes)."""
+    cls = type(exc)
+    if issubclass(cls, SyntaxError) or getattr(exc, "__notes__", None):
+        return "".join(traceback.format_exception_only(cls, exc))
+    name = cls.__qualname__
+    if cls.__module__ not in ("__main__", "builtins"):
+        name = f"{cls.__module__}.{name}"
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<exception str() failed>"
+    return f"{name}: {text}\n" if text else f"{name}\n"
+
+
+_CHECKED: dict[str, float] = {}  # source file -> when linecache last checked it (monotonic)
+_RECHECK = 1.0  # seconds: a file is looked at again for an edit at most this often
+
+
+def _fresh(filename: str) -> None:
+    """linecache.checkcache(filename) (a stat), at most every _RECHECK seconds per file:
+    a step failing in a loop would stat its source on every try."""
+    now = time.monotonic()
+    if now - _CHECKED.get(filename, -_RECHECK) < _RECHECK:
+        return
+    if len(_CHECKED) > 4096:
+        _CHECKED.clear()
+    _CHECKED[filename] = now
+    linecache.checkcache(filename)
 
 
 def rebuild_error(err: dict[str, Any]) -> Exception:
