@@ -131,15 +131,15 @@ def _woken(
     """end_rest's wait and what follows it."""
     until = suspend.run_at
     assert until is not None
-    resting_for = Parked(RunStatus.RUNNING, margin)  # due to any daemon at its margin
     if not rester.rest(live, until):  # this daemon stops: any other may take it now
         now = clock.now()
-        return Parked(RunStatus.RUNNING, now) if store.release_rest(lease, now) else resting_for
+        released = store.release_rest(lease, now)
+        return Parked(RunStatus.RUNNING, now if released else margin)
     resumed = store.resume_run(
         lease, suspend.status, until, clock.now(), rester.lease_until(), attempt
     )
-    if resumed is None:
-        return resting_for
+    if resumed is None:  # it moved on: due to any daemon at its margin, if still resting
+        return Parked(RunStatus.RUNNING, margin)
     live.back(resumed.lease)
     if not rester.back(live):  # the daemon stops: taken back too late, handed back now
         now = clock.now()
