@@ -10,7 +10,8 @@ the timeline says what happened; a cancel asked meanwhile ends the run before it
 step; a daemon that stops or is killed meanwhile leaves the run for the next one, which
 goes on from the journal with no step run twice and no suspect.
 
-Resting greenlets wait on real time (the system clock): these runs sleep 50 to 300 ms.
+Resting greenlets wait on real time (the system clock): these runs sleep 100 ms to 1 s.
+Each test runs on a SQLite file and on PostgreSQL (the `db` fixture).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from flowctl.clock import FakeClock, SystemClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.daemon.rests import REST_MARGIN, REST_MAX
 from flowctl.model import EntryState, JournalEntry, RunStatus
-from flowctl.store.sqlite import SqliteStore as Store
+from flowctl.store import open_store
 
 FLOWS = """
 import os
@@ -80,9 +81,9 @@ def flows(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def serving(db_path: Path) -> Iterator[Daemon]:
+def serving(db: str) -> Iterator[Daemon]:
     """A daemon on the system clock serving with its batch runner (where runs rest)."""
-    daemon = Daemon(Store(db_path), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
+    daemon = Daemon(open_store(db), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
     thread = threading.Thread(target=daemon.run_forever, daemon=True)
     thread.start()
     assert daemon.serving.wait(5)
@@ -93,18 +94,18 @@ def serving(db_path: Path) -> Iterator[Daemon]:
     assert not thread.is_alive()
 
 
-def start(db_path: Path, target: str, inputs: list[dict[str, object]]) -> list[str]:
-    with Store(db_path) as s:
+def start(db: str, target: str, inputs: list[dict[str, object]]) -> list[str]:
+    with open_store(db) as s:
         return [ops.start(s, target, i, clock=SystemClock()).run.run_id for i in inputs]
 
 
-def status(db_path: Path, run_id: str) -> RunStatus:
-    with Store(db_path) as s:
+def status(db: str, run_id: str) -> RunStatus:
+    with open_store(db) as s:
         return s.get_run(run_id).status
 
 
-def events(db_path: Path, run_id: str) -> list[str]:
-    rows = query(db_path, "SELECT type FROM timeline WHERE run_id = ? ORDER BY seq", (run_id,))
+def events(db: str, run_id: str) -> list[str]:
+    rows = query(db, "SELECT type FROM timeline WHERE run_id = ? ORDER BY seq", (run_id,))
     return [str(r[0]) for r in rows]
 
 
@@ -113,13 +114,13 @@ def lines(effects: Path) -> list[str]:
 
 
 def test_a_short_sleep_rests_in_memory_its_handler_started_once(
-    db_path: Path, tmp_path: Path, flows: str, serving: Daemon
+    db: str, tmp_path: Path, flows: str, serving: Daemon
 ) -> None:
     effects = tmp_path / "effects"
-    ids = start(db_path, f"{flows}:nap", [{"effects": str(effects), "n": i} for i in range(6)])
-    wait_until(lambda: all(status(db_path, r) is RunStatus.COMPLETED for r in ids), timeout=20)
+    ids = start(db, f"{flows}:nap", [{"effects": str(effects), "n": i} for i in range(6)])
+    wait_until(lambda: all(status(db, r) is RunStatus.COMPLETED for r in ids), timeout=20)
     seen = lines(effects)
-    with Store(db_path) as s:
+    with open_store(db) as s:
         for i, rid in enumerate(ids):
             run = s.get_run(rid)
             assert run.result == i + 2
@@ -127,85 +128,85 @@ def test_a_short_sleep_rests_in_memory_its_handler_started_once(
             assert [seen.count(f"{w} {rid}") for w in ("start", "one", "two")] == [1, 1, 1]
             # Taken back by its own handler: a second fence, with the wake in the timeline.
             assert run.fence == 2
-            kinds = events(db_path, rid)
+            kinds = events(db, rid)
             assert kinds == ["claimed", "sleep started", "woke", "claimed", "completed"]
             sleep = s.journal(rid)[1]
             assert (sleep.kind, sleep.state) == ("sleep", EntryState.DONE)
             assert sleep.resolved_at is not None and sleep.wake_at is not None
             assert sleep.resolved_at >= sleep.wake_at  # never woken early
-    late = query(db_path, "SELECT data FROM timeline WHERE type = 'woke'")
+    late = query(db, "SELECT data FROM timeline WHERE type = 'woke'")
     assert len(late) == 6
 
 
 def test_a_failed_try_is_retried_in_memory_after_its_backoff(
-    db_path: Path, tmp_path: Path, flows: str, serving: Daemon
+    db: str, tmp_path: Path, flows: str, serving: Daemon
 ) -> None:
     effects = tmp_path / "effects"
     inputs = [{"effects": str(effects), "marker": str(tmp_path / f"m{i}")} for i in range(4)]
-    ids = start(db_path, f"{flows}:retried", inputs)
-    wait_until(lambda: all(status(db_path, r) is RunStatus.COMPLETED for r in ids), timeout=20)
+    ids = start(db, f"{flows}:retried", inputs)
+    wait_until(lambda: all(status(db, r) is RunStatus.COMPLETED for r in ids), timeout=20)
     seen = lines(effects)
-    with Store(db_path) as s:
+    with open_store(db) as s:
         for rid, given in zip(ids, inputs, strict=True):
             assert s.get_run(rid).result == "ok"
             assert seen.count(f"start {rid}") == 1  # the handler went on, not replayed
             assert seen.count(f"try {given['marker']}") == 2
             step = s.journal(rid)[0]
             assert (step.state, step.tries) == (EntryState.DONE, 2)
-            kinds = events(db_path, rid)
+            kinds = events(db, rid)
             assert kinds[1:] == ["step retry scheduled", "woke", "claimed", "completed"]
 
 
 def test_a_sleep_longer_than_a_rest_parks_the_run_as_before(
-    db_path: Path, tmp_path: Path, flows: str, serving: Daemon
+    db: str, tmp_path: Path, flows: str, serving: Daemon
 ) -> None:
     effects = tmp_path / "effects"
-    [rid] = start(db_path, f"{flows}:nap", [{"effects": str(effects), "seconds": REST_MAX + 30}])
-    wait_until(lambda: status(db_path, rid) is RunStatus.SLEEPING, timeout=20)
-    with Store(db_path) as s:
+    [rid] = start(db, f"{flows}:nap", [{"effects": str(effects), "seconds": REST_MAX + 30}])
+    wait_until(lambda: status(db, rid) is RunStatus.SLEEPING, timeout=20)
+    with open_store(db) as s:
         run = s.get_run(rid)
         assert run.lease_owner is None and run.run_at is not None
         assert s.journal(rid)[1].state is EntryState.PENDING
 
 
 def test_a_cancel_asked_while_resting_ends_the_run_before_its_next_step(
-    db_path: Path, tmp_path: Path, flows: str, serving: Daemon
+    db: str, tmp_path: Path, flows: str, serving: Daemon
 ) -> None:
     effects = tmp_path / "effects"
-    [rid] = start(db_path, f"{flows}:nap", [{"effects": str(effects), "seconds": 1.0}])
-    wait_until(lambda: "sleep started" in events(db_path, rid), timeout=20)
-    with Store(db_path) as s:
+    [rid] = start(db, f"{flows}:nap", [{"effects": str(effects), "seconds": 1.0}])
+    wait_until(lambda: "sleep started" in events(db, rid), timeout=20)
+    with open_store(db) as s:
         resting = s.get_run(rid)
         # It rests: still running, let go (no owner), due to others only after its wake.
         assert resting.status is RunStatus.RUNNING and resting.lease_owner is None
         why = ops.why_run(s, rid, clock=SystemClock())
         assert why.reason == "resting" and "waits in memory for its sleep" in why.message
         ops.cancel(s, rid, clock=SystemClock(), reason="changed my mind")
-    wait_until(lambda: status(db_path, rid) is RunStatus.CANCELLED, timeout=20)
+    wait_until(lambda: status(db, rid) is RunStatus.CANCELLED, timeout=20)
     assert f"two {rid}" not in lines(effects)
     assert lines(effects).count(f"start {rid}") == 1
 
 
 def test_a_drained_daemon_leaves_resting_runs_to_the_next_without_a_suspect(
-    db_path: Path, tmp_path: Path, flows: str
+    db: str, tmp_path: Path, flows: str
 ) -> None:
     effects = tmp_path / "effects"
-    first = Daemon(Store(db_path), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
+    first = Daemon(open_store(db), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
     thread = threading.Thread(target=first.run_forever, daemon=True)
     thread.start()
     inputs = [{"effects": str(effects), "n": i, "seconds": 0.3} for i in range(4)]
-    ids = start(db_path, f"{flows}:nap", inputs)
-    wait_until(lambda: all("sleep started" in events(db_path, r) for r in ids), timeout=20)
+    ids = start(db, f"{flows}:nap", inputs)
+    wait_until(lambda: all("sleep started" in events(db, r) for r in ids), timeout=20)
     first.stop(drain=True)
     thread.join(10)
     first.store.close()
     assert not thread.is_alive()
-    assert all(status(db_path, r) is RunStatus.RUNNING for r in ids)  # resting, let go
-    second = Daemon(Store(db_path), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
+    assert all(status(db, r) is RunStatus.RUNNING for r in ids)  # resting, let go
+    second = Daemon(open_store(db), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
     thread = threading.Thread(target=second.run_forever, daemon=True)
     thread.start()
     try:
-        wait_until(lambda: all(status(db_path, r) is RunStatus.COMPLETED for r in ids), 20)
+        wait_until(lambda: all(status(db, r) is RunStatus.COMPLETED for r in ids), 20)
     finally:
         second.stop(drain=False)
         thread.join(10)
@@ -213,29 +214,29 @@ def test_a_drained_daemon_leaves_resting_runs_to_the_next_without_a_suspect(
     seen = lines(effects)
     for rid in ids:
         assert seen.count(f"one {rid}") == 1 and seen.count(f"two {rid}") == 1
-        kinds = events(db_path, rid)
+        kinds = events(db, rid)
         assert "reclaimed" in kinds and "suspect" not in kinds
 
 
 def test_runs_resting_in_a_killed_daemon_go_on_in_the_next_with_no_step_twice(
-    db_path: Path, tmp_path: Path, flows: str
+    db: str, tmp_path: Path, flows: str
 ) -> None:
     """SIGKILL of a real `flowctl daemon` while its runs rest: the next daemon takes each
     at its margin, replays it from the journal (its first step not run again) and ends
     it; nobody died *in* a resting run, so none is a suspect."""
     effects = tmp_path / "effects"
-    proc = logged_daemon(db_path, tmp_path / "d1.log", "--workers", "1")
+    proc = logged_daemon(db, tmp_path / "d1.log", "--workers", "1")
     try:
         inputs = [{"effects": str(effects), "n": i, "seconds": 1.0} for i in range(8)]
-        ids = start(db_path, f"{flows}:nap", inputs)
-        wait_until(lambda: all("sleep started" in events(db_path, r) for r in ids), timeout=30)
+        ids = start(db, f"{flows}:nap", inputs)
+        wait_until(lambda: all("sleep started" in events(db, r) for r in ids), timeout=30)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     assert all(f"two {r}" not in lines(effects) for r in ids)
-    proc = logged_daemon(db_path, tmp_path / "d2.log", "--workers", "1")
+    proc = logged_daemon(db, tmp_path / "d2.log", "--workers", "1")
     try:
-        done = lambda: all(status(db_path, r) is RunStatus.COMPLETED for r in ids)  # noqa: E731
+        done = lambda: all(status(db, r) is RunStatus.COMPLETED for r in ids)  # noqa: E731
         wait_until(done, timeout=30)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -244,16 +245,16 @@ def test_runs_resting_in_a_killed_daemon_go_on_in_the_next_with_no_step_twice(
     for rid in ids:
         assert [seen.count(f"{w} {rid}") for w in ("one", "two")] == [1, 1]
         assert seen.count(f"start {rid}") == 2  # replayed once, in the second daemon
-        kinds = events(db_path, rid)
+        kinds = events(db, rid)
         assert "suspect" not in kinds and kinds[-1] == "completed"
 
 
 def test_a_resting_run_is_nobodys_until_its_margin_and_a_stale_resume_writes_nothing(
-    db_path: Path, fake_clock: FakeClock, flows: str, tmp_path: Path
+    db: str, fake_clock: FakeClock, flows: str, tmp_path: Path
 ) -> None:
     """The store's side, on a fake clock: no claim takes a resting run before its margin;
     after it another claimer does, and the handler's late resume is refused."""
-    with Store(db_path) as s:
+    with open_store(db) as s:
         rid = ops.start(s, f"{flows}:nap", {"effects": "x"}, clock=fake_clock).run.run_id
         now = fake_clock.now()
         [claim], _ = s.claim_due("a", now, now + timedelta(seconds=15), 1)
