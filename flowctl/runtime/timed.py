@@ -11,7 +11,7 @@ from flowctl.errors import Cancelled, UsageError, mark_non_retryable
 from flowctl.model import JournalEntry, RunStatus
 from flowctl.runtime.live import LiveRun
 from flowctl.runtime.recorded import error_line
-from flowctl.runtime.suspend import Parked, Rester, Suspend, resting
+from flowctl.runtime.suspend import Parked, Suspend, resting
 from flowctl.store import Lease, Store
 
 
@@ -113,38 +113,21 @@ def end_rest(
     rester, until = resting.get(), suspend.run_at
     assert rester is not None and until is not None  # as begin_rest found them
     try:
-        return _woken(store, lease, live, clock, suspend, margin, rester, attempt)
+        if not rester.rest(live, until):  # this daemon stops: any other may take it now
+            now = clock.now()
+            released = store.release_rest(lease, now)
+            return Parked(RunStatus.RUNNING, now if released else margin)
+        now = clock.now()
+        resumed = store.resume_run(lease, suspend.status, until, now, rester.lease_until(), attempt)
+        if resumed is None:  # it moved on: due to any daemon at its margin, if still resting
+            return Parked(RunStatus.RUNNING, margin)
+        live.back(resumed.lease)
+        if not rester.back(live):  # the daemon stops: taken back too late, handed back now
+            now = clock.now()
+            store.release_runs([resumed.lease], now, "stopped resting")
+            return Parked(RunStatus.RUNNING, now)
     finally:
         rester.settled()
-
-
-def _woken(
-    store: Store,
-    lease: Lease,
-    live: LiveRun,
-    clock: Clock,
-    suspend: Suspend,
-    margin: datetime,
-    rester: Rester,
-    attempt: int,
-) -> Lease | Parked:
-    """end_rest's wait and what follows it."""
-    until = suspend.run_at
-    assert until is not None
-    if not rester.rest(live, until):  # this daemon stops: any other may take it now
-        now = clock.now()
-        released = store.release_rest(lease, now)
-        return Parked(RunStatus.RUNNING, now if released else margin)
-    resumed = store.resume_run(
-        lease, suspend.status, until, clock.now(), rester.lease_until(), attempt
-    )
-    if resumed is None:  # it moved on: due to any daemon at its margin, if still resting
-        return Parked(RunStatus.RUNNING, margin)
-    live.back(resumed.lease)
-    if not rester.back(live):  # the daemon stops: taken back too late, handed back now
-        now = clock.now()
-        store.release_runs([resumed.lease], now, "stopped resting")
-        return Parked(RunStatus.RUNNING, now)
     if resumed.cancel:  # asked while it rested: told as a heartbeat would tell it
         live.interrupt(Cancelled("cancel requested by operator"))
     if resumed.pause:
