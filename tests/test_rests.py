@@ -187,6 +187,24 @@ def test_a_cancel_asked_while_resting_ends_the_run_before_its_next_step(
     assert lines(effects).count(f"start {rid}") == 1
 
 
+def test_a_pause_asked_while_resting_parks_the_run_at_its_next_call_and_resume_ends_it(
+    db: str, tmp_path: Path, flows: str, serving: Daemon
+) -> None:
+    effects = tmp_path / "effects"
+    [rid] = start(db, f"{flows}:nap", [{"effects": str(effects), "seconds": 1.0}])
+    wait_until(lambda: "sleep started" in events(db, rid), timeout=20)
+    with open_store(db) as s:
+        ops.pause(s, rid, clock=SystemClock())
+    wait_until(lambda: status(db, rid) is RunStatus.PAUSED, timeout=20)
+    assert f"two {rid}" not in lines(effects)  # parked before the step after the sleep
+    with open_store(db) as s:
+        assert s.journal(rid)[1].state is EntryState.DONE  # the sleep itself is over
+        ops.resume(s, rid, clock=SystemClock())
+    wait_until(lambda: status(db, rid) is RunStatus.COMPLETED, timeout=20)
+    seen = lines(effects)
+    assert [seen.count(f"{w} {rid}") for w in ("one", "two")] == [1, 1]
+
+
 def test_a_drained_daemon_leaves_resting_runs_to_the_next_without_a_suspect(
     db: str, tmp_path: Path, flows: str
 ) -> None:
