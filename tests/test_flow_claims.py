@@ -5,37 +5,16 @@ explicit instants."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from claiming import LEASE, OWNER, SECOND, T0, claim, lease, new
+
 from flowctl.model import RunStatus
-from flowctl.store import NewRun, Store
-
-T0 = datetime(2026, 3, 29, 0, 59, tzinfo=UTC)
-SECOND = timedelta(seconds=1)
-LEASE = 15 * SECOND
-OWNER = "host-a/100/1/aaaa"
-
-
-def new(store: Store, run_id: str, at: datetime = T0, **kw: Any) -> str:
-    store.create_run(NewRun(run_id, "wf", "wf.py:wf", "python", {}, **kw), at)
-    return run_id
+from flowctl.store import Store
 
 
 def keyed(store: Store, run_id: str, key: str, limit: int = 1, **kw: Any) -> str:
     return new(store, run_id, flow_key=f'["wf", "{key}"]', flow_limit=limit, **kw)
-
-
-def claim(store: Store, now: datetime, limit: int = 10) -> list[str]:
-    claims, _ = store.claim_due(OWNER, now, now + LEASE, limit)
-    return [c.run.run_id for c in claims]
-
-
-def lease(store: Store, run_id: str) -> Any:
-    from flowctl.store import Lease
-
-    run = store.get_run(run_id)
-    return Lease(run_id, run.fence, OWNER)
 
 
 def test_a_full_key_holds_its_other_runs_until_a_slot_is_given_back(store: Store) -> None:

@@ -220,6 +220,7 @@ def test_a_drained_daemon_leaves_resting_runs_to_the_next_without_a_suspect(
     first.store.close()
     assert not thread.is_alive()
     assert all(status(db, r) is RunStatus.RUNNING for r in ids)  # resting, let go
+    assert all(events(db, r)[-1] == "released" for r in ids)  # handed back: due now
     second = Daemon(open_store(db), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
     thread = threading.Thread(target=second.run_forever, daemon=True)
     thread.start()

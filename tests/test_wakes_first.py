@@ -5,30 +5,12 @@ still goes first. On both stores, through the claim itself."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime
+
+from claiming import SECOND, T0, claim, lease, new
 
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
-from flowctl.store import Lease, NewRun, Store
-
-T0 = datetime(2026, 3, 29, 0, 59, tzinfo=UTC)
-SECOND = timedelta(seconds=1)
-LEASE = 15 * SECOND
-OWNER = "host-a/100/1/aaaa"
-
-
-def new(store: Store, run_id: str, at: datetime = T0, **kw: Any) -> str:
-    store.create_run(NewRun(run_id, "wf", "wf.py:wf", "python", {}, **kw), at)
-    return run_id
-
-
-def claim(store: Store, now: datetime, limit: int = 10) -> list[str]:
-    claims, _ = store.claim_due(OWNER, now, now + LEASE, limit)
-    return [c.run.run_id for c in claims]
-
-
-def lease(store: Store, run_id: str) -> Lease:
-    return Lease(run_id, store.get_run(run_id).fence, OWNER)
+from flowctl.store import Store
 
 
 def park(store: Store, run_id: str, status: RunStatus, until: datetime, now: datetime) -> None:

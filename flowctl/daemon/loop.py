@@ -290,7 +290,7 @@ class Daemon:
         """The loop in this process, `executor` executing what it claims: tick and wait for
         work until stopped (then drain) or, `until_idle`, until nothing is left."""
         self._running = executor
-        self.slots.closed = False  # served again after a stop (tests): rests come back
+        self.slots.reopen()
         try:
             self.reap_dead_owners(force=True)
             while not (self.life.stopping or self.life.hard):

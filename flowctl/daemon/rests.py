@@ -19,7 +19,6 @@ import heapq
 import itertools
 import math
 import threading
-import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -58,7 +57,7 @@ class Rests(Rester):
         self._slots = slots
         self._lease = timedelta(seconds=lease)
         self._switch = switch  # back to the runner; returns what the runner resumes it with
-        self.freed = 0  # slots freed by rests since the runner last looked (`take_freed`)
+        self._freed = 0  # slots freed by rests since the runner last looked (`take_freed`)
         self._heap: list[tuple[float, int, greenlet]] = []
         self._order = itertools.count()  # ties in due time never compare greenlets
         self._stopping = False
@@ -86,9 +85,9 @@ class Rests(Rester):
 
     def rest(self, live: LiveRun, until: datetime) -> bool:
         self._slots.release(live.run_id)
-        self.freed += 1
+        self._freed += 1
         wait = max(0.0, (until - self._clock.now()).total_seconds())
-        due = math.ceil((time.monotonic() + wait) / REST_TICK) * REST_TICK
+        due = math.ceil((self._clock.monotonic() + wait) / REST_TICK) * REST_TICK
         heapq.heappush(self._heap, (due, next(self._order), greenlet.getcurrent()))
         return bool(self._switch())
 
@@ -103,23 +102,23 @@ class Rests(Rester):
     def take_freed(self) -> bool:
         """Whether a rest freed a slot since the last call: the runner then wakes the
         daemon's loop once for them all, to claim for the slots, as for runs that ended."""
-        freed, self.freed = self.freed, 0
+        freed, self._freed = self._freed, 0
         return freed > 0
 
     def due(self) -> list[greenlet]:
         """The resting handlers whose wake has come, soonest first."""
-        now, out = time.monotonic(), []
+        now, out = self._clock.monotonic(), []
         while self._heap and self._heap[0][0] <= now:
             out.append(heapq.heappop(self._heap)[2])
         return out
 
     def next_in(self) -> float | None:
         """Seconds until the next wake (None: nobody rests)."""
-        return None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic())
+        return None if not self._heap else max(0.0, self._heap[0][0] - self._clock.monotonic())
 
     def stop(self) -> list[greenlet]:
-        """The daemon stops: every resting handler, to be resumed with False (its run stays
-        resting, for any daemon to take at its margin); nobody rests from now on."""
+        """The daemon stops: every resting handler, to be resumed with False (it hands its
+        run back, due now to any daemon); nobody rests from now on."""
         self._stopping = True
         out = [g for _, _, g in sorted(self._heap)]
         self._heap = []
@@ -130,9 +129,6 @@ class Rests(Rester):
         its runner closes), at most `timeout` seconds."""
         with self._settled:
             self._settled.wait_for(lambda: not self._active, timeout)
-
-    def __len__(self) -> int:
-        return len(self._heap)
 
 
 __all__ = ["REST_MARGIN", "REST_MAX", "REST_MOST", "REST_TICK", "Rests"]

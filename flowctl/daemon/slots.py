@@ -40,6 +40,11 @@ class Slots:
             self._live[live.run_id] = live
             return True
 
+    def reopen(self) -> None:
+        """Served again after a stop (a daemon object run twice, in tests)."""
+        with self._lock:
+            self.closed = False
+
     def close(self, *, if_empty: bool = False) -> bool:
         """No resting run takes a slot from now on (the daemon hands back or has drained
         what it holds); `if_empty`: only if no run holds one. Whether it closed."""

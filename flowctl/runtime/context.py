@@ -41,7 +41,7 @@ from flowctl.runtime.children import run_children
 from flowctl.runtime.fanout import check_fanout, run_steps
 from flowctl.runtime.live import LiveRun
 from flowctl.runtime.recorded import error_dict, error_line, rebuild_error
-from flowctl.runtime.suspend import Parked, Suspend, step_caller
+from flowctl.runtime.suspend import Suspend, step_caller
 from flowctl.runtime.timed import (
     begin_rest,
     duration_of,
@@ -50,7 +50,7 @@ from flowctl.runtime.timed import (
     retry_suspension,
     sleep_suspension,
 )
-from flowctl.store import dumps
+from flowctl.store import Lease, dumps
 from flowctl.tracing.ids import run_trace
 
 if TYPE_CHECKING:
@@ -135,7 +135,6 @@ class Context:
         self.attempt = run.attempt
         self.cwd = run.cwd
         self._store = store
-        self._lease = claim.lease
         self._clock = clock
         self._journal = journal if journal is not None else store.journal(run.run_id)
         self._max_index = max(self._journal, default=-1)
@@ -166,6 +165,11 @@ class Context:
         self.pending: JournalEntry | None = None
         self._trace = trace  # the attempt's span, when traces are on
         self._traceparent = run.traceparent
+
+    @property
+    def _lease(self) -> Lease:
+        """The lease this handler writes under: its claim's, or its resume's after a rest."""
+        return self._live.lease
 
     def trace_link(self) -> str:
         """The W3C traceparent a child run started now joins: the current step's or
@@ -425,11 +429,10 @@ class Context:
         if last is not None:  # written with the rest
             self.pending = None
             self.recorded(last)
-        rested = end_rest(store, lease, live, clock, suspend, margin, attempt=self.attempt)
-        if isinstance(rested, Parked):
-            raise self._halt(rested)
-        self._lease = rested
-        return True
+        parked = end_rest(store, lease, live, clock, suspend, margin, attempt=self.attempt)
+        if parked is not None:
+            raise self._halt(parked)
+        return True  # taken back: live.lease is the new lease
 
     def sleep(self, duration: Duration, *, name: str = "sleep") -> None:
         """Sleep durably: the deadline is recorded first; a restart never restarts it."""

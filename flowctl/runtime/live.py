@@ -39,8 +39,8 @@ class LiveRun:
         return self._spent_before + (self._clock.monotonic() - self._started)
 
     def rest(self) -> None:
-        """The run is parked while its handler waits in memory: that wait spends no
-        execution time (a parked run's budget does not run)."""
+        """The run rests while its handler waits in memory for a wake: that wait spends no
+        execution time, as a parked run's does not."""
         self._spent_before = self.spent()
         self.resting = True
 

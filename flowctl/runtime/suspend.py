@@ -60,7 +60,7 @@ class Rester(Protocol):
 
     def rest(self, live: LiveRun, until: datetime) -> bool:
         """Free the run's slot and wait until `until`: True at the wake, False when the
-        daemon stops meanwhile (the run stays resting, for any daemon to claim)."""
+        daemon stops meanwhile (the handler then hands the run back to any daemon)."""
 
     def settled(self) -> None:
         """Said once after each may_rest that returned a margin, when that handler is done

@@ -106,10 +106,10 @@ def end_rest(
     margin: datetime,
     *,
     attempt: int,
-) -> Lease | Parked:
+) -> Parked | None:
     """Wait for the wake of a run begin_rest let rest, and take it back, with no claim
-    and no replay: the new lease. Parked: it stays resting for another daemon to take
-    (this one stops, or the run moved on meanwhile)."""
+    and no replay: None, `live.lease` is the new lease. Parked: the run is left for
+    another daemon (this one stops, or the run moved on meanwhile)."""
     rester, until = resting.get(), suspend.run_at
     assert rester is not None and until is not None  # as begin_rest found them
     try:
@@ -132,7 +132,7 @@ def end_rest(
         live.interrupt(Cancelled("cancel requested by operator"))
     if resumed.pause:
         live.request_pause()
-    return resumed.lease
+    return None
 
 
 __all__ = [

@@ -21,6 +21,7 @@ applies only while the run is still the writer's as it left it, else writes noth
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -30,7 +31,7 @@ from flowctl.store.core import StoreCore
 from flowctl.store.fenced import UPSERT_ENTRY
 from flowctl.store.records import Lease, checkpoint_params
 from flowctl.store.round import Write, all_or_none, run_alone
-from flowctl.store.rows import CLEARED, FENCED, EventRow, add_events, event
+from flowctl.store.rows import CLEARED, FENCED, EventRow, add_events
 from flowctl.store.rows import event as timeline_row
 from flowctl.store.sql import Tx
 
@@ -67,33 +68,44 @@ class _Rest:
 
 
 class _Resume:
-    """What one resume writes, made before the write's turn."""
+    """What one resume writes, made before the write's turn: its UPDATE's parameters, its
+    `woke` and `claimed` events, and its sleep's resolution (None for a retry)."""
 
     __slots__ = ("events", "params", "sleeps")
 
     def __init__(
-        self, lease: Lease, parked: RunStatus, scheduled: datetime, now_us: int, until_us: int
+        self,
+        lease: Lease,
+        parked: RunStatus,
+        scheduled: datetime,
+        now_us: int,
+        until_us: int,
+        attempt: int,
     ) -> None:
-        self.params = [lease.owner, until_us, until_us, lease.run_id, lease.fence]
-        at_us = to_us(scheduled)
+        run_id = lease.run_id
+        self.params = [lease.owner, until_us, until_us, run_id, lease.fence]
         woke = {
             "from": str(parked),
             "scheduled": scheduled.isoformat(timespec="microseconds"),
-            "late_ms": round((now_us - at_us) / 1000, 3),
+            "late_ms": round((now_us - to_us(scheduled)) / 1000, 3),
         }
-        self.events = [event(lease.run_id, now_us, "woke", woke)]
+        claimed = {"by": lease.owner, "fence": lease.fence + 1, "attempt": attempt}
+        self.events = [
+            timeline_row(run_id, now_us, "woke", woke),
+            timeline_row(run_id, now_us, "claimed", claimed),
+        ]
         # A sleep's entry resolves, as a claim resolves it (a retry parks on no sleep).
-        self.sleeps = [now_us, lease.run_id, now_us] if parked is RunStatus.SLEEPING else None
+        self.sleeps = [now_us, run_id, now_us] if parked is RunStatus.SLEEPING else None
 
 
+@dataclass(frozen=True, slots=True)
 class Resumed:
     """A resume that applied: the new lease, and what an operator asked meanwhile (the
     handler is told, as a heartbeat would tell it)."""
 
-    __slots__ = ("cancel", "lease", "pause")
-
-    def __init__(self, lease: Lease, cancel: bool = False, pause: bool = False) -> None:
-        self.lease, self.cancel, self.pause = lease, cancel, pause
+    lease: Lease
+    cancel: bool = False
+    pause: bool = False
 
 
 class Resting(StoreCore):
@@ -137,14 +149,11 @@ class Resting(StoreCore):
         """Take back the run `lease` let rest, as a claim would (a new fence and lease,
         `woke` and `claimed` events, its sleep resolved): None, writing nothing, when it
         is no longer as its handler left it (claimed by another past its margin, ended)."""
-        resume = _Resume(lease, parked, scheduled, to_us(now), to_us(lease_until))
-        fence = lease.fence + 1
-        claimed = {"by": lease.owner, "fence": fence, "attempt": attempt}
-        resume.events.append(event(lease.run_id, to_us(now), "claimed", claimed))
+        resume = _Resume(lease, parked, scheduled, to_us(now), to_us(lease_until), attempt)
         flags = self._write(lambda tx: _resume(tx, resume), batch=RESUMES, params=resume)
         if flags is None:
             return None
-        return Resumed(Lease(lease.run_id, fence, lease.owner), *flags)
+        return Resumed(Lease(lease.run_id, lease.fence + 1, lease.owner), *flags)
 
     def release_rest(self, lease: Lease, now: datetime) -> bool:
         """The daemon of a resting run's handler stops: the run is due now to any daemon
@@ -169,8 +178,7 @@ def _rest(tx: Tx, rest: _Rest) -> bool:
     """One rest, alone."""
     if tx.execute(_REST, rest.params).rowcount != 1:
         return False
-    tx.many(UPSERT_ENTRY, rest.rows)
-    add_events(tx, [rest.event])
+    _rested(tx, [rest])
     return True
 
 
@@ -182,10 +190,15 @@ def _rests(tx: Tx, writes: list[Write[Any]]) -> None:
         for write in writes:
             run_alone(tx, write)
         return
-    tx.many(UPSERT_ENTRY, [row for r in rests for row in r.rows])
-    add_events(tx, [r.event for r in rests])
+    _rested(tx, rests)
     for write in writes:
         write.result = True
+
+
+def _rested(tx: Tx, rests: list[_Rest]) -> None:
+    """What follows rests that applied: their journal rows and their events."""
+    tx.many(UPSERT_ENTRY, [row for r in rests for row in r.rows])
+    add_events(tx, [r.event for r in rests])
 
 
 def _resume(tx: Tx, resume: _Resume) -> tuple[bool, bool] | None:

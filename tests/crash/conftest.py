@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -157,3 +158,22 @@ def holds_write_lock(db: Path) -> bool:
         return True
     finally:
         conn.close()
+
+
+def seeded_rng() -> random.Random:
+    """The test's random choices, from FLOWCTL_CRASH_SEED when given (to replay a failure),
+    else a fresh seed, printed so a failure can be replayed."""
+    seed = int(os.environ.get("FLOWCTL_CRASH_SEED") or random.randrange(2**32))
+    print(f"FLOWCTL_CRASH_SEED={seed}")
+    return random.Random(seed)
+
+
+def worker_pids(daemon_pid: int) -> list[int]:
+    """The daemon's child processes: its workers (Linux /proc)."""
+    pids: list[int] = []
+    for task in Path(f"/proc/{daemon_pid}/task").iterdir():
+        try:
+            pids += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return sorted(set(pids))

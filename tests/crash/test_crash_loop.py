@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import random
 import signal
 import subprocess
 import time
@@ -27,7 +26,7 @@ from helpers import wait_until
 
 from tests.dbs import is_url
 
-from .conftest import Daemons, intact, read, registered, start_runs, statuses
+from .conftest import Daemons, intact, read, registered, seeded_rng, start_runs, statuses
 
 pytestmark = pytest.mark.crash
 
@@ -49,9 +48,7 @@ def all_completed(db: Path | str) -> bool:
 def test_two_daemons_under_thirty_sigkills_complete_three_hundred_runs_exactly_once(
     db: str, tmp_path: Path, daemons: Daemons, workers: int
 ) -> None:
-    seed = int(os.environ.get("FLOWCTL_CRASH_SEED") or random.randrange(2**32))
-    print(f"FLOWCTL_CRASH_SEED={seed}")
-    rng = random.Random(seed)
+    rng = seeded_rng()
     effects = tmp_path / "effects.log"
     # PostgreSQL: half the kills (CI's time) but all the runs: under load its daemons got
     # through up to 93% of half the runs before the last of half the kills.

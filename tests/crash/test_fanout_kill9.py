@@ -15,7 +15,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import random
 import signal
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from pathlib import Path
 import pytest
 from helpers import wait_until
 
-from .conftest import Daemons, intact, read, start_runs, statuses
+from .conftest import Daemons, intact, read, seeded_rng, start_runs, statuses
 from .test_workers_kill9 import worker_pids
 
 pytestmark = pytest.mark.crash
@@ -59,9 +58,7 @@ def all_completed(db: Path | str) -> bool:
 def test_kill9_mid_fan_out_never_reruns_a_journaled_branch_and_loses_none(
     db: str, tmp_path: Path, daemons: Daemons, victim: str
 ) -> None:
-    seed = int(os.environ.get("FLOWCTL_CRASH_SEED") or random.randrange(2**32))
-    print(f"FLOWCTL_CRASH_SEED={seed}")
-    rng = random.Random(seed)
+    rng = seeded_rng()
     effects = tmp_path / "effects.log"
     inputs = [
         {"effects": str(effects), "busy_ms": [rng.randint(20, 200) for _ in range(BRANCHES)]}
@@ -120,9 +117,7 @@ def test_kill9_mid_fan_out_never_reruns_a_journaled_branch_and_loses_none(
 def test_kill9_mid_children_never_starts_a_child_twice(
     db: str, tmp_path: Path, daemons: Daemons
 ) -> None:
-    seed = int(os.environ.get("FLOWCTL_CRASH_SEED") or random.randrange(2**32))
-    print(f"FLOWCTL_CRASH_SEED={seed}")
-    rng = random.Random(seed)
+    rng = seeded_rng()
     effects = tmp_path / "effects.log"
     count = 30
     inputs = [

@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import itertools
 import os
-import random
 import signal
 import subprocess
 import time
@@ -29,7 +28,7 @@ from helpers import wait_until
 from flowctl.clock import SystemClock
 from flowctl.store import open_store
 
-from .conftest import Daemons, read, start_runs, statuses
+from .conftest import Daemons, read, seeded_rng, start_runs, statuses, worker_pids
 
 pytestmark = pytest.mark.crash
 
@@ -37,17 +36,6 @@ USERS = ("ann", "bob", "cy")
 RUNS_PER_USER = 8
 KILLS = 6
 FLOWS = "tests/crash/flow_flows.py:per_user"
-
-
-def worker_pids(daemon_pid: int) -> list[int]:
-    """The daemon's child processes: its workers (Linux /proc)."""
-    pids: list[int] = []
-    for task in Path(f"/proc/{daemon_pid}/task").iterdir():
-        try:
-            pids += [int(p) for p in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return pids
 
 
 def intervals(effects: Path, kills: dict[int, float]) -> dict[str, list[tuple[float, float, str]]]:
@@ -76,9 +64,7 @@ def overlaps(spans: list[tuple[float, float, str]]) -> list[tuple[str, str]]:
 def test_keys_and_limits_hold_across_sigkilled_daemons(
     db: str, tmp_path: Path, daemons: Daemons
 ) -> None:
-    seed = int(os.environ.get("FLOWCTL_CRASH_SEED") or random.randrange(2**32))
-    print(f"FLOWCTL_CRASH_SEED={seed}")
-    rng = random.Random(seed)
+    rng = seeded_rng()
     effects = tmp_path / "effects.log"
     with open_store(db) as store:
         store.set_limit("api", 1, None, SystemClock().now())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import os
-import random
 import signal
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ from helpers import wait_until
 
 from tests.dbs import is_url
 
-from .conftest import Daemons, intact, read, start_runs, statuses, timeline
+from .conftest import Daemons, intact, read, seeded_rng, start_runs, statuses, timeline
 
 pytestmark = pytest.mark.crash
 
@@ -41,9 +40,7 @@ def all_completed(db: Path | str) -> bool:
 def test_kill9_at_random_moments_every_run_completes_exactly_once(
     db: str, tmp_path: Path, daemons: Daemons
 ) -> None:
-    seed = int(os.environ.get("FLOWCTL_CRASH_SEED") or random.randrange(2**32))
-    print(f"FLOWCTL_CRASH_SEED={seed}")
-    rng = random.Random(seed)
+    rng = seeded_rng()
     effects = tmp_path / "effects.log"
     # PostgreSQL: half the runs and half the kills (CI's time); the same property.
     runs, min_kills = (RUNS // 2, MIN_KILLS // 2) if is_url(db) else (RUNS, MIN_KILLS)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import os
-import random
 import signal
 import subprocess
 import time
@@ -21,7 +20,7 @@ from helpers import wait_until
 
 from tests.crash.test_pg_fleet import read, start_runs, statuses
 
-from .conftest import Daemons
+from .conftest import Daemons, seeded_rng
 
 pytestmark = pytest.mark.crash
 
@@ -42,9 +41,7 @@ def all_completed(url: str) -> bool:
 def test_three_hosts_under_sigkills_complete_every_run_exactly_once(
     pg_url: str, tmp_path: Path, daemons: Daemons, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seed = int(os.environ.get("FLOWCTL_CRASH_SEED") or random.randrange(2**32))
-    print(f"FLOWCTL_CRASH_SEED={seed}")
-    rng = random.Random(seed)
+    rng = seeded_rng()
     effects = tmp_path / "effects.log"
     flows = "tests/crash/core_flows.py:steps"
     run_ids = start_runs(

@@ -21,7 +21,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import random
 import signal
 import time
 from pathlib import Path
@@ -34,7 +33,17 @@ from flowctl.clock import SystemClock
 from flowctl.store import open_store
 from tests.dbs import is_url
 
-from .conftest import ROOT, Daemons, intact, read, start_runs, statuses, timeline
+from .conftest import (
+    ROOT,
+    Daemons,
+    intact,
+    read,
+    seeded_rng,
+    start_runs,
+    statuses,
+    timeline,
+    worker_pids,
+)
 
 pytestmark = pytest.mark.crash
 
@@ -42,17 +51,6 @@ RUNS = 300
 STEPS = 5  # s0, sleep, s1, ... s4: call indices 0, 2, 4, 6, 8
 KILLS = 15
 FLOWS = "tests/crash/core_flows.py"
-
-
-def worker_pids(daemon_pid: int) -> list[int]:
-    """The daemon's child processes: its workers (Linux /proc)."""
-    pids: list[int] = []
-    for task in Path(f"/proc/{daemon_pid}/task").iterdir():
-        try:
-            pids += [int(p) for p in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return sorted(set(pids))
 
 
 def journal_steps(db: Path | str) -> int:
@@ -66,9 +64,7 @@ def all_completed(db: Path | str) -> bool:
 def test_sigkilled_worker_processes_lose_no_run_and_journal_no_step_twice(
     db: str, tmp_path: Path, daemons: Daemons
 ) -> None:
-    seed = int(os.environ.get("FLOWCTL_CRASH_SEED") or random.randrange(2**32))
-    print(f"FLOWCTL_CRASH_SEED={seed}")
-    rng = random.Random(seed)
+    rng = seeded_rng()
     effects = tmp_path / "effects.log"
     runs, kills_wanted = (RUNS // 2, KILLS // 2) if is_url(db) else (RUNS, KILLS)
     run_ids = start_runs(
