@@ -104,8 +104,10 @@ def test_the_skipped_postgresql_tests_are_summarised_in_one_line() -> None:
 
 
 def _postmasters(under: str) -> dict[int, int]:
-    """The PostgreSQL servers whose data folder is under `under`: pid -> owner uid."""
-    found = {}
+    """The PostgreSQL servers whose data folder is under `under`: pid -> owner uid. A
+    process the server has just forked shows the server's command line until it sets its
+    own title: one whose parent is such a server is its child, not another server."""
+    found: dict[int, tuple[int, int]] = {}  # pid -> (parent pid, uid)
     for entry in os.listdir("/proc"):
         try:
             argv = Path("/proc", entry, "cmdline").read_bytes().split(b"\0")
@@ -114,9 +116,9 @@ def _postmasters(under: str) -> dict[int, int]:
             continue
         server = argv[0].endswith(b"/postgres") and b"-D" in argv  # not initdb, pg_ctl
         if server and argv[argv.index(b"-D") + 1].startswith(under.encode()):
-            uid = next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:"))
-            found[int(entry)] = int(uid)
-    return found
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            found[int(entry)] = (int(fields["PPid"]), int(fields["Uid"].split()[0]))
+    return {pid: uid for pid, (parent, uid) in found.items() if parent not in found}
 
 
 def _leave_no_server(tmp: str) -> None:
