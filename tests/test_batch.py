@@ -8,11 +8,13 @@ up the others, a step's prints and `flowctl.current()` work wherever the body ru
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -23,8 +25,10 @@ from flowctl.clock import FakeClock, SystemClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.daemon.batch import INLINE_UNDER, SLOW_INLINE, BatchRunner, Placement
 from flowctl.daemon.lifecycle import POLL_INTERVAL
+from flowctl.daemon.slots import Slots
 from flowctl.model import EntryState, RunStatus
 from flowctl.retry import blocking
+from flowctl.store import Claim
 from flowctl.store.round import WriteRound
 from flowctl.store.sqlite import SqliteStore as Store
 
@@ -67,6 +71,11 @@ def waiter(ctx, path):
 @workflow
 def maker(ctx, path):
     return ctx.step("make", lambda: open(path, "w").close() or "made")
+
+
+@workflow(concurrency={"limit": 1, "key": "${{ input.user }}"})
+def keyed(ctx, user, n=0):
+    return ctx.step("one", add, n, 1)
 
 
 def talk():
@@ -418,3 +427,49 @@ def test_a_postgresql_daemon_runs_its_handlers_on_the_batch_runner_sharing_commi
     assert not thread.is_alive()
     assert stats.writes >= 120
     assert stats.commits < stats.writes / 2
+
+
+def test_the_next_run_of_a_key_is_claimed_in_the_runners_round_not_by_the_loop(
+    db_path: Path, fake_clock: FakeClock, flows: str, batched: Daemon
+) -> None:
+    """Issue 37: a run of a key that ends makes the key's next held run due, and the batch
+    runner claims it with its next round's writes; the loop is not woken for it (on this
+    fake clock it waits, so every claim after the first is the runner's). The key's limit
+    holds throughout: each run starts after the one before it ended."""
+    by_thread: list[tuple[str, int]] = []
+    claim = batched.claim
+
+    def spy(now: datetime, limit: int) -> list[Claim]:
+        got = claim(now, limit)
+        by_thread.append((threading.current_thread().name, len(got)))
+        return got
+
+    batched.claim = spy  # type: ignore[method-assign]
+    ids = started(
+        db_path, fake_clock, f"{flows}:keyed", [{"user": "zed", "n": i} for i in range(6)]
+    )
+    fake_clock.advance(POLL_INTERVAL)
+    wait_until(lambda: finished(db_path, ids), timeout=20)
+    claimed = {name: sum(n for t, n in by_thread if t == name) for name, _ in by_thread}
+    runner = claimed.pop("flowctl-runner", 0)
+    assert (runner, list(claimed.values())) == (5, [1])  # the loop (the fixture's thread): 1
+    with Store(db_path) as s:
+        runs = [s.get_run(r) for r in ids]
+    assert [r.result for r in runs] == [i + 1 for i in range(6)]
+    for before, after in itertools.pairwise(runs):
+        assert before.finished_at is not None and after.started_at is not None
+        assert after.started_at >= before.finished_at
+
+
+def test_slots_reserved_by_one_claimer_are_not_free_to_another() -> None:
+    """The loop and the batch runner both claim for one daemon's slots: what one counts on
+    is not free to the other, so together they never take more than `concurrency`."""
+    slots = Slots(4)
+    assert slots.reserve(3) == 3
+    assert slots.free() == 1
+    assert slots.reserve(8) == 1  # only what is left
+    assert slots.reserve(1) == 0
+    slots.unreserve(3)
+    assert slots.free() == 3
+    slots.unreserve(1)
+    assert slots.free() == 4

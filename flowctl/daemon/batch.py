@@ -180,10 +180,12 @@ class BatchRunner:
         *,
         ended: Callable[[], None],
         failed: Callable[[BaseException], None],
+        claim: Callable[[], bool] | None = None,
     ) -> None:
         self._store = store
         self._execute = execute
         self._ended = ended
+        self._claim = claim
         self._failed = failed
         self._events: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._ready: list[tuple[greenlet, Any]] = []
@@ -277,12 +279,20 @@ class BatchRunner:
                 self._commit()
                 started = time.monotonic()
             before = after
+        # The claim for the slots freed meanwhile is the round's last write, committed with
+        # it (the runner's own write commits the round at once, see _park); a round with
+        # nothing else to write that ended a run of a key claims alone.
+        claimed = self._claim_now()
         self._commit()
         parked, self._parked = self._parked, []
         self._ready.extend((g, None) for g in parked)
         rested = self.rests is not None and self.rests.take_freed()
-        if len(self._workflows) < alive or rested:
+        if (len(self._workflows) < alive and not claimed) or rested:
             self._ended()  # slots were freed: the loop claims for them
+
+    def _claim_now(self) -> bool:
+        """The daemon's claim in this round (see Daemon.claim_in_round), unless closing."""
+        return self._claim is not None and not self._closing and self._claim()
 
     def _commit(self) -> None:
         """The round's writes in one transaction, one COMMIT (the store's round). The write

@@ -39,6 +39,7 @@ class Host(Protocol):
     slots: Slots
 
     def execute(self, claim: Claim, live: LiveRun | None = None) -> Outcome: ...
+    def claim_in_round(self) -> bool: ...
     def serve_loop(self, until_idle: bool, executor: Executor) -> int: ...
     def watch_file(self, *, now: bool = False) -> None: ...
     def stop(self, *, drain: bool = True) -> None: ...
@@ -51,6 +52,9 @@ class Executor(ABC):
     to claim for the freed slot (the batch runner wakes it once per round instead)."""
 
     wakes_per_run: ClassVar[bool] = True
+    # The executor claims for its freed slots itself, in its write round (the batch
+    # runner): the wheel then leaves a run released behind a key to that claim.
+    claims_in_round: ClassVar[bool] = False
 
     @abstractmethod
     def serve(self, host: Host, until_idle: bool) -> int:
@@ -140,6 +144,7 @@ class Greenlets(InProcess):
     """Handlers as greenlets on one thread, their writes committed a round at a time."""
 
     wakes_per_run = False  # the runner wakes the loop once per round in which runs ended
+    claims_in_round = True
 
     def __init__(self) -> None:
         self._runner: BatchRunner | None = None
@@ -151,7 +156,11 @@ class Greenlets(InProcess):
             host.stop(drain=False)
 
         self._runner = BatchRunner(
-            host.store, host.execute, ended=host.life.wake.set, failed=failed
+            host.store,
+            host.execute,
+            ended=host.life.wake.set,
+            failed=failed,
+            claim=host.claim_in_round,
         )
         if isinstance(host.clock, SystemClock):
             self._runner.allow_rests(host.clock, host.slots, host.config.lease)

@@ -199,16 +199,57 @@ class Daemon:
                 return 0  # claim nothing new: once what runs has stopped, it runs alone
         if free <= 0 or not due:
             return 0
-        asked = min(free, self.config.claim_batch)
-        claims = self.claim(now, asked)
-        if len(claims) < asked:
-            # Everything due at `now` is claimed (or ended, or held as a suspect): drop those
-            # entries. A suspect held to run alone here is remembered instead.
-            self.timers.pop_due(now_us)
-            self._suspects = alone_here and self.store.suspect_due(now)
-        for claim in claims:
-            self._dispatch(claim)
+        asked = self.slots.reserve(min(free, self.config.claim_batch))
+        try:
+            claims = self.claim(now, asked) if asked else []
+            if asked and len(claims) < asked:
+                # Everything due at `now` is claimed (or ended, or held as a suspect): drop
+                # those entries. A suspect held to run alone here is remembered instead.
+                self.timers.pop_due(now_us)
+                self._suspects = alone_here and self.store.suspect_due(now)
+            for claim in claims:
+                self._dispatch(claim)
+        finally:
+            self.slots.unreserve(asked)
         return len(claims)
+
+    def claim_in_round(self) -> bool:
+        """Claim for the slots free now, from the batch runner's thread as it ends a round:
+        the claim is that round's last write, in its transaction, so a run of a key whose
+        run ended in the round before (the key's next held run, issue 37) is claimed with
+        no wake of the loop and no transaction of its own. A stop, a disk short of room, a
+        one-run claimer or a suspect waiting to run alone here leave claiming to the loop.
+        Whether it claimed (then the loop need not be woken for the slots freed)."""
+        released = self.timers.take_released()
+        alone_here = self._alone_here()
+        if (
+            self.life.stopping
+            or self.life.hard
+            or self.only_run_id is not None
+            or self.watches.room.short
+            or (alone_here and (self.slots.solo is not None or self._suspects))
+        ):
+            self.timers.dirty = released or self.timers.dirty  # the loop claims it
+            return False
+        now = self.clock.now()
+        now_us, due_at = to_us(now), self.timers.next_at()
+        if not released and (due_at is None or due_at > now_us):
+            return False
+        asked = self.slots.reserve(self.config.claim_batch)
+        try:
+            claims = self.claim(now, asked) if asked else []
+            if asked and len(claims) < asked:
+                self.timers.pop_due(now_us)  # everything due at `now` is claimed
+                self._suspects = alone_here and self.store.suspect_due(now)
+            for claim in claims:
+                self._dispatch(claim)
+        except Exception as e:  # the loop's next claim meets it too, and says so
+            log.debug("claim in the runner's round: %s", e)
+            self.timers.dirty = True
+            return False
+        finally:
+            self.slots.unreserve(asked)
+        return bool(asked) and not self._suspects  # a suspect: the loop runs it alone
 
     def _alone_here(self) -> bool:
         """Whether suspects run alone in this process (nobody isolates them): a solo run
@@ -290,6 +331,7 @@ class Daemon:
         """The loop in this process, `executor` executing what it claims: tick and wait for
         work until stopped (then drain) or, `until_idle`, until nothing is left."""
         self._running = executor
+        self.timers.hand_off = executor.claims_in_round
         self.slots.reopen()
         try:
             self.reap_dead_owners(force=True)
@@ -314,6 +356,7 @@ class Daemon:
         finally:
             self.life.stopping = True
             self._running = self._inline
+            self.timers.hand_off = False
             self.close_isolated(0.0)  # they had the grace too; none is charged now
             flush_traces()  # a draining daemon's spans are exported before it exits
 

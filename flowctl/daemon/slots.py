@@ -19,6 +19,7 @@ class Slots:
         self._live: dict[str, LiveRun] = {}
         self._silenced: set[str] = set()  # runs whose lease we no longer extend (another's)
         self._lock = threading.Lock()
+        self._reserved = 0  # slots a claim in flight counts on (reserve)
         self.solo: str | None = None  # the suspect running alone here, if any
         self.closed = False  # the daemon stops: no resting run comes back (put)
 
@@ -64,7 +65,20 @@ class Slots:
 
     def free(self) -> int:
         with self._lock:
-            return self.concurrency - len(self._live)
+            return self.concurrency - len(self._live) - self._reserved
+
+    def reserve(self, most: int) -> int:
+        """Count on up to `most` free slots for a claim about to be made: two claimers of
+        one daemon (its loop, its batch runner) never claim the same slot. Give them back
+        with `unreserve` once the claims made have taken theirs. Returns how many."""
+        with self._lock:
+            n = max(0, min(most, self.concurrency - len(self._live) - self._reserved))
+            self._reserved += n
+            return n
+
+    def unreserve(self, n: int) -> None:
+        with self._lock:
+            self._reserved -= n
 
     def holds(self, run_id: str) -> bool:
         with self._lock:

@@ -82,6 +82,10 @@ class Timers:
         self.store = store
         self.wheel = TimerWheel()
         self.dirty = False  # our own write may have made a run due: refill
+        # The batch runner claims in its round (Daemon.claim_in_round): a run of a key
+        # that ended sets `released` for that claim rather than waking the loop's.
+        self.hand_off = False
+        self._released = False
         self._lock = threading.Lock()
         self._data_version = -1
         self._refresh, self._refresh_at = store.refresh_interval, from_us(0)
@@ -110,6 +114,13 @@ class Timers:
         with self._lock:
             self.wheel.pop_due(now_us)
 
+    def take_released(self) -> bool:
+        """Whether a run of a key ended since the last look (hand_off): the key's next
+        held run is due now."""
+        with self._lock:
+            released, self._released = self._released, False
+            return released
+
     def settled(self, run: Run, status: RunStatus, run_at: datetime | None, clock: Clock) -> None:
         """After our own write left `run` in `status` (due at the store's `run_at`): push
         what it made due, or mark the wheel for a refill where the store knows more."""
@@ -121,7 +132,10 @@ class Timers:
             if run.flow_key is not None:
                 # It left `running`: the next run held behind its key is due now (the
                 # store's trigger made it so); a claim now finds it, no refill needed.
-                self.wheel.push(clock.now(), run.run_id)
+                if self.hand_off:
+                    self._released = True
+                else:
+                    self.wheel.push(clock.now(), run.run_id)
         if status.is_terminal and run.schedule is not None:
             self.dirty = True  # overlap=queue: its end may have released the next held run
         if status is RunStatus.WAITING and run_at is None:

@@ -56,7 +56,7 @@ _ARMS = [
         f" WHERE status = '{status}' AND run_at <= ? ORDER BY run_at, run_id LIMIT ?"
         for status in _CLAIMABLE
     ),
-    "SELECT 0 AS prio, 1 AS woke, run_at, run_id FROM runs WHERE status = 'queued'"
+    "SELECT 0 AS prio, 1 AS woke, run_at, run_id FROM {runs_resumed} WHERE status = 'queued'"
     " AND started_at IS NOT NULL AND run_at <= ? ORDER BY run_at, run_id LIMIT ?",
     *(
         f"SELECT priority AS prio, {_WOKE[status]} AS woke, run_at, run_id FROM runs"
@@ -299,13 +299,17 @@ def _claim_more(
     ids = list(dict.fromkeys(c[-1] for c in candidates if c[-1] not in seen))
     while ids and len(claims) < limit:
         chunk, ids = ids[: limit - len(claims)], ids[limit - len(claims) :]
-        loaded, settled = _load_runs(tx, chunk, times), len(times.ended)
+        loaded, settled = _load_rows(tx, chunk, times), len(times.ended)
         for rid in chunk:
-            got = loaded.get(rid)  # absent: another claimer holds it
-            if got is None:
+            r = loaded.get(rid)  # absent: another claimer holds it
+            if r is None:
                 continue
-            run, empty = got if len(times.ended) == settled else (rid, None)
-            claim = _claim_one(tx, run, times, empty)
+            if len(times.ended) != settled:  # read before a run ended here: read again
+                claim = _claim_one(tx, rid, times)
+            elif times.ended or not times.slots.full(tx, r, times.now_us):
+                claim = _claim_one(tx, _run_from_row(r), times, (bool(r[-2]), bool(r[-1])))
+            else:
+                continue  # held behind its full key, as its row says (not decoded)
             if claim is not None:
                 claims.append(claim)
 
@@ -328,18 +332,17 @@ def _woke(row: Row) -> bool:
     return bool(status != "paused")
 
 
-def _load_runs(
-    tx: Tx, run_ids: Sequence[str], times: _ClaimTimes
-) -> dict[str, tuple[Run, tuple[bool, bool]]]:
-    """Rows of these runs as they are inside this transaction (those another claimer holds
-    are skipped), with whether each has no journal rows and no version markers."""
+def _load_rows(tx: Tx, run_ids: Sequence[str], times: _ClaimTimes) -> dict[str, Row]:
+    """_CLAIM_COLUMNS rows of these runs as they are inside this transaction (those another
+    claimer holds are skipped), by id, not decoded: a run held behind its full key is
+    passed over from its row alone."""
     rows = tx.all(
         f"SELECT {_CLAIM_COLUMNS} FROM {RUNS} WHERE run_id IN ({marks(len(run_ids))})"
         "{skip_locked}",
         list(run_ids),
     )
     times.slots.note(rows, _KEY_COUNT)
-    return {r[0]: (_run_from_row(r[:-2]), (bool(r[-2]), bool(r[-1]))) for r in rows}
+    return {r[0]: r for r in rows}
 
 
 def _claim_one(

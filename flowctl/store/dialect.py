@@ -50,6 +50,9 @@ class Dialect:
     runs_by_status: str
     runs_by_key: str
     runs_by_rowid: str
+    # The queued runs that have run before, from their partial index (SQLite's planner,
+    # without statistics, would walk every queued run of runs_due for the few of them).
+    runs_resumed: str
     # A run row's insertion order, the listings' tie-break.
     rowid: str
     # Listings name the index each status is read from (SQLite's planner needs telling).
@@ -123,6 +126,7 @@ SQLITE = Dialect(
     runs_by_status="runs INDEXED BY runs_due",
     runs_by_key="runs INDEXED BY runs_key",
     runs_by_rowid="runs NOT INDEXED",
+    runs_resumed="runs INDEXED BY runs_resumed",
     rowid="runs.rowid",
     index_hints=True,
     like="LIKE",
@@ -176,6 +180,7 @@ POSTGRES = Dialect(
     runs_by_status="runs",
     runs_by_key="runs",
     runs_by_rowid="runs",
+    runs_resumed="runs",
     rowid="runs.run_id",
     index_hints=False,
     like="ILIKE",
