@@ -180,7 +180,7 @@ class BatchRunner:
         *,
         ended: Callable[[], None],
         failed: Callable[[BaseException], None],
-        claim: Callable[[], bool] | None = None,
+        claim: Callable[[bool], bool] | None = None,
     ) -> None:
         self._store = store
         self._execute = execute
@@ -292,7 +292,8 @@ class BatchRunner:
 
     def _claim_now(self) -> bool:
         """The daemon's claim in this round (see Daemon.claim_in_round), unless closing."""
-        return self._claim is not None and not self._closing and self._claim()
+        writes = self._writes is not None and self._writes.pending > 0
+        return self._claim is not None and not self._closing and self._claim(writes)
 
     def _commit(self) -> None:
         """The round's writes in one transaction, one COMMIT (the store's round). The write

@@ -213,13 +213,15 @@ class Daemon:
             self.slots.unreserve(asked)
         return len(claims)
 
-    def claim_in_round(self) -> bool:
-        """Claim for the slots free now, from the batch runner's thread as it ends a round:
-        the claim is that round's last write, in its transaction, so a run of a key whose
-        run ended in the round before (the key's next held run, issue 37) is claimed with
-        no wake of the loop and no transaction of its own. A stop, a disk short of room, a
-        one-run claimer or a suspect waiting to run alone here leave claiming to the loop.
-        Whether it claimed (then the loop need not be woken for the slots freed)."""
+    def claim_in_round(self, writes: bool) -> bool:
+        """Claim for the slots free now, from the batch runner's thread as it ends a round
+        (`writes`: with writes of its own), rather than wake the loop to claim them: the
+        claim is that round's last write, in its transaction (or alone, in a round with
+        none). While a run of a key is live here, each round with writes claims: the next
+        run held behind a key whose run ends in it (issue 37) is claimed in the very
+        transaction that released it. A stop, a disk short of room, a one-run claimer or
+        a suspect waiting to run alone here leave claiming to the loop. Whether it claimed
+        (then the loop need not be woken for the slots freed)."""
         released = self.timers.take_released()
         alone_here = self._alone_here()
         if (
@@ -233,12 +235,16 @@ class Daemon:
             return False
         now = self.clock.now()
         now_us, due_at = to_us(now), self.timers.next_at()
-        if not released and (due_at is None or due_at > now_us):
+        # While a run of a key is live here, every round claims: an ending among its writes
+        # releases the key's next run, claimed in that same transaction.
+        due = (due_at is not None and due_at <= now_us) or (writes and self.slots.keyed())
+        asked = self.slots.reserve(self.config.claim_batch) if due or released else 0
+        if not asked:
+            self.timers.dirty = released or self.timers.dirty  # no slot: the loop, later
             return False
-        asked = self.slots.reserve(self.config.claim_batch)
         try:
-            claims = self.claim(now, asked) if asked else []
-            if asked and len(claims) < asked:
+            claims = self.claim(now, asked)
+            if len(claims) < asked:
                 self.timers.pop_due(now_us)  # everything due at `now` is claimed
                 self._suspects = alone_here and self.store.suspect_due(now)
             for claim in claims:
@@ -249,7 +255,7 @@ class Daemon:
             return False
         finally:
             self.slots.unreserve(asked)
-        return bool(asked) and not self._suspects  # a suspect: the loop runs it alone
+        return not self._suspects  # a suspect: the loop wakes, to run it alone
 
     def _alone_here(self) -> bool:
         """Whether suspects run alone in this process (nobody isolates them): a solo run

@@ -20,6 +20,7 @@ class Slots:
         self._silenced: set[str] = set()  # runs whose lease we no longer extend (another's)
         self._lock = threading.Lock()
         self._reserved = 0  # slots a claim in flight counts on (reserve)
+        self._keyed: set[str] = set()  # live runs with a concurrency key (issue 37)
         self.solo: str | None = None  # the suspect running alone here, if any
         self.closed = False  # the daemon stops: no resting run comes back (put)
 
@@ -29,6 +30,8 @@ class Slots:
         live = LiveRun(claim.lease, clock, run.exec_spent, run.timeout)
         with self._lock:
             self._live[run.run_id] = live
+            if run.flow_key is not None:
+                self._keyed.add(run.run_id)
         return live
 
     def put(self, live: LiveRun) -> bool:
@@ -60,6 +63,7 @@ class Slots:
         with self._lock:
             self._live.pop(run_id, None)
             self._silenced.discard(run_id)
+            self._keyed.discard(run_id)
             if self.solo == run_id:
                 self.solo = None
 
@@ -79,6 +83,12 @@ class Slots:
     def unreserve(self, n: int) -> None:
         with self._lock:
             self._reserved -= n
+
+    def keyed(self) -> bool:
+        """Whether a run with a concurrency key is live here: its ending gives the key's
+        next held run its slot, in the ending's own transaction."""
+        with self._lock:
+            return bool(self._keyed)
 
     def holds(self, run_id: str) -> bool:
         with self._lock:

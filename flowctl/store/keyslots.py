@@ -13,10 +13,9 @@ Runs with no key never come here: the claim of an unlimited run pays nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from flowctl.model import Run
-from flowctl.store.rows import marks
 from flowctl.store.sql import Row, Tx
 
 # Places in a row of mapping._RUN_COLUMNS.
@@ -27,18 +26,27 @@ _WAITING = ("queued", "sleeping", "waiting")
 _RUNNING = "SELECT COUNT(*) FROM runs WHERE flow_key = ? AND status = 'running'"
 
 # Held: its due time kept in held_at, its run_at its deadline (still acted on) or NULL.
-_HOLD = "UPDATE runs SET held_at = run_at, run_at = deadline WHERE run_id IN ({marks})"
+# Every run of a full key due now is held at once (by runs_flow), not only the ones a
+# claim read: the claims after it then never read them as candidates (10,000 runs over
+# 100 busy keys were each read and held one claim at a time). A run past its deadline
+# is left to the claim's verdict (which ends it); one another claimer holds is skipped.
+_HOLD_KEY = (
+    "UPDATE runs SET held_at = run_at, run_at = deadline WHERE run_id IN (SELECT run_id"
+    " FROM runs WHERE flow_key = ? AND status IN ('queued', 'sleeping', 'waiting')"
+    " AND run_at <= ? AND (deadline IS NULL OR deadline > ?){skip_locked})"
+)
 
 
 class KeySlots:
     """One claim transaction's view of the keys it met: runs running per key (as counted
     when first met, plus those it claimed since), the counts its candidate rows were read
-    with, the keys it could not lock, and the runs it holds (written together by `hold`)."""
+    with, the keys it could not lock, and the full keys whose due runs it holds (written
+    together by `hold`)."""
 
     __slots__ = ("counted", "held", "locked", "running")
 
     def __init__(self) -> None:
-        self.held: list[str] = []  # runs to hold behind their full keys (flush)
+        self.held: set[str] = set()  # full keys, whose due runs are held (flush)
         self.running: dict[str, int] = {}
         self.counted: dict[str, int] = {}  # key -> running, as read with a candidate's row
         self.locked: set[str] = set()  # another transaction decides for these now
@@ -65,7 +73,7 @@ class KeySlots:
         if used is None or used < (row[FLOW_LIMIT] or 1):
             return False
         self.running[key] = used
-        self.held.append(row[0])
+        self.held.add(key)
         return True
 
     def take(self, tx: Tx, run: Run, now_us: int, *, reclaim: bool, counted: bool) -> bool:
@@ -88,7 +96,7 @@ class KeySlots:
             return True
         if used >= (run.flow_limit or 1):
             self.running[key] = used
-            self.held.append(run.run_id)
+            self.held.add(key)
             return False
         self.running[key] = used + 1
         return True
@@ -109,10 +117,10 @@ def _locked(tx: Tx, key: str) -> bool:
     return bool(row is not None and row[0])
 
 
-def hold(tx: Tx, run_ids: Sequence[str]) -> None:
-    """Hold these runs behind their full keys (one statement): out of the due runs until a
-    slot is given back. No event is written: a run is held and given back as often as its
-    key is busy when it comes due (half of all runs, over 100 busy keys), and `why` reads
-    the hold from the row."""
-    if run_ids:
-        tx.execute(_HOLD.format(marks=marks(len(run_ids))), list(run_ids))
+def hold(tx: Tx, keys: Collection[str], now_us: int) -> None:
+    """Hold the runs of these full keys due by `now_us` (one executemany): out of the due
+    runs until a slot is given back. No event is written: a run is held and given back
+    as often as its key is busy when it comes due (half of all runs, over 100 busy keys),
+    and `why` reads the hold from the row."""
+    if keys:
+        tx.many(_HOLD_KEY, [(key, now_us, now_us) for key in sorted(keys)])
