@@ -39,7 +39,7 @@ from flowctl.model import CallKind, JournalEntry, Run, RunStatus
 from flowctl.retry import DEFAULT_RUN_RETRY, RetryPolicy
 
 POISON_CRASHES = 5  # crashes charged to a run (its isolated worker died, no checkpoint since)
-ISOLATED_AT_ONCE = 4  # suspects a daemon runs at once, each alone in a worker process
+ISOLATED_AT_ONCE = 16  # suspects a daemon runs at once, each alone in a worker process
 
 
 class ErrorKind(StrEnum):
