@@ -165,6 +165,9 @@ class BatchRunner:
     wheel); it runs in the claim's greenlet. `ended()` is called once after a round in
     which handlers ended (the daemon's loop then claims for the slots freed), not once
     per handler: a wake per run cost the loop a pass and the runner the GIL each time.
+    `claim(writes)`, called as each round ends (`writes`: it has writes of its own), is the
+    daemon's claim for the freed slots as that round's last write (Daemon.claim_in_round);
+    when it claimed, the loop is not woken at all.
     `failed(error)` is called if the runner itself breaks (a bug): the daemon then stops
     and hands its runs back, rather than extend leases of handlers that will never end.
     The store's write round is the runner's only tie to the store: the runner says when
@@ -280,8 +283,7 @@ class BatchRunner:
                 started = time.monotonic()
             before = after
         # The claim for the slots freed meanwhile is the round's last write, committed with
-        # it (the runner's own write commits the round at once, see _park); a round with
-        # nothing else to write that ended a run of a key claims alone.
+        # it (the runner's own write commits the round at once, see _park), or its only one.
         claimed = self._claim_now()
         self._commit()
         parked, self._parked = self._parked, []
