@@ -28,6 +28,10 @@ from flowctl.runtime.engine import Outcome
 from flowctl.runtime.live import LiveRun
 from flowctl.store import Claim, Store
 
+# Threads of a daemon that write beside its handlers: the loop, the heartbeat, the
+# notifier and a watcher of the file or a flush of spans.
+OWN_WRITERS = 4
+
 
 class Host(Protocol):
     """What an executor needs of the daemon it executes for (flowctl.daemon.loop.Daemon)."""
@@ -117,6 +121,7 @@ class Threads(InProcess):
         self._threads: list[threading.Thread] = []
 
     def start(self, host: Host) -> None:
+        host.store.writers(self.count + OWN_WRITERS)
         for i in range(self.count):
             t = threading.Thread(
                 target=self._work, args=(host,), name=f"flowctl-worker-{i}", daemon=True

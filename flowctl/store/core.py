@@ -140,6 +140,9 @@ class StoreCore:
     def take_turns(self) -> None:
         self.db.take_turns()
 
+    def writers(self, n: int) -> None:
+        self.db.writers(n)
+
     def file_replaced(self) -> str | None:
         return self.db.file_replaced()
 

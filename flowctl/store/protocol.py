@@ -115,28 +115,26 @@ class Store(RunListing, Protocol):
     # -- the handle ------------------------------------------------------------
 
     def data_version(self) -> int:
-        """A number that changes whenever a write not made inside own_writes() commits
-        (another process's, or this store's from another thread); cheap enough to poll."""
+        """Changes whenever a write not made inside own_writes() commits (another process's,
+        or another thread's); cheap enough to poll."""
         ...
 
     def own_writes(self) -> AbstractContextManager[None]:
-        """While the block runs, this thread's writes do not change data_version(): the
-        daemon keeps its wheel true from what its own writes return."""
+        """This thread's writes in the block leave data_version() alone (the daemon keeps
+        its wheel true from what they return)."""
         ...
 
     def set_group_commit(self, on: bool) -> None:
-        """Let concurrent writers share one commit (fewer fsyncs); each write still returns
-        only once it is durable, and a failed writer's changes alone are undone."""
+        """Let concurrent writers share one commit (fewer fsyncs); each write returns once
+        durable, and a failed writer's changes alone are undone."""
         ...
 
     def file_replaced(self) -> str | None:
-        """None while the database opened is still the one at `path`; else one line saying
-        it was deleted or replaced (a daemon stops then)."""
+        """None while the database opened is at `path`; else one line (a daemon stops)."""
         ...
 
     def file_identity(self) -> tuple[int, int] | None:
-        """(device, inode) of the file opened (SQLite), so a worker process can check that
-        it opened the same one; None for a server database."""
+        """(device, inode) of the SQLite file opened (a worker checks it has the same)."""
         ...
 
     @property
@@ -152,15 +150,17 @@ class Store(RunListing, Protocol):
 
     @property
     def refresh_interval(self) -> float | None:
-        """Seconds after which a daemon re-reads what is due even when data_version() has
-        not moved (PostgreSQL: change notices cross a network and can be lost); None
-        when data_version() is never wrong (SQLite)."""
+        """Seconds after which a daemon re-reads what is due though data_version() did not
+        move (PostgreSQL: notices can be lost); None where it is never wrong (SQLite)."""
         ...
 
     def take_turns(self) -> None:
-        """Take turns with other processes' write transactions on this database, so each
-        writes while the others run Python (SQLite: a lock file); nothing where the
-        backend has no such need."""
+        """Take turns with other processes' write transactions, so each writes while the
+        others run Python (SQLite: a lock file; elsewhere nothing)."""
+        ...
+
+    def writers(self, n: int) -> None:
+        """`n` threads of this process write at once: a connection for each (a server's)."""
         ...
 
     def write_round(self, wait: Callable[[], None]) -> AbstractContextManager[WriteRound]:

@@ -175,6 +175,8 @@ class Database(Protocol):
 
     def take_turns(self) -> None: ...
 
+    def writers(self, n: int) -> None: ...
+
     def file_replaced(self) -> str | None: ...
 
     def file_identity(self) -> tuple[int, int] | None: ...
@@ -250,6 +252,9 @@ class BaseDatabase:
 
     def take_turns(self) -> None:
         """Take turns with other processes' writers (where the backend can)."""
+
+    def writers(self, n: int) -> None:
+        """`n` threads of this process may write at once (where each needs a connection)."""
 
     def file_replaced(self) -> str | None:
         """A server database has no file to be deleted or replaced under the daemon."""

@@ -219,6 +219,11 @@ class PostgresDatabase(BaseDatabase):
         finally:
             first.close()
 
+    def writers(self, n: int) -> None:
+        """A connection for each of `n` threads writing at once (a daemon's `--threads`
+        handlers): with fewer, a handler waits for another's connection to come back."""
+        self._pool.resize(min_size=1, max_size=max(POOL_MAX, n))
+
     def _open_pool(self, pool_max: int) -> Any:
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": 10, **session_options()}
         if self.durability == "normal":  # a commit returns before its WAL is flushed
