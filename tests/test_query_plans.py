@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -298,24 +299,31 @@ def daemon_work(
         after_seed(db)
     with Store(db) as store:
         ops.start_many(store, f"{flows}:quick", [{"user": f"u{i}"} for i in range(40)], clock=clock)
+    with vm_steps(monkeypatch) as steps, Store(db) as store:
+        daemon = Daemon(store, clock, DaemonConfig(concurrency=4, claim_batch=8))
+        for _ in range(20):
+            daemon.tick()
+            store.next_due(512)
+            ops.count_runs(store)
+        assert store.count_by_status()["completed"] == 41 + finished
+    return steps[0] * 100
+
+
+@contextmanager
+def vm_steps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """The SQLite VM instructions (in hundreds, counted by a progress handler) of every
+    connection opened in the block, in the one item of the list yielded."""
     steps = [0]
+    real = sqlite3.connect
 
     def counted(*args: Any, **kwargs: Any) -> sqlite3.Connection:
         conn = real(*args, **kwargs)
         conn.set_progress_handler(lambda: steps.__setitem__(0, steps[0] + 1) or 0, 100)
         return conn
 
-    real = sqlite3.connect
     with monkeypatch.context() as m:
         m.setattr(sqlite3, "connect", counted)
-        with Store(db) as store:
-            daemon = Daemon(store, clock, DaemonConfig(concurrency=4, claim_batch=8))
-            for _ in range(20):
-                daemon.tick()
-                store.next_due(512)
-                ops.count_runs(store)
-            assert store.count_by_status()["completed"] == 41 + finished
-    return steps[0] * 100
+        yield steps
 
 
 def test_the_daemons_hot_queries_do_not_grow_with_finished_runs(
@@ -331,7 +339,7 @@ def test_the_daemons_hot_queries_do_not_grow_with_finished_runs(
 
 def claim_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, queued: int) -> int:
     """SQLite VM instructions of claims taking 4 runs at a time until 40 are taken, from
-    `queued` fresh runs due (one of them retried, so every arm of the claim has a row)."""
+    `queued` fresh runs due."""
     flows = tmp_path / "flows.py"
     flows.write_text(FLOWS)
     db = tmp_path / f"queued-{queued}.db"
@@ -340,22 +348,12 @@ def claim_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, queued: int) -> 
         ops.start_many(
             store, f"{flows}:quick", [{"user": f"u{i}"} for i in range(queued)], clock=clock
         )
-    steps = [0]
-
-    def counted(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        conn = real(*args, **kwargs)
-        conn.set_progress_handler(lambda: steps.__setitem__(0, steps[0] + 1) or 0, 100)
-        return conn
-
-    real = sqlite3.connect
-    with monkeypatch.context() as m:
-        m.setattr(sqlite3, "connect", counted)
-        with Store(db) as store:
-            steps[0] = 0
-            now = clock.now()
-            taken = [
-                store.claim_due("t/1/1/a", now, now + timedelta(minutes=1), 4)[0] for _ in range(10)
-            ]
+    with vm_steps(monkeypatch) as steps, Store(db) as store:
+        steps[0] = 0  # the claims alone, not the store's opening
+        now = clock.now()
+        taken = [
+            store.claim_due("t/1/1/a", now, now + timedelta(minutes=1), 4)[0] for _ in range(10)
+        ]
     assert sum(len(t) for t in taken) == 40
     return steps[0] * 100
 
