@@ -31,6 +31,12 @@ Duration = str | int | float | timedelta
 MAX_SECONDS = 3650 * 86400
 
 
+# Text durations parsed before, by their text: a workflow names the same few in every run
+# (`ctx.sleep("1s")`), parsed once each. Bounded: past it, text is parsed every time.
+_PARSED: dict[str, timedelta] = {}
+_PARSED_MOST = 1024
+
+
 def parse_duration(value: Duration) -> timedelta:
     """Turn any accepted duration form into a timedelta (never negative unless given one)."""
     if isinstance(value, timedelta):
@@ -41,6 +47,16 @@ def parse_duration(value: Duration) -> timedelta:
         return _as_timedelta(value, value)
     if not isinstance(value, str):
         raise DurationError(value)
+    parsed = _PARSED.get(value)
+    if parsed is None:
+        parsed = _parse_text(value)
+        if len(_PARSED) < _PARSED_MOST:
+            _PARSED[value] = parsed
+    return parsed
+
+
+def _parse_text(value: str) -> timedelta:
+    """A duration given as text: a number of seconds, or parts like 1h30m."""
     text = value.strip().lower()
     if not text:
         raise DurationError(value)

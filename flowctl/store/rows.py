@@ -45,9 +45,14 @@ IN_CHUNK = 500
 EventRow = tuple[str, int, str, str | None]
 
 
+# Compact JSON of an event's data: one encoder for all (json.dumps with a separator makes
+# one per call, and most writes append an event).
+_COMPACT = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def event(run_id: str, at_us: int, type_: str, data: dict[str, Any] | None = None) -> EventRow:
     """A timeline row, (run_id, at, type, data) as {timeline_insert} takes it."""
-    return (run_id, at_us, type_, None if not data else json.dumps(data, separators=(",", ":")))
+    return (run_id, at_us, type_, None if not data else _COMPACT(data))
 
 
 def add_event(
