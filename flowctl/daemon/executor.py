@@ -8,7 +8,8 @@ settings (flowctl.daemon.loop.choose), as huey's consumer picks its worker Envir
     Processes   in worker processes, each a whole daemon (flowctl.daemon.processes)
 
 `serve` runs the daemon until it stops. For the kinds in this process the daemon's own
-loop claims and `submit`s here; Processes has a loop of its own (its workers claim).
+loop claims and `submit`s here (Greenlets also claim as their rounds end, for the slots
+their runs freed); Processes has a loop of its own (its workers claim).
 """
 
 from __future__ import annotations

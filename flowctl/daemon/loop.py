@@ -3,7 +3,8 @@ each claim to its executor, keeps the wheel true after its own writes, drains on
 
 `Daemon.tick()` runs one iteration synchronously (tests drive it with a FakeClock);
 `Daemon.run_forever()` serves: registered, heartbeating, its executor (threads, greenlets
-or worker processes, chosen once) executing what the loop claims. The same class,
+or worker processes, chosen once) executing what the loop claims (the batch runner also
+claims for the slots it freed, in its write round: `claim_in_round`). The same class,
 restricted to one run, is the worker behind `flowctl run --wait` (flowctl.daemon.foreground).
 
 Its state is composed, one object per job, each in a module of this package: the wheel
