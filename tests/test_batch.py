@@ -473,3 +473,22 @@ def test_slots_reserved_by_one_claimer_are_not_free_to_another() -> None:
     assert slots.free() == 3
     slots.unreserve(1)
     assert slots.free() == 4
+
+
+def test_a_claim_in_the_round_as_the_daemon_stops_hands_its_runs_back(
+    db_path: Path, fake_clock: FakeClock, flows: str
+) -> None:
+    """The runner claims on its own thread; the daemon's stop closes the slots and hands
+    back what they hold on another. A run claimed in that window is handed back by the
+    claim itself, due now for any daemon, not left to wait out its lease."""
+    (rid,) = started(db_path, fake_clock, f"{flows}:three", [{"n": 1}])
+    with Store(db_path) as store:
+        daemon = Daemon(store, fake_clock, DaemonConfig(concurrency=8, lease=30))
+        daemon.timers.refill()
+        daemon.slots.close()  # the stop, between the claim's start and its slots
+        assert daemon.claim_in_round(True)
+        run = store.get_run(rid)
+        assert (run.status, run.lease_owner) == (RunStatus.RUNNING, None)
+        assert run.run_at is not None and run.run_at <= fake_clock.now()
+        assert [e.type for e in store.timeline(rid)][-2:] == ["claimed", "released"]
+        assert len(daemon.slots) == 0

@@ -25,6 +25,7 @@ BACKEND_OWN = {
     "own_writes",
     "set_group_commit",
     "take_turns",
+    "writers",
     "file_replaced",
     "file_identity",
     "free_bytes",

@@ -248,8 +248,7 @@ class Daemon:
             if len(claims) < asked:
                 self.timers.pop_due(now_us)  # everything due at `now` is claimed
                 self._suspects = alone_here and self.store.suspect_due(now)
-            for claim in claims:
-                self._dispatch(claim)
+            self._dispatch_open(claims)
         except Exception as e:  # the loop's next claim meets it too, and says so
             log.debug("claim in the runner's round: %s", e)
             self.timers.dirty = True
@@ -509,6 +508,19 @@ class Daemon:
 
     def _dispatch(self, claim: Claim) -> None:
         self._running.submit(claim, self.slots.take(claim, self.clock))
+
+    def _dispatch_open(self, claims: list[Claim]) -> None:
+        """Dispatch claims made off the loop's thread; those the daemon's stop (its slots
+        closed meanwhile) would miss are handed back here, due now for any daemon."""
+        back = []
+        for claim in claims:
+            live = self.slots.take_open(claim, self.clock)
+            if live is None:
+                back.append(claim.lease)
+            else:
+                self._running.submit(claim, live)
+        if back:
+            self.heartbeat.release(back, "the daemon stopped as they were claimed")
 
     def execute(self, claim: Claim, live: LiveRun | None = None) -> Outcome:
         """Run one claimed run's handler (its slot taken, or taken here), free the slot,
