@@ -19,9 +19,15 @@ from tests.proctree import alive, marked, parent, tree_command, whole_tree
 # Runs a quick command (which starts the guard), says so, reads a command line (on stdin:
 # its own command line must not hold the marker), then runs it on a thread of its own, as
 # the daemon's batch runner runs a blocking step.
+# With "late": its thread never gets to list the command's group itself (`guard.watch`),
+# as when the process dies before that thread runs again after the command started.
 RUNNER = """\
 import sys, threading
+from flowctl.yamlflow import guard
 from flowctl.yamlflow.commands import run_command
+
+if sys.argv[1:] == ["late"]:
+    guard.watch = lambda pgid: None
 
 def run(cmd):
     run_command(cmd, env={"PATH": "/usr/bin:/bin"}, cwd=None, timeout=None,
@@ -39,13 +45,20 @@ def _guards_of(pid: int) -> list[int]:
     return [guard for guard, argv in marked(label).items() if argv[-1] == label]
 
 
-@pytest.mark.parametrize("guard_killed", [False, True], ids=["guard", "guard-replaced"])
+@pytest.mark.parametrize(
+    ("guard_killed", "late"),
+    [(False, False), (True, False), (False, True)],
+    ids=["guard", "guard-replaced", "listed-by-the-command-itself"],
+)
 def test_a_process_killed_by_sigkill_takes_its_commands_tree_with_it(
-    guard_killed: bool,
+    guard_killed: bool, late: bool
 ) -> None:
+    """`listed-by-the-command-itself`: the command's child lists its group with the guard
+    before it execs, so the group is guarded before the process that started it has run
+    another line."""
     marker = f"600.{uuid.uuid4().int % 10**9:09d}"
     with subprocess.Popen(
-        [sys.executable, "-c", RUNNER],
+        [sys.executable, "-c", RUNNER, *(["late"] if late else [])],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

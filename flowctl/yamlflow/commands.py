@@ -208,16 +208,7 @@ def _start(
     one-line error (not found: 127, not executable: 126; a NUL byte or an E2BIG
     environment no retry can fix)."""
     try:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,
-            preexec_fn=_prepare_child(os.getpid()),
-        )
+        return _spawn(argv, env, cwd)
     except FileNotFoundError as exc:
         raise CommandFailedError(127, f"{argv[0]}: command not found", argv=cmd) from exc
     except PermissionError as exc:
@@ -240,6 +231,38 @@ def _start(
                 " its path"
             )
         ) from exc
+
+
+def _spawn(argv: list[str], env: dict[str, str], cwd: str | None) -> subprocess.Popen[bytes]:
+    """Popen in a session of its own. Its child lists its group with the guard before it
+    execs, so no moment of the command is unguarded; one that then could not exec (it
+    tells its pid on a pipe of its own) is unlisted here, lest the guard later kill a
+    group that reuses its number."""
+    told = guard.announcer()
+    pid_read, pid_write = os.pipe()
+    try:
+        try:
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=_prepare_child(os.getpid(), told, pid_write),
+            )
+        except BaseException:
+            os.close(pid_write)  # the child's copy closed as it exited: read to the end
+            pid_write = -1
+            listed = os.read(pid_read, 32)
+            if listed:
+                guard.forget(int(listed))
+            raise
+    finally:
+        for fd in (told, pid_write, pid_read):
+            if fd is not None and fd >= 0:
+                os.close(fd)
 
 
 def _supervise(
@@ -331,9 +354,10 @@ _PR_SET_PDEATHSIG = 1
 STOP_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM)
 
 
-def _prepare_child(parent: int) -> Callable[[], None]:
+def _prepare_child(parent: int, told: int | None, pid_fd: int) -> Callable[[], None]:
     """Runs in the forked child, before exec: the stop signals at their default action
-    and no signal blocked (both survive exec), and SIGKILL when `parent` dies.
+    and no signal blocked (both survive exec), and SIGKILL when `parent` dies; then its
+    group listed with the guard (on `told`) and its pid told on `pid_fd` (see _spawn).
 
     The parent-death signal fires when the *thread* that forked dies, not the process:
     that thread is the one running run_command, which waits in _supervise until the
@@ -349,6 +373,12 @@ def _prepare_child(parent: int) -> Callable[[], None]:
             _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != parent:  # the worker died before the signal was armed
                 os._exit(137)
+        if told is not None:
+            guard.announce(told)
+            try:
+                os.write(pid_fd, b"%d" % os.getpid())
+            except OSError:
+                pass
 
     return prepare
 

@@ -64,6 +64,23 @@ def ensure() -> None:
         _restart()
 
 
+def announcer() -> int | None:
+    """A copy of the guard's pipe for a command about to start: its child lists its own
+    group through it before it execs (`announce`). Listed by `watch` only once started, a
+    command whose worker died in between (its thread not yet run again) left the children
+    it had started meanwhile running. The caller closes it once the command started."""
+    with _lock:
+        return os.dup(_pipe) if _pipe >= 0 else None
+
+
+def announce(fd: int) -> None:
+    """In a command's child, in its own session (its pid is its group), before exec."""
+    try:
+        os.write(fd, b"+%d\n" % os.getpid())
+    except OSError:
+        pass
+
+
 def watch(pgid: int) -> None:
     """List a command's process group with the guard (starting the guard if need be)."""
     with _lock:
