@@ -19,6 +19,7 @@ SIGKILL of the guard itself.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -74,11 +75,16 @@ def announcer() -> int | None:
 
 
 def announce(fd: int) -> None:
-    """In a command's child, in its own session (its pid is its group), before exec."""
+    """In a command's child, in its own session (its pid is its group), before exec. A
+    guard gone meanwhile is an EPIPE here, not a SIGPIPE (at its default action by now)
+    that would kill the command before it starts."""
+    default = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     try:
         os.write(fd, b"+%d\n" % os.getpid())
     except OSError:
         pass
+    finally:
+        signal.signal(signal.SIGPIPE, default)
 
 
 def watch(pgid: int) -> None:
