@@ -169,12 +169,18 @@ def test_a_sleep_longer_than_a_rest_parks_the_run_as_before(
         assert s.journal(rid)[1].state is EntryState.PENDING
 
 
-def test_a_cancel_asked_while_resting_ends_the_run_before_its_next_step(
-    db: str, tmp_path: Path, flows: str, serving: Daemon
-) -> None:
+def resting_nap(db: str, tmp_path: Path, flows: str) -> tuple[str, Path]:
+    """A run of `nap` (one second), once it rests in its sleep; and its effects file."""
     effects = tmp_path / "effects"
     [rid] = start(db, f"{flows}:nap", [{"effects": str(effects), "seconds": 1.0}])
     wait_until(lambda: "sleep started" in events(db, rid), timeout=20)
+    return rid, effects
+
+
+def test_a_cancel_asked_while_resting_ends_the_run_before_its_next_step(
+    db: str, tmp_path: Path, flows: str, serving: Daemon
+) -> None:
+    rid, effects = resting_nap(db, tmp_path, flows)
     with open_store(db) as s:
         resting = s.get_run(rid)
         # It rests: still running, let go (no owner), due to others only after its wake.
@@ -190,9 +196,7 @@ def test_a_cancel_asked_while_resting_ends_the_run_before_its_next_step(
 def test_a_pause_asked_while_resting_parks_the_run_at_its_next_call_and_resume_ends_it(
     db: str, tmp_path: Path, flows: str, serving: Daemon
 ) -> None:
-    effects = tmp_path / "effects"
-    [rid] = start(db, f"{flows}:nap", [{"effects": str(effects), "seconds": 1.0}])
-    wait_until(lambda: "sleep started" in events(db, rid), timeout=20)
+    rid, effects = resting_nap(db, tmp_path, flows)
     with open_store(db) as s:
         ops.pause(s, rid, clock=SystemClock())
     wait_until(lambda: status(db, rid) is RunStatus.PAUSED, timeout=20)

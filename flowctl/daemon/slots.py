@@ -26,23 +26,27 @@ class Slots:
 
     def take(self, claim: Claim, clock: Clock) -> LiveRun:
         """The claimed run's slot, with the view its engine and heartbeat share."""
-        live = self.take_open(claim, clock, closed_too=True)
-        assert live is not None
+        live = LiveRun(claim.lease, clock, claim.run.exec_spent, claim.run.timeout)
+        with self._lock:
+            self._add(claim, live)
         return live
 
-    def take_open(self, claim: Claim, clock: Clock, *, closed_too: bool = False) -> LiveRun | None:
-        """take(), or None once the daemon stops (closed; unless `closed_too`): a claim
-        made on another thread than the one that closes (the batch runner's) as the daemon
-        stopped is handed back by its claimer, not missed by the hand-back and left to lapse."""
-        run = claim.run
-        live = LiveRun(claim.lease, clock, run.exec_spent, run.timeout)
+    def take_open(self, claim: Claim, clock: Clock) -> LiveRun | None:
+        """take(), or None once the daemon stops (closed): a claim made on another thread
+        than the one that closes (the batch runner's) as the daemon stopped is handed back
+        by its claimer, not missed by the hand-back and left to lapse."""
+        live = LiveRun(claim.lease, clock, claim.run.exec_spent, claim.run.timeout)
         with self._lock:
-            if self.closed and not closed_too:
+            if self.closed:
                 return None
-            self._live[run.run_id] = live
-            if run.flow_key is not None:
-                self._keyed.add(run.run_id)
+            self._add(claim, live)
         return live
+
+    def _add(self, claim: Claim, live: LiveRun) -> None:
+        """Under the lock: the run's slot taken."""
+        self._live[claim.run.run_id] = live
+        if claim.run.flow_key is not None:
+            self._keyed.add(claim.run.run_id)
 
     def put(self, live: LiveRun) -> bool:
         """A run resumed by its resting handler (flowctl.daemon.rests) takes a slot again,
