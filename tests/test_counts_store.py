@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+import traceback
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -128,7 +129,7 @@ def test_counts_stay_exact_under_concurrent_writers(
     transaction, so the counts add up (on PostgreSQL, however the folds fall)."""
     others = [open_same(store) for _ in range(4)]
     barrier = threading.Barrier(len(others))
-    errors: list[BaseException] = []
+    errors: list[str] = []  # each writer's failure, with its traceback
 
     def writer(s: Store, i: int) -> None:
         try:
@@ -137,8 +138,8 @@ def test_counts_stay_exact_under_concurrent_writers(
                 fn = ("quick", "nap", "fail")[(i + j) % 3]
                 ops.start(s, f"{flows}:{fn}", {"user": f"{i}-{j}"}, clock=fake_clock)
             Daemon(s, fake_clock, DaemonConfig(concurrency=2)).tick()
-        except BaseException as e:
-            errors.append(e)
+        except BaseException:
+            errors.append(traceback.format_exc())
 
     threads = [threading.Thread(target=writer, args=(s, i)) for i, s in enumerate(others)]
     for t in threads:
