@@ -76,3 +76,25 @@ def test_runs_passed_over_as_suspects_leave_the_claim_to_the_next_candidates(
         assert store.get_run(queued[2]).status is RunStatus.QUEUED
         claim, _ = store.claim_suspect("t/3/1/0", now, now + LEASE)
         assert claim is not None and claim.run.run_id in lapsed and claim.run.solo
+
+
+def test_a_candidate_that_ended_after_the_claims_snapshot_is_dropped_not_compared(
+    tmp_path: Path,
+) -> None:
+    """PostgreSQL locks a candidate as it is now, not as the claim's snapshot chose it: a
+    run another daemon completed meanwhile comes back with no run_at. The claim drops it
+    rather than order it beside due runs (a TypeError there once broke a claim)."""
+    from flowctl.store.claims import _CLAIM_COLUMNS, _still_due
+    from flowctl.store.rows import RUNS
+
+    flows = tmp_path / "flows.py"
+    flows.write_text(FLOWS)
+    clock = FakeClock()
+    with SqliteStore(tmp_path / "c.db") as store:
+        ids = _start(store, flows, clock, 3)
+        now = clock.now()
+        (claim,), _ = store.claim_due("t/1/1/0", now, now + LEASE, 1)
+        store.complete_run(claim.lease, 1, now, 0.0)
+        rows = store._read(f"SELECT {_CLAIM_COLUMNS} FROM {RUNS}")
+        assert len(rows) == 3  # the ended run's row is among them, as PostgreSQL gives it
+        assert [r[0] for r in _still_due(rows)] == sorted(set(ids) - {claim.run.run_id})

@@ -265,7 +265,8 @@ def _claim_due(
         first = tx.all(_ONE_DUE, [run_id, times.now_us])
     else:
         first = tx.all(_DUE_ROWS, [times.now_us, limit] * len(_ARMS) + [limit])
-        first.sort(key=_due_order)
+    read = len(first)
+    first = _still_due(first)
     times.slots.note(first, _KEY_COUNT)
     for r in first:
         if not times.ended and times.slots.full(tx, r, times.now_us):
@@ -276,7 +277,7 @@ def _claim_due(
         claim = _claim_one(tx, row, times, (bool(r[-2]), bool(r[-1])))
         if claim is not None:
             claims.append(claim)
-    if run_id is None and len(claims) < limit and len(first) == limit:
+    if run_id is None and len(claims) < limit and read == limit:
         # Some were passed over (held as suspects, paused, ended): the next candidates.
         _claim_more(tx, times, limit, claims, {r[0] for r in first})
     times.flush(tx)
@@ -314,13 +315,25 @@ def _claim_more(
                 claims.append(claim)
 
 
+def _still_due(rows: list[Row]) -> list[Row]:
+    """The candidate rows still due as locked, in claim order (_due_order).
+
+    On PostgreSQL a row another transaction updated and committed after this statement's
+    snapshot is locked and returned as it is now, since its id still matches the ids the
+    snapshot chose: it may have ended meanwhile (no run_at). It is dropped here, not
+    compared (a run_at of None cannot be ordered); its claim would pass it over anyway."""
+    due = [r for r in rows if r[_RUN_AT] is not None and r[STATUS] in _CLAIMABLE]
+    due.sort(key=_due_order)
+    return due
+
+
 def _due_order(row: Row) -> tuple[Any, ...]:
     """A _CLAIM_COLUMNS row's place in claim order: the highest priority first, then wakes
     before fresh runs (see _ARMS), then (run_at, run_id)."""
-    return -row[PRIORITY], not _woke(row), row[7], row[0]
+    return -row[PRIORITY], not _woke(row), row[_RUN_AT], row[0]
 
 
-_STARTED_AT = 8  # a run row's started_at (mapping._RUN_COLUMNS)
+_RUN_AT, _STARTED_AT = 7, 8  # a run row's run_at and started_at (mapping._RUN_COLUMNS)
 
 
 def _woke(row: Row) -> bool:
