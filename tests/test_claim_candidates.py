@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+from helpers import query
+
 from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.model import RunStatus
@@ -84,7 +86,7 @@ def test_a_candidate_that_ended_after_the_claims_snapshot_is_dropped_not_compare
     """PostgreSQL locks a candidate as it is now, not as the claim's snapshot chose it: a
     run another daemon completed meanwhile comes back with no run_at. The claim drops it
     rather than order it beside due runs (a TypeError there once broke a claim)."""
-    from flowctl.store.claims import _CLAIM_COLUMNS, _still_due
+    from flowctl.store.claims import CLAIM_COLUMNS, still_due
     from flowctl.store.rows import RUNS
 
     flows = tmp_path / "flows.py"
@@ -95,6 +97,6 @@ def test_a_candidate_that_ended_after_the_claims_snapshot_is_dropped_not_compare
         now = clock.now()
         (claim,), _ = store.claim_due("t/1/1/0", now, now + LEASE, 1)
         store.complete_run(claim.lease, 1, now, 0.0)
-        rows = store._read(f"SELECT {_CLAIM_COLUMNS} FROM {RUNS}")
+        rows = query(tmp_path / "c.db", f"SELECT {CLAIM_COLUMNS} FROM {RUNS}")
         assert len(rows) == 3  # the ended run's row is among them, as PostgreSQL gives it
-        assert [r[0] for r in _still_due(rows)] == sorted(set(ids) - {claim.run.run_id})
+        assert [r[0] for r in still_due(rows)] == sorted(set(ids) - {claim.run.run_id})

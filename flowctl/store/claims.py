@@ -20,6 +20,7 @@ from flowctl.store.core import StoreCore
 from flowctl.store.endings import end, fail, move_counts, park_paused
 from flowctl.store.keyslots import PRIORITY, STATUS, KeySlots, hold
 from flowctl.store.mapping import _RUN_COLUMNS, _run_from_row
+from flowctl.store.prefetch import with_replay
 from flowctl.store.records import Claim, Lease
 from flowctl.store.rows import (
     RUNS,
@@ -71,26 +72,26 @@ _CANDIDATES = " UNION ALL ".join(f"SELECT * FROM ({arm}) AS c{i}" for i, arm in 
 # markers (two index probes): a fresh run's replay then reads neither.
 # Then the runs running under its concurrency key (not looked for when it has none):
 # SQLite's claim counts its keys from it, in the same statement.
-_CLAIM_COLUMNS = (
+CLAIM_COLUMNS = (
     f"{_RUN_COLUMNS}, CASE WHEN runs.flow_key IS NULL THEN 0 ELSE (SELECT COUNT(*) FROM"
     " runs k WHERE k.flow_key = runs.flow_key AND k.status = 'running') END,"
     " NOT EXISTS (SELECT 1 FROM journal j WHERE j.run_id = runs.run_id),"
     " NOT EXISTS (SELECT 1 FROM versions v WHERE v.run_id = runs.run_id)"
 )
-_KEY_COUNT = -3  # where a _CLAIM_COLUMNS row holds that count
+_KEY_COUNT = -3  # where a CLAIM_COLUMNS row holds that count
 
 # The rows of the ? soonest due runs (each status's first ? by _CANDIDATES, merged by one
 # sort of those few), in one statement: a claim that finds nothing passed over (the usual
 # case) reads the candidates and their rows at once. Not in order: see _due_order.
 _DUE_ROWS = (
-    f"SELECT {_CLAIM_COLUMNS} FROM {RUNS} WHERE run_id IN (SELECT run_id FROM ({_CANDIDATES})"
+    f"SELECT {CLAIM_COLUMNS} FROM {RUNS} WHERE run_id IN (SELECT run_id FROM ({_CANDIDATES})"
     " AS due GROUP BY run_id ORDER BY SUM(prio) DESC, MAX(woke) DESC, MIN(run_at), run_id"
     " LIMIT ?){skip_locked}"
 )
 
 # One run's row, if it is due (`flowctl run --wait`'s claim).
 _ONE_DUE = (
-    f"SELECT {_CLAIM_COLUMNS} FROM {RUNS} WHERE run_id = ? AND runs.status IN"
+    f"SELECT {CLAIM_COLUMNS} FROM {RUNS} WHERE run_id = ? AND runs.status IN"
     f" ({', '.join(repr(s) for s in _CLAIMABLE)}) AND runs.run_at <= ?{{skip_locked}}"
 )
 
@@ -266,7 +267,7 @@ def _claim_due(
     else:
         first = tx.all(_DUE_ROWS, [times.now_us, limit] * len(_ARMS) + [limit])
     read = len(first)
-    first = _still_due(first)
+    first = still_due(first)
     times.slots.note(first, _KEY_COUNT)
     for r in first:
         if not times.ended and times.slots.full(tx, r, times.now_us):
@@ -281,7 +282,7 @@ def _claim_due(
         # Some were passed over (held as suspects, paused, ended): the next candidates.
         _claim_more(tx, times, limit, claims, {r[0] for r in first})
     times.flush(tx)
-    return claims, times.ended
+    return with_replay(tx, times.values, claims), times.ended
 
 
 def _claim_more(
@@ -315,7 +316,7 @@ def _claim_more(
                 claims.append(claim)
 
 
-def _still_due(rows: list[Row]) -> list[Row]:
+def still_due(rows: list[Row]) -> list[Row]:
     """The candidate rows still due as locked, in claim order (_due_order).
 
     On PostgreSQL a row another transaction updated and committed after this statement's
@@ -328,7 +329,7 @@ def _still_due(rows: list[Row]) -> list[Row]:
 
 
 def _due_order(row: Row) -> tuple[Any, ...]:
-    """A _CLAIM_COLUMNS row's place in claim order: the highest priority first, then wakes
+    """A CLAIM_COLUMNS row's place in claim order: the highest priority first, then wakes
     before fresh runs (see _ARMS), then (run_at, run_id)."""
     return -row[PRIORITY], not _woke(row), row[_RUN_AT], row[0]
 
@@ -346,11 +347,11 @@ def _woke(row: Row) -> bool:
 
 
 def _load_rows(tx: Tx, run_ids: Sequence[str], times: _ClaimTimes) -> dict[str, Row]:
-    """_CLAIM_COLUMNS rows of these runs as they are inside this transaction (those another
+    """CLAIM_COLUMNS rows of these runs as they are inside this transaction (those another
     claimer holds are skipped), by id, not decoded: a run held behind its full key is
     passed over from its row alone."""
     rows = tx.all(
-        f"SELECT {_CLAIM_COLUMNS} FROM {RUNS} WHERE run_id IN ({marks(len(run_ids))})"
+        f"SELECT {CLAIM_COLUMNS} FROM {RUNS} WHERE run_id IN ({marks(len(run_ids))})"
         "{skip_locked}",
         list(run_ids),
     )
