@@ -96,3 +96,27 @@ def test_a_blocks_own_error_is_the_one_raised_after_sent_statements(db: Postgres
     with pytest.raises(KeyError, match="the write's own"):
         db.transact(write)
     assert rows(db) == []
+
+
+def test_an_error_sent_before_a_savepoint_fails_the_transaction_not_only_the_block(
+    db: PostgresDatabase,
+) -> None:
+    """The SAVEPOINT after a failed sent statement is never run, so the block cannot be
+    undone alone: the transaction fails whole, and says so. PostgreSQL answers the COMMIT
+    of a failed transaction with a ROLLBACK and no error, so a write caught as its block's
+    own failure would otherwise be told the rest was kept."""
+
+    def write(tx: Tx) -> None:
+        tx.send("UPDATE t SET b = 1 WHERE a = ?", [1])
+        tx.send("INSERT INTO t VALUES (?, 0)", [2])  # a key that is there
+        try:
+            with tx.savepoint():
+                tx.send("UPDATE t SET b = 9 WHERE a = ?", [5])
+        except Exception:
+            if tx.alive():  # as the round's writes ask (flowctl.store.round.run_alone)
+                return
+            raise
+
+    with pytest.raises(Exception, match="duplicate key|savepoint"):
+        db.transact(write)
+    assert rows(db) == []

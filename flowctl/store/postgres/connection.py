@@ -104,11 +104,14 @@ class _PgTx(Tx):
     waiting; everything else waits for the server's answer (a sync), so a rowcount, a
     row or an error belongs to the statement that asked for it."""
 
-    __slots__ = ("_pipe",)
+    __slots__ = ("_broken", "_pipe")
 
     def __init__(self, conn: Conn, pipe: Any = None) -> None:
         super().__init__(conn, POSTGRES)
         self._pipe = pipe  # None: not pipelined (a read), every statement waits anyway
+        # A savepoint that could not be rolled back to: the error came from a statement
+        # sent before it (its SAVEPOINT was never run), so the transaction is lost whole.
+        self._broken = False
 
     def execute(self, template: str, params: Sequence[Any] = ()) -> Any:
         cur = self.conn.execute(self._sql(template), params)
@@ -136,8 +139,14 @@ class _PgTx(Tx):
                 self._pipe.sync()
         except BaseException:
             if self.alive():
-                self.send("ROLLBACK TO flowctl_write")
-                self.execute("RELEASE flowctl_write")
+                try:
+                    self.send("ROLLBACK TO flowctl_write")
+                    self.execute("RELEASE flowctl_write")
+                except Exception:
+                    # PostgreSQL would answer the COMMIT of this failed transaction with a
+                    # ROLLBACK, and no error: said here, so no writer is told it was kept.
+                    self._broken = True
+                    raise
             raise
         self.send("RELEASE flowctl_write")
 
@@ -153,6 +162,8 @@ class _PgTx(Tx):
         What was sent is answered first: until then the status says only "busy"."""
         from psycopg.pq import TransactionStatus
 
+        if self._broken:
+            return False
         self._settle()
         status = self.conn.info.transaction_status
         return status in (TransactionStatus.INTRANS, TransactionStatus.INERROR)
