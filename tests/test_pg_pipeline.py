@@ -117,6 +117,6 @@ def test_an_error_sent_before_a_savepoint_fails_the_transaction_not_only_the_blo
                 return
             raise
 
-    with pytest.raises(Exception, match="duplicate key|savepoint"):
+    with pytest.raises(Exception, match=r"duplicate key|savepoint"):
         db.transact(write)
     assert rows(db) == []
