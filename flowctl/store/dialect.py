@@ -67,6 +67,9 @@ class Dialect:
     # the status of each count it moved (a missing one is then added by count_add):
     # (to, n, n, workflow, from, to).
     count_move: str
+    # Whether count_move always writes both counts (appended deltas, PostgreSQL): then it
+    # is sent, its answer never read.
+    counts_appended: bool
     # Runs per (workflow, status) as a table `run_counts` (workflow, status, n).
     counts: str
     # (type, n) for the claimed and reclaimed events.
@@ -143,6 +146,7 @@ SQLITE = Dialect(
         "UPDATE run_counts SET n = n + CASE WHEN status = ? THEN ? ELSE 0 - ? END"
         " WHERE workflow = ? AND status IN (?, ?) RETURNING status"
     ),
+    counts_appended=False,
     counts="run_counts",
     event_counts="SELECT type, n FROM event_counts",
     late_s="(json_extract(data, '$.late_ms') / 1000.0)",
@@ -194,6 +198,7 @@ POSTGRES = Dialect(
         " CROSS JOIN LATERAL (VALUES (p.t, p.n_in), (p.f, 0 - p.n_out)) AS v(s, d)"
         " RETURNING status"
     ),
+    counts_appended=True,
     counts=(
         "(SELECT workflow, status, SUM(n) AS n FROM (SELECT workflow, status, n FROM run_counts"
         " UNION ALL SELECT workflow, status, d FROM run_count_deltas) AS c"

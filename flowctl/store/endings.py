@@ -37,6 +37,9 @@ def move_counts(tx: Tx, moves: Mapping[tuple[str, str, str], int]) -> None:
     that move most runs, a claim (into running) and a completion, count themselves;
     every other status change is counted by the schema's trigger."""
     for (workflow, frm, to), n in moves.items():
+        if tx.dialect.counts_appended:  # both counts moved, always
+            tx.send("{count_move}", (to, n, n, workflow, frm, to))
+            continue
         moved = {r[0] for r in tx.all("{count_move}", (to, n, n, workflow, frm, to))}
         for status, d in ((to, n), (frm, -n)):
             if status not in moved:

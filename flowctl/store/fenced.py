@@ -440,7 +440,7 @@ def _completions(tx: Tx, writes: list[Write[Any]]) -> None:
     endings = [w.params[1] for w in writes]
     # Each checkpoint's INSERT found its run held, in this same transaction, so each
     # completion's UPDATE finds it too.
-    tx.many(_COMPLETE, endings)
+    tx.send_many(_COMPLETE, endings)
     moved: dict[tuple[str, str, str], int] = {}
     for chunk, marks in in_chunks([ending[3] for ending in endings]):
         for (workflow,) in tx.all(f"SELECT workflow FROM runs WHERE run_id IN ({marks})", chunk):
@@ -449,7 +449,7 @@ def _completions(tx: Tx, writes: list[Write[Any]]) -> None:
     move_counts(tx, moved)
     add_events(tx, [(e[3], e[1], "completed", None) for e in endings])
     done = str(RunStatus.COMPLETED)
-    tx.many(NOTIFICATION_INSERT, [(e[3], done, None, e[1], e[1]) for e in endings])
+    tx.send_many(NOTIFICATION_INSERT, [(e[3], done, None, e[1], e[1]) for e in endings])
     for write in writes:
         write.result = True
 

@@ -123,4 +123,4 @@ def hold(tx: Tx, keys: Collection[str], now_us: int) -> None:
     as often as its key is busy when it comes due (half of all runs, over 100 busy keys),
     and `why` reads the hold from the row."""
     if keys:
-        tx.many(_HOLD_KEY, [(key, now_us, now_us) for key in sorted(keys)])
+        tx.send_many(_HOLD_KEY, [(key, now_us, now_us) for key in sorted(keys)])

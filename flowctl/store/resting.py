@@ -197,7 +197,7 @@ def _rests(tx: Tx, writes: list[Write[Any]]) -> None:
 
 def _rested(tx: Tx, rests: list[_Rest]) -> None:
     """What follows rests that applied: their journal rows and their events."""
-    tx.many(UPSERT_ENTRY, [row for r in rests for row in r.rows])
+    tx.send_many(UPSERT_ENTRY, [row for r in rests for row in r.rows])
     add_events(tx, [r.event for r in rests])
 
 
@@ -227,7 +227,7 @@ def _follow(tx: Tx, resumes: list[_Resume]) -> None:
     """What follows resumes that applied: their sleeps resolved, their events."""
     sleeps = [r.sleeps for r in resumes if r.sleeps is not None]
     if sleeps:
-        tx.many(SLEEPS_DUE, sleeps)
+        tx.send_many(SLEEPS_DUE, sleeps)
     add_events(tx, [e for r in resumes for e in r.events])
 
 

@@ -98,6 +98,12 @@ class Tx:
         finally:
             cur.close()
 
+    def send_many(self, template: str, rows: Sequence[Sequence[Any]]) -> None:
+        """`many`, for rows whose results nobody reads: sent as `send` sends (PostgreSQL
+        does not wait for the server), so only where an error may fail the transaction,
+        or the enclosing savepoint, as a whole."""
+        self.many(template, rows)
+
     @contextmanager
     def savepoint(self) -> Iterator[None]:
         """The block's statements undone alone if it raises; the transaction goes on."""

@@ -104,7 +104,7 @@ class _PgTx(Tx):
     waiting; everything else waits for the server's answer (a sync), so a rowcount, a
     row or an error belongs to the statement that asked for it."""
 
-    __slots__ = ("_broken", "_pipe")
+    __slots__ = ("_broken", "_pipe", "_unsynced")
 
     def __init__(self, conn: Conn, pipe: Any = None) -> None:
         super().__init__(conn, POSTGRES)
@@ -112,31 +112,55 @@ class _PgTx(Tx):
         # A savepoint that could not be rolled back to: the error came from a statement
         # sent before it (its SAVEPOINT was never run), so the transaction is lost whole.
         self._broken = False
+        self._unsynced = False  # statements sent since the last sync (their answers due)
+
+    def _sync(self) -> None:
+        if self._pipe is not None:
+            self._pipe.sync()
+        self._unsynced = False
 
     def execute(self, template: str, params: Sequence[Any] = ()) -> Any:
         cur = self.conn.execute(self._sql(template), params)
-        if self._pipe is not None:
-            self._pipe.sync()
+        self._sync()
         return cur
+
+    def send(self, template: str, params: Sequence[Any] = ()) -> None:
+        self.conn.execute(self._sql(template), params)
+        self._unsynced = True
+
+    def statement(self, template: str) -> Callable[[Sequence[Any]], Any]:
+        sql, execute = self._sql(template), self.conn.execute
+
+        def sent(params: Sequence[Any]) -> None:
+            execute(sql, params)
+            self._unsynced = True
+
+        return sent
 
     def many(self, template: str, rows: Sequence[Sequence[Any]]) -> int:
         if not rows:
             return 0
         with self.conn.cursor() as cur:
             cur.executemany(self._sql(template), rows)
-            if self._pipe is not None:
-                self._pipe.sync()  # the rowcount arrives with the results
+            self._sync()  # the rowcount arrives with the results
             return int(cur.rowcount)
+
+    def send_many(self, template: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            with self.conn.cursor() as cur:
+                cur.executemany(self._sql(template), rows)  # answered by the next sync
+            self._unsynced = True
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
         """As Tx.savepoint, one round trip: the block's statements are sent behind the
-        SAVEPOINT and their errors raised by the sync that ends the block."""
+        SAVEPOINT and their errors raised by the sync that ends the block (none when the
+        block's last statement waited for its answer: nothing is left to hear)."""
         self.send("SAVEPOINT flowctl_write")
         try:
             yield
-            if self._pipe is not None:
-                self._pipe.sync()
+            if self._unsynced:
+                self._sync()
         except BaseException:
             if self.alive():
                 try:
@@ -153,9 +177,9 @@ class _PgTx(Tx):
     def _settle(self) -> None:
         """Take the answers of what was sent, their errors dropped: the block's own error
         is the one raised (a sent statement's, when it is one, was raised by the sync)."""
-        if self._pipe is not None:
+        if self._pipe is not None and self._unsynced:
             with contextlib.suppress(driver().Error):
-                self._pipe.sync()
+                self._sync()
 
     def alive(self) -> bool:
         """A transaction is open, if failed (a savepoint's rollback makes it usable again).
