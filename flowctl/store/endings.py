@@ -5,14 +5,14 @@ these apply them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flowctl.model import Run, RunStatus, from_us, to_us
 from flowctl.store.branches import cut_journal
 from flowctl.store.mapping import _dt, _loads, _us
 from flowctl.store.records import dumps
-from flowctl.store.rows import CLEARED, add_event, add_events, event, first_line
+from flowctl.store.rows import CLEARED, add_event, add_events, event, first_line, in_chunks
 from flowctl.store.sql import Tx
 from flowctl.store.values import ERROR, Values
 from flowctl.transitions import Applied, error_kind, next_attempt, pause
@@ -44,6 +44,30 @@ def move_counts(tx: Tx, moves: Mapping[tuple[str, str, str], int]) -> None:
         for status, d in ((to, n), (frm, -n)):
             if status not in moved:
                 tx.execute("{count_add}", (workflow, status, d))
+
+
+# Appended count deltas (PostgreSQL) of runs moved from one status to another, by their
+# workflows as the rows say: (to, 1), (from, -1) for each run of the ids that follow.
+_DELTAS_OF_RUNS = (
+    "INSERT INTO run_count_deltas (workflow, status, d) SELECT r.workflow, v.s, v.d * COUNT(*)"
+    " FROM runs r CROSS JOIN (VALUES (CAST(? AS TEXT), 1), (CAST(? AS TEXT), -1)) AS v(s, d)"
+    " WHERE r.run_id IN ({marks}) GROUP BY r.workflow, v.s, v.d"
+)
+
+
+def move_counts_of(tx: Tx, run_ids: Sequence[str], frm: str, to: str) -> None:
+    """move_counts for these runs, all moved from `frm` to `to`: where counts are appended
+    deltas (PostgreSQL) one statement sent per chunk, grouped by workflow in the server;
+    else their workflows read first."""
+    if tx.dialect.counts_appended:
+        for chunk, marks in in_chunks(run_ids):
+            tx.send(_DELTAS_OF_RUNS.replace("{marks}", marks), [to, frm, *chunk])
+        return
+    moved: dict[tuple[str, str, str], int] = {}
+    for chunk, marks in in_chunks(run_ids):
+        for (workflow,) in tx.all(f"SELECT workflow FROM runs WHERE run_id IN ({marks})", chunk):
+            moved[(workflow, frm, to)] = moved.get((workflow, frm, to), 0) + 1
+    move_counts(tx, moved)
 
 
 def fail(

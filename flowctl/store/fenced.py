@@ -24,6 +24,7 @@ from flowctl.store.endings import (
     end,
     fail,
     move_counts,
+    move_counts_of,
     park_paused,
     release_held,
     wake_parent,
@@ -39,7 +40,6 @@ from flowctl.store.rows import (
     ended,
     event,
     held_row,
-    in_chunks,
     load_run,
 )
 from flowctl.store.sql import Tx
@@ -441,12 +441,7 @@ def _completions(tx: Tx, writes: list[Write[Any]]) -> None:
     # Each checkpoint's INSERT found its run held, in this same transaction, so each
     # completion's UPDATE finds it too.
     tx.send_many(_COMPLETE, endings)
-    moved: dict[tuple[str, str, str], int] = {}
-    for chunk, marks in in_chunks([ending[3] for ending in endings]):
-        for (workflow,) in tx.all(f"SELECT workflow FROM runs WHERE run_id IN ({marks})", chunk):
-            move = (workflow, "running", "completed")
-            moved[move] = moved.get(move, 0) + 1
-    move_counts(tx, moved)
+    move_counts_of(tx, [ending[3] for ending in endings], "running", "completed")
     add_events(tx, [(e[3], e[1], "completed", None) for e in endings])
     done = str(RunStatus.COMPLETED)
     tx.send_many(NOTIFICATION_INSERT, [(e[3], done, None, e[1], e[1]) for e in endings])
