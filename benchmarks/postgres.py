@@ -291,12 +291,23 @@ def main() -> None:
     parser.add_argument("--dbos", action="store_true", help="DBOS 3.4 beside flowctl")
     parser.add_argument("--wake-rate", type=int, default=1000, help="wakes per second")
     parser.add_argument("--pg", default=os.environ.get("FLOWCTL_BENCH_PG_URL"))
+    parser.add_argument(
+        "--wakes-only",
+        action="store_true",
+        help="only the PostgreSQL wake lateness, --rounds times",
+    )
     args = parser.parse_args()
     if not args.pg:
         raise SystemExit("give --pg URL or FLOWCTL_BENCH_PG_URL (see the docstring)")
     runs, wake_s, claims = (600, 1.0, 500) if args.quick else (3000, 5.0, 2000)
     print(f"$ {' '.join([os.path.basename(sys.executable), *sys.argv])}")
     print(f"server: {server_settings(args.pg)}")
+    if args.wakes_only:
+        for i in range(args.rounds):
+            woke = lateness("postgres", args.pg, args.wake_rate, wake_s)
+            shown = "n/a" if woke is None else f"p50 {woke[0]:6.1f} ms  p99 {woke[1]:6.1f} ms"
+            print(f"round {i + 1}: postgres wake lateness (2 daemons, {args.wake_rate}/s) {shown}")
+        return
     print(
         f"runs {runs}, {args.rounds} rounds; {os.cpu_count()} CPU(s), load"
         f" {os.getloadavg()[0]:.1f}",
