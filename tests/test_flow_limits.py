@@ -23,6 +23,7 @@ T0 = datetime(2026, 3, 29, 0, 59, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
 LEASE = 15 * SECOND
 OWNER = "host-a/100/1/aaaa"
+OTHER = "host-b/200/1/bbbb"
 
 FLOWS = """\
 from flowctl import step, workflow
@@ -109,9 +110,9 @@ def test_an_unknown_limit_kills_the_run_naming_the_defined_ones(store: Store, fl
     assert "limit 'nope', which is not defined; defined limits: api, db" in run.error["message"]
 
 
-def claimed(store: Store, run_id: str, now: datetime) -> Lease:
+def claimed(store: Store, run_id: str, now: datetime, owner: str = OWNER) -> Lease:
     store.create_run(NewRun(run_id, "wf", "wf.py:wf", "python", {}), now)
-    claims, _ = store.claim_due(OWNER, now, now + LEASE, 10, run_id=run_id)
+    claims, _ = store.claim_due(owner, now, now + LEASE, 10, run_id=run_id)
     return claims[0].lease
 
 
@@ -133,12 +134,28 @@ def test_a_concurrency_limit_holds_until_the_step_ends_or_its_lease_lapses(store
 
 def test_a_hold_of_a_run_whose_lease_lapsed_is_given_back(store: Store) -> None:
     store.set_limit("db", 1, None, T0)
-    a, b = claimed(store, "a", T0), claimed(store, "b", T0)
+    a, b = claimed(store, "a", T0), claimed(store, "b", T0, OTHER)
     assert store.take_limit(a, "db", 0, T0).taken
     assert not store.take_limit(b, "db", 0, T0 + SECOND).taken
     # a's daemon died: no heartbeat, its lease lapses; b (heartbeating) may go
-    store.heartbeat(OWNER, [(b, 0.0)], T0 + 2 * LEASE, T0 + LEASE - SECOND)
+    store.heartbeat(OTHER, [(b, 0.0)], T0 + 2 * LEASE, T0 + LEASE - SECOND)
     assert store.take_limit(b, "db", 0, T0 + LEASE + SECOND).taken
+
+
+def test_a_stalled_daemons_own_holds_still_count_for_it(store: Store) -> None:
+    """A daemon stalled past its runs' leases (its heartbeat late, nobody took them over)
+    is alive when it asks again: its hold still counts for its own runs, and two of them
+    never hold at once (the crash test met it: two steps of one process under a limit of
+    1, both leases lapsed in a stall). Another daemon may still take the limit."""
+    store.set_limit("db", 1, None, T0)
+    a, b = claimed(store, "a", T0), claimed(store, "b", T0)
+    assert store.take_limit(a, "db", 0, T0).taken
+    stalled = T0 + LEASE + SECOND  # no heartbeat: both leases lapsed
+    wait = store.take_limit(b, "db", 0, stalled)
+    assert not wait.taken and wait.why == "concurrency"
+    assert wait.until == stalled + SECOND  # looked at again soon; a's release wakes it first
+    c = claimed(store, "c", stalled, OTHER)
+    assert store.take_limit(c, "db", 0, stalled).taken  # a's daemon may be dead, to others
 
 
 @pytest.mark.parametrize(

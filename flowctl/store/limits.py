@@ -24,11 +24,18 @@ _SPEC = "SELECT name, concurrency, rate_n, period_us FROM limits"
 
 # The steps holding limit ? whose runs hold their leases at ?: (run_id, call_index, since,
 # lease_until), the oldest first.
+# The steps holding limit ? now: their runs still running under a live lease (as of ?),
+# so a dead daemon's holds are given back as its leases lapse; or under the asking
+# daemon's own (?), lapsed or not: that daemon is alive, it asks, and a stall of it
+# longer than a lease (its heartbeat late) must not let two of its own runs hold at once.
 _HOLDERS = (
     "SELECT h.run_id, h.call_index, h.since, r.lease_until FROM limit_holds h JOIN runs r"
-    " ON r.run_id = h.run_id WHERE h.name = ? AND r.status = 'running' AND r.lease_until > ?"
-    " ORDER BY h.since"
+    " ON r.run_id = h.run_id WHERE h.name = ? AND r.status = 'running'"
+    " AND (r.lease_until > ? OR r.lease_owner = ?) ORDER BY h.since"
 )
+# A waiter behind a holder of its own daemon whose lease lapsed is looked at again this
+# much later at the latest (the holder's release wakes it first).
+_STALLED_HOLDER_US = 1_000_000
 # Every start after ? (those recorded later than `now` by a writer whose clock read came
 # after ours but whose transaction came first included: starts are made monotonic below).
 _STARTS = "SELECT at FROM limit_starts WHERE name = ? AND at > ? ORDER BY at"
@@ -137,7 +144,7 @@ def _window(spec: LimitSpec, now_us: int) -> int:
 
 
 def _state(tx: Tx, spec: LimitSpec, now_us: int) -> LimitState:
-    holders = tx.all(_HOLDERS, [spec.name, now_us])
+    holders = tx.all(_HOLDERS, [spec.name, now_us, None])
     starts = [int(r[0]) for r in tx.all(_STARTS, [spec.name, _window(spec, now_us)])]
     if spec.rate_n is None:
         starts = []
@@ -150,6 +157,14 @@ def _state(tx: Tx, spec: LimitSpec, now_us: int) -> LimitState:
     )
 
 
+def _lease_end(lease_until: int | None, now_us: int) -> int:
+    """A holder's lease end as a waiter's fallback wake: a lapsed one (a holder of the
+    asking daemon's own) is looked at again a little later, not at once."""
+    if lease_until is None or lease_until <= now_us:
+        return now_us + _STALLED_HOLDER_US
+    return int(lease_until)
+
+
 def _take(tx: Tx, lease: Lease, name: str, call_index: int, now_us: int) -> LimitTake:
     row = tx.one(f"{_SPEC} WHERE name = ?{{for_update}}", [name])
     if row is None:
@@ -160,8 +175,8 @@ def _take(tx: Tx, lease: Lease, name: str, call_index: int, now_us: int) -> Limi
         return LimitTake(lost=True)
     spec, rid = _spec(row), lease.run_id
     holders = [
-        int(h[3])
-        for h in tx.all(_HOLDERS, [name, now_us])
+        _lease_end(h[3], now_us)
+        for h in tx.all(_HOLDERS, [name, now_us, lease.owner])
         if (str(h[0]), int(h[1])) != (rid, call_index)
     ]
     starts: list[int] = []
