@@ -156,7 +156,11 @@ class _PgTx(Tx):
         """As Tx.savepoint, one round trip: the block's statements are sent behind the
         SAVEPOINT and their errors raised by the sync that ends the block (none when the
         block's last statement waited for its answer: nothing is left to hear)."""
-        self.send("SAVEPOINT flowctl_write")
+        try:
+            self.send("SAVEPOINT flowctl_write")
+        except BaseException:
+            self._broken = True  # an error of a statement sent before it: nothing to go back to
+            raise
         try:
             yield
             if self._unsynced:
