@@ -120,3 +120,28 @@ def test_an_error_sent_before_a_savepoint_fails_the_transaction_not_only_the_blo
     with pytest.raises(Exception, match=r"duplicate key|savepoint"):
         db.transact(write)
     assert rows(db) == []
+
+
+def test_what_nobody_reads_waits_for_nothing_and_a_block_ending_on_an_answer_waits_once(
+    db: PostgresDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round's appends (`send_many`) ride with the next statement that waits, and a
+    savepoint whose block ended on a statement it waited for does not wait again: two
+    waits here (the rowcount, the row), not four."""
+    import psycopg
+
+    waits: list[int] = []
+    real = psycopg.Pipeline.sync
+    monkeypatch.setattr(psycopg.Pipeline, "sync", lambda pipe: waits.append(1) or real(pipe))
+
+    def write(tx: Tx) -> tuple[int, int]:
+        before = len(waits)
+        tx.send_many("UPDATE t SET b = 1 WHERE a = ?", [[1], [2]])
+        with tx.savepoint():
+            changed = tx.many("UPDATE t SET b = 2 WHERE a = ?", [[3], [4]])
+        row = tx.one("SELECT COUNT(*) FROM t WHERE b <> 0")
+        assert row is not None and changed == 2
+        return int(row[0]), len(waits) - before
+
+    assert db.transact(write) == (4, 2)
+    assert rows(db) == [(1, 1), (2, 1), (3, 2), (4, 2)]
