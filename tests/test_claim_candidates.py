@@ -7,11 +7,14 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from helpers import query
 
 from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.model import RunStatus
+from flowctl.store.claims import CLAIM_COLUMNS, still_due
+from flowctl.store.rows import RUNS
 from flowctl.store.sqlite import SqliteStore
 
 FLOWS = """\
@@ -25,13 +28,18 @@ def one(ctx):
 LEASE = timedelta(seconds=15)
 
 
+@pytest.fixture
+def flows(tmp_path: Path) -> Path:
+    path = tmp_path / "flows.py"
+    path.write_text(FLOWS)
+    return path
+
+
 def _start(store: SqliteStore, flows: Path, clock: FakeClock, n: int) -> list[str]:
     return [ops.start(store, f"{flows}:one", {}, clock=clock).run.run_id for _ in range(n)]
 
 
-def test_the_soonest_due_runs_are_claimed_in_order(tmp_path: Path) -> None:
-    flows = tmp_path / "flows.py"
-    flows.write_text(FLOWS)
+def test_the_soonest_due_runs_are_claimed_in_order(tmp_path: Path, flows: Path) -> None:
     clock = FakeClock()
     with SqliteStore(tmp_path / "c.db") as store:
         ids = []
@@ -51,10 +59,8 @@ def test_the_soonest_due_runs_are_claimed_in_order(tmp_path: Path) -> None:
 
 
 def test_runs_passed_over_as_suspects_leave_the_claim_to_the_next_candidates(
-    tmp_path: Path,
+    tmp_path: Path, flows: Path
 ) -> None:
-    flows = tmp_path / "flows.py"
-    flows.write_text(FLOWS)
     clock = FakeClock()
     with SqliteStore(tmp_path / "c.db") as store:
         lapsed = _start(store, flows, clock, 3)
@@ -81,16 +87,11 @@ def test_runs_passed_over_as_suspects_leave_the_claim_to_the_next_candidates(
 
 
 def test_a_candidate_that_ended_after_the_claims_snapshot_is_dropped_not_compared(
-    tmp_path: Path,
+    tmp_path: Path, flows: Path
 ) -> None:
     """PostgreSQL locks a candidate as it is now, not as the claim's snapshot chose it: a
     run another daemon completed meanwhile comes back with no run_at. The claim drops it
     rather than order it beside due runs (a TypeError there once broke a claim)."""
-    from flowctl.store.claims import CLAIM_COLUMNS, still_due
-    from flowctl.store.rows import RUNS
-
-    flows = tmp_path / "flows.py"
-    flows.write_text(FLOWS)
     clock = FakeClock()
     with SqliteStore(tmp_path / "c.db") as store:
         ids = _start(store, flows, clock, 3)

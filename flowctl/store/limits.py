@@ -22,12 +22,11 @@ from flowctl.store.sql import Tx
 
 _SPEC = "SELECT name, concurrency, rate_n, period_us FROM limits"
 
-# The steps holding limit ? whose runs hold their leases at ?: (run_id, call_index, since,
-# lease_until), the oldest first.
-# The steps holding limit ? now: their runs still running under a live lease (as of ?),
-# so a dead daemon's holds are given back as its leases lapse; or under the asking
-# daemon's own (?), lapsed or not: that daemon is alive, it asks, and a stall of it
-# longer than a lease (its heartbeat late) must not let two of its own runs hold at once.
+# The steps holding limit ? now, (run_id, call_index, since, lease_until), the oldest
+# first: their runs still running under a live lease (as of ?), so a dead daemon's holds
+# are given back as its leases lapse; or under the asking daemon's own (?), lapsed or
+# not: that daemon is alive, it asks, and a stall of it longer than a lease (its
+# heartbeat late) must not let two of its own runs hold at once.
 _HOLDERS = (
     "SELECT h.run_id, h.call_index, h.since, r.lease_until FROM limit_holds h JOIN runs r"
     " ON r.run_id = h.run_id WHERE h.name = ? AND r.status = 'running'"
