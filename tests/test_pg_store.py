@@ -19,7 +19,7 @@ from helpers import wait_until
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.errors import DatabaseError, DatabaseNotFoundError
-from flowctl.model import RunStatus, to_us
+from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus, to_us
 from flowctl.store import NewRun
 from flowctl.store.postgres.schema import SCHEMA_VERSION
 from flowctl.store.postgres.store import PostgresStore
@@ -267,5 +267,36 @@ def test_a_scheduled_runs_end_waits_for_a_fire_in_flight_and_releases_the_run_it
         assert [e.data for e in store.timeline("h") if e.type == "released"] == [
             {"schedule": "s", "after": "a"}
         ]
+    finally:
+        store.close()
+
+
+def test_prune_deletes_the_rows_of_tables_with_no_foreign_key_to_runs(pg_url: str) -> None:
+    """Schema version 12 drops the journal's, timeline's and outbox's foreign key to runs
+    (each row is written while its run's row is locked): prune deletes those rows itself,
+    and only those of the runs it prunes."""
+    tables = ("journal", "timeline", "notifications")
+    foreign = rows(pg_url, "SELECT conrelid::regclass::text FROM pg_constraint WHERE contype = 'f'")
+    store = PostgresStore(pg_url)
+    try:
+        assert not set(tables) & {t for (t,) in foreign}
+        for run_id, ended in (("gone", T0), ("kept", T0 + timedelta(days=2))):
+            store.create_run(NewRun(run_id, "wf", "wf.py:wf", "python", {}), T0)
+            (claim,), _ = store.claim_due("me", ended, ended + LEASE, 1)
+            step = JournalEntry(run_id, 0, CallKind.STEP, "one", EntryState.DONE, 1)
+            assert store.record_entry(claim.lease, step, ended)
+            assert store.complete_run(claim.lease, 1, ended, 0.0)
+
+        def left(run_id: str) -> list[int]:
+            return [
+                rows(pg_url, f"SELECT COUNT(*) FROM {t} WHERE run_id = '{run_id}'")[0][0]
+                for t in tables
+            ]
+
+        assert 0 not in left("gone") and 0 not in left("kept")
+        pruned = store.prune_runs([RunStatus.COMPLETED], T0 + timedelta(days=1), 10)
+        assert [p.run_id for p in pruned] == ["gone"]
+        assert left("gone") == [0, 0, 0]
+        assert 0 not in left("kept")
     finally:
         store.close()

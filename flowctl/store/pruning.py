@@ -22,6 +22,9 @@ _PRUNABLE = (
     "SELECT run_id, workflow, status, finished_at FROM runs WHERE status IN ({marks})"
     " AND finished_at < ? ORDER BY finished_at, run_id LIMIT ?"
 )
+# Tables whose rows go with their run by an explicit DELETE: on PostgreSQL they have no
+# foreign key to cascade (schema version 12); on SQLite the cascade then finds none.
+_APPENDED = ("journal", "timeline", "notifications")
 
 
 def _finished_only(statuses: Sequence[RunStatus]) -> list[str]:
@@ -47,8 +50,8 @@ class Pruning(StoreCore):
     def prune_runs(
         self, statuses: Sequence[RunStatus], before: datetime, limit: int
     ) -> list[PrunedRun]:
-        """The journal, timeline, signals, versions, published values, output and outbox
-        rows go with each run (ON DELETE CASCADE)."""
+        """The journal, timeline and outbox rows go with each run (deleted here), and its
+        signals, versions, published values, output and limit holds (ON DELETE CASCADE)."""
         wanted = _finished_only(statuses)
 
         def prune(tx: Tx) -> list[PrunedRun]:
@@ -56,11 +59,14 @@ class Pruning(StoreCore):
             rows = tx.all(sql, [*wanted, to_us(before), limit])
             ids = [r[0] for r in rows]
             if ids:  # the status test is repeated here
-                tx.execute(
-                    f"DELETE FROM runs WHERE run_id IN ({marks(len(ids))})"
-                    f" AND status IN ({marks(len(wanted))})",
-                    [*ids, *wanted],
-                )
+                finished = f"run_id IN ({marks(len(ids))}) AND status IN ({marks(len(wanted))})"
+                for table in _APPENDED:
+                    tx.execute(
+                        f"DELETE FROM {table} WHERE run_id IN"
+                        f" (SELECT run_id FROM runs WHERE {finished})",
+                        [*ids, *wanted],
+                    )
+                tx.execute(f"DELETE FROM runs WHERE {finished}", [*ids, *wanted])
             return [PrunedRun(r[0], r[1], RunStatus(r[2]), from_us(r[3])) for r in rows]
 
         return self._write(prune)

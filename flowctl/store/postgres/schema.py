@@ -416,7 +416,17 @@ _V10 = [
 # Version 11: wakes before fresh work (SQLite 23): queued runs that have run before.
 _V11 = [RESUMED_INDEX]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11]
+# Version 12: no foreign key from the three tables every step and ending appends to (issue
+# 38): each row is written in a transaction that holds its run's row locked (a fenced
+# INSERT ... SELECT FOR SHARE, or an UPDATE of the run), so the key's check (a trigger and
+# a query per row, a third of a checkpoint's server time) proved nothing more; prune
+# deletes their rows with the run's (flowctl.store.pruning).
+_V12 = [
+    f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {table}_run_id_fkey"
+    for table in ("journal", "timeline", "notifications")
+]
+
+MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
