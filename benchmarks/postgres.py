@@ -17,6 +17,9 @@ are medians over the rounds:
 - the daemons' CPU per workflow: user + system seconds of every daemon process and its
   worker processes, from the kernel (/proc), between serving and the last completion
   (DBOS: its one process, enqueue included);
+- the cores the whole machine kept busy meanwhile (/proc/stat: daemons, server, the
+  enqueuing client and anything else): on a small machine whose cores the server and both
+  daemons share, two daemons can go no faster once this nears the core count;
 - wake lateness p50/p99 with two daemons, sleepers due at --wake-rate per second;
 - claim latency: one claim_due of one due run, in process.
 
@@ -41,6 +44,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +59,21 @@ FLOWS = str(ROOT / "benchmarks" / "flows.py")
 DBOS_VENV = Path.home() / ".cache" / "flowctl-bench" / "dbos-3.4"
 DBOS_SPEC = "dbos>=3.4,<3.5"
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+class Leg(NamedTuple):
+    """One leg of a round."""
+
+    rate: float  # three-step workflows/s, enqueue included
+    cpu: float  # the daemons' CPU ms per workflow
+    busy: float  # cores the whole machine kept busy meanwhile
+
+
+def machine_busy() -> float:
+    """CPU seconds every core of the machine spent busy since boot (/proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / TICK
 
 
 @contextmanager
@@ -130,23 +149,25 @@ def wait_done(store: Store, n: int, timeout: float = 900) -> None:
         time.sleep(0.02)
 
 
-def throughput(kind: str, base: str | None, runs: int, daemons: int) -> tuple[float, float]:
-    """(three-step workflows/s with enqueue, daemons' CPU ms per workflow)."""
+def throughput(kind: str, base: str | None, runs: int, daemons: int) -> Leg:
+    """Three-step workflows/s with enqueue, the daemons' CPU ms per workflow, cores busy."""
     with fresh(kind, base) as db:
         store = open_store(db)
         procs = [daemon(db) for _ in range(daemons)]
         try:
             wait_serving(store, daemons)
+            busy0 = machine_busy()
             cpu0, start = tree_cpu([p.pid for p in procs]), time.perf_counter()
             clock, inputs = SystemClock(), [{"n": i} for i in range(runs)]
             for i in range(0, runs, 500):
                 ops.start_many(store, f"{FLOWS}:three", inputs[i : i + 500], clock=clock)
             wait_done(store, runs)
             wall, cpu = time.perf_counter() - start, tree_cpu([p.pid for p in procs]) - cpu0
+            busy = (machine_busy() - busy0) / wall
         finally:
             stop(procs)
             store.close()
-    return runs / wall, cpu / runs * 1000
+    return Leg(runs / wall, cpu / runs * 1000, busy)
 
 
 def dbos_python() -> Path:
@@ -159,9 +180,11 @@ def dbos_python() -> Path:
     return python
 
 
-def dbos_throughput(base: str, runs: int) -> tuple[float, float]:
-    """DBOS's (workflows/s with enqueue, CPU ms per workflow) on a fresh database."""
+def dbos_throughput(base: str, runs: int) -> Leg:
+    """DBOS's workflows/s with enqueue, CPU ms per workflow and the cores busy (its
+    process's start included) on a fresh database."""
     with fresh("postgres", base) as db:
+        busy0, start = machine_busy(), time.perf_counter()
         out = subprocess.run(
             [str(dbos_python()), "-I", str(ROOT / "benchmarks" / "dbos_peer.py"), db, str(runs)],
             capture_output=True,
@@ -169,8 +192,9 @@ def dbos_throughput(base: str, runs: int) -> tuple[float, float]:
             check=True,
             timeout=1800,
         ).stdout
+        busy = (machine_busy() - busy0) / (time.perf_counter() - start)
     got = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
-    return runs / got["wall_s"], got["cpu_s"] / runs * 1000
+    return Leg(runs / got["wall_s"], got["cpu_s"] / runs * 1000, busy)
 
 
 def lateness(kind: str, base: str | None, rate: int, seconds: float) -> tuple[float, float] | None:
@@ -240,31 +264,31 @@ def claim_latency(kind: str, base: str | None, runs: int) -> tuple[float, float]
     return took[len(took) // 2], took[int(0.99 * len(took))]
 
 
-def rounds_of(
-    legs: dict[str, Callable[[], tuple[float, float]]], rounds: int
-) -> dict[str, list[tuple[float, float]]]:
+def rounds_of(legs: dict[str, Callable[[], Leg]], rounds: int) -> dict[str, list[Leg]]:
     """Each leg once per round, in turn; every figure kept."""
-    got: dict[str, list[tuple[float, float]]] = {name: [] for name in legs}
+    got: dict[str, list[Leg]] = {name: [] for name in legs}
     for r in range(rounds):
         for name, leg in legs.items():
             got[name].append(leg())
-            rate, cpu = got[name][-1]
+            rate, cpu, busy = got[name][-1]
             print(
                 f"  round {r + 1}: {name:18} {rate:7.0f}/s  {cpu:6.2f} ms CPU/workflow"
-                f"  (load {os.getloadavg()[0]:.1f})",
+                f"  {busy:4.2f} of {os.cpu_count()} cores busy  (load {os.getloadavg()[0]:.1f})",
                 flush=True,
             )
     return got
 
 
-def report(got: dict[str, list[tuple[float, float]]]) -> None:
+def report(got: dict[str, list[Leg]]) -> None:
     med = {
-        k: (statistics.median(r for r, _ in v), statistics.median(c for _, c in v))
-        for k, v in got.items()
+        k: Leg(*(statistics.median(leg[i] for leg in v) for i in range(3))) for k, v in got.items()
     }
     print("\nthree-step workflows, enqueue included (medians):")
-    for name, (rate, cpu) in med.items():
-        print(f"  {name:18} {rate:7.0f} workflows/s   {cpu:6.2f} ms CPU per workflow")
+    for name, (rate, cpu, busy) in med.items():
+        print(
+            f"  {name:18} {rate:7.0f} workflows/s   {cpu:6.2f} ms CPU per workflow"
+            f"   {busy:4.2f} cores busy"
+        )
     pg1, pg2, lite = med["postgres 1 daemon"], med["postgres 2 daemons"], med["sqlite 1 daemon"]
     print(f"  PostgreSQL / SQLite (1 daemon each): {pg1[0] / lite[0]:.2f}x")
     print(f"  PostgreSQL 2 daemons / 1 daemon:     {pg2[0] / pg1[0]:.2f}x")
@@ -313,7 +337,7 @@ def main() -> None:
         f" {os.getloadavg()[0]:.1f}",
         flush=True,
     )
-    legs: dict[str, Callable[[], tuple[float, float]]] = {
+    legs: dict[str, Callable[[], Leg]] = {
         "sqlite 1 daemon": lambda: throughput("sqlite", None, runs, 1),
         "postgres 1 daemon": lambda: throughput("postgres", args.pg, runs, 1),
         "postgres 2 daemons": lambda: throughput("postgres", args.pg, runs, 2),
