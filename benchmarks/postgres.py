@@ -292,6 +292,14 @@ def report(got: dict[str, list[Leg]]) -> None:
     pg1, pg2, lite = med["postgres 1 daemon"], med["postgres 2 daemons"], med["sqlite 1 daemon"]
     print(f"  PostgreSQL / SQLite (1 daemon each): {pg1[0] / lite[0]:.2f}x")
     print(f"  PostgreSQL 2 daemons / 1 daemon:     {pg2[0] / pg1[0]:.2f}x")
+    # Two daemons (and the server's work for them) need twice the cores one keeps busy, so
+    # on this machine they reach at most its cores over that; a fleet whose server and
+    # daemons have cores of their own has no such ceiling.
+    cores = os.cpu_count() or 1
+    print(
+        f"  at most on this machine:             {cores / pg1.busy:.2f}x"
+        f" ({cores} cores / {pg1.busy:.2f} busy with one daemon)"
+    )
     if "dbos" in med:
         print(f"  flowctl PostgreSQL 1 daemon / DBOS:  {pg1[0] / med['dbos'][0]:.2f}x")
 
