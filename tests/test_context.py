@@ -735,6 +735,14 @@ def test_error_dict_leaves_out_args_that_are_not_json() -> None:
     assert "traceback" not in recorded
 
 
+def test_error_dict_records_args_as_a_json_round_trip_gives_them_back() -> None:
+    """Plain strings, ints, booleans and None are kept as they are; a tuple comes back a
+    list and a float stays a float; NaN, which JSON cannot hold, leaves the args out."""
+    assert error_dict(KeyError("k", 7, True, None))["args"] == ["k", 7, True, None]
+    assert error_dict(ValueError((1, 2), 1.5, {"a": 1}))["args"] == [[1, 2], 1.5, {"a": 1}]
+    assert "args" not in error_dict(ValueError(float("nan")))
+
+
 # ---------------------------------------------------------------- golden journals
 
 JOURNALS = sorted((Path(__file__).parent / "journals").glob("*.json"))

@@ -26,12 +26,18 @@ def error_dict(exc: BaseException, *, with_traceback: bool = True) -> dict[str, 
         "message": str(exc),
         "py_type": f"{cls.__module__}:{cls.__qualname__}",
     }
-    try:
-        # The constructor arguments, when JSON: KeyError('k') prints as "'k'", so the message
-        # alone cannot rebuild it, nor an error made from several arguments.
-        err["args"] = json.loads(json.dumps(list(exc.args), allow_nan=False))
-    except (TypeError, ValueError):
-        pass
+    # The constructor arguments, when JSON: KeyError('k') prints as "'k'", so the message
+    # alone cannot rebuild it, nor an error made from several arguments. Strings, ints,
+    # booleans and None (nearly every error's) are JSON as they are; the rest are made so
+    # by a round trip, or left out.
+    args = list(exc.args)
+    if all(type(a) in _AS_JSON for a in args):
+        err["args"] = args
+    else:
+        try:
+            err["args"] = json.loads(json.dumps(args, allow_nan=False))
+        except (TypeError, ValueError):
+            pass
     fields = getattr(exc, "error_fields", None)
     if callable(fields):
         err.update(fields())
@@ -42,6 +48,7 @@ def error_dict(exc: BaseException, *, with_traceback: bool = True) -> dict[str, 
     return err
 
 
+_AS_JSON = frozenset({str, int, bool, type(None)})  # a JSON round trip gives these back
 TRACEBACK_CHARS = 8000  # a recorded traceback's end, kept whole up to this size
 _FRAMES = 40  # frames kept per exception: the innermost, where it was raised
 _CHAIN = 4  # exceptions of a chain (`raise ... from`, raised while handling) kept
