@@ -147,6 +147,33 @@ def test_settling_delivers_retries_or_fails_and_appends_the_events(
     assert outbox == {"delivered": 1, "failed": 1, "pending": 1}
 
 
+def test_a_delivery_settled_after_its_run_was_pruned_notes_nothing(
+    store: Store, flows: Path, fake_clock: FakeClock
+) -> None:
+    """prune deletes the run's outbox row and timeline itself (PostgreSQL keeps no foreign
+    key from them to runs): a deliverer that settles a row of a run pruned meanwhile adds
+    no event for a run that is gone, and raises nothing."""
+    run_id = start(store, flows, "fine", fake_clock)
+    Daemon(store, fake_clock, DaemonConfig(concurrency=4)).tick()
+    (row,) = store.due_notifications(fake_clock.now())
+    now = fake_clock.now()
+    assert store.claim_notification(row.seq, now, now + timedelta(seconds=5), "d-1")
+    fake_clock.advance(timedelta(days=1))
+    pruned = store.prune_runs([RunStatus.COMPLETED], fake_clock.now(), 10)
+    assert [p.run_id for p in pruned] == [run_id]
+    store.settle_notification(
+        row.seq,
+        run_id,
+        fake_clock.now(),
+        done=["webhook"],
+        error=None,
+        retry_at=None,
+        events=[("notified", {"channel": "webhook", "try": 1})],
+    )
+    assert store.timeline(run_id) == []
+    assert store.due_notifications(fake_clock.now() + timedelta(days=1)) == []
+
+
 def test_dropped_rows_are_gone(store: Store, flows: Path, fake_clock: FakeClock) -> None:
     for _ in range(3):
         start(store, flows, "fine", fake_clock)

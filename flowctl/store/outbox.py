@@ -109,12 +109,13 @@ class Notifications(StoreCore):
         rows = [event(run_id, now_us, type_, data) for type_, data in events]
 
         def write(tx: Tx) -> None:
-            tx.execute(
+            settled = tx.execute(
                 "UPDATE notifications SET channels_done = ?, last_error = ?, state = ?,"
                 " due_at = COALESCE(?, due_at), finished_at = ?, claimed_by = NULL WHERE seq = ?",
                 params,
-            )
-            add_events(tx, rows)
+            ).rowcount
+            if settled:  # else the run was pruned meanwhile: nothing to note it on
+                add_events(tx, rows)
 
         self._write(write)
 

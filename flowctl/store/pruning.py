@@ -23,8 +23,11 @@ _PRUNABLE = (
     " AND finished_at < ? ORDER BY finished_at, run_id LIMIT ?"
 )
 # Tables whose rows go with their run by an explicit DELETE: on PostgreSQL they have no
-# foreign key to cascade (schema version 12); on SQLite the cascade then finds none.
-_APPENDED = ("journal", "timeline", "notifications")
+# foreign key to cascade (schema version 12); on SQLite the cascade then finds none. The
+# outbox first: a notifier settling a row of the run holds it, so the timeline is deleted
+# after the note of that delivery is committed, never before (outbox.settle notes nothing
+# on a row that is gone).
+_APPENDED = ("notifications", "journal", "timeline")
 
 
 def _finished_only(statuses: Sequence[RunStatus]) -> list[str]:
