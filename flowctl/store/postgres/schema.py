@@ -417,10 +417,11 @@ _V10 = [
 _V11 = [RESUMED_INDEX]
 
 # Version 12: no foreign key from the three tables every step and ending appends to (issue
-# 38): each row is written in a transaction that holds its run's row locked (a fenced
-# INSERT ... SELECT FOR SHARE, or an UPDATE of the run), so the key's check (a trigger and
-# a query per row, a third of a checkpoint's server time) proved nothing more; prune
-# deletes their rows with the run's (flowctl.store.pruning).
+# 38): their rows are written in transactions that lock or update their run's row first
+# (a fenced INSERT ... SELECT FOR SHARE, an UPDATE of the run), save a delivery's note,
+# written only while its outbox row is there (flowctl.store.outbox). So the key's check, a
+# trigger and a query per row and a third of a checkpoint's server time, proved nothing
+# more; prune deletes their rows with the run's (flowctl.store.pruning).
 _V12 = [
     f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {table}_run_id_fkey"
     for table in ("journal", "timeline", "notifications")
