@@ -138,6 +138,56 @@ def test_a_short_sleep_rests_in_memory_its_handler_started_once(
     assert len(late) == 6
 
 
+class RoundWatch(threading.Event):
+    """The daemon loop's wake, counting the batch runner's wakes in rounds whose own claim
+    took runs (the runner calls its claim, then maybe this, once per round)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.took = False  # what the runner's claim in its latest round did
+        self.needless = 0
+
+    def set(self) -> None:
+        if threading.current_thread().name == "flowctl-runner" and self.took:
+            self.needless += 1
+        super().set()
+
+
+def test_slots_freed_by_rests_are_refilled_by_the_rounds_claim_without_waking_the_loop(
+    db: str, tmp_path: Path, flows: str
+) -> None:
+    """40 naps through 8 slots: each rest frees its slot, and the claim at the end of that
+    round takes the next queued runs in the same transaction. The runner then does not wake
+    the daemon's loop: it would only look again for what was just claimed. Before, every
+    round of rests woke it, at least 4 times here (32 queued runs, 8 slots)."""
+    n, effects = 40, tmp_path / "effects"
+    daemon = Daemon(open_store(db), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
+    watch = daemon.life.wake = RoundWatch()
+    claim_in_round = daemon.claim_in_round
+    rounds: list[bool] = []
+
+    def watched(writes: bool) -> bool:
+        watch.took = claim_in_round(writes)
+        rounds.append(watch.took)
+        return watch.took
+
+    daemon.claim_in_round = watched  # type: ignore[method-assign]
+    ids = start(
+        db, f"{flows}:nap", [{"effects": str(effects), "n": i, "seconds": 0.3} for i in range(n)]
+    )
+    thread = threading.Thread(target=daemon.run_forever, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: all(status(db, r) is RunStatus.COMPLETED for r in ids), timeout=30)
+    finally:
+        daemon.stop(drain=False)
+        thread.join(10)
+        daemon.store.close()
+    assert len(lines(effects)) == 3 * n  # no replay: every run rested
+    assert rounds.count(True) >= 1  # rounds whose claim took queued runs
+    assert watch.needless == 0
+
+
 def test_a_failed_try_is_retried_in_memory_after_its_backoff(
     db: str, tmp_path: Path, flows: str, serving: Daemon
 ) -> None:

@@ -289,8 +289,11 @@ class BatchRunner:
         parked, self._parked = self._parked, []
         self._ready.extend((g, None) for g in parked)
         rested = self.rests is not None and self.rests.take_freed()
-        if (len(self._workflows) < alive and not claimed) or rested:
-            self._ended()  # slots were freed: the loop claims for them
+        # Slots were freed (runs ended or rested) and this round's claim took none for them:
+        # the loop claims. When it did, waking the loop too only made it look again for
+        # runs it had just claimed (a loop pass for every few rests of a sleeping batch).
+        if (len(self._workflows) < alive or rested) and not claimed:
+            self._ended()
 
     def _claim_now(self) -> bool:
         """The daemon's claim in this round (see Daemon.claim_in_round), unless closing."""

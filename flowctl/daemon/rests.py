@@ -100,8 +100,9 @@ class Rests(Rester):
     # -- the runner's side ------------------------------------------------------------
 
     def take_freed(self) -> bool:
-        """Whether a rest freed a slot since the last call: the runner then wakes the
-        daemon's loop once for them all, to claim for the slots, as for runs that ended."""
+        """Whether a rest freed a slot since the last call: unless the round's own claim
+        took runs for them, the runner then wakes the daemon's loop once for them all, to
+        claim for the slots, as for runs that ended."""
         freed, self._freed = self._freed, 0
         return freed > 0
 
