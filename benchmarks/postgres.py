@@ -280,9 +280,7 @@ def rounds_of(legs: dict[str, Callable[[], Leg]], rounds: int) -> dict[str, list
 
 
 def report(got: dict[str, list[Leg]]) -> None:
-    med = {
-        k: Leg(*(statistics.median(leg[i] for leg in v) for i in range(3))) for k, v in got.items()
-    }
+    med = {k: Leg(*map(statistics.median, zip(*v, strict=True))) for k, v in got.items()}
     print("\nthree-step workflows, enqueue included (medians):")
     for name, (rate, cpu, busy) in med.items():
         print(
@@ -290,8 +288,8 @@ def report(got: dict[str, list[Leg]]) -> None:
             f"   {busy:4.2f} cores busy"
         )
     pg1, pg2, lite = med["postgres 1 daemon"], med["postgres 2 daemons"], med["sqlite 1 daemon"]
-    print(f"  PostgreSQL / SQLite (1 daemon each): {pg1[0] / lite[0]:.2f}x")
-    print(f"  PostgreSQL 2 daemons / 1 daemon:     {pg2[0] / pg1[0]:.2f}x")
+    print(f"  PostgreSQL / SQLite (1 daemon each): {pg1.rate / lite.rate:.2f}x")
+    print(f"  PostgreSQL 2 daemons / 1 daemon:     {pg2.rate / pg1.rate:.2f}x")
     # Two daemons (and the server's work for them) need twice the cores one keeps busy, so
     # on this machine they reach at most its cores over that; a fleet whose server and
     # daemons have cores of their own has no such ceiling.
@@ -301,7 +299,7 @@ def report(got: dict[str, list[Leg]]) -> None:
         f" ({cores} cores / {pg1.busy:.2f} busy with one daemon)"
     )
     if "dbos" in med:
-        print(f"  flowctl PostgreSQL 1 daemon / DBOS:  {pg1[0] / med['dbos'][0]:.2f}x")
+        print(f"  flowctl PostgreSQL 1 daemon / DBOS:  {pg1.rate / med['dbos'].rate:.2f}x")
 
 
 def server_settings(url: str) -> str:
