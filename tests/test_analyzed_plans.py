@@ -159,8 +159,7 @@ def test_the_store_seeks_few_runs_among_many_after_analyze(
         assert owners
         assert store.held_count(owners[0]) > 0
         store.expire_owner("gone/1/1/0000", now)
-        store.cancels_requested(running[:3])
-        store.pauses_requested(running[:3])
+        store.interrupts_requested(running[:3])
         ops.start(store, f"{flows}:quick", {}, key="once", clock=clock)
         again = ops.start(store, f"{flows}:quick", {}, key="once", clock=clock)
         assert store.get_run_by_key("once") is not None and again is not None

@@ -525,6 +525,28 @@ def test_a_heartbeat_extends_the_lease_and_reports_what_the_handler_must_hear(
     )
 
 
+def test_one_read_says_which_running_runs_an_operator_asked_to_cancel_or_pause(
+    store: Store,
+) -> None:
+    """The daemon's look after another process wrote: both flags in one statement, only
+    for running runs among the ids given, however many ids (read a chunk at a time)."""
+    for rid in ("c", "p", "cp", "none", "other"):
+        new_run(store, rid)
+    store.claim_due(OWNER_A, T0, T0 + LEASE, 10)
+    new_run(store, "queued")
+    now = T0 + SECOND
+    store.request_cancel("c", "enough", "ana", now)
+    store.request_pause("p", "ana", now)
+    store.request_pause("cp", "ana", now)
+    store.request_cancel("cp", "enough", "ana", now)
+    store.request_cancel("other", "enough", "ana", now)  # running, asked, but not ours
+    assert store.get_run("queued").status is RunStatus.QUEUED
+    ours = [f"x{i}" for i in range(1200)] + ["c", "p", "cp", "none", "queued"]
+    asked = store.interrupts_requested(ours)
+    assert (sorted(asked.cancels), sorted(asked.pauses)) == (["c", "cp"], ["cp", "p"])
+    assert store.interrupts_requested([]) == ([], [])
+
+
 # ---------------------------------------------------------------- reclaims
 
 

@@ -637,11 +637,12 @@ class Daemon:
         """Another process wrote: tell live handlers of cancellations now, not at the next
         heartbeat (a read; the heartbeat would tell them too)."""
         held = [rid for rid, _ in self.slots.extended()]
-        for rid in self.store.pauses_requested(held):
+        asked = self.store.interrupts_requested(held)
+        for rid in asked.pauses:
             live = self.slots.get(rid)
             if live is not None:
                 live.request_pause()
-        for rid in self.store.cancels_requested(held):
+        for rid in asked.cancels:
             live = self.slots.get(rid)
             if live is not None:
                 live.interrupt(Cancelled("cancel requested by operator"))

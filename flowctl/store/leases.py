@@ -10,10 +10,16 @@ from typing import Any
 from flowctl.model import from_us, to_us
 from flowctl.store.core import StoreCore
 from flowctl.store.mapping import _dt, _loads, _us
-from flowctl.store.records import DaemonInfo, HeartbeatReply, Lease, dumps
-from flowctl.store.rows import add_event, held_row, marks
+from flowctl.store.records import DaemonInfo, HeartbeatReply, Interrupts, Lease, dumps
+from flowctl.store.rows import add_event, held_row, in_chunks
 from flowctl.store.sql import Tx
 from flowctl.transitions import held_notice
+
+# Running runs of these ids with a cancel or a pause asked ({qs}: their marks).
+_INTERRUPTS = (
+    "SELECT run_id, cancel_requested, pause_requested FROM runs WHERE status = 'running'"
+    " AND (cancel_requested = 1 OR pause_requested = 1) AND run_id IN ({qs})"
+)
 
 
 class Leases(StoreCore):
@@ -40,23 +46,18 @@ class Leases(StoreCore):
         )
         return [replies[lease.run_id] for lease, _ in held]
 
-    def cancels_requested(self, run_ids: Sequence[str]) -> list[str]:
-        """Which of these running runs an operator has asked to cancel (a read, no write)."""
-        return self._requested("cancel_requested", run_ids)
-
-    def pauses_requested(self, run_ids: Sequence[str]) -> list[str]:
-        """Which of these running runs an operator has asked to pause (a read, no write)."""
-        return self._requested("pause_requested", run_ids)
-
-    def _requested(self, flag: str, run_ids: Sequence[str]) -> list[str]:
-        if not run_ids:
-            return []
-        rows = self._read(
-            f"SELECT run_id FROM runs WHERE status = 'running' AND {flag} = 1"
-            f" AND run_id IN ({marks(len(run_ids))})",
-            list(run_ids),
-        )
-        return [r[0] for r in rows]
+    def interrupts_requested(self, run_ids: Sequence[str]) -> Interrupts:
+        """Which of these running runs an operator has asked to cancel or to pause: one read
+        of their rows (a chunk at a time), both flags at once."""
+        cancels: list[str] = []
+        pauses: list[str] = []
+        for chunk, qs in in_chunks(run_ids):
+            for run_id, cancel, pause in self._read(_INTERRUPTS.format(qs=qs), list(chunk)):
+                if cancel:
+                    cancels.append(run_id)
+                if pause:
+                    pauses.append(run_id)
+        return Interrupts(cancels, pauses)
 
     def running_owners(self) -> list[str]:
         rows = self._read(

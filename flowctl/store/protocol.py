@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         FireOutcome,
         FirePlan,
         HeartbeatReply,
+        Interrupts,
         Lease,
         LimitState,
         LimitTake,
@@ -367,12 +368,8 @@ class Store(RunListing, Protocol):
         (lost, cancel, pause, deadline, budget). Marks the daemon `owner` seen."""
         ...
 
-    def cancels_requested(self, run_ids: Sequence[str]) -> list[str]:
-        """Which of these running runs an operator asked to cancel (a read)."""
-        ...
-
-    def pauses_requested(self, run_ids: Sequence[str]) -> list[str]:
-        """Which of these running runs an operator asked to pause (a read)."""
+    def interrupts_requested(self, run_ids: Sequence[str]) -> Interrupts:
+        """Which of these running runs an operator asked to cancel or to pause (one read)."""
         ...
 
     def running_owners(self) -> list[str]:

@@ -181,17 +181,6 @@ class RunReads(RunList):
         )
         return {r[0]: (self.values.loads(r[1], PUBLISHED), from_us(r[2])) for r in rows}
 
-    def pauses_requested(self, run_ids: Sequence[str]) -> list[str]:
-        """Which of these running runs an operator has asked to pause (a read, no write)."""
-        if not run_ids:
-            return []
-        rows = self._read(
-            "SELECT run_id FROM runs WHERE status = 'running' AND pause_requested = 1"
-            f" AND run_id IN ({marks(len(run_ids))})",
-            list(run_ids),
-        )
-        return [r[0] for r in rows]
-
     def due_ahead(self, run_id: str, run_at: datetime) -> int:
         """How many runs the claim order (run_at, then run id) puts before one due at run_at."""
         at_us = to_us(run_at)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from flowctl.errors import (
     SerializationError,
@@ -81,6 +81,14 @@ def _result_json(entry: JournalEntry) -> str:
     if text is None or "\\ud" in text:  # not JSON, or a surrogate: dumps decides, naming it
         return dumps(entry.value, f"result of {entry.name!r}")
     return text
+
+
+class Interrupts(NamedTuple):
+    """What an operator asked of running runs, both flags read by one statement (per 500
+    ids): the ids to cancel and the ids to pause (a run may be in both)."""
+
+    cancels: list[str]
+    pauses: list[str]
 
 
 @dataclass(frozen=True)
