@@ -530,18 +530,20 @@ def test_one_read_says_which_running_runs_an_operator_asked_to_cancel_or_pause(
 ) -> None:
     """The daemon's look after another process wrote: both flags in one statement, only
     for running runs among the ids given, however many ids (read a chunk at a time)."""
-    for rid in ("c", "p", "cp", "none", "other"):
+    for rid in ("c", "p", "cp", "none", "other", "done"):
         new_run(store, rid)
-    store.claim_due(OWNER_A, T0, T0 + LEASE, 10)
-    new_run(store, "queued")
+    claims, _ = store.claim_due(OWNER_A, T0, T0 + LEASE, 10)
     now = T0 + SECOND
     store.request_cancel("c", "enough", "ana", now)
     store.request_pause("p", "ana", now)
     store.request_pause("cp", "ana", now)
     store.request_cancel("cp", "enough", "ana", now)
     store.request_cancel("other", "enough", "ana", now)  # running, asked, but not ours
-    assert store.get_run("queued").status is RunStatus.QUEUED
-    ours = [f"x{i}" for i in range(1200)] + ["c", "p", "cp", "none", "queued"]
+    store.request_cancel("done", "enough", "ana", now)  # asked, then it completed anyway
+    (done,) = [c.lease for c in claims if c.run.run_id == "done"]
+    store.complete_run(done, 1, now, 0.0)
+    assert store.get_run("done").cancel_requested
+    ours = [f"x{i}" for i in range(1200)] + ["c", "p", "cp", "none", "done"]
     asked = store.interrupts_requested(ours)
     assert (sorted(asked.cancels), sorted(asked.pauses)) == (["c", "cp"], ["cp", "p"])
     assert store.interrupts_requested([]) == ([], [])

@@ -84,8 +84,8 @@ def _result_json(entry: JournalEntry) -> str:
 
 
 class Interrupts(NamedTuple):
-    """What an operator asked of running runs, both flags read by one statement (per 500
-    ids): the ids to cancel and the ids to pause (a run may be in both)."""
+    """What an operator asked of running runs, both flags read by one statement per chunk
+    of ids (rows.IN_CHUNK): the ids to cancel and the ids to pause (a run may be in both)."""
 
     cancels: list[str]
     pauses: list[str]
