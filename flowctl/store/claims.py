@@ -532,8 +532,8 @@ class _ClaimTimes:
     def flush(self, tx: Tx) -> None:
         """Write the claimed runs' timeline rows and their counts moves, before the claim's
         transaction ends (so both are in it, or neither)."""
-        hold(tx, self.slots.held, self.now_us)
-        self.slots.held = set()
+        hold(tx, self.slots.held, self.slots.passed, self.now_us)
+        self.slots.held, self.slots.passed = set(), []
         add_events(tx, self.events)
         self.events = []
         move_counts(tx, {(wf, str(prev), "running"): n for (wf, prev), n in self.moved.items()})

@@ -26,27 +26,39 @@ _WAITING = ("queued", "sleeping", "waiting")
 _RUNNING = "SELECT COUNT(*) FROM runs WHERE flow_key = ? AND status = 'running'"
 
 # Held: its due time kept in held_at, its run_at its deadline (still acted on) or NULL.
-# Every run of a full key due now is held at once (by runs_flow), not only the ones a
+# Every run of a full key due now is held at once (by runs_flow_due, whose partial WHERE
+# the subquery repeats word for word, so SQLite's planner may use it), not only the ones a
 # claim read: the claims after it then never read them as candidates (10,000 runs over
 # 100 busy keys were each read and held one claim at a time). A run past its deadline
 # is left to the claim's verdict (which ends it); one another claimer holds is skipped.
 _HOLD_KEY = (
     "UPDATE runs SET held_at = run_at, run_at = deadline WHERE run_id IN (SELECT run_id"
-    " FROM runs WHERE flow_key = ? AND status IN ('queued', 'sleeping', 'waiting')"
+    " FROM runs WHERE flow_key = ? AND held_at IS NULL"
+    " AND status IN ('queued', 'sleeping', 'waiting')"
     " AND run_at <= ? AND (deadline IS NULL OR deadline > ?){skip_locked})"
+)
+# A run the claim passed over behind its full key, held by its id: one that was held
+# before and made due since by another path (a signal, a resume, a redrive) keeps its
+# held_at, so runs_flow_due (and the hold above) leave it out. Run after _HOLD_KEY, which
+# has already moved the others' run_at past now: they do not match again.
+_HOLD_RUN = (
+    "UPDATE runs SET held_at = run_at, run_at = deadline WHERE run_id = ?"
+    " AND status IN ('queued', 'sleeping', 'waiting') AND run_at <= ?"
+    " AND (deadline IS NULL OR deadline > ?)"
 )
 
 
 class KeySlots:
     """One claim transaction's view of the keys it met: runs running per key (as counted
     when first met, plus those it claimed since), the counts its candidate rows were read
-    with, the keys it could not lock, and the full keys whose due runs it holds (written
-    together by `hold`)."""
+    with, the keys it could not lock, and the full keys whose due runs it holds with the
+    runs it passed over behind them (written together by `hold`)."""
 
-    __slots__ = ("counted", "held", "locked", "running")
+    __slots__ = ("counted", "held", "locked", "passed", "running")
 
     def __init__(self) -> None:
         self.held: set[str] = set()  # full keys, whose due runs are held (flush)
+        self.passed: list[str] = []  # ids of the runs passed over behind them
         self.running: dict[str, int] = {}
         self.counted: dict[str, int] = {}  # key -> running, as read with a candidate's row
         self.locked: set[str] = set()  # another transaction decides for these now
@@ -74,6 +86,7 @@ class KeySlots:
             return False
         self.running[key] = used
         self.held.add(key)
+        self.passed.append(row[0])
         return True
 
     def take(self, tx: Tx, run: Run, now_us: int, *, reclaim: bool, counted: bool) -> bool:
@@ -97,6 +110,7 @@ class KeySlots:
         if used >= (run.flow_limit or 1):
             self.running[key] = used
             self.held.add(key)
+            self.passed.append(run.run_id)
             return False
         self.running[key] = used + 1
         return True
@@ -117,10 +131,11 @@ def _locked(tx: Tx, key: str) -> bool:
     return bool(row is not None and row[0])
 
 
-def hold(tx: Tx, keys: Collection[str], now_us: int) -> None:
-    """Hold the runs of these full keys due by `now_us` (one executemany): out of the due
-    runs until a slot is given back. No event is written: a run is held and given back
-    as often as its key is busy when it comes due (half of all runs, over 100 busy keys),
-    and `why` reads the hold from the row."""
+def hold(tx: Tx, keys: Collection[str], passed: Sequence[str], now_us: int) -> None:
+    """Hold the runs of these full keys due by `now_us`, and the runs `passed` over behind
+    them (one executemany each): out of the due runs until a slot is given back. No event
+    is written: a run is held and given back as often as its key is busy when it comes due
+    (half of all runs, over 100 busy keys), and `why` reads the hold from the row."""
     if keys:
         tx.send_many(_HOLD_KEY, [(key, now_us, now_us) for key in sorted(keys)])
+        tx.send_many(_HOLD_RUN, [(run_id, now_us, now_us) for run_id in passed])

@@ -20,7 +20,12 @@ from typing import Any
 
 from flowctl.errors import DatabaseError
 from flowctl.store.dialect import FLOW_LOCK
-from flowctl.store.flowsql import FLOW_INDEXES, FLOW_RELEASE, RESUMED_INDEX
+from flowctl.store.flowsql import (
+    FLOW_INDEXES,
+    FLOW_RELEASE,
+    FLOW_RUNNING_INDEXES,
+    RESUMED_INDEX,
+)
 
 # pg_advisory_xact_lock key: "FLOW" and "mig" packed in 64 bits; any constant unique to flowctl.
 MIGRATION_LOCK = 0x464C4F57_6D696700
@@ -427,7 +432,24 @@ _V12 = [
     for table in ("journal", "timeline", "notifications")
 ]
 
-MIGRATIONS: list[list[str]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12]
+# Version 13: flow control's key indexes hold no finished run (SQLite 24, issue 37).
+_V13 = ["DROP INDEX runs_flow", *FLOW_RUNNING_INDEXES]
+
+MIGRATIONS: list[list[str]] = [
+    _V1,
+    _V2,
+    _V3,
+    _V4,
+    _V5,
+    _V6,
+    _V7,
+    _V8,
+    _V9,
+    _V10,
+    _V11,
+    _V12,
+    _V13,
+]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

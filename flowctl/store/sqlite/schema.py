@@ -682,6 +682,16 @@ def _migration_23(db: sqlite_utils.Database) -> None:
     db.execute(RESUMED_INDEX)
 
 
+def _migration_24(db: sqlite_utils.Database) -> None:
+    """Flow control's key indexes hold no finished run (issue 37, item 8): the runs running
+    per key, and the keyed runs neither held nor running (flowsql.FLOW_RUNNING_INDEXES)."""
+    from flowctl.store.flowsql import FLOW_RUNNING_INDEXES  # only when migrating
+
+    db.execute("DROP INDEX runs_flow")
+    for statement in FLOW_RUNNING_INDEXES:
+        db.execute(statement)
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -706,6 +716,7 @@ MIGRATIONS = [
     _migration_21,
     _migration_22,
     _migration_23,
+    _migration_24,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
