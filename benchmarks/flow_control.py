@@ -8,6 +8,8 @@ fresh SQLite files, figures read back from what the daemon recorded:
   oldest), then real daemons (first `claimed` event to last `completed` one) with 8 at
   once, then at default settings (64 at once: more than 100 keys let run at once, so half
   of the runs are held behind a busy key on the way and claimed again);
+- bytes the daemon's processes wrote per run (the WAL's pages, from /proc/PID/io: a count
+  the host's noise does not move), beside each daemon figure;
 - rate accuracy: runs whose one step takes the named limit `api` (100/1s), the largest
   number of step starts in any 1-second window (each step body's own clock reading when
   it began), and the starts per second achieved.
@@ -38,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from daemon import count, read, spawn, stop, wait_for  # noqa: E402
+from daemon import children, count, read, spawn, stop, wait_for  # noqa: E402
 
 from flowctl import ops  # noqa: E402
 from flowctl.clock import SystemClock  # noqa: E402
@@ -67,18 +69,32 @@ def busy_span(db: Path) -> float:
     return (int(last) - int(first)) / 1e6
 
 
+def written(pid: int) -> int:
+    """Bytes `pid` and its worker processes have written (write calls, /proc/PID/io)."""
+    total = 0
+    for p in (pid, *children(pid)):
+        with open(f"/proc/{p}/io") as f:
+            total += next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
+    return total
+
+
 def daemon_rate(
     folder: Path, workflow: str, runs: list[dict[str, object]], tag: str, *args: str
 ) -> float:
-    """Runs/s of a real daemon (with `args`) over `runs` of `workflow`."""
+    """Runs/s of a real daemon (with `args`) over `runs` of `workflow`; the KiB its
+    processes wrote per run are noted in WRITTEN."""
     db = folder / f"{workflow}-{tag}.db"
     queue(db, workflow, runs)
     proc = spawn(db, *args)
     try:
         wait_for(lambda: count(db, "completed") == len(runs), 600, f"{workflow} runs")
+        WRITTEN.setdefault(workflow, []).append(written(proc.pid) / 1024 / len(runs))
     finally:
         stop(proc)
     return len(runs) / busy_span(db)
+
+
+WRITTEN: dict[str, list[float]] = {}  # workflow -> KiB written per run, per daemon_rate
 
 
 def claim_rate(folder: Path, workflow: str, runs: list[dict[str, object]], tag: str) -> float:
@@ -104,6 +120,7 @@ Measure = Callable[[str, str], float]
 def compare(title: str, rounds: int, measure: Measure) -> None:
     """Unlimited and keyed, alternating for `rounds`, medians and the ratio printed."""
     rates: dict[str, list[float]] = {"plain": [], "keyed": []}
+    WRITTEN.clear()
     for i in range(rounds):  # alternating, so a busy neighbour hurts both alike
         for workflow in rates:
             rates[workflow].append(measure(workflow, f"{abs(hash(title)) % 10**6}-{i}"))
@@ -115,6 +132,11 @@ def compare(title: str, rounds: int, measure: Measure) -> None:
         f"  concurrency 1 per user    {keyed:8.0f} runs/s  ({shown['keyed']})"
         f"  {keyed / plain:.0%} of unlimited (target: at least 80%)"
     )
+    if WRITTEN:
+        kib = {w: statistics.median(WRITTEN[w]) for w in rates}
+        print(
+            f"  KiB written per run (median): unlimited {kib['plain']:.1f}, keyed {kib['keyed']:.1f}"
+        )
 
 
 def rate_accuracy(folder: Path, n: int, rate: int) -> tuple[int, int, float]:
