@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from flowctl.model import Run
+from flowctl.store.flowsql import WAITS
 from flowctl.store.sql import Row, Tx
 
 # Places in a row of mapping._RUN_COLUMNS.
@@ -33,8 +34,7 @@ _RUNNING = "SELECT COUNT(*) FROM runs WHERE flow_key = ? AND status = 'running'"
 # is left to the claim's verdict (which ends it); one another claimer holds is skipped.
 _HOLD_KEY = (
     "UPDATE runs SET held_at = run_at, run_at = deadline WHERE run_id IN (SELECT run_id"
-    " FROM runs WHERE flow_key = ? AND held_at IS NULL"
-    " AND status IN ('queued', 'sleeping', 'waiting')"
+    f" FROM runs WHERE flow_key = ? AND held_at IS NULL AND {WAITS}"
     " AND run_at <= ? AND (deadline IS NULL OR deadline > ?){skip_locked})"
 )
 # A run the claim passed over behind its full key, held by its id: one that was held
@@ -42,9 +42,8 @@ _HOLD_KEY = (
 # held_at, so runs_flow_due (and the hold above) leave it out. Run after _HOLD_KEY, which
 # has already moved the others' run_at past now: they do not match again.
 _HOLD_RUN = (
-    "UPDATE runs SET held_at = run_at, run_at = deadline WHERE run_id = ?"
-    " AND status IN ('queued', 'sleeping', 'waiting') AND run_at <= ?"
-    " AND (deadline IS NULL OR deadline > ?)"
+    f"UPDATE runs SET held_at = run_at, run_at = deadline WHERE run_id = ? AND {WAITS}"
+    " AND run_at <= ? AND (deadline IS NULL OR deadline > ?)"
 )
 
 

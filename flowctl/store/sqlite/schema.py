@@ -629,10 +629,15 @@ def _migration_22(db: sqlite_utils.Database) -> None:
         db.execute(f"ALTER TABLE runs ADD COLUMN {column}")
     for statement in (*_FLOW_TABLES, *FLOW_INDEXES):
         db.execute(statement)
+    _release_trigger(db, FLOW_RELEASE)
+
+
+def _release_trigger(db: sqlite_utils.Database, release: str) -> None:
+    """The trigger that gives a key's slot back, its statement `release` (FLOW_RELEASE)."""
     db.execute(
         "CREATE TRIGGER runs_flow_release AFTER UPDATE OF status ON runs"
         " WHEN OLD.flow_key IS NOT NULL AND OLD.status = 'running' AND NEW.status <> 'running'"
-        f" BEGIN {FLOW_RELEASE.replace('?', 'OLD.flow_key')}; END"
+        f" BEGIN {release.replace('?', 'OLD.flow_key')}; END"
     )
 
 
@@ -684,12 +689,16 @@ def _migration_23(db: sqlite_utils.Database) -> None:
 
 def _migration_24(db: sqlite_utils.Database) -> None:
     """Flow control's key indexes hold no finished run (issue 37, item 8): the runs running
-    per key, and the keyed runs neither held nor running (flowsql.FLOW_RUNNING_INDEXES)."""
-    from flowctl.store.flowsql import FLOW_RUNNING_INDEXES  # only when migrating
+    per key, and the keyed runs neither held nor running (flowsql.FLOW_RUNNING_INDEXES).
+    The trigger that gives a slot back is made again with its statuses spelled with OR
+    (flowsql.WAITS): an IN list built a temporary b-tree at every ending of a keyed run."""
+    from flowctl.store.flowsql import FLOW_RELEASE, FLOW_RUNNING_INDEXES  # only when migrating
 
     db.execute("DROP INDEX runs_flow")
     for statement in FLOW_RUNNING_INDEXES:
         db.execute(statement)
+    db.execute("DROP TRIGGER runs_flow_release")
+    _release_trigger(db, FLOW_RELEASE)
 
 
 MIGRATIONS = [
