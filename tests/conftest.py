@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Generator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -38,6 +40,21 @@ def _command_built_once(app: typer.Typer) -> click.Command:
 
 typer.main.get_command = _command_built_once  # what Typer.__call__ (cli.main) calls
 typer.testing._get_command = _command_built_once  # what CliRunner.invoke calls
+
+
+@pytest.fixture
+def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every statement run on a connection opened from here on."""
+    seen: list[str] = []
+    real = sqlite3.connect
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = real(*args, **kwargs)
+        conn.set_trace_callback(seen.append)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    yield seen
 
 
 @pytest.fixture

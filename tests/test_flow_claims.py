@@ -9,7 +9,6 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import pytest
 from claiming import LEASE, OWNER, SECOND, T0, claim, lease, new
 
 from flowctl.model import RunStatus
@@ -154,7 +153,7 @@ def test_the_key_indexes_hold_no_finished_run_and_no_held_one(tmp_path: Path) ->
 
 
 def test_no_write_of_a_keyed_run_builds_a_temporary_btree_per_row(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, statements: list[str]
 ) -> None:
     """SQLite builds a temporary b-tree for an IN list of three or more values each time it
     evaluates one, and evaluates a partial index's condition for the old and the new row
@@ -165,21 +164,13 @@ def test_no_write_of_a_keyed_run_builds_a_temporary_btree_per_row(
     redrive) is traced and asked for its program. A b-tree built once per statement (an
     IN list of the statement's own, behind a Once) is allowed; one built per row is not.
     Statements with RETURNING, which builds one per statement, are left out."""
-    seen: list[str] = []
-    real = sqlite3.connect
-
-    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        conn = real(*args, **kwargs)
-        conn.set_trace_callback(seen.append)
-        return conn
-
-    monkeypatch.setattr(sqlite3, "connect", connect)
     db = tmp_path / "writes.db"
     with SqliteStore(db) as store:
-        seen.clear()  # the schema's own statements, made as it opened, are not a run's
+        statements.clear()  # the schema's own statements, made as it opened, are not a run's
         test_a_held_run_made_due_another_way_is_no_longer_held(store)
-    monkeypatch.undo()
-    writes = {sql for sql in seen if sql.startswith("UPDATE runs SET") and "RETURNING" not in sql}
+    writes = {
+        sql for sql in statements if sql.startswith("UPDATE runs SET") and "RETURNING" not in sql
+    }
     assert any("held_at = run_at" in sql for sql in writes)  # the hold by id is among them
     assert any("SET status = 'running'" in sql for sql in writes)  # the claim
     # an ending, whose program carries the trigger that gives a key's slot back

@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -136,21 +134,6 @@ def test_a_bad_page_is_refused_in_one_line(
     assert out.returncode == 2
     assert out.stderr.strip() == f"flowctl: {message}"
     assert out.stdout == ""
-
-
-@pytest.fixture
-def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every statement run on a connection opened from here on."""
-    seen: list[str] = []
-    real = sqlite3.connect
-
-    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        conn = real(*args, **kwargs)
-        conn.set_trace_callback(seen.append)
-        return conn
-
-    monkeypatch.setattr(sqlite3, "connect", connect)
-    yield seen
 
 
 def unbounded_reads(statements: list[str]) -> list[str]:
