@@ -160,3 +160,35 @@ def test_workers_that_cannot_serve_stop_the_daemon_with_one_line_saying_why(
     ), text[-800:]
     assert "Traceback" not in text and "starting another" not in text
     assert not db.exists()  # no worker created it again
+
+
+def test_until_idle_serves_the_runs_an_isolated_suspect_gave_its_key_back_to(
+    tmp_path: Path,
+) -> None:
+    """A suspect (a run whose owner's lease lapsed) runs alone in an isolated worker of the
+    supervisor, often after both workers found nothing left and exited. Its ending gives
+    its key's slot back, making the run held behind it due: `--until-idle` starts the
+    workers again for it rather than exit with it queued (300 runs over 100 keys, 20 of
+    them suspects, left 8 to 11 queued before)."""
+    db = tmp_path / "keys.db"
+    clock = SystemClock()
+    with open_store(db) as store:
+        for user in ("ann", "bob"):
+            for x in range(2):
+                ops.start(
+                    store,
+                    "tests/workers_flows.py:one_per_user",
+                    {"user": user, "x": x},
+                    clock=clock,
+                    cwd=str(ROOT),
+                )
+        now = clock.now()
+        # A daemon elsewhere took one run of each user and was never heard of again: its
+        # lease has lapsed, and the user's other run is held behind it.
+        taken, _ = store.claim_due("elsewhere/1/1/gone", now, now, 10)
+        assert len(taken) == 2
+        assert store.count_by_status()[RunStatus.QUEUED] == 2
+    proc = logged_daemon(db, tmp_path / "daemon.log", "--until-idle", "--workers", "2")
+    assert proc.wait(timeout=120) == 0, (tmp_path / "daemon.log").read_text()[-2000:]
+    with open_store(db) as store:
+        assert store.count_by_status()[RunStatus.COMPLETED] == 4

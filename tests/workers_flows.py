@@ -74,3 +74,9 @@ def parent(ctx: Any, x: int = 0) -> dict[str, Any]:
     got = ctx.wait_signal("go", timeout="60s")
     b = ctx.child("tests/workers_flows.py:slow_child", {"x": a})
     return {"a": a, "b": b, "got": got}
+
+
+@workflow(concurrency={"limit": 1, "key": "${{ input.user }}"})
+def one_per_user(ctx: Any, user: str, x: int = 0) -> int:
+    """One run at a time per user (a concurrency key)."""
+    return ctx.step("add", add, x, 1)

@@ -48,6 +48,7 @@ from flowctl.daemon.executor import Executor, Host
 from flowctl.daemon.lifecycle import POLL_INTERVAL
 from flowctl.daemon.spawn import child_settings, start_child
 from flowctl.errors import DatabaseGoneError
+from flowctl.model import to_us
 from flowctl.runtime.live import LiveRun
 from flowctl.store import Claim
 
@@ -102,6 +103,7 @@ class Processes(Executor):
         self._order: str | None = None  # "drain" or "stop" once told: no more replacements
         self._closed = threading.Event()
         self._finished = 0  # slots whose worker exited for good (see done)
+        self._started_for: tuple[int, str] | None = None  # see _due_again
         self.fatal: str | None = None  # why a worker could not serve (exit code FATAL)
         self._cpu_at_start = (0.0, 0.0)
 
@@ -118,7 +120,7 @@ class Processes(Executor):
             while not life.stopping:
                 host.watch_file()  # as each worker does: the same one line, exit 1
                 isolating = host.isolate()  # suspects run in processes of their own
-                if until_idle and self.done() and not isolating:
+                if until_idle and self.done() and not isolating and not self._due_again(host):
                     break
                 life.wait(host.clock.monotonic() + POLL_INTERVAL)
         except DatabaseGoneError as e:
@@ -143,8 +145,27 @@ class Processes(Executor):
         assert self._host is not None, "not serving"
         return self._host
 
+    def _due_again(self, host: Host) -> bool:
+        """Until idle, once every worker has exited: whether a run came due since, and the
+        workers were started again for it. A suspect run alone in an isolated worker ends
+        after the workers found nothing left, and its ending may give a key's slot back
+        (or wake a parent), making a run due that no worker would ever see. They are not
+        started again for the run they were last started for: one they could not take
+        stays due, and `--until-idle` must still end."""
+        due = host.store.next_due(1)
+        if not due or due[0][0] > to_us(host.clock.now()) or due[0] == self._started_for:
+            return False
+        self._started_for = due[0]
+        with self._lock:
+            self._finished = 0
+        self._spawn_all()
+        return True
+
     def _start_workers(self) -> None:
         self._cpu_at_start = (_own_cpu(), _children_cpu())
+        self._spawn_all()
+
+    def _spawn_all(self) -> None:
         for slot in range(self.count):
             self._place(self._spawn(slot))
             threading.Thread(
