@@ -20,7 +20,7 @@ from flowctl.store.flowsql import WAITS
 from flowctl.store.sql import Row, Tx
 
 # Places in a row of mapping._RUN_COLUMNS.
-STATUS, DEADLINE, PRIORITY, FLOW_KEY, FLOW_LIMIT = 4, 12, 41, 42, 43
+STATUS, DEADLINE, PRIORITY, FLOW_KEY, FLOW_LIMIT, HELD_AT = 4, 12, 41, 42, 43, 44
 _WAITING = ("queued", "sleeping", "waiting")
 
 # Runs of a key running now (leases lapsed or not), from runs_flow.
@@ -37,10 +37,9 @@ _HOLD_KEY = (
     f" FROM runs WHERE flow_key = ? AND held_at IS NULL AND {WAITS}"
     " AND run_at <= ? AND (deadline IS NULL OR deadline > ?){skip_locked})"
 )
-# A run the claim passed over behind its full key, held by its id: one that was held
-# before and made due since by another path (a signal, a resume, a redrive) keeps its
-# held_at, so runs_flow_due (and the hold above) leave it out. Run after _HOLD_KEY, which
-# has already moved the others' run_at past now: they do not match again.
+# A run the claim passed over behind its full key that was held before and made due since
+# by another path (a signal, a resume, a redrive), held by its id: it keeps its held_at,
+# so runs_flow_due (and the hold above) leave it out.
 _HOLD_RUN = (
     f"UPDATE runs SET held_at = run_at, run_at = deadline WHERE run_id = ? AND {WAITS}"
     " AND run_at <= ? AND (deadline IS NULL OR deadline > ?)"
@@ -57,7 +56,7 @@ class KeySlots:
 
     def __init__(self) -> None:
         self.held: set[str] = set()  # full keys, whose due runs are held (flush)
-        self.passed: list[str] = []  # ids of the runs passed over behind them
+        self.passed: list[str] = []  # passed over behind them with a held_at of before
         self.running: dict[str, int] = {}
         self.counted: dict[str, int] = {}  # key -> running, as read with a candidate's row
         self.locked: set[str] = set()  # another transaction decides for these now
@@ -85,7 +84,8 @@ class KeySlots:
             return False
         self.running[key] = used
         self.held.add(key)
-        self.passed.append(row[0])
+        if row[HELD_AT] is not None:  # held before and made due since: _HOLD_KEY skips it
+            self.passed.append(row[0])
         return True
 
     def take(self, tx: Tx, run: Run, now_us: int, *, reclaim: bool, counted: bool) -> bool:
@@ -109,7 +109,8 @@ class KeySlots:
         if used >= (run.flow_limit or 1):
             self.running[key] = used
             self.held.add(key)
-            self.passed.append(run.run_id)
+            if run.held_at is not None:  # held before and made due since: _HOLD_KEY skips it
+                self.passed.append(run.run_id)
             return False
         self.running[key] = used + 1
         return True
@@ -132,7 +133,7 @@ def _locked(tx: Tx, key: str) -> bool:
 
 def hold(tx: Tx, keys: Collection[str], passed: Sequence[str], now_us: int) -> None:
     """Hold the runs of these full keys due by `now_us`, and the runs `passed` over behind
-    them (one executemany each): out of the due runs until a slot is given back. No event
+    them that were held before (one executemany each): out of the due runs until a slot is given back. No event
     is written: a run is held and given back as often as its key is busy when it comes due
     (half of all runs, over 100 busy keys), and `why` reads the hold from the row."""
     if keys:
