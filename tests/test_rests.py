@@ -23,7 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from helpers import logged_daemon, query, wait_until
+from helpers import ParkedRound, logged_daemon, query, wait_until
 
 from flowctl import ops
 from flowctl.clock import FakeClock, SystemClock
@@ -295,10 +295,11 @@ def test_runs_resting_in_a_killed_daemon_go_on_in_the_next_with_no_step_twice(
     db: str, tmp_path: Path, flows: str
 ) -> None:
     """SIGKILL of a real `flowctl daemon` while its runs rest: the next daemon takes each
-    at its margin, replays it from the journal (its first step not run again) and ends
-    it; nobody died *in* a resting run, so none is a suspect."""
+    at the end of the lease it let go (3 s here) or its margin, whichever is later,
+    replays it from the journal (its first step not run again) and ends it; nobody died
+    *in* a resting run, so none is a suspect."""
     effects = tmp_path / "effects"
-    proc = logged_daemon(db, tmp_path / "d1.log", "--workers", "1")
+    proc = logged_daemon(db, tmp_path / "d1.log", "--workers", "1", "--lease", "3")
     try:
         inputs = [{"effects": str(effects), "n": i, "seconds": 1.0} for i in range(8)]
         ids = start(db, f"{flows}:nap", inputs)
@@ -322,23 +323,77 @@ def test_runs_resting_in_a_killed_daemon_go_on_in_the_next_with_no_step_twice(
         assert "suspect" not in kinds and kinds[-1] == "completed"
 
 
+@pytest.mark.parametrize("lease", [15.0, 1.5], ids=["lease-after-margin", "lease-before"])
 def test_a_resting_run_is_nobodys_until_its_margin_and_a_stale_resume_writes_nothing(
-    db: str, fake_clock: FakeClock, flows: str, tmp_path: Path
+    db: str, fake_clock: FakeClock, flows: str, lease: float
 ) -> None:
-    """The store's side, on a fake clock: no claim takes a resting run before its margin;
-    after it another claimer does, and the handler's late resume is refused."""
+    """The store's side, on a fake clock: no claim takes a resting run before the later of
+    its margin and the end of the lease it let go (that end kept as it was: the rest moves
+    no index entry); then another claimer does, and the handler's late resume is refused."""
     with open_store(db) as s:
         rid = ops.start(s, f"{flows}:nap", {"effects": "x"}, clock=fake_clock).run.run_id
         now = fake_clock.now()
-        [claim], _ = s.claim_due("a", now, now + timedelta(seconds=15), 1)
+        [claim], _ = s.claim_due("a", now, now + timedelta(seconds=lease), 1)
         wake = now + timedelta(seconds=1)
         margin = wake + timedelta(seconds=REST_MARGIN)
+        due = max(margin, now + timedelta(seconds=lease))
         sleep = JournalEntry(rid, 1, "sleep", "sleep", EntryState.PENDING, None, wake_at=wake)
         assert s.rest_run(claim.lease, sleep, margin, now, 0.01, ("sleep started", {}))
-        for at in (wake, margin - timedelta(microseconds=1)):
+        assert s.get_run(rid).run_at == due
+        for at in (wake, due - timedelta(microseconds=1)):
             assert s.claim_due("b", at, at + timedelta(seconds=15), 8)[0] == []
-        [taken], _ = s.claim_due("b", margin, margin + timedelta(seconds=15), 8)
+        [taken], _ = s.claim_due("b", due, due + timedelta(seconds=15), 8)
         assert taken.lease.fence == 2 and taken.run.reclaims == 0 and not taken.run.suspect
-        late = s.resume_run(claim.lease, RunStatus.SLEEPING, wake, margin, margin, 1)
+        late = s.resume_run(claim.lease, RunStatus.SLEEPING, wake, due, due, 1, keep_from=due)
         assert late is None
         assert s.get_run(rid).lease_owner == "b"
+
+
+@pytest.mark.parametrize("left", [7.5, 14.5], ids=["kept", "new"])
+def test_a_resumed_run_keeps_the_lease_it_let_go_while_enough_of_it_is_left(
+    db: str, fake_clock: FakeClock, flows: str, left: float
+) -> None:
+    """At the wake the handler takes its run back with the lease it let go when that ends
+    at or after `keep_from` (its run_at unchanged, lease_until the same), else with a new
+    one until `lease_until`; a new fence either way, alone or in a round's batch."""
+    with open_store(db) as s:
+        ids = [
+            ops.start(s, f"{flows}:nap", {"effects": "x", "n": i}, clock=fake_clock).run.run_id
+            for i in range(3)
+        ]
+        now = fake_clock.now()
+        end = now + timedelta(seconds=15)
+        claims, _ = s.claim_due("a", now, end, 3)
+        wake = now + timedelta(seconds=1)
+        margin = wake + timedelta(seconds=REST_MARGIN)
+        for c in claims:
+            run_id = c.run.run_id
+            sleep = JournalEntry(
+                run_id, 1, "sleep", "sleep", EntryState.PENDING, None, wake_at=wake
+            )
+            assert s.rest_run(c.lease, sleep, margin, now, 0.01, ("sleep started", {}))
+        keep_from = wake + timedelta(seconds=left)
+        new_end = wake + timedelta(seconds=15)
+        first = s.resume_run(
+            claims[0].lease, RunStatus.SLEEPING, wake, wake, new_end, 1, keep_from=keep_from
+        )
+        rounds = ParkedRound(s)
+        try:
+            got: list[object] = []
+            for c in claims[1:]:
+                rounds.start(
+                    lambda c=c: got.append(
+                        s.resume_run(
+                            c.lease, RunStatus.SLEEPING, wake, wake, new_end, 1, keep_from=keep_from
+                        )
+                    )
+                )
+            rounds.write_round()
+        finally:
+            rounds.close()
+        assert first is not None and all(r is not None for r in got)
+        expected = end if left <= 14 else new_end
+        for rid in ids:
+            run = s.get_run(rid)
+            assert (run.lease_owner, run.fence) == ("a", 2)
+            assert run.run_at == run.lease_until == expected

@@ -329,10 +329,10 @@ class BatchRunner:
         resting.set(self.rests)
         self._execute(*job)
 
-    def allow_rests(self, clock: Clock, slots: Slots, lease: float) -> None:
+    def allow_rests(self, clock: Clock, slots: Slots, lease: float, heartbeat: float) -> None:
         """Let handlers wait out short sleeps and retries in memory (flowctl.daemon.rests):
         on the system clock only, since resting greenlets wait on real time."""
-        self.rests = Rests(clock, slots, lease, switch=self._to_main)
+        self.rests = Rests(clock, slots, lease, switch=self._to_main, heartbeat=heartbeat)
 
     def _to_main(self) -> object:
         assert self._main is not None

@@ -169,7 +169,8 @@ class Greenlets(InProcess):
             claim=host.claim_in_round,
         )
         if isinstance(host.clock, SystemClock):
-            self._runner.allow_rests(host.clock, host.slots, host.config.lease)
+            config = host.config
+            self._runner.allow_rests(host.clock, host.slots, config.lease, config.heartbeat)
         self._runner.start()
 
     def submit(self, claim: Claim, live: LiveRun) -> None:

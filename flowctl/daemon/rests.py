@@ -1,15 +1,16 @@
 """Short waits spent in memory by the batch runner's handlers (issue 40).
 
 A sleep or a step's retry due within REST_MAX does not unwind its handler: the run rests
-(flowctl.store.resting: its pending call journaled, its lease given up, due to any
-daemon REST_MARGIN after the wake) and its slot is freed; the handler's greenlet waits
-here for the wake, then takes the run back itself (Store.resume_run) and goes on from
-where it stood. A wake then costs one batched UPDATE in the round, not a park, a claim, a
-replay of the journal and a second handler start.
+(flowctl.store.resting: its pending call journaled, its lease given up, due to any daemon
+when that lease would have ended, or REST_MARGIN after the wake if that is later) and its
+slot is freed; the handler's greenlet waits here for the wake, then takes the run back
+itself (Store.resume_run) and goes on from where it stood. A wake then costs one batched
+UPDATE in the round, not a park, a claim, a replay of the journal and a second handler
+start.
 
 Durability is unchanged: the pending call is committed before the wait, as a park's is;
-if this daemon dies or stops meanwhile, any daemon claims the run REST_MARGIN after the
-wake and its replay goes on from the journal. Only the batch runner on the system clock
+if this daemon dies meanwhile, any daemon claims the run when it is due (if it stops, at
+once) and its replay goes on from the journal. Only the batch runner on the system clock
 rests (its greenlets wait on real time); elsewhere nothing rests.
 """
 
@@ -52,10 +53,15 @@ class Rests(Rester):
         lease: float,
         *,
         switch: Callable[[], object],
+        heartbeat: float,
     ) -> None:
         self._clock = clock
         self._slots = slots
         self._lease = timedelta(seconds=lease)
+        # A lease let go for a rest is taken back as it stands while this much of it is
+        # left: half a lease and two beats, so a beat extends it in time as any other.
+        kept = max(lease / 2, 2 * heartbeat)
+        self._kept = None if kept >= lease else timedelta(seconds=kept)
         self._switch = switch  # back to the runner; returns what the runner resumes it with
         self._freed = 0  # slots freed by rests since the runner last looked (`take_freed`)
         self._heap: list[tuple[float, int, greenlet]] = []
@@ -93,6 +99,9 @@ class Rests(Rester):
 
     def lease_until(self) -> datetime:
         return self._clock.now() + self._lease
+
+    def keep_from(self) -> datetime | None:
+        return None if self._kept is None else self._clock.now() + self._kept
 
     def back(self, live: LiveRun) -> bool:
         return self._slots.put(live)

@@ -69,6 +69,10 @@ class Rester(Protocol):
     def lease_until(self) -> datetime:
         """The end of a lease taken now."""
 
+    def keep_from(self) -> datetime | None:
+        """The earliest end of the lease a run let go for its rest that may be taken back
+        as it stands at its wake, rather than a new one (no index moves); None: never."""
+
     def back(self, live: LiveRun) -> bool:
         """The run is resumed under `live.lease`: it takes a slot again. False when the
         daemon stops meanwhile: the handler hands the run back (Store.release_runs)."""

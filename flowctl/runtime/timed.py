@@ -118,8 +118,16 @@ def end_rest(
             released = store.release_rest(lease, now)
             return Parked(RunStatus.RUNNING, now if released else margin)
         now = clock.now()
-        resumed = store.resume_run(lease, suspend.status, until, now, rester.lease_until(), attempt)
-        if resumed is None:  # it moved on: due to any daemon at its margin, if still resting
+        resumed = store.resume_run(
+            lease,
+            suspend.status,
+            until,
+            now,
+            rester.lease_until(),
+            attempt,
+            keep_from=rester.keep_from(),
+        )
+        if resumed is None:  # it moved on: due to any daemon (from `margin` on), if still resting
             return Parked(RunStatus.RUNNING, margin)
         live.back(resumed.lease)
         if not rester.back(live):  # the daemon stops: taken back too late, handed back now

@@ -463,8 +463,11 @@ class Store(RunListing, Protocol):
         now: datetime,
         lease_until: datetime,
         attempt: int,
+        *,
+        keep_from: datetime | None = None,
     ) -> Resumed | None:
-        """Take back a run let rest under `lease`; None: it moved on (nothing written)."""
+        """Take back a run let rest under `lease`, with the lease it let go if that ends at
+        or after `keep_from`, else a new one; None: it moved on (nothing written)."""
         ...
 
     def release_rest(self, lease: Lease, now: datetime) -> bool:

@@ -4,16 +4,19 @@ The daemon's batch runner keeps a handler whose run sleeps (or waits to retry a 
 a short while on its stack, rather than unwind it, park the run and claim and replay it
 at the wake. Its run rests: `rest_run` journals the pending call (a sleep with its wake
 time, a failed try with its retry time) and gives up the lease, leaving the run
-`running` with no owner and due at `run_at`, the wake plus a margin. So:
+`running` with no owner and due at `run_at`: the end of the lease it let go, or the wake
+plus a margin if that is later. So:
 
 - no other claimer takes it before then; the handler takes it back at the wake with
-  `resume_run` (a new fence and lease, its sleep resolved, its `woke` and `claimed`
-  events), with no claim, no replay and no read;
+  `resume_run` (a new fence, its sleep resolved, its `woke` and `claimed` events), with
+  no claim, no replay and no read, and with the lease it let go while that has long
+  enough to run (else a new one);
 - if the daemon dies or stops meanwhile, any daemon claims it at `run_at` as a run a
   stopping daemon handed back (no suspect: nobody died in it), and its replay finds the
   sleep due, or the step to retry;
 - its status does not move (running), so neither write touches the status indexes or
-  the run counts: each is a third of a park's or a claim's cost.
+  the run counts, and where the lease is kept neither moves its run_at: no index entry
+  moves at all.
 
 A round writes its rests together (`RESTS`) and its resumes together (`RESUMES`); each
 applies only while the run is still the writer's as it left it, else writes nothing.
@@ -35,19 +38,34 @@ from flowctl.store.rows import CLEARED, FENCED, EventRow, add_events
 from flowctl.store.rows import event as timeline_row
 from flowctl.store.sql import Tx
 
-# A held run rests: its lease given up, due to others at its margin, unless a cancel or
-# a pause was asked (the handler then parks it the usual way): (run_at, exec_spent_us,
-# run_id, fence, owner).
-_REST = (
-    "UPDATE runs SET run_at = ?, lease_owner = NULL, lease_until = NULL, exec_spent_us = ?,"
-    f" {CLEARED} WHERE {FENCED} AND cancel_requested = 0 AND pause_requested = 0"
-)
+# A held run rests: its lease given up, unless a cancel or a pause was asked (the handler
+# then parks it the usual way). Its run_at, the end of the lease it held, stays where it is
+# when that is at or after the margin (_REST_KEPT): nobody claims it before then either,
+# and the UPDATE moves no index entry (run_at is in five of the runs table's indexes; an
+# UPDATE that sets it rewrites each entry, even to the same value). Else (a lease shorter
+# than the rest) _REST makes the margin its run_at. A row applies under at most one of the
+# two: the first leaves it with no owner, which the second's FENCED no longer matches.
+_GIVE_UP = f"lease_owner = NULL, lease_until = NULL, exec_spent_us = ?, {CLEARED}"
+_ASKED_NOTHING = "cancel_requested = 0 AND pause_requested = 0"
+# (exec_spent_us, run_id, fence, owner, margin)
+_REST_KEPT = f"UPDATE runs SET {_GIVE_UP} WHERE {FENCED} AND {_ASKED_NOTHING} AND run_at >= ?"
+# (margin, exec_spent_us, run_id, fence, owner)
+_REST = f"UPDATE runs SET run_at = ?, {_GIVE_UP} WHERE {FENCED} AND {_ASKED_NOTHING}"
 
 # The resting run taken back by its handler, while nobody has claimed it since (same
-# fence, no owner, still running): (owner, lease_until, lease_until, run_id, fence).
+# fence, no owner, still running). The lease it let go is taken back as it stands when it
+# still ends at or after `keep_from` (_RESUME_KEPT: no index entry moves, the heartbeat
+# extends it as any other); else a new one (_RESUME). As for rests, a row applies under
+# at most one: the first gives it an owner.
+_TAKEN_BACK = "WHERE run_id = ? AND fence = ? AND lease_owner IS NULL AND status = 'running'"
+# (owner, run_id, fence, keep_from)
+_RESUME_KEPT = (
+    "UPDATE runs SET lease_owner = ?, lease_until = run_at, fence = fence + 1"
+    f" {_TAKEN_BACK} AND run_at >= ?"
+)
+# (owner, lease_until, lease_until, run_id, fence)
 _RESUME = (
-    "UPDATE runs SET lease_owner = ?, lease_until = ?, run_at = ?, fence = fence + 1"
-    " WHERE run_id = ? AND fence = ? AND lease_owner IS NULL AND status = 'running'"
+    f"UPDATE runs SET lease_owner = ?, lease_until = ?, run_at = ?, fence = fence + 1 {_TAKEN_BACK}"
 )
 # A resting run let go for good (its daemon stops): due now. (run_at, run_id, fence)
 _RELEASE = (
@@ -55,23 +73,28 @@ _RELEASE = (
     " AND status = 'running'"
 )
 # The round's resumes together: only those with no cancel or pause asked meanwhile.
-_RESUME_PLAIN = _RESUME + " AND cancel_requested = 0 AND pause_requested = 0"
+_RESUME_KEPT_PLAIN = f"{_RESUME_KEPT} AND {_ASKED_NOTHING}"
+_RESUME_PLAIN = f"{_RESUME} AND {_ASKED_NOTHING}"
+_ASKED = " RETURNING cancel_requested, pause_requested"
 
 
 class _Rest:
-    """What one rest writes, made before the write's turn."""
+    """What one rest writes, made before the write's turn: the parameters of _REST_KEPT
+    (`kept`) and of _REST (`params`), its journal rows and its event."""
 
-    __slots__ = ("event", "params", "rows")
+    __slots__ = ("event", "kept", "params", "rows")
 
     def __init__(self, params: list[Any], rows: list[list[Any]], event: EventRow) -> None:
         self.params, self.rows, self.event = params, rows, event
+        self.kept = [*params[1:], params[0]]
 
 
 class _Resume:
     """What one resume writes, made before the write's turn: its UPDATE's parameters, its
-    `woke` and `claimed` events, and its sleep's resolution (None for a retry)."""
+    `woke` and `claimed` events, and its sleep's resolution (None for a retry). `kept`:
+    the parameters of _RESUME_KEPT (None: a new lease in any case)."""
 
-    __slots__ = ("events", "params", "sleeps")
+    __slots__ = ("events", "kept", "params", "sleeps")
 
     def __init__(
         self,
@@ -81,9 +104,13 @@ class _Resume:
         now_us: int,
         until_us: int,
         attempt: int,
+        keep_from: datetime | None,
     ) -> None:
         run_id = lease.run_id
         self.params = [lease.owner, until_us, until_us, run_id, lease.fence]
+        self.kept = (
+            None if keep_from is None else [lease.owner, run_id, lease.fence, to_us(keep_from)]
+        )
         woke = {
             "from": str(parked),
             "scheduled": scheduled.isoformat(timespec="microseconds"),
@@ -145,11 +172,15 @@ class Resting(StoreCore):
         now: datetime,
         lease_until: datetime,
         attempt: int,
+        *,
+        keep_from: datetime | None = None,
     ) -> Resumed | None:
-        """Take back the run `lease` let rest, as a claim would (a new fence and lease,
-        `woke` and `claimed` events, its sleep resolved): None, writing nothing, when it
-        is no longer as its handler left it (claimed by another past its margin, ended)."""
-        resume = _Resume(lease, parked, scheduled, to_us(now), to_us(lease_until), attempt)
+        """Take back the run `lease` let rest, as a claim would (a new fence, `woke` and
+        `claimed` events, its sleep resolved) with the lease it let go if that still ends
+        at or after `keep_from`, else a new one until `lease_until`: None, writing nothing,
+        when it is no longer as its handler left it (claimed by another, ended)."""
+        until_us = to_us(lease_until)
+        resume = _Resume(lease, parked, scheduled, to_us(now), until_us, attempt, keep_from)
         flags = self._write(lambda tx: _resume(tx, resume), batch=RESUMES, params=resume)
         if flags is None:
             return None
@@ -175,8 +206,9 @@ class Resting(StoreCore):
 
 
 def _rest(tx: Tx, rest: _Rest) -> bool:
-    """One rest, alone."""
-    if tx.execute(_REST, rest.params).rowcount != 1:
+    """One rest, alone: its lease's end kept, or the margin."""
+    kept = tx.execute(_REST_KEPT, rest.kept).rowcount == 1
+    if not kept and tx.execute(_REST, rest.params).rowcount != 1:
         return False
     _rested(tx, [rest])
     return True
@@ -186,7 +218,8 @@ def _rests(tx: Tx, writes: list[Write[Any]]) -> None:
     """A round's rests: each statement once for all of them (all_or_none); if one would
     not apply, each is written alone for its own answer."""
     rests: list[_Rest] = [w.params for w in writes]
-    if not all_or_none(tx, _REST, [r.params for r in rests]):
+    kept = [r.kept for r in rests]
+    if not all_or_none(tx, _REST_KEPT, kept, then=(_REST, [r.params for r in rests])):
         for write in writes:
             run_alone(tx, write)
         return
@@ -203,7 +236,8 @@ def _rested(tx: Tx, rests: list[_Rest]) -> None:
 
 def _resume(tx: Tx, resume: _Resume) -> tuple[bool, bool] | None:
     """One resume, alone: (cancel asked, pause asked), or None when it did not apply."""
-    found = tx.all(_RESUME + " RETURNING cancel_requested, pause_requested", resume.params)
+    found = None if resume.kept is None else tx.all(_RESUME_KEPT + _ASKED, resume.kept)
+    found = found or tx.all(_RESUME + _ASKED, resume.params)
     if not found:
         return None
     _follow(tx, [resume])
@@ -214,7 +248,9 @@ def _resumes(tx: Tx, writes: list[Write[Any]]) -> None:
     """A round's resumes: one executemany of the UPDATE for those with nothing asked
     meanwhile (all_or_none); else each alone, for its own answer."""
     resumes: list[_Resume] = [w.params for w in writes]
-    if not all_or_none(tx, _RESUME_PLAIN, [r.params for r in resumes]):
+    kept = [r.kept for r in resumes if r.kept is not None]
+    moved = (_RESUME_PLAIN, [r.params for r in resumes])
+    if not all_or_none(tx, _RESUME_KEPT_PLAIN, kept, then=moved):
         for write in writes:
             run_alone(tx, write)
         return

@@ -174,14 +174,24 @@ class _Partial(Exception):
     """Some row of an all-or-none executemany did not apply: the statement is undone."""
 
 
-def all_or_none(tx: Tx, sql: str, rows: list[Any]) -> bool:
+def all_or_none(
+    tx: Tx, sql: str, rows: list[Any], *, then: tuple[str, list[Any]] | None = None
+) -> bool:
     """One executemany of `sql` for `rows`, kept only if each changed its one row; else
     (or when it failed and the transaction goes on) undone whole and False: for a
     statement that cannot simply run again for the rows that applied (it moves a fence),
-    so the caller then runs each write alone, for its own answer."""
+    so the caller then runs each write alone, for its own answer.
+
+    `then`: a second statement with a row for each write, run when `sql` (whose rows may
+    be for some of the writes only) left some unchanged. A row that one of the two
+    changed, the other does not match: together they must change each write's once."""
+    expected = len(rows) if then is None else len(then[1])
     try:
         with tx.savepoint():
-            if tx.many(sql, rows) != len(rows):
+            changed = tx.many(sql, rows) if rows else 0
+            if changed < expected and then is not None:
+                changed += tx.many(*then)
+            if changed != expected:
                 raise _Partial
     except Exception:
         if not tx.alive():
