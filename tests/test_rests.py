@@ -294,12 +294,12 @@ def test_a_drained_daemon_leaves_resting_runs_to_the_next_without_a_suspect(
 def test_runs_resting_in_a_killed_daemon_go_on_in_the_next_with_no_step_twice(
     db: str, tmp_path: Path, flows: str
 ) -> None:
-    """SIGKILL of a real `flowctl daemon` while its runs rest: the next daemon takes each
-    at the end of the lease it let go (3 s here) or its margin, whichever is later,
-    replays it from the journal (its first step not run again) and ends it; nobody died
-    *in* a resting run, so none is a suspect."""
+    """SIGKILL of a real `flowctl daemon` while its runs rest: the next daemon, on the same
+    host, finds it gone and takes each at once (not when the 15 s lease it let go would
+    have ended), replays it from the journal (its first step not run again) and ends it;
+    nobody died *in* a resting run, so none is a suspect."""
     effects = tmp_path / "effects"
-    proc = logged_daemon(db, tmp_path / "d1.log", "--workers", "1", "--lease", "3")
+    proc = logged_daemon(db, tmp_path / "d1.log", "--workers", "1")
     try:
         inputs = [{"effects": str(effects), "n": i, "seconds": 1.0} for i in range(8)]
         ids = start(db, f"{flows}:nap", inputs)
@@ -318,9 +318,50 @@ def test_runs_resting_in_a_killed_daemon_go_on_in_the_next_with_no_step_twice(
     seen = lines(effects)
     for rid in ids:
         assert [seen.count(f"{w} {rid}") for w in ("one", "two")] == [1, 1]
-        assert seen.count(f"start {rid}") == 2  # replayed once, in the second daemon
         kinds = events(db, rid)
         assert "suspect" not in kinds and kinds[-1] == "completed"
+        # Replayed once in the second daemon, and once more if that took it before its
+        # wake (its replay then parked it until the wake: `sleep resumed`).
+        assert seen.count(f"start {rid}") == 2 + kinds.count("sleep resumed")
+        at = dict(
+            query(db, "SELECT type, MIN(at) FROM timeline WHERE run_id = ? GROUP BY type", (rid,))
+        )
+        assert at["reclaimed"] < at["claimed"] + 15_000_000  # before the lease's end
+
+
+def test_the_runs_resting_in_a_daemon_found_dead_are_due_at_once(
+    db: str, fake_clock: FakeClock, flows: str
+) -> None:
+    """A rest gives its lease up, and names the daemon it rests in: that daemon is among
+    the owners the reaper checks, and once it is found dead its resting runs are due now
+    (handed back: no suspect), not when the lease they let go would have ended. A run
+    resting in another daemon is left alone; a resumed run is held by its lease again."""
+    with open_store(db) as s:
+        ids = [
+            ops.start(s, f"{flows}:nap", {"effects": "x", "n": i}, clock=fake_clock).run.run_id
+            for i in range(3)
+        ]
+        now = fake_clock.now()
+        wake = now + timedelta(seconds=1)
+        margin = wake + timedelta(seconds=REST_MARGIN)
+        leases = []
+        for owner in ("dead", "alive", "back"):
+            [claim], _ = s.claim_due(owner, now, now + timedelta(seconds=15), 1)
+            sleep = JournalEntry(
+                claim.run.run_id, 1, "sleep", "sleep", EntryState.PENDING, None, wake_at=wake
+            )
+            assert s.rest_run(claim.lease, sleep, margin, now, 0.01, ("sleep started", {}))
+            leases.append(claim.lease)
+        assert sorted(s.running_owners()) == ["alive", "back", "dead"]
+        assert s.resume_run(leases[2], RunStatus.SLEEPING, wake, wake, wake, 1) is not None
+        rested_by = "SELECT rested_by FROM runs WHERE run_id = ?"
+        assert [r[0] for r in query(db, rested_by, (ids[2],))] == [None]  # resumed
+        assert s.claim_due("b", wake, wake + timedelta(seconds=15), 8)[0] == []
+        assert s.expire_owner("dead", wake) == 1
+        [taken], _ = s.claim_due("b", wake, wake + timedelta(seconds=15), 8)
+        assert taken.run.run_id == leases[0].run_id == ids[0]
+        assert not taken.run.suspect and taken.run.reclaims == 0
+        assert sorted(s.running_owners()) == ["alive", "b", "back"]
 
 
 @pytest.mark.parametrize("lease", [15.0, 1.5], ids=["lease-after-margin", "lease-before"])

@@ -129,6 +129,7 @@ def test_migration_11_moves_an_older_database(tmp_path: Path, flows: Path) -> No
     conn = sqlite3.connect(str(db), isolation_level=None)
     conn.executescript(  # the same rows as schema 10 held them: the text in every run row
         """
+        ALTER TABLE runs DROP COLUMN rested_by;  -- migration 25's
         DROP INDEX runs_flow_due;  -- migration 24's (its runs_flow is 22's, dropped below)
         DROP INDEX runs_resumed;  -- migration 23's
         DROP TRIGGER runs_flow_release;  -- migration 22's

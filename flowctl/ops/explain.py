@@ -319,7 +319,8 @@ def _running(facts: WhyFacts, now: datetime) -> Answer | None:
 
 def _resting(facts: WhyFacts, now: datetime, lease: dict[str, Any]) -> Answer | None:
     """A run whose handler waits in memory for a short sleep's or a retry's wake (issue
-    40, flowctl.store.resting): let go, due to any daemon only at its margin."""
+    40, flowctl.store.resting): let go, due to any daemon only at its run_at (the end of
+    the lease it let go, or its wake's margin if later), or once its daemon is found gone."""
     run, entry = facts.run, facts.pending
     if run.lease_owner is not None or run.suspect or run.run_at is None or run.run_at <= now:
         return None
@@ -330,8 +331,8 @@ def _resting(facts: WhyFacts, now: datetime, lease: dict[str, Any]) -> Answer | 
         "resting",
         {"daemon": _daemon_facts(facts), "wake_at": iso(entry.wake_at), **lease},
         f"resting: its handler waits in memory for its {what} at {when(entry.wake_at, now)}"
-        f" in the daemon that ran it; if that daemon stops, any daemon takes it at"
-        f" {when(run.run_at, now)}",
+        f" in the daemon that ran it; if that daemon stops, any daemon takes it at once,"
+        f" if it dies, at {when(run.run_at, now)} (at once when it is found gone)",
     )
 
 

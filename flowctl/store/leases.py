@@ -60,9 +60,10 @@ class Leases(StoreCore):
         return Interrupts(cancels, pauses)
 
     def running_owners(self) -> list[str]:
+        """The daemons that hold running runs, or in which running runs rest."""
         rows = self._read(
-            "SELECT DISTINCT lease_owner FROM {runs_by_status}"
-            " WHERE status = 'running' AND lease_owner IS NOT NULL"
+            "SELECT DISTINCT COALESCE(lease_owner, rested_by) FROM {runs_by_status}"
+            " WHERE status = 'running' AND (lease_owner IS NOT NULL OR rested_by IS NOT NULL)"
         )
         return [r[0] for r in rows]
 
@@ -74,7 +75,9 @@ class Leases(StoreCore):
         return int(rows[0][0])
 
     def expire_owner(self, owner: str, now: datetime) -> int:
-        """Make every lease held by a provably dead owner due for reclaim now."""
+        """Make every lease held by a provably dead owner due for reclaim now, and the runs
+        resting in it (flowctl.store.resting): those are due now as runs handed back, no
+        suspects (nobody died in them)."""
         now_us = to_us(now)
 
         def expire(tx: Tx) -> int:
@@ -82,6 +85,11 @@ class Leases(StoreCore):
                 "UPDATE {runs_by_status} SET lease_until = ?, run_at = ?"
                 " WHERE status = 'running' AND lease_owner = ? AND lease_until > ?",
                 [now_us, now_us, owner, now_us],
+            ).rowcount
+            n += tx.execute(
+                "UPDATE {runs_by_status} SET run_at = ?, rested_by = NULL WHERE status = 'running'"
+                " AND lease_owner IS NULL AND rested_by = ? AND run_at > ?",
+                [now_us, owner, now_us],
             ).rowcount
             tx.execute("DELETE FROM daemons WHERE owner = ?", [owner])
             return int(n)

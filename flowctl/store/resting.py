@@ -45,7 +45,11 @@ from flowctl.store.sql import Tx
 # UPDATE that sets it rewrites each entry, even to the same value). Else (a lease shorter
 # than the rest) _REST makes the margin its run_at. A row applies under at most one of the
 # two: the first leaves it with no owner, which the second's FENCED no longer matches.
-_GIVE_UP = f"lease_owner = NULL, lease_until = NULL, exec_spent_us = ?, {CLEARED}"
+# `rested_by` names the daemon it rests in (the lease's owner, as the row held it): if
+# that daemon is found dead, the run is due at once (Leases.expire_owner).
+_GIVE_UP = (
+    f"rested_by = lease_owner, lease_owner = NULL, lease_until = NULL, exec_spent_us = ?, {CLEARED}"
+)
 _ASKED_NOTHING = "cancel_requested = 0 AND pause_requested = 0"
 # (exec_spent_us, run_id, fence, owner, margin)
 _REST_KEPT = f"UPDATE runs SET {_GIVE_UP} WHERE {FENCED} AND {_ASKED_NOTHING} AND run_at >= ?"
@@ -60,17 +64,18 @@ _REST = f"UPDATE runs SET run_at = ?, {_GIVE_UP} WHERE {FENCED} AND {_ASKED_NOTH
 _TAKEN_BACK = "WHERE run_id = ? AND fence = ? AND lease_owner IS NULL AND status = 'running'"
 # (owner, run_id, fence, keep_from)
 _RESUME_KEPT = (
-    "UPDATE runs SET lease_owner = ?, lease_until = run_at, fence = fence + 1"
-    f" {_TAKEN_BACK} AND run_at >= ?"
+    "UPDATE runs SET lease_owner = ?, lease_until = run_at, fence = fence + 1,"
+    f" rested_by = NULL {_TAKEN_BACK} AND run_at >= ?"
 )
 # (owner, lease_until, lease_until, run_id, fence)
 _RESUME = (
-    f"UPDATE runs SET lease_owner = ?, lease_until = ?, run_at = ?, fence = fence + 1 {_TAKEN_BACK}"
+    "UPDATE runs SET lease_owner = ?, lease_until = ?, run_at = ?, fence = fence + 1,"
+    f" rested_by = NULL {_TAKEN_BACK}"
 )
 # A resting run let go for good (its daemon stops): due now. (run_at, run_id, fence)
 _RELEASE = (
-    "UPDATE runs SET run_at = ? WHERE run_id = ? AND fence = ? AND lease_owner IS NULL"
-    " AND status = 'running'"
+    "UPDATE runs SET run_at = ?, rested_by = NULL WHERE run_id = ? AND fence = ?"
+    " AND lease_owner IS NULL AND status = 'running'"
 )
 # The round's resumes together: only those with no cancel or pause asked meanwhile.
 _RESUME_KEPT_PLAIN = f"{_RESUME_KEPT} AND {_ASKED_NOTHING}"

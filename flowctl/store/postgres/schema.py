@@ -435,6 +435,9 @@ _V12 = [
 # Version 13: flow control's key indexes hold no finished run (SQLite 24, issue 37).
 _V13 = ["DROP INDEX runs_flow", *FLOW_RUNNING_INDEXES]
 
+# Version 14: which daemon a resting run's handler waits in (SQLite 25, issue 40).
+_V14 = ["ALTER TABLE runs ADD COLUMN rested_by TEXT"]
+
 MIGRATIONS: list[list[str]] = [
     _V1,
     _V2,
@@ -449,6 +452,7 @@ MIGRATIONS: list[list[str]] = [
     _V11,
     _V12,
     _V13,
+    _V14,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -701,6 +701,13 @@ def _migration_24(db: sqlite_utils.Database) -> None:
     _release_trigger(db, FLOW_RELEASE)
 
 
+def _migration_25(db: sqlite_utils.Database) -> None:
+    """Which daemon a resting run's handler waits in (issue 40, flowctl.store.resting): a
+    rest gives the lease up, so when that daemon is found dead (same host, pid gone) its
+    resting runs are due at once, as the runs it held are."""
+    db.execute("ALTER TABLE runs ADD COLUMN rested_by TEXT")
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -726,6 +733,7 @@ MIGRATIONS = [
     _migration_22,
     _migration_23,
     _migration_24,
+    _migration_25,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
