@@ -19,7 +19,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,7 @@ from flowctl.clock import FakeClock, SystemClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.daemon.rests import REST_MARGIN, REST_MAX
 from flowctl.model import EntryState, JournalEntry, RunStatus
-from flowctl.store import open_store
+from flowctl.store import Lease, Store, open_store
 
 FLOWS = """
 import os
@@ -329,6 +329,23 @@ def test_runs_resting_in_a_killed_daemon_go_on_in_the_next_with_no_step_twice(
         assert at["reclaimed"] < at["claimed"] + 15_000_000  # before the lease's end
 
 
+def naps(s: Store, flows: str, clock: FakeClock, n: int) -> list[str]:
+    """`n` runs of `nap` started on the fake clock, for the store's side of a rest."""
+    started = [
+        ops.start(s, f"{flows}:nap", {"effects": "x", "n": i}, clock=clock) for i in range(n)
+    ]
+    return [one.run.run_id for one in started]
+
+
+def rest(s: Store, lease: Lease, now: datetime) -> tuple[datetime, datetime]:
+    """The run of `lease` rests, at `now`, in its sleep of 1 s: (its wake, its margin)."""
+    wake = now + timedelta(seconds=1)
+    margin = wake + timedelta(seconds=REST_MARGIN)
+    sleep = JournalEntry(lease.run_id, 1, "sleep", "sleep", EntryState.PENDING, None, wake_at=wake)
+    assert s.rest_run(lease, sleep, margin, now, 0.01, ("sleep started", {}))
+    return wake, margin
+
+
 def test_the_runs_resting_in_a_daemon_found_dead_are_due_at_once(
     db: str, fake_clock: FakeClock, flows: str
 ) -> None:
@@ -337,20 +354,12 @@ def test_the_runs_resting_in_a_daemon_found_dead_are_due_at_once(
     (handed back: no suspect), not when the lease they let go would have ended. A run
     resting in another daemon is left alone; a resumed run is held by its lease again."""
     with open_store(db) as s:
-        ids = [
-            ops.start(s, f"{flows}:nap", {"effects": "x", "n": i}, clock=fake_clock).run.run_id
-            for i in range(3)
-        ]
+        ids = naps(s, flows, fake_clock, 3)
         now = fake_clock.now()
-        wake = now + timedelta(seconds=1)
-        margin = wake + timedelta(seconds=REST_MARGIN)
         leases = []
         for owner in ("dead", "alive", "back"):
             [claim], _ = s.claim_due(owner, now, now + timedelta(seconds=15), 1)
-            sleep = JournalEntry(
-                claim.run.run_id, 1, "sleep", "sleep", EntryState.PENDING, None, wake_at=wake
-            )
-            assert s.rest_run(claim.lease, sleep, margin, now, 0.01, ("sleep started", {}))
+            wake, _ = rest(s, claim.lease, now)
             leases.append(claim.lease)
         assert sorted(s.running_owners()) == ["alive", "back", "dead"]
         assert s.resume_run(leases[2], RunStatus.SLEEPING, wake, wake, wake, 1) is not None
@@ -372,14 +381,11 @@ def test_a_resting_run_is_nobodys_until_its_margin_and_a_stale_resume_writes_not
     its margin and the end of the lease it let go (that end kept as it was: the rest moves
     no index entry); then another claimer does, and the handler's late resume is refused."""
     with open_store(db) as s:
-        rid = ops.start(s, f"{flows}:nap", {"effects": "x"}, clock=fake_clock).run.run_id
+        [rid] = naps(s, flows, fake_clock, 1)
         now = fake_clock.now()
         [claim], _ = s.claim_due("a", now, now + timedelta(seconds=lease), 1)
-        wake = now + timedelta(seconds=1)
-        margin = wake + timedelta(seconds=REST_MARGIN)
+        wake, margin = rest(s, claim.lease, now)
         due = max(margin, now + timedelta(seconds=lease))
-        sleep = JournalEntry(rid, 1, "sleep", "sleep", EntryState.PENDING, None, wake_at=wake)
-        assert s.rest_run(claim.lease, sleep, margin, now, 0.01, ("sleep started", {}))
         assert s.get_run(rid).run_at == due
         for at in (wake, due - timedelta(microseconds=1)):
             assert s.claim_due("b", at, at + timedelta(seconds=15), 8)[0] == []
@@ -398,21 +404,12 @@ def test_a_resumed_run_keeps_the_lease_it_let_go_while_enough_of_it_is_left(
     at or after `keep_from` (its run_at unchanged, lease_until the same), else with a new
     one until `lease_until`; a new fence either way, alone or in a round's batch."""
     with open_store(db) as s:
-        ids = [
-            ops.start(s, f"{flows}:nap", {"effects": "x", "n": i}, clock=fake_clock).run.run_id
-            for i in range(3)
-        ]
+        ids = naps(s, flows, fake_clock, 3)
         now = fake_clock.now()
         end = now + timedelta(seconds=15)
         claims, _ = s.claim_due("a", now, end, 3)
-        wake = now + timedelta(seconds=1)
-        margin = wake + timedelta(seconds=REST_MARGIN)
         for c in claims:
-            run_id = c.run.run_id
-            sleep = JournalEntry(
-                run_id, 1, "sleep", "sleep", EntryState.PENDING, None, wake_at=wake
-            )
-            assert s.rest_run(c.lease, sleep, margin, now, 0.01, ("sleep started", {}))
+            wake, _ = rest(s, c.lease, now)
         keep_from = wake + timedelta(seconds=left)
         new_end = wake + timedelta(seconds=15)
         first = s.resume_run(
