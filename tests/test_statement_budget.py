@@ -6,6 +6,8 @@ checkpoint is still its own committed transaction, see test_engine / test_daemon
 
 from __future__ import annotations
 
+import sqlite3
+from datetime import timedelta
 from pathlib import Path
 
 from flowctl import ops
@@ -22,6 +24,12 @@ def three(ctx, n: int = 0):
     a = ctx.step("one", lambda: n + 1)
     b = ctx.step("two", lambda: a + 1)
     return ctx.step("three", lambda: b + 1)
+
+@workflow
+def nap(ctx, n: int = 0):
+    a = ctx.step("one", lambda: n + 1)
+    ctx.sleep("1s")
+    return ctx.step("two", lambda: a + 1)
 """
 
 
@@ -62,3 +70,46 @@ def test_a_three_step_run_stays_within_its_statement_budget(
     assert not [
         s for s in traced if s.startswith(("SELECT change_id", "SELECT run_id, call_index"))
     ]
+
+
+def test_no_write_of_a_run_builds_a_temporary_btree_per_row(
+    tmp_path: Path, statements: list[str]
+) -> None:
+    """SQLite builds a temporary b-tree for an IN list of three or more values each time it
+    evaluates one: in a CHECK, for every row written (the outbox's `state IN (...)` did, at
+    every run's ending: about 3 µs). Every write of three-step and sleeping runs' lives
+    (claims, checkpoints, a park and its wake, endings with their outbox rows and events)
+    is traced and asked for its program: a b-tree built once per statement (behind a
+    Once) is allowed, one built per row is not. Statements with RETURNING, which builds
+    one per statement, are left out."""
+    (tmp_path / "flows.py").write_text(FLOWS)
+    clock = FakeClock()
+    db = tmp_path / "w.db"
+    with SqliteStore(db) as store:
+        for name in ("three", "nap"):
+            ops.start_many(store, f"{tmp_path / 'flows.py'}:{name}", [{}, {}], clock=clock)
+        statements.clear()
+        daemon = Daemon(store, clock, DaemonConfig(concurrency=4))
+        daemon.tick()
+        clock.advance(timedelta(seconds=2))
+        daemon.tick()
+        assert store.count_by_status()[RunStatus.COMPLETED] == 4
+    writes = {
+        sql
+        for sql in statements
+        if sql.startswith(("INSERT", "UPDATE", "DELETE")) and "RETURNING" not in sql
+    }
+    assert any(sql.startswith("INSERT INTO notifications") for sql in writes)
+    assert any(sql.startswith("INSERT INTO journal") for sql in writes)
+    conn = sqlite3.connect(db)
+    try:
+        for sql in writes:
+            program = [op[1] for op in conn.execute(f"EXPLAIN {sql}")]
+            per_row = [
+                i
+                for i, op in enumerate(program)
+                if op == "OpenEphemeral" and program[i - 1] != "Once"
+            ]
+            assert per_row == [], sql
+    finally:
+        conn.close()

