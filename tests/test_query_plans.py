@@ -154,9 +154,10 @@ def violations(db: Path, statements: dict[str, str]) -> list[str]:
 # Statements allowed to read or sort more than one run's rows without a LIMIT, and why;
 # they must still seek (a SCAN of the table is refused), or their bound does not hold.
 BOUNDED_BY_NATURE = {
-    # Only running runs: as many as the live daemons' worker slots, not all runs.
-    "SELECT DISTINCT lease_owner FROM runs INDEXED BY runs_due WHERE status = ?"
-    " AND lease_owner IS NOT NULL",
+    # Only running runs: as many as the live daemons' worker slots and rests (at most
+    # REST_MOST per batch runner), not all runs.
+    "SELECT DISTINCT COALESCE(lease_owner, rested_by) FROM runs INDEXED BY runs_due"
+    " WHERE status = ? AND (lease_owner IS NOT NULL OR rested_by IS NOT NULL)",
     "SELECT run_id FROM runs WHERE status = ? AND run_at <= ? ORDER BY crashes, run_at LIMIT ?",
 }
 # A LIMITed subquery; it may join a run's definition back (`USING (def_id)`, one lookup by

@@ -221,6 +221,7 @@ LS_PATH = {
     "flowctl.store.sqlite",
     "flowctl.store.sqlite.connection",
     "flowctl.store.sqlite.files",
+    "flowctl.store.sqlite.migrating",  # split off schema: the same code, loaded as before
     "flowctl.store.sqlite.opening",
     "flowctl.store.sqlite.schema",
     "flowctl.store.values",  # a sealed value shown as its key id (issue 42): no cipher

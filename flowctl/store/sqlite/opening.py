@@ -17,7 +17,7 @@ from flowctl.errors import (
     DiskFullError,
     ReadOnlyDatabaseError,
 )
-from flowctl.store.sqlite import schema
+from flowctl.store.sqlite import migrating, schema
 
 BUSY_TIMEOUT_MS = 10_000
 QUICK_CHECK_MAX_BYTES = 8 * 2**20  # files up to this size get PRAGMA quick_check on open (~30 ms)
@@ -298,7 +298,7 @@ def open_database(
     """
     if path == ":memory:":
         conn = _connect(path, durability)
-        retry_locked(lambda: schema.migrate(conn))
+        retry_locked(lambda: migrating.migrate(conn))
         return conn, False
     p = Path(path)
     try:
@@ -341,7 +341,7 @@ def open_database(
     _make_private(p)  # before the WAL and SHM exist: SQLite gives them the file's mode
     conn = _connect(path, durability)
     try:
-        retry_locked(lambda: schema.migrate(conn))
+        retry_locked(lambda: migrating.migrate(conn))
     except sqlite3.Error as e:
         conn.close()
         raise fault(e, path) from None

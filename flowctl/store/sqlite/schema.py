@@ -1,16 +1,13 @@
-"""The SQLite schema: its migrations, the version they reach, and how they are applied."""
+"""The SQLite schema: its migrations and the version they reach (flowctl.store.sqlite.migrating
+applies them)."""
 
 from __future__ import annotations
 
-import sqlite3
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import sqlite_utils
 
-from flowctl.errors import (
-    DatabaseError,
-)
 from flowctl.store.mapping import DEFINITION_COLUMNS, PLAIN_CREATED
 
 APPLICATION_ID = 0x464C4F57  # "FLOW" in the SQLite header: the flowctl schema marker
@@ -314,16 +311,23 @@ def _migration_13(db: sqlite_utils.Database) -> None:
     number of tries. `claimed_by` is the daemon trying it now: when that process is
     provably gone, the next daemon retries at once instead of waiting out the try's budget. `runs.notify` is the workflow's own `notify:` override (JSON), pinned
     when the run starts."""
-    db.execute(
-        """
-        CREATE TABLE notifications (
+    db.execute(_notifications("notifications"))
+    db.execute("CREATE INDEX notifications_due ON notifications(state, due_at)")
+    db.execute("ALTER TABLE runs ADD COLUMN notify TEXT")
+
+
+def _notifications(name: str) -> str:
+    """The outbox table (migration 13), made again by migration 26: its state is checked
+    with OR, never IN (see there)."""
+    return f"""
+        CREATE TABLE {name} (
             seq INTEGER PRIMARY KEY,
             run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
             status TEXT NOT NULL,
             error_kind TEXT,
             created_at INTEGER NOT NULL,
             state TEXT NOT NULL DEFAULT 'pending'
-                CHECK (state IN ('pending', 'delivered', 'failed')),
+                CHECK (state = 'pending' OR state = 'delivered' OR state = 'failed'),
             due_at INTEGER NOT NULL,
             tries INTEGER NOT NULL DEFAULT 0,
             channels_done TEXT,
@@ -331,10 +335,7 @@ def _migration_13(db: sqlite_utils.Database) -> None:
             claimed_by TEXT,
             finished_at INTEGER
         ) STRICT
-        """
-    )
-    db.execute("CREATE INDEX notifications_due ON notifications(state, due_at)")
-    db.execute("ALTER TABLE runs ADD COLUMN notify TEXT")
+    """
 
 
 def _migration_14(db: sqlite_utils.Database) -> None:
@@ -713,25 +714,7 @@ def _migration_26(db: sqlite_utils.Database) -> None:
     for an IN list of three values each time it checks one, and every run's ending
     inserts an outbox row (about 3 µs each). SQLite cannot change a CHECK in place, so the
     table is made again, its rows and index kept."""
-    db.execute(
-        """
-        CREATE TABLE notifications_checked (
-            seq INTEGER PRIMARY KEY,
-            run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
-            status TEXT NOT NULL,
-            error_kind TEXT,
-            created_at INTEGER NOT NULL,
-            state TEXT NOT NULL DEFAULT 'pending'
-                CHECK (state = 'pending' OR state = 'delivered' OR state = 'failed'),
-            due_at INTEGER NOT NULL,
-            tries INTEGER NOT NULL DEFAULT 0,
-            channels_done TEXT,
-            last_error TEXT,
-            claimed_by TEXT,
-            finished_at INTEGER
-        ) STRICT
-        """
-    )
+    db.execute(_notifications("notifications_checked"))
     db.execute("INSERT INTO notifications_checked SELECT * FROM notifications")
     db.execute("DROP TABLE notifications")
     db.execute("ALTER TABLE notifications_checked RENAME TO notifications")
@@ -767,52 +750,3 @@ MIGRATIONS = [
     _migration_26,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
-
-
-def migrate(conn: sqlite3.Connection) -> None:
-    """Bring the schema to SCHEMA_VERSION in one BEGIN IMMEDIATE transaction (nothing to do
-    when it is there). The caller retries it while another connection holds the lock."""
-    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    if version == SCHEMA_VERSION and _has_marker(conn):
-        return  # the common case: no sqlite-utils import on a command's start-up path
-    import sqlite_utils
-
-    db = sqlite_utils.Database(conn)
-    # Off for the migrations (a table rebuilt by copy, as migration 19's runs, must not
-    # cascade when its old copy is dropped), checked before the commit; it can change only
-    # outside a transaction.
-    enforced = int(conn.execute("PRAGMA foreign_keys").fetchone()[0])
-    conn.execute("PRAGMA foreign_keys = OFF")
-    try:
-        _migrate_in_transaction(conn, db)
-    finally:
-        conn.execute(f"PRAGMA foreign_keys = {enforced}")
-
-
-def _migrate_in_transaction(conn: sqlite3.Connection, db: sqlite_utils.Database) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        current = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        if current > SCHEMA_VERSION or current < 0:  # changed since _inspect looked
-            raise DatabaseError(
-                f"database schema version {current} is not one this flowctl understands"
-                f" (1 to {SCHEMA_VERSION})"
-            )
-        for i in range(current, SCHEMA_VERSION):
-            MIGRATIONS[i](db)
-        broken = conn.execute("PRAGMA foreign_key_check").fetchone()
-        if broken is not None:
-            raise DatabaseError(
-                f"migrating to schema {SCHEMA_VERSION} would leave a {broken[0]} row whose"
-                f" {broken[2]} is missing; nothing was changed"
-            )
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-def _has_marker(conn: sqlite3.Connection) -> bool:
-    return int(conn.execute("PRAGMA application_id").fetchone()[0]) == APPLICATION_ID
