@@ -109,7 +109,7 @@ def test_only_a_backends_connection_issues_a_commit() -> None:
         for p in PACKAGE.rglob("*.py")
         if re.search(r"""execute\(\s*["']COMMIT""", p.read_text())
     }
-    assert running == {"store/sqlite/connection.py", "store/sqlite/schema.py"}
+    assert running == {"store/sqlite/connection.py", "store/sqlite/migrating.py"}
 
 
 def test_no_store_capability_is_sniffed() -> None:
