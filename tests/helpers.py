@@ -121,3 +121,22 @@ class ParkedRound:
     def close(self) -> None:
         self._open.__exit__(None, None, None)
         self.store.set_group_commit(False)
+
+
+def btrees_per_row(db: Path, writes: set[str]) -> list[str]:
+    """The statements among `writes` whose program builds a temporary b-tree per row (an
+    OpenEphemeral not behind a Once, which builds one per statement), asked of SQLite with
+    EXPLAIN on the database `db`: an IN list of three or more values in a CHECK or a
+    partial index's condition builds one each time it is evaluated (about 3 µs)."""
+    conn = sqlite3.connect(db)
+    try:
+        bad = []
+        for sql in sorted(writes):
+            program = [op[1] for op in conn.execute(f"EXPLAIN {sql}")]
+            if any(
+                op == "OpenEphemeral" and program[i - 1] != "Once" for i, op in enumerate(program)
+            ):
+                bad.append(sql)
+        return bad
+    finally:
+        conn.close()

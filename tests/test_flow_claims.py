@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from claiming import LEASE, OWNER, SECOND, T0, claim, lease, new
+from helpers import btrees_per_row
 
 from flowctl.model import RunStatus
 from flowctl.store import Store
@@ -175,14 +176,4 @@ def test_no_write_of_a_keyed_run_builds_a_temporary_btree_per_row(
     assert any("SET status = 'running'" in sql for sql in writes)  # the claim
     # an ending, whose program carries the trigger that gives a key's slot back
     assert any("SET status = 'dead'" in sql for sql in writes)
-    conn = sqlite3.connect(db)
-    try:
-        for sql in writes:
-            ops = [op[1] for op in conn.execute(f"EXPLAIN {sql}")]
-            # one built per statement is behind a Once; one built per row is not
-            per_row = [
-                i for i, op in enumerate(ops) if op == "OpenEphemeral" and ops[i - 1] != "Once"
-            ]
-            assert per_row == [], sql
-    finally:
-        conn.close()
+    assert btrees_per_row(db, writes) == []

@@ -6,9 +6,10 @@ checkpoint is still its own committed transaction, see test_engine / test_daemon
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import timedelta
 from pathlib import Path
+
+from helpers import btrees_per_row
 
 from flowctl import ops
 from flowctl.clock import FakeClock
@@ -101,15 +102,4 @@ def test_no_write_of_a_run_builds_a_temporary_btree_per_row(
     }
     assert any(sql.startswith("INSERT INTO notifications") for sql in writes)
     assert any(sql.startswith("INSERT INTO journal") for sql in writes)
-    conn = sqlite3.connect(db)
-    try:
-        for sql in writes:
-            program = [op[1] for op in conn.execute(f"EXPLAIN {sql}")]
-            per_row = [
-                i
-                for i, op in enumerate(program)
-                if op == "OpenEphemeral" and program[i - 1] != "Once"
-            ]
-            assert per_row == [], sql
-    finally:
-        conn.close()
+    assert btrees_per_row(db, writes) == []

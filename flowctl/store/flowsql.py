@@ -14,7 +14,8 @@ from __future__ import annotations
 # SQLite builds a temporary b-tree for an IN list of three or more values each time it
 # evaluates one, and a partial index's condition is evaluated for the old and the new row
 # of every UPDATE that may move its entry (about 3 µs each, every write of a keyed run).
-WAITS = "(status = 'queued' OR status = 'sleeping' OR status = 'waiting')"
+WAITING = ("queued", "sleeping", "waiting")
+WAITS = "(" + " OR ".join(f"status = '{status}'" for status in WAITING) + ")"
 
 # The first held run of key ? (priority first, then the time it became due) due again.
 # Priority orders held runs within a key; it never lets a run past the key's limit. A held

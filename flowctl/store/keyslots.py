@@ -16,12 +16,11 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from flowctl.model import Run
-from flowctl.store.flowsql import WAITS
+from flowctl.store.flowsql import WAITING, WAITS
 from flowctl.store.sql import Row, Tx
 
 # Places in a row of mapping._RUN_COLUMNS.
 STATUS, DEADLINE, PRIORITY, FLOW_KEY, FLOW_LIMIT, HELD_AT = 4, 12, 41, 42, 43, 44
-_WAITING = ("queued", "sleeping", "waiting")
 
 # Runs of a key running now (leases lapsed or not), from runs_flow.
 _RUNNING = "SELECT COUNT(*) FROM runs WHERE flow_key = ? AND status = 'running'"
@@ -75,7 +74,7 @@ class KeySlots:
         noted (SQLite): it is held, and the claim passes it over without deciding more. A
         run past its deadline is left to the claim's verdict (which ends it)."""
         key = row[FLOW_KEY]
-        if key is None or tx.dialect.flow_lock or row[STATUS] not in _WAITING:
+        if key is None or tx.dialect.flow_lock or row[STATUS] not in WAITING:
             return False
         if row[DEADLINE] is not None and row[DEADLINE] <= now_us:
             return False
@@ -133,9 +132,10 @@ def _locked(tx: Tx, key: str) -> bool:
 
 def hold(tx: Tx, keys: Collection[str], passed: Sequence[str], now_us: int) -> None:
     """Hold the runs of these full keys due by `now_us`, and the runs `passed` over behind
-    them that were held before (one executemany each): out of the due runs until a slot is given back. No event
-    is written: a run is held and given back as often as its key is busy when it comes due
-    (half of all runs, over 100 busy keys), and `why` reads the hold from the row."""
+    them that were held before (one executemany each): out of the due runs until a slot
+    is given back. No event is written: a run is held and given back as often as its key
+    is busy when it comes due (half of all runs, over 100 busy keys), and `why` reads the
+    hold from the row."""
     if keys:
         tx.send_many(_HOLD_KEY, [(key, now_us, now_us) for key in sorted(keys)])
         tx.send_many(_HOLD_RUN, [(run_id, now_us, now_us) for run_id in passed])
