@@ -9,7 +9,9 @@ fresh SQLite files, figures read back from what the daemon recorded:
   once, then at default settings (64 at once: more than 100 keys let run at once, so half
   of the runs are held behind a busy key on the way and claimed again);
 - bytes the daemon's processes wrote per run (the WAL's pages, from /proc/PID/io: a count
-  the host's noise does not move), beside each daemon figure;
+  the host's noise does not move), and the CPU time they spent per run (user and system,
+  from /proc/PID/stat: what a busy neighbour moves far less than the wall clock), beside
+  each daemon figure, with keyed CPU against unlimited as a ratio of runs per CPU second;
 - rate accuracy: runs whose one step takes the named limit `api` (100/1s), the largest
   number of step starts in any 1-second window (each step body's own clock reading when
   it began), and the starts per second achieved.
@@ -40,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from daemon import children, count, read, spawn, stop, wait_for  # noqa: E402
+from daemon import children, count, proc_cpu_s, read, spawn, stop, wait_for  # noqa: E402
 
 from flowctl import ops  # noqa: E402
 from flowctl.clock import SystemClock  # noqa: E402
@@ -78,23 +80,30 @@ def written(pid: int) -> int:
     return total
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds `pid` and its worker processes have spent (user and system)."""
+    return sum(proc_cpu_s(p) for p in (pid, *children(pid)))
+
+
 def daemon_rate(
     folder: Path, workflow: str, runs: list[dict[str, object]], tag: str, *args: str
 ) -> float:
     """Runs/s of a real daemon (with `args`) over `runs` of `workflow`; the KiB its
-    processes wrote per run are noted in WRITTEN."""
+    processes wrote per run and their CPU µs per run are noted in WRITTEN and CPU."""
     db = folder / f"{workflow}-{tag}.db"
     queue(db, workflow, runs)
     proc = spawn(db, *args)
     try:
         wait_for(lambda: count(db, "completed") == len(runs), 600, f"{workflow} runs")
         WRITTEN.setdefault(workflow, []).append(written(proc.pid) / 1024 / len(runs))
+        CPU.setdefault(workflow, []).append(cpu_s(proc.pid) * 1e6 / len(runs))
     finally:
         stop(proc)
     return len(runs) / busy_span(db)
 
 
 WRITTEN: dict[str, list[float]] = {}  # workflow -> KiB written per run, per daemon_rate
+CPU: dict[str, list[float]] = {}  # workflow -> CPU µs per run, per daemon_rate
 
 
 def claim_rate(folder: Path, workflow: str, runs: list[dict[str, object]], tag: str) -> float:
@@ -121,6 +130,7 @@ def compare(title: str, rounds: int, measure: Measure) -> None:
     """Unlimited and keyed, alternating for `rounds`, medians and the ratio printed."""
     rates: dict[str, list[float]] = {"plain": [], "keyed": []}
     WRITTEN.clear()
+    CPU.clear()
     for i in range(rounds):  # alternating, so a busy neighbour hurts both alike
         for workflow in rates:
             rates[workflow].append(measure(workflow, f"{abs(hash(title)) % 10**6}-{i}"))
@@ -136,6 +146,15 @@ def compare(title: str, rounds: int, measure: Measure) -> None:
         kib = {w: statistics.median(WRITTEN[w]) for w in rates}
         print(
             f"  KiB written per run (median): unlimited {kib['plain']:.1f}, keyed {kib['keyed']:.1f}"
+        )
+    if CPU:
+        # Per round, so a busy neighbour in one round moves both of its figures alike.
+        ratios = [p / k for p, k in zip(CPU["plain"], CPU["keyed"], strict=True)]
+        cpu = {w: statistics.median(CPU[w]) for w in rates}
+        print(
+            f"  CPU µs per run (median): unlimited {cpu['plain']:.0f}, keyed {cpu['keyed']:.0f};"
+            f" runs per CPU second, keyed against unlimited: {statistics.median(ratios):.0%}"
+            f" (median of rounds; {min(ratios):.0%} to {max(ratios):.0%})"
         )
 
 
