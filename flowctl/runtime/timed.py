@@ -36,10 +36,13 @@ def sleep_suspension(pending: JournalEntry, now: datetime) -> Suspend:
     return Suspend(RunStatus.SLEEPING, wake_at, pending, ("sleep started", started))
 
 
-def resumed_sleep(index: int, wake_at: datetime) -> Suspend:
-    """Park again a run whose replay reached its sleep before the wake (woken early)."""
+def resumed_sleep(index: int, wake_at: datetime, entry: JournalEntry | None = None) -> Suspend:
+    """Park again a run whose replay reached its sleep before the wake (woken early: a
+    daemon stopped or died while the run rested in it). With `entry`, the sleep's pending
+    entry as journaled, it may rest through what is left instead (begin_rest journals the
+    entry it rests on: the same row, written again as it stands)."""
     resumed = {"index": index, "wake_at": wake_at.isoformat(timespec="microseconds")}
-    return Suspend(RunStatus.SLEEPING, wake_at, None, ("sleep resumed", resumed))
+    return Suspend(RunStatus.SLEEPING, wake_at, entry, ("sleep resumed", resumed))
 
 
 def retry_suspension(entry: JournalEntry) -> Suspend:
