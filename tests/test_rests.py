@@ -16,6 +16,7 @@ Each test runs on a SQLite file and on PostgreSQL (the `db` fixture).
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 from collections.abc import Iterator
@@ -70,6 +71,17 @@ def fail_once(effects, marker):
 def retried(ctx, effects, marker):
     note(effects, f"start {ctx.run_id}")
     return ctx.step("flaky", fail_once, effects, marker)
+
+
+@step(retry=RetryPolicy.make(max_attempts=3, backoff="1500ms", jitter=0))
+def fail_once_slowly(effects, marker):
+    return fail_once(effects, marker)
+
+
+@workflow
+def slow_retry(ctx, effects, marker):
+    note(effects, f"start {ctx.run_id}")
+    return ctx.step("flaky", fail_once_slowly, effects, marker)
 """
 
 
@@ -296,6 +308,45 @@ def test_a_drained_daemon_leaves_resting_runs_to_the_next_without_a_suspect(
         assert seen.count(f"start {rid}") == 2
         early += "sleep resumed" in kinds
     assert early  # the second daemon replays them well within their 1.5 s sleeps
+
+
+def test_a_retry_replayed_before_its_time_rests_through_the_rest_of_its_backoff(
+    db: str, tmp_path: Path, flows: str
+) -> None:
+    """A first try fails and its 1.5 s backoff rests in a daemon that is drained; the next
+    daemon replays the run before the retry time and waits out what is left of the backoff
+    in memory: one handler start there, and the second try once, after the backoff."""
+    effects = tmp_path / "effects"
+    first = Daemon(open_store(db), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
+    thread = threading.Thread(target=first.run_forever, daemon=True)
+    thread.start()
+    inputs = [{"effects": str(effects), "marker": str(tmp_path / f"m{i}")} for i in range(3)]
+    ids = start(db, f"{flows}:slow_retry", inputs)
+    wait_until(lambda: all("step retry scheduled" in events(db, r) for r in ids), timeout=20)
+    first.stop(drain=True)
+    thread.join(10)
+    first.store.close()
+    assert not thread.is_alive()
+    second = Daemon(open_store(db), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
+    thread = threading.Thread(target=second.run_forever, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: all(status(db, r) is RunStatus.COMPLETED for r in ids), 20)
+    finally:
+        second.stop(drain=False)
+        thread.join(10)
+        second.store.close()
+    seen = lines(effects)
+    for i, rid in enumerate(ids):
+        assert seen.count(f"start {rid}") == 2  # once in each daemon
+        assert seen.count(f"try {tmp_path / f'm{i}'}") == 2  # the failed try, then its retry
+        with open_store(db) as s:
+            tried = s.journal(rid)[0]
+            assert tried.state is EntryState.DONE and tried.value == "ok"
+        kinds = events(db, rid)
+        assert "suspect" not in kinds and kinds[-1] == "completed"
+        woke = query(db, "SELECT data FROM timeline WHERE run_id = ? AND type = 'woke'", (rid,))
+        assert woke and all(json.loads(d)["late_ms"] >= 0 for (d,) in woke)  # not before
 
 
 def test_runs_resting_in_a_killed_daemon_go_on_in_the_next_with_no_step_twice(

@@ -312,7 +312,10 @@ class Context:
                 raise rebuild_error(entry.value)
             if entry.state is EntryState.RETRYING:
                 if entry.wake_at is not None and entry.wake_at > self._clock.now():
-                    raise self._halt(retry_suspension(entry))
+                    # Replayed before its retry time: a short wait is waited out here too.
+                    waiting = retry_suspension(entry)
+                    if not self._rest(waiting):
+                        raise self._halt(waiting)
                 tries = entry.tries
         options = options_of(fn)
         while True:
