@@ -20,6 +20,7 @@ import json
 import signal
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -73,7 +74,7 @@ def retried(ctx, effects, marker):
     return ctx.step("flaky", fail_once, effects, marker)
 
 
-@step(retry=RetryPolicy.make(max_attempts=3, backoff="1500ms", jitter=0))
+@step(retry=RetryPolicy.make(max_attempts=3, backoff="1900ms", jitter=0))
 def fail_once_slowly(effects, marker):
     return fail_once(effects, marker)
 
@@ -278,7 +279,7 @@ def test_a_drained_daemon_leaves_resting_runs_to_the_next_without_a_suspect(
     first = Daemon(open_store(db), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
     thread = threading.Thread(target=first.run_forever, daemon=True)
     thread.start()
-    inputs = [{"effects": str(effects), "n": i, "seconds": 1.5} for i in range(4)]
+    inputs = [{"effects": str(effects), "n": i, "seconds": 0.3} for i in range(4)]
     ids = start(db, f"{flows}:nap", inputs)
     wait_until(lambda: all("sleep started" in events(db, r) for r in ids), timeout=20)
     first.stop(drain=True)
@@ -287,55 +288,82 @@ def test_a_drained_daemon_leaves_resting_runs_to_the_next_without_a_suspect(
     assert not thread.is_alive()
     assert all(status(db, r) is RunStatus.RUNNING for r in ids)  # resting, let go
     assert all(events(db, r)[-1] == "released" for r in ids)  # handed back: due now
-    second = Daemon(open_store(db), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
-    thread = threading.Thread(target=second.run_forever, daemon=True)
-    thread.start()
-    try:
+    with serving_daemon(db):
         wait_until(lambda: all(status(db, r) is RunStatus.COMPLETED for r in ids), 20)
-    finally:
-        second.stop(drain=False)
-        thread.join(10)
-        second.store.close()
     seen = lines(effects)
-    early = 0
     for rid in ids:
         assert seen.count(f"one {rid}") == 1 and seen.count(f"two {rid}") == 1
+        assert seen.count(f"start {rid}") == 2  # replayed once in the second daemon
         kinds = events(db, rid)
         assert "reclaimed" in kinds and "suspect" not in kinds
-        # Replayed once in each daemon: one the second replayed before its wake rested
-        # through what was left of its sleep there (`sleep resumed`), not parked and
-        # replayed once more at the wake.
-        assert seen.count(f"start {rid}") == 2
-        early += "sleep resumed" in kinds
-    assert early  # the second daemon replays them well within their 1.5 s sleeps
+
+
+@contextmanager
+def serving_daemon(db: str) -> Iterator[Daemon]:
+    """A daemon on the system clock serving `db` (with its batch runner) for the block."""
+    daemon = Daemon(open_store(db), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
+    thread = threading.Thread(target=daemon.run_forever, daemon=True)
+    thread.start()
+    try:
+        assert daemon.serving.wait(10)
+        yield daemon
+    finally:
+        daemon.stop(drain=False)
+        thread.join(10)
+        daemon.store.close()
+    assert not thread.is_alive()
+
+
+def handed_over(db: str, target: str, inputs: list[dict[str, object]], resting: str) -> list[str]:
+    """Runs of `target` rest in a first daemon (each has its `resting` event), which is
+    drained while a second already serves: the second takes them back at once, before
+    their wakes, and ends them."""
+    with serving_daemon(db) as first:
+        ids = start(db, target, inputs)
+        wait_until(lambda: all(resting in events(db, r) for r in ids), timeout=20)
+        with serving_daemon(db):  # resting runs are nobody's until their margin: idle
+            first.stop(drain=True)
+            wait_until(lambda: all(status(db, r) is RunStatus.COMPLETED for r in ids), 20)
+    return ids
+
+
+def test_a_sleep_replayed_before_its_wake_rests_through_what_is_left_of_it(
+    db: str, tmp_path: Path, flows: str
+) -> None:
+    """A daemon that replays a run before its sleep's wake waits out what is left in
+    memory (`sleep resumed`): the run is replayed once there, not parked, claimed at the
+    wake and replayed again; the sleep keeps the time it was journaled, which `why` says."""
+    effects = tmp_path / "effects"
+    inputs = [{"effects": str(effects), "n": i, "seconds": 1.9} for i in range(4)]
+    with serving_daemon(db) as first:
+        ids = start(db, f"{flows}:nap", inputs)
+        wait_until(lambda: all("sleep started" in events(db, r) for r in ids), timeout=20)
+        with open_store(db) as s:
+            began = {r: s.journal(r)[1].recorded_at for r in ids}
+        with serving_daemon(db):  # resting runs are nobody's until their margin: idle
+            first.stop(drain=True)
+            wait_until(lambda: all(status(db, r) is RunStatus.COMPLETED for r in ids), 20)
+    seen = lines(effects)
+    for rid in ids:
+        assert [seen.count(f"{w} {rid}") for w in ("start", "one", "two")] == [2, 1, 1]
+        kinds = events(db, rid)
+        assert "sleep resumed" in kinds and "suspect" not in kinds
+        with open_store(db) as s:
+            sleep = s.journal(rid)[1]
+        assert sleep.state is EntryState.DONE and sleep.recorded_at == began[rid]
+        assert sleep.resolved_at is not None and sleep.wake_at is not None
+        assert sleep.resolved_at >= sleep.wake_at  # never woken early
 
 
 def test_a_retry_replayed_before_its_time_rests_through_the_rest_of_its_backoff(
     db: str, tmp_path: Path, flows: str
 ) -> None:
-    """A first try fails and its 1.5 s backoff rests in a daemon that is drained; the next
-    daemon replays the run before the retry time and waits out what is left of the backoff
-    in memory: one handler start there, and the second try once, after the backoff."""
+    """A first try fails and its 1.9 s backoff rests in a daemon that is drained; the next
+    replays the run before the retry time and waits out what is left of the backoff in
+    memory: one handler start there, and the second try once, after the backoff."""
     effects = tmp_path / "effects"
-    first = Daemon(open_store(db), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
-    thread = threading.Thread(target=first.run_forever, daemon=True)
-    thread.start()
     inputs = [{"effects": str(effects), "marker": str(tmp_path / f"m{i}")} for i in range(3)]
-    ids = start(db, f"{flows}:slow_retry", inputs)
-    wait_until(lambda: all("step retry scheduled" in events(db, r) for r in ids), timeout=20)
-    first.stop(drain=True)
-    thread.join(10)
-    first.store.close()
-    assert not thread.is_alive()
-    second = Daemon(open_store(db), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
-    thread = threading.Thread(target=second.run_forever, daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: all(status(db, r) is RunStatus.COMPLETED for r in ids), 20)
-    finally:
-        second.stop(drain=False)
-        thread.join(10)
-        second.store.close()
+    ids = handed_over(db, f"{flows}:slow_retry", inputs, "step retry scheduled")
     seen = lines(effects)
     for i, rid in enumerate(ids):
         assert seen.count(f"start {rid}") == 2  # once in each daemon
@@ -345,6 +373,8 @@ def test_a_retry_replayed_before_its_time_rests_through_the_rest_of_its_backoff(
             assert tried.state is EntryState.DONE and tried.value == "ok"
         kinds = events(db, rid)
         assert "suspect" not in kinds and kinds[-1] == "completed"
+        # Its rest in the second daemon says when the retry is due again.
+        assert kinds.count("step retry scheduled") == 2
         woke = query(db, "SELECT data FROM timeline WHERE run_id = ? AND type = 'woke'", (rid,))
         assert woke and all(json.loads(d)["late_ms"] >= 0 for (d,) in woke)  # not before
 

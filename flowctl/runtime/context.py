@@ -313,7 +313,7 @@ class Context:
             if entry.state is EntryState.RETRYING:
                 if entry.wake_at is not None and entry.wake_at > self._clock.now():
                     # Replayed before its retry time: a short wait is waited out here too.
-                    waiting = retry_suspension(entry)
+                    waiting = retry_suspension(entry, journaled=True)
                     if not self._rest(waiting):
                         raise self._halt(waiting)
                 tries = entry.tries

@@ -27,12 +27,15 @@ class Suspend(BaseException):
         run_at: datetime | None,
         entry: JournalEntry | None,
         event: tuple[str, dict[str, Any]],
+        *,
+        journaled: bool = False,
     ) -> None:
         super().__init__(f"suspend: {status} until {run_at}")
         self.status = status
         self.run_at = run_at
         self.entry = entry
         self.event = event
+        self.journaled = journaled  # `entry` is in the journal as it stands (a replay's)
 
 
 class Parked(BaseException):

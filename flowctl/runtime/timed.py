@@ -40,13 +40,15 @@ def resumed_sleep(index: int, wake_at: datetime, entry: JournalEntry | None = No
     """Park again a run whose replay reached its sleep before the wake (woken early: a
     daemon stopped or died while the run rested in it). With `entry`, the sleep's pending
     entry as journaled, it may rest through what is left instead (begin_rest journals the
-    entry it rests on: the same row, written again as it stands)."""
+    entry it rests on, which is journaled already)."""
     resumed = {"index": index, "wake_at": wake_at.isoformat(timespec="microseconds")}
-    return Suspend(RunStatus.SLEEPING, wake_at, entry, ("sleep resumed", resumed))
+    event = ("sleep resumed", resumed)
+    return Suspend(RunStatus.SLEEPING, wake_at, entry, event, journaled=entry is not None)
 
 
-def retry_suspension(entry: JournalEntry) -> Suspend:
-    """Park the run until the step's backoff ends: a durable timer, no worker held."""
+def retry_suspension(entry: JournalEntry, *, journaled: bool = False) -> Suspend:
+    """Park the run until the step's backoff ends: a durable timer, no worker held.
+    `journaled`: a replay met `entry` in the journal before its retry time."""
     wake_at = entry.wake_at
     if wake_at is None:
         raise RuntimeError(f"run {entry.run_id}: step retry #{entry.call_index} has no wake_at")
@@ -57,7 +59,8 @@ def retry_suspension(entry: JournalEntry) -> Suspend:
         "at": wake_at.isoformat(timespec="microseconds"),
         "error": error_line(entry.value or {}),
     }
-    return Suspend(RunStatus.QUEUED, wake_at, entry, ("step retry scheduled", scheduled))
+    event = ("step retry scheduled", scheduled)
+    return Suspend(RunStatus.QUEUED, wake_at, entry, event, journaled=journaled)
 
 
 def begin_rest(
@@ -88,7 +91,14 @@ def begin_rest(
     now = clock.now()
     try:
         rested = store.rest_run(
-            lease, entry, margin, now, spent, suspend.event, checkpoint=checkpoint
+            lease,
+            entry,
+            margin,
+            now,
+            spent,
+            suspend.event,
+            checkpoint=checkpoint,
+            journaled=suspend.journaled,
         )
     except BaseException:
         rester.settled()

@@ -451,8 +451,11 @@ class Store(RunListing, Protocol):
         event: tuple[str, dict[str, Any]],
         *,
         checkpoint: JournalEntry | None = None,
+        journaled: bool = False,
     ) -> bool:
-        """Let a held run rest until `until` (flowctl.store.resting). False: not written."""
+        """Let a held run rest until `until` (flowctl.store.resting); `journaled`: `entry`
+        is in the journal as it stands (a replay's), not written again. False: not
+        written."""
         ...
 
     def resume_run(

@@ -153,15 +153,18 @@ class Resting(StoreCore):
         event: tuple[str, dict[str, Any]],
         *,
         checkpoint: JournalEntry | None = None,
+        journaled: bool = False,
     ) -> bool:
         """Journal `entry` (the pending sleep or retry) and let the run rest until `until`
         (see the module docstring); `checkpoint`, the last step's, journaled in the same
-        write. False, writing nothing, when the lease is lost or a cancel or pause was
-        asked: the handler then parks it as usual."""
+        write; `journaled`: `entry` is in the journal already (a replay met it before its
+        time), left as it stands, with the time it was recorded. False, writing nothing,
+        when the lease is lost or a cancel or pause was asked: the handler then parks it
+        as usual."""
         now_us, values = to_us(now), self.values
         row = checkpoint_params(values, lease.run_id, entry, now_us)
         row[8] = None  # a pending call is not resolved yet
-        rows = [row]
+        rows = [] if journaled else [row]
         if checkpoint is not None:
             rows.insert(0, checkpoint_params(values, lease.run_id, checkpoint, now_us))
         params = [to_us(until), round(exec_spent * 1e6), lease.run_id, lease.fence, lease.owner]
