@@ -162,9 +162,11 @@ class Resting(StoreCore):
         when the lease is lost or a cancel or pause was asked: the handler then parks it
         as usual."""
         now_us, values = to_us(now), self.values
-        row = checkpoint_params(values, lease.run_id, entry, now_us)
-        row[8] = None  # a pending call is not resolved yet
-        rows = [] if journaled else [row]
+        rows = []
+        if not journaled:
+            row = checkpoint_params(values, lease.run_id, entry, now_us)
+            row[8] = None  # a pending call is not resolved yet
+            rows.append(row)
         if checkpoint is not None:
             rows.insert(0, checkpoint_params(values, lease.run_id, checkpoint, now_us))
         params = [to_us(until), round(exec_spent * 1e6), lease.run_id, lease.fence, lease.owner]
