@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from flowctl.client import Client
 from flowctl.errors import UsageError
 from flowctl.replica.binary import litestream_binary
 from flowctl.replica.destination import replica_url
@@ -33,6 +34,7 @@ def drill(ctx, n: int):
     for i in range(4):
         total += ctx.step(f"s{i}", lambda i=i: i * n)
         ctx.sleep("300ms")
+    ctx.wait_signal("finish")  # sent only to the restored file: no run ends before the kill
     return total
 """
 RUNS = 20
@@ -149,12 +151,16 @@ def drill(tmp_path: Path, dest: str, shipped: Callable[[], bool]) -> None:
     assert query(restored, "PRAGMA integrity_check") == [("ok",)]
     assert {r[0] for r in query(restored, "SELECT run_id FROM runs")} == ids
     unfinished = query(restored, "SELECT COUNT(*) FROM runs WHERE status <> 'completed'")[0][0]
-    assert unfinished > 0  # it was restored mid-work: there is work left to finish
+    assert unfinished == RUNS  # restored mid-work: none could end before its signal
     finish(tmp_path, restored)
 
 
 def finish(tmp_path: Path, restored: Path) -> None:
-    """A daemon on the restored file completes every run, each with its right result."""
+    """A daemon on the restored file completes every run (each told to, by the signal its
+    last call waits for), each with its right result."""
+    with Client(restored) as client:
+        for (run_id,) in query(restored, "SELECT run_id FROM runs"):
+            client.signal(run_id, "finish")
     finisher = spawn(restored, tmp_path / "finisher.log", "daemon")
     try:
         wait_until(

@@ -35,21 +35,13 @@ from flowctl.limits import lone_surrogate
 from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
 from flowctl.output import capturing
 from flowctl.retry import RetryPolicy, StepOptions, options_of
-from flowctl.runtime import limited
+from flowctl.runtime import limited, timed
 from flowctl.runtime.branches import call_body, is_async
 from flowctl.runtime.children import run_children
 from flowctl.runtime.fanout import check_fanout, run_steps
 from flowctl.runtime.live import LiveRun
 from flowctl.runtime.recorded import error_dict, error_line, rebuild_error
 from flowctl.runtime.suspend import Suspend, step_caller
-from flowctl.runtime.timed import (
-    begin_rest,
-    duration_of,
-    end_rest,
-    resumed_sleep,
-    retry_suspension,
-    sleep_suspension,
-)
 from flowctl.store import Lease, dumps
 from flowctl.tracing.ids import run_trace
 
@@ -312,9 +304,8 @@ class Context:
                 raise rebuild_error(entry.value)
             if entry.state is EntryState.RETRYING:
                 if entry.wake_at is not None and entry.wake_at > self._clock.now():
-                    # Replayed before its retry time: a short wait is waited out here too.
-                    waiting = retry_suspension(entry, journaled=True)
-                    if not self._rest(waiting):
+                    waiting = timed.retry_suspension(entry, journaled=True)  # replayed early
+                    if not self._rest(waiting):  # a short wait: waited out here
                         raise self._halt(waiting)
                 tries = entry.tries
         options = options_of(fn)
@@ -407,7 +398,7 @@ class Context:
                 tries=tries,
                 duration=duration,
             )
-            return retry_suspension(retry)
+            return timed.retry_suspension(retry)
         failed = self._entry(
             index, CallKind.STEP, name, EntryState.ERROR, error, tries=tries, duration=duration
         )
@@ -424,7 +415,7 @@ class Context:
             return False
         store, lease, live, clock = self._store, self._lease, self._live, self._clock
         last = self.pending
-        margin = begin_rest(
+        margin = timed.begin_rest(
             store, lease, live, clock, suspend, deadline=self._deadline, checkpoint=last
         )
         if margin is None:
@@ -432,7 +423,7 @@ class Context:
         if last is not None:  # written with the rest
             self.pending = None
             self.recorded(last)
-        parked = end_rest(store, lease, live, clock, suspend, margin, attempt=self.attempt)
+        parked = timed.end_rest(store, lease, live, clock, suspend, margin, attempt=self.attempt)
         if parked is not None:
             raise self._halt(parked)
         return True  # taken back: live.lease is the new lease
@@ -440,7 +431,7 @@ class Context:
     def sleep(self, duration: Duration, *, name: str = "sleep") -> None:
         """Sleep durably: the deadline is recorded first; a restart never restarts it."""
         self._guard("sleep", flush=False)  # _sleep writes it with its first write
-        delta = duration_of(duration)
+        delta = timed.duration_of(duration)
         self._sleep(name, lambda now: now + delta)
 
     def sleep_until(self, when: datetime | float | int, *, name: str = "sleep") -> None:
@@ -479,7 +470,7 @@ class Context:
             pending = self._entry(
                 index, CallKind.SLEEP, name, EntryState.PENDING, None, wake_at=wake_at
             )
-            suspend = sleep_suspension(pending, now)
+            suspend = timed.sleep_suspension(pending, now)
             if not self._rest(suspend):  # a short sleep in the batch runner: waited out here
                 raise self._halt(suspend)
             self.recorded(done(wake_at, self._clock.now()))  # as the resume wrote it
@@ -489,11 +480,10 @@ class Context:
         recorded = entry.wake_at  # the recorded deadline stands across restarts and deploys
         if recorded is None:
             raise RuntimeError(f"run {self.run_id}: sleep #{index} was journaled without wake_at")
-        if recorded > now:
-            # Replayed before its wake: what is left of a short sleep is waited out here too,
-            # rather than parked, claimed and replayed once more at the wake.
-            if not self._rest(resumed_sleep(index, recorded, entry)):
-                raise self._halt(resumed_sleep(index, recorded))
+        if recorded > now:  # replayed before its wake: a short rest of it is waited out here
+            waiting = timed.resumed_sleep(index, recorded, entry)
+            if not self._rest(waiting):
+                raise self._halt(waiting)
             self.recorded(done(recorded, self._clock.now()))  # as the resume wrote it
             return
         self._record(done(recorded, now))
@@ -527,7 +517,7 @@ class Context:
             return payload
         now = self._clock.now()
         if entry is None:
-            timeout_at = None if timeout is None else now + duration_of(timeout)
+            timeout_at = None if timeout is None else now + timed.duration_of(timeout)
         else:
             timeout_at = entry.wake_at  # the recorded timeout stands
         if timeout_at is not None and timeout_at <= now:

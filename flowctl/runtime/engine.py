@@ -222,7 +222,7 @@ class Engine:
                 stop.run_at,
                 self.clock.now(),
                 live.spent(),
-                stop.entry,
+                None if stop.journaled else stop.entry,  # a replay's: left as it stands
                 stop.event,
             )
             if applied is None:

@@ -39,8 +39,8 @@ def sleep_suspension(pending: JournalEntry, now: datetime) -> Suspend:
 def resumed_sleep(index: int, wake_at: datetime, entry: JournalEntry | None = None) -> Suspend:
     """Park again a run whose replay reached its sleep before the wake (woken early: a
     daemon stopped or died while the run rested in it). With `entry`, the sleep's pending
-    entry as journaled, it may rest through what is left instead; the rest leaves that
-    entry as it stands (`journaled`)."""
+    entry as journaled, it may rest through what is left instead; the rest, or the park,
+    leaves that entry as it stands (`journaled`)."""
     resumed = {"index": index, "wake_at": wake_at.isoformat(timespec="microseconds")}
     event = ("sleep resumed", resumed)
     return Suspend(RunStatus.SLEEPING, wake_at, entry, event, journaled=entry is not None)

@@ -453,9 +453,7 @@ class Store(RunListing, Protocol):
         checkpoint: JournalEntry | None = None,
         journaled: bool = False,
     ) -> bool:
-        """Let a held run rest until `until` (flowctl.store.resting); `journaled`: `entry`
-        is in the journal as it stands (a replay's), not written again. False: not
-        written."""
+        """Let a held run rest until `until` (flowctl.store.resting). False: not written."""
         ...
 
     def resume_run(
