@@ -31,7 +31,7 @@ from flowctl import ops
 from flowctl.clock import FakeClock, SystemClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.daemon.rests import REST_MARGIN, REST_MAX
-from flowctl.model import EntryState, JournalEntry, RunStatus
+from flowctl.model import EntryState, JournalEntry, RunStatus, to_us
 from flowctl.store import Lease, Store, open_store
 
 FLOWS = """
@@ -93,18 +93,27 @@ def flows(tmp_path: Path) -> str:
     return str(path)
 
 
-@pytest.fixture
-def serving(db: str) -> Iterator[Daemon]:
-    """A daemon on the system clock serving with its batch runner (where runs rest)."""
+@contextmanager
+def serving_daemon(db: str) -> Iterator[Daemon]:
+    """A daemon on the system clock serving `db` (with its batch runner) for the block."""
     daemon = Daemon(open_store(db), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
     thread = threading.Thread(target=daemon.run_forever, daemon=True)
     thread.start()
-    assert daemon.serving.wait(5)
-    yield daemon
-    daemon.stop(drain=False)
-    thread.join(10)
-    daemon.store.close()
+    try:
+        assert daemon.serving.wait(10)
+        yield daemon
+    finally:
+        daemon.stop(drain=False)
+        thread.join(10)
+        daemon.store.close()
     assert not thread.is_alive()
+
+
+@pytest.fixture
+def serving(db: str) -> Iterator[Daemon]:
+    """A daemon serving with its batch runner (where runs rest), for the test."""
+    with serving_daemon(db) as daemon:
+        yield daemon
 
 
 def start(db: str, target: str, inputs: list[dict[str, object]]) -> list[str]:
@@ -298,22 +307,6 @@ def test_a_drained_daemon_leaves_resting_runs_to_the_next_without_a_suspect(
         assert "reclaimed" in kinds and "suspect" not in kinds
 
 
-@contextmanager
-def serving_daemon(db: str) -> Iterator[Daemon]:
-    """A daemon on the system clock serving `db` (with its batch runner) for the block."""
-    daemon = Daemon(open_store(db), SystemClock(), DaemonConfig(concurrency=8, heartbeat=0.2))
-    thread = threading.Thread(target=daemon.run_forever, daemon=True)
-    thread.start()
-    try:
-        assert daemon.serving.wait(10)
-        yield daemon
-    finally:
-        daemon.stop(drain=False)
-        thread.join(10)
-        daemon.store.close()
-    assert not thread.is_alive()
-
-
 def handed_over(db: str, target: str, inputs: list[dict[str, object]], resting: str) -> list[str]:
     """Runs of `target` rest in a first daemon (each has its `resting` event), which is
     drained while a second already serves: the second takes them back at once, before
@@ -335,14 +328,7 @@ def test_a_sleep_replayed_before_its_wake_rests_through_what_is_left_of_it(
     wake and replayed again; the sleep keeps the time it was journaled, which `why` says."""
     effects = tmp_path / "effects"
     inputs = [{"effects": str(effects), "n": i, "seconds": 1.9} for i in range(4)]
-    with serving_daemon(db) as first:
-        ids = start(db, f"{flows}:nap", inputs)
-        wait_until(lambda: all("sleep started" in events(db, r) for r in ids), timeout=20)
-        with open_store(db) as s:
-            began = {r: s.journal(r)[1].recorded_at for r in ids}
-        with serving_daemon(db):  # resting runs are nobody's until their margin: idle
-            first.stop(drain=True)
-            wait_until(lambda: all(status(db, r) is RunStatus.COMPLETED for r in ids), 20)
+    ids = handed_over(db, f"{flows}:nap", inputs, "sleep started")
     seen = lines(effects)
     for rid in ids:
         assert [seen.count(f"{w} {rid}") for w in ("start", "one", "two")] == [2, 1, 1]
@@ -350,7 +336,11 @@ def test_a_sleep_replayed_before_its_wake_rests_through_what_is_left_of_it(
         assert "sleep resumed" in kinds and "suspect" not in kinds
         with open_store(db) as s:
             sleep = s.journal(rid)[1]
-        assert sleep.state is EntryState.DONE and sleep.recorded_at == began[rid]
+        [(began,)] = query(
+            db, "SELECT at FROM timeline WHERE run_id = ? AND type = 'sleep started'", (rid,)
+        )
+        assert sleep.state is EntryState.DONE and sleep.recorded_at is not None
+        assert to_us(sleep.recorded_at) == began  # journaled with its first rest, kept since
         assert sleep.resolved_at is not None and sleep.wake_at is not None
         assert sleep.resolved_at >= sleep.wake_at  # never woken early
 
