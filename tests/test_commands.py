@@ -121,6 +121,11 @@ def test_small_cap() -> None:
     assert result.stdout_bytes == 10
 
 
+# Well under the 30 s the scripts below would run if nothing stopped them, and far above
+# what stopping them takes even on a loaded host (a bound of 1 s was close to flaky).
+SOON = 10.0
+
+
 @needs_proc
 def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
@@ -129,7 +134,7 @@ def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     with pytest.raises(CommandTimeoutError) as info:
         run(script, timeout=0.3)
     elapsed = time.monotonic() - started
-    assert elapsed < 1.0
+    assert elapsed < SOON  # not the 30 s the script would take
     assert info.value.timeout == 0.3
     pgid = int(wait_for_file(pidfile))
     assert live_members(pgid) == []
@@ -147,7 +152,7 @@ def test_should_stop_kills_and_raises_the_given_exception(tmp_path: Path) -> Non
     started = time.monotonic()
     with pytest.raises(Cancelled, match="cancelled by operator"):
         run(f"echo $$ > {pidfile}; sleep 30", should_stop=should_stop, timeout=None)
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < SOON  # not the 30 s sleep
     assert live_members(int(wait_for_file(pidfile))) == []
 
 
@@ -165,7 +170,7 @@ def test_sigterm_ignored_gets_sigkill_after_grace(tmp_path: Path) -> None:
     with pytest.raises(CommandTimeoutError):
         run(script, timeout=0.2, grace=0.2)
     elapsed = time.monotonic() - started
-    assert 0.35 <= elapsed < 1.5
+    assert 0.35 <= elapsed < SOON  # the grace waited out, not the 60 s of sleeps
     assert live_members(int(wait_for_file(pidfile))) == []
 
 
