@@ -16,7 +16,7 @@ import threading
 import uuid as _uuid
 from collections.abc import Callable
 from contextlib import nullcontext
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from flowctl.clock import Clock
@@ -437,19 +437,7 @@ class Context:
     def sleep_until(self, when: datetime | float | int, *, name: str = "sleep") -> None:
         """Sleep until a timezone-aware datetime or an epoch time in seconds."""
         self._guard("sleep_until", flush=False)
-        if isinstance(when, datetime):
-            if when.tzinfo is None or when.utcoffset() is None:
-                raise _misuse(
-                    f"ctx.sleep_until() needs a timezone-aware datetime, got naive {when.isoformat()};"
-                    " use e.g. datetime(..., tzinfo=UTC) or ZoneInfo('Europe/Paris')"
-                )
-            target = when.astimezone(UTC)
-        elif isinstance(when, int | float) and not isinstance(when, bool):
-            target = datetime.fromtimestamp(when, UTC)
-        else:
-            raise _misuse(
-                f"ctx.sleep_until() takes an aware datetime or epoch seconds, got {type(when).__name__}"
-            )
+        target = timed.target_of(when)
         self._sleep(name, lambda now: target)
 
     def _sleep(self, name: str, deadline: Callable[[datetime], datetime]) -> None:
@@ -535,20 +523,11 @@ class Context:
                 ("signal timed out", {"name": name, "index": index}),
             )
             return self._signal_value(name, value, default)
-        pending = self._entry(
-            index, CallKind.SIGNAL, name, EntryState.PENDING, None, wake_at=timeout_at
-        )
-        data: dict[str, Any] = {"name": name, "index": index}
-        if timeout_at is not None:
-            data["timeout_at"] = timeout_at.isoformat(timespec="microseconds")
-        raise self._halt(
-            Suspend(
-                RunStatus.WAITING,
-                timeout_at,
-                pending if entry is None else entry,
-                ("waiting for signal", data),
+        if entry is None:
+            entry = self._entry(
+                index, CallKind.SIGNAL, name, EntryState.PENDING, None, wake_at=timeout_at
             )
-        )
+        raise self._halt(timed.signal_suspension(entry, timeout_at))
 
     def _signal_value(self, name: str, value: Any, default: Any) -> Any:
         if value.get("timed_out"):

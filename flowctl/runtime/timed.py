@@ -3,7 +3,8 @@ resting through one in memory where the daemon's batch runner allows it (issue 4
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from flowctl.clock import Clock
 from flowctl.durations import Duration, format_duration, parse_duration
@@ -21,6 +22,28 @@ def duration_of(value: Duration) -> timedelta:
         return parse_duration(value)
     except UsageError as exc:
         raise mark_non_retryable(exc) from None
+
+
+def target_of(when: object) -> datetime:
+    """What `ctx.sleep_until(when)` sleeps until: an aware datetime (in UTC) or epoch
+    seconds; anything else is a misuse no retry can fix."""
+    if isinstance(when, datetime):
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise mark_non_retryable(
+                UsageError(
+                    "ctx.sleep_until() needs a timezone-aware datetime, got naive"
+                    f" {when.isoformat()}; use e.g. datetime(..., tzinfo=UTC) or"
+                    " ZoneInfo('Europe/Paris')"
+                )
+            )
+        return when.astimezone(UTC)
+    if isinstance(when, int | float) and not isinstance(when, bool):
+        return datetime.fromtimestamp(when, UTC)
+    raise mark_non_retryable(
+        UsageError(
+            f"ctx.sleep_until() takes an aware datetime or epoch seconds, got {type(when).__name__}"
+        )
+    )
 
 
 def sleep_suspension(pending: JournalEntry, now: datetime) -> Suspend:
@@ -61,6 +84,15 @@ def retry_suspension(entry: JournalEntry, *, journaled: bool = False) -> Suspend
     }
     event = ("step retry scheduled", scheduled)
     return Suspend(RunStatus.QUEUED, wake_at, entry, event, journaled=journaled)
+
+
+def signal_suspension(pending: JournalEntry, timeout_at: datetime | None) -> Suspend:
+    """Park the run until signal `pending.name` arrives (the signal wakes it), or until
+    its timeout if it has one. `pending`: the wait's entry (new, or as journaled)."""
+    data: dict[str, Any] = {"name": pending.name, "index": pending.call_index}
+    if timeout_at is not None:
+        data["timeout_at"] = timeout_at.isoformat(timespec="microseconds")
+    return Suspend(RunStatus.WAITING, timeout_at, pending, ("waiting for signal", data))
 
 
 def begin_rest(
@@ -162,5 +194,7 @@ __all__ = [
     "end_rest",
     "resumed_sleep",
     "retry_suspension",
+    "signal_suspension",
     "sleep_suspension",
+    "target_of",
 ]
