@@ -216,6 +216,7 @@ LS_PATH = {
     "flowctl.store.mapping",
     "flowctl.store.protocol",
     "flowctl.store.round",
+    "flowctl.store.schedule_store",  # split off protocol: the same code, loaded as before
     "flowctl.store.rows",
     "flowctl.store.sql",
     "flowctl.store.sqlite",

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from flowctl.store.protocol import RunListing, Store
+from flowctl.store.schedule_store import ScheduleStore
 
 PACKAGE = Path(__file__).resolve().parent.parent / "flowctl"
 STORE = PACKAGE / "store"
@@ -47,7 +48,7 @@ def functions(folder: Path) -> set[str]:
 def operations() -> set[str]:
     return {
         name
-        for proto in (RunListing, Store)
+        for proto in (RunListing, ScheduleStore, Store)
         for name in vars(proto)
         if not name.startswith("_") and callable(getattr(proto, name, None))
     }
