@@ -17,7 +17,7 @@ fresh SQLite files, figures read back from what the daemon recorded:
   each daemon figure, with keyed CPU against unlimited as a ratio of runs per CPU second;
 - rate accuracy: runs whose one step takes the named limit `api` (100/1s), the largest
   number of step starts in any 1-second window (each step body's own clock reading when
-  it began), and the starts per second achieved.
+  it began), and the starts achieved per 1 s window, back to back from the first.
 
 The databases go on /dev/shm where there is one (`--dir` to choose): on a disk that other
 work shares, the fsync of each commit swamps what is measured and varies threefold.
@@ -186,7 +186,7 @@ def compare(title: str, rounds: int, measure: Measure) -> None:
 
 
 def rate_accuracy(folder: Path, n: int, rate: int) -> tuple[int, int, float]:
-    """(most token times in any 1 s window, most body starts in any 1 s window, starts/s)
+    """(most token times in any 1 s window, most body starts in any 1 s window, starts per window)
     of `n` runs paced by api = rate/1s. Token times are the starts the limit recorded (kept
     by a trigger of this benchmark's own as the limit prunes them); body starts are each
     step body's own clock reading as it began."""
@@ -209,7 +209,16 @@ def rate_accuracy(folder: Path, n: int, rate: int) -> tuple[int, int, float]:
     tokens = sorted(int(at) for (at,) in read(db, "SELECT at FROM bench_tokens"))
     rows = read(db, "SELECT value FROM journal WHERE kind = 'step'")
     starts = sorted(int(json.loads(v)) for (v,) in rows)
-    return most_in_window(tokens), most_in_window(starts), n / ((starts[-1] - starts[0]) / 1e6)
+    return most_in_window(tokens), most_in_window(starts), sustained(starts)
+
+
+def sustained(starts: list[int], window_us: int = 1_000_000) -> float:
+    """Starts per window, over the back-to-back windows from the first start (sorted µs):
+    the limit lets a whole window's worth start at once, so runs over the span from the
+    first start to the last would overstate it (300 starts in three bursts of 100 span
+    2 s). The last window counts whole, which understates a run that ends early in it."""
+    windows = (starts[-1] - starts[0]) // window_us + 1
+    return len(starts) / windows
 
 
 def most_in_window(times: list[int], window_us: int = 1_000_000) -> int:
@@ -258,7 +267,7 @@ def main() -> None:
             f"  most step bodies begun in any 1 s window, by their own clocks: {bodies}"
             " (a body begins once its start's transaction has committed)"
         )
-        print(f"  starts per second achieved: {achieved:.1f}")
+        print(f"  starts per 1 s window achieved: {achieved:.1f}")
 
 
 if __name__ == "__main__":
