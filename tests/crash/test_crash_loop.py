@@ -44,6 +44,14 @@ def all_completed(db: Path | str) -> bool:
     return set(statuses(db).values()) == {"completed"}
 
 
+# The whole test's budget, and the final wait's. On PostgreSQL with `--workers 1` the runs
+# left after the last kill took 90 to 118 s on the 2-core development machine (the same
+# seed on ac37523 and on the tree after it): pytest's 120 s default timed it out once.
+BUDGET = 300
+SETTLE = 240
+
+
+@pytest.mark.timeout(BUDGET)
 @pytest.mark.parametrize("workers", [1, 2])
 def test_two_daemons_under_thirty_sigkills_complete_three_hundred_runs_exactly_once(
     db: str, tmp_path: Path, daemons: Daemons, workers: int
@@ -84,7 +92,7 @@ def test_two_daemons_under_thirty_sigkills_complete_three_hundred_runs_exactly_o
     print(f"{journal_steps(db)} of {runs * STEPS} steps journaled at the last kill")
     assert kills == kills_wanted, f"the work ran out after {kills} kills; make it longer"
 
-    wait_until(lambda: all_completed(db), timeout=120)
+    wait_until(lambda: all_completed(db), timeout=SETTLE)
     wait_until(lambda: {p.pid for p in pair} <= registered(db), timeout=60)
     for proc in pair:
         proc.send_signal(signal.SIGTERM)
