@@ -34,6 +34,13 @@ from flowctl.daemon.rests import REST_MARGIN, REST_MAX
 from flowctl.model import EntryState, JournalEntry, RunStatus, to_us
 from flowctl.store import Lease, Store, open_store
 
+# The wait of a handed-over run (handed_over): long enough that the second daemon takes it
+# back well before its wake on a slow, loaded host (0.1 s on SQLite, 0.4 s on PostgreSQL
+# measured; with 1.9 s, the most REST_MAX allows, a slower host would miss the early path
+# these tests are about), so REST_MAX is raised above it for them.
+HANDOVER_WAIT = 6.0
+
+
 FLOWS = """
 import os
 
@@ -74,7 +81,7 @@ def retried(ctx, effects, marker):
     return ctx.step("flaky", fail_once, effects, marker)
 
 
-@step(retry=RetryPolicy.make(max_attempts=3, backoff="6s", jitter=0))
+@step(retry=RetryPolicy.make(max_attempts=3, backoff="HANDOVER_WAITs", jitter=0))
 def fail_once_slowly(effects, marker):
     return fail_once(effects, marker)
 
@@ -83,7 +90,7 @@ def fail_once_slowly(effects, marker):
 def slow_retry(ctx, effects, marker):
     note(effects, f"start {ctx.run_id}")
     return ctx.step("flaky", fail_once_slowly, effects, marker)
-"""
+""".replace("HANDOVER_WAIT", f"{HANDOVER_WAIT:g}")  # slow_retry's backoff
 
 
 @pytest.fixture
@@ -307,13 +314,6 @@ def test_a_drained_daemon_leaves_resting_runs_to_the_next_without_a_suspect(
         assert "reclaimed" in kinds and "suspect" not in kinds
 
 
-# The wait of a handed-over run (handed_over): long enough that the second daemon takes it
-# back well before its wake on a slow, loaded host (0.1 s on SQLite, 0.4 s on PostgreSQL
-# measured; with 1.9 s, the most REST_MAX allows, a slower host would miss the early path
-# these tests are about), so REST_MAX is raised above it for them.
-HANDOVER_WAIT = 6.0
-
-
 def handed_over(
     db: str,
     target: str,
@@ -362,7 +362,7 @@ def test_a_sleep_replayed_before_its_wake_rests_through_what_is_left_of_it(
 def test_a_retry_replayed_before_its_time_rests_through_the_rest_of_its_backoff(
     db: str, tmp_path: Path, flows: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A first try fails and its backoff (6 s, HANDOVER_WAIT) rests in a daemon that is
+    """A first try fails and its backoff (HANDOVER_WAIT) rests in a daemon that is
     drained; the next replays the run before the retry time and waits out what is left of
     the backoff in memory: one handler start there, and the second try once, after it."""
     effects = tmp_path / "effects"
