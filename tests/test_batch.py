@@ -12,10 +12,13 @@ import itertools
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from helpers import ROOT, logged_daemon, wait_until
@@ -277,6 +280,58 @@ def test_flowctl_daemon_runs_handlers_as_said_and_threads_opts_out(
     assert f"(concurrency 64 {said}," in proc.stderr
     with Store(db) as s:
         assert [s.get_run(r).result for r in ids] == [3, 4, 5, 6, 7]
+
+
+def test_a_wake_that_comes_during_a_round_goes_before_the_handlers_left_in_it(
+    db_path: Path,
+) -> None:
+    """Wakes come first (issue 40, item 3): a handler resting in the runner whose wake
+    comes while a round resumes busy handlers (each holding the thread 0.1 s, as a
+    saturated daemon's handlers do in turn) is resumed next, not after all of them."""
+    clock, order, failures = SystemClock(), list[str](), list[BaseException]()
+    rested, gate_up, gate = threading.Event(), threading.Event(), threading.Event()
+
+    def execute(claim: Any, live: Any) -> None:
+        if claim.name == "sleeper":
+            rests = runner.rests
+            assert rests is not None
+            until = clock.now() + timedelta(seconds=0.1)
+            assert rests.may_rest(until) is not None
+            rested.set()
+            woke = rests.rest(live, until)
+            rests.settled()
+            order.append("woke" if woke else "stopped")
+        elif claim.name == "gate":  # holds the runner until the busy handlers are queued
+            gate_up.set()
+            gate.wait(10)
+        else:
+            time.sleep(0.1)
+            order.append(claim.name)
+
+    def job(name: str) -> tuple[Any, Any]:
+        return SimpleNamespace(name=name, run=SimpleNamespace(workflow="w")), SimpleNamespace(
+            run_id=name
+        )
+
+    with Store(db_path) as store:
+        runner = BatchRunner(store, execute, ended=lambda: None, failed=failures.append)
+        runner.allow_rests(clock, Slots(8), lease=30, heartbeat=1)
+        runner.start()
+        runner.submit(*job("sleeper"))
+        assert rested.wait(5)
+        runner.submit(*job("gate"))
+        assert gate_up.wait(5)
+        busy = [f"busy{i}" for i in range(10)]
+        for name in busy:
+            runner.submit(*job(name))
+        gate.set()  # the busy ones make one round of 1 s; the wake is due 0.1 s in
+        wait_until(lambda: len(order) == len(busy) + 1)
+        runner.close()
+        runner._thread.join(10)
+    assert not failures
+    assert sorted(order) == sorted([*busy, "woke"])
+    # Before, a wake waited for the round: it was resumed after every busy handler.
+    assert order.index("woke") < order.index("busy9"), order
 
 
 class CommitBreaks(Store):
