@@ -327,7 +327,7 @@ def test_a_wake_that_comes_during_a_round_goes_before_the_handlers_left_in_it(
         gate.set()  # the busy ones make one round of 1 s; the wake is due 0.1 s in
         wait_until(lambda: len(order) == len(busy) + 1)
         runner.close()
-        runner._thread.join(10)
+        wait_until(lambda: "flowctl-runner" not in {t.name for t in threading.enumerate()})
     assert not failures
     assert sorted(order) == sorted([*busy, "woke"])
     # Before, a wake waited for the round: it was resumed after every busy handler.
