@@ -6,7 +6,10 @@ CONTROL_FD is the read end of a pipe from the daemon that started it: its one li
 settings as JSON (the run, the database, the daemon's settings, the log level). At the
 pipe's end (that daemon stops, or is gone, even by SIGKILL) this worker stops at once and
 hands its run back. On REPORT_FD it writes the lease it claimed (`FENCE OWNER`), so that
-daemon can charge the run a crash if this process dies under it, and it alone.
+daemon can charge the run a crash if this process dies under it, and it alone. If that
+daemon is gone by then (the write fails), the run is handed back at once, not executed:
+due now to the next daemon that isolates it, rather than held until this worker's own
+death is noticed and reclaimed (one more reclaim, and a traceback in the log, each time).
 
 It claims that one run as a claimer that runs it alone, executes it until its handler
 stops (it ends, suspends, or is interrupted), and exits 0. SIGINT and SIGTERM are caught
@@ -62,14 +65,8 @@ def serve(settings: dict[str, Any], control: IO[bytes], report: int) -> int:
         settings["db"], durability=settings["durability"], create=False, keys=child_keys(settings)
     )
     try:
-
-        def reported(claim: Claim) -> None:
-            os.write(report, f"{claim.lease.fence} {claim.lease.owner}\n".encode())
-
         config = config_of({**settings["config"], "retention": {}})
-        daemon = Daemon(
-            store, SystemClock(), config, only_run_id=settings["run_id"], on_claim=reported
-        )
+        daemon = Daemon(store, SystemClock(), config, only_run_id=settings["run_id"])
         threading.Thread(
             target=stop_at_eof, args=(control, daemon), name="flowctl-orders", daemon=True
         ).start()
@@ -81,13 +78,28 @@ def serve(settings: dict[str, Any], control: IO[bytes], report: int) -> int:
             with store.own_writes():
                 daemon.reap_dead_owners(force=True)  # a dead worker's lease lapses at once
                 for claim in daemon.claim(daemon.clock.now(), 1):
-                    daemon.execute(claim)
+                    if reported(report, claim):
+                        daemon.execute(claim)
+                    else:  # its daemon is gone: the run is due at once to the next one
+                        daemon.heartbeat.release([claim.lease], "its daemon stopped")
         finally:
             daemon.life.served.set()
             beat.join(timeout=5)
         return 0
     finally:
         store.close()
+
+
+def reported(report: int, claim: Claim) -> bool:
+    """Tell the daemon that isolated this run the lease claimed (so it alone can charge a
+    crash of this process to the run): False when that daemon is gone (the pipe is
+    closed at its end). The run is then not executed here: with nobody to see this
+    process die, a crash of it would be charged to nobody."""
+    try:
+        os.write(report, f"{claim.lease.fence} {claim.lease.owner}\n".encode())
+    except OSError:  # EPIPE: its reader, the daemon, has died or closed it
+        return False
+    return True
 
 
 def main(argv: list[str]) -> int:

@@ -10,10 +10,16 @@ from __future__ import annotations
 
 import os
 import signal
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from helpers import wait_until
+
+from flowctl.clock import SystemClock
+from flowctl.daemon import DaemonConfig
+from flowctl.daemon.spawn import child_settings, start_child
+from flowctl.store import open_store
 
 from .conftest import Daemons, read, start_runs, statuses, timeline
 
@@ -127,3 +133,42 @@ def test_a_crash_is_charged_only_when_the_isolated_worker_died_and_its_daemon_li
     assert read(db, "SELECT crashes FROM runs WHERE run_id = ?", (run_id,)) == [(1,)]
     assert len(timeline(db, run_id, "crashed")) == 1
     assert third.poll() is None and second.poll() is not None
+
+
+def test_an_isolated_worker_whose_daemon_is_gone_hands_its_run_back_unexecuted(
+    db: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The daemon that isolated a suspect died before its worker reported the lease: that
+    worker hands the run back at once, due to the next daemon, and does not execute it
+    (nobody would see it die). Before, it logged an engine error with a traceback and left
+    the lease to lapse, one more reclaim each time (seen under the crash loop's kills)."""
+    effects = tmp_path / "effects.log"
+    (run_id,) = start(db, "hold", [{"effects": str(effects), "seconds": 0}])
+    clock = SystemClock()
+    with open_store(db) as store:  # a worker on another host claims it, then dies
+        now = clock.now()
+        (claim,), _ = store.claim_due("elsewhere/4242/1/beef", now, now + timedelta(seconds=1), 1)
+        settings = {**child_settings(store, DaemonConfig()), "run_id": run_id}
+
+    def suspect_due() -> bool:
+        with open_store(db) as store:
+            return store.suspects_due(clock.now(), 1) == [run_id]
+
+    wait_until(suspect_due, timeout=10)  # its 1 s lease lapsed
+
+    popen, control, report = start_child("flowctl.daemon.isolated", settings)
+    os.close(report)  # nobody reads the lease it claims: its daemon is gone
+    try:
+        assert popen.wait(timeout=60) == 0
+    finally:
+        os.close(control)
+
+    ((owner, fence),) = read(db, "SELECT lease_owner, fence FROM runs WHERE run_id = ?", (run_id,))
+    assert (statuses(db)[run_id], owner) == ("running", None)  # handed back, due now
+    assert fence == claim.lease.fence + 1  # claimed once by the isolated worker
+    released = timeline(db, run_id, "released")
+    assert [e["reason"] for e in released] == ["its daemon stopped"]
+    assert not effects.exists()  # not executed
+    err = capfd.readouterr().err
+    assert "engine error" not in err and "Traceback" not in err, err
+    assert suspect_due()  # for the next daemon, to run alone
