@@ -17,10 +17,12 @@ stores (and the engine, the daemon and the operator front ends) cannot drift apa
 - `awaited_signal()`, `awaited_child()`: what a run parking as waiting waits for, which
   its parking transaction checks itself.
 - `claim_wakes()`, `agenda_kind()`: what a due time means (a wake, a start, a retry...).
+- `suspect_order()`: which due suspects a daemon isolates first.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -374,6 +376,24 @@ def _ends(end: Ending) -> ClaimVerdict:
     if end.status is None:
         return ClaimVerdict(ClaimAction.FAIL, error=end.error)
     return ClaimVerdict(ClaimAction.END, end.status, end.error)
+
+
+def suspect_order(suspects: Iterable[tuple[str, int]], spread: bytes = b"") -> list[str]:
+    """Due suspects, (run_id, crashes charged) in due order, in the order a daemon isolates
+    them: the fewest crashes first, so a run that keeps killing its worker does not hold up
+    the others. Among equals, due order; or, with a `spread` (a daemon's own random
+    bytes), an order of that daemon's own, so that daemons looking at once start workers
+    for different suspects rather than each for the same oldest ones (one claims it, the
+    others' workers start, find it taken and exit, at about half a second of CPU each)."""
+    if not spread:
+        return [run_id for run_id, _ in sorted(suspects, key=lambda s: s[1])]
+    return [
+        run_id
+        for _, _, run_id in sorted(
+            (crashes, hashlib.blake2b(run_id.encode(), key=spread, digest_size=8).digest(), run_id)
+            for run_id, crashes in suspects
+        )
+    ]
 
 
 def claim_wakes(prev: RunStatus, run_at: datetime, created_at: datetime) -> bool:

@@ -619,6 +619,23 @@ def test_a_run_whose_isolated_worker_keeps_dying_is_dead_lettered_as_poison(
     assert charged == [1, 2, 3, 4, 5]
 
 
+def test_daemons_looking_at_once_are_given_different_due_suspects(store: Store) -> None:
+    """Each daemon reads the due suspects in an order of its own (`spread`) among equal
+    crashes, so two that look at once start workers mostly for different runs; without
+    one, the oldest lapse first. A run charged a crash still comes after the others."""
+    ids = [new_run(store, f"r{i:02}") for i in range(12)]
+    claims, _ = store.claim_due(OWNER_A, T0, T0 + LEASE, 12)
+    assert len(claims) == 12
+    now = T0 + LEASE  # every lease lapsed under OWNER_A's name: twelve suspects
+    crashed, _ = store.claim_suspect(OWNER_B, now, now + LEASE)
+    assert crashed is not None and store.charge_crash(crashed.lease, now) == 1
+    assert store.suspects_due(now, 11) == [r for r in ids if r != crashed.run.run_id]
+    one, other = store.suspects_due(now, 3, b"daemon-1"), store.suspects_due(now, 3, b"daemon-2")
+    assert len(set(one) & set(other)) < 3
+    assert store.suspects_due(now, 12, b"daemon-1")[:3] == one
+    assert store.suspects_due(now, 12, b"daemon-2")[-1] == crashed.run.run_id
+
+
 def test_a_suspect_whose_lease_lapsed_alone_is_charged_nothing(store: Store) -> None:
     """A whole process group killed at once (its daemon with it): nobody charges the crash,
     however often it happens; a stale lease charges nothing either."""

@@ -35,6 +35,7 @@ from flowctl.transitions import (
     parked_run_at,
     refusal,
     stop_kind,
+    suspect_order,
 )
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -360,3 +361,21 @@ def test_a_non_retryable_error_ends_the_run_dead_keeping_what_was_raised() -> No
 def test_a_raise_or_a_workflow_that_did_not_load_fails_only_the_attempt(kind: ErrorKind) -> None:
     raised = {"type": "ValueError", "message": "boom"}
     assert ending(kind, a_run(), raised=raised) == Ending(None, {**raised, "kind": kind})
+
+
+def test_suspects_are_isolated_fewest_crashes_first_then_in_due_order() -> None:
+    due = [("a", 2), ("b", 0), ("c", 1), ("d", 0)]
+    assert suspect_order(due) == ["b", "d", "c", "a"]
+
+
+def test_each_daemon_has_its_own_order_among_suspects_of_equal_crashes() -> None:
+    """Two daemons looking at once start workers for different suspects, not each for the
+    same oldest ones; the fewest crashes still go first, and one daemon's order is the same
+    at every look."""
+    due = [(f"r{i:02}", 0) for i in range(20)] + [("poison", 3)]
+    one, other = suspect_order(due, b"daemon-1"), suspect_order(due, b"daemon-2")
+    assert sorted(one) == sorted(other) == sorted(r for r, _ in due)
+    assert one[-1] == other[-1] == "poison"
+    assert one == suspect_order(list(reversed(due)), b"daemon-1")
+    assert one[:4] != [r for r, _ in due[:4]]
+    assert len(set(one[:4]) & set(other[:4])) < 4

@@ -89,14 +89,17 @@ class Isolation:
         holds: Callable[[str], bool],
         *,
         limit: int = ISOLATED_AT_ONCE,
+        spread: bytes | None = None,
     ) -> None:
         """`wake` wakes the daemon's loop (an isolated worker ended); `holds` says whether
         the daemon itself still runs a run (a lease of its own that lapsed while its
-        handler ran late is not taken over from under it here)."""
+        handler ran late is not taken over from under it here); `spread`, this daemon's
+        own order among due suspects (transitions.suspect_order; random by default)."""
         self.store, self.clock, self.config = store, clock, config
         self.wake, self.holds = wake, holds
         self.limit = max(1, min(limit, config.concurrency))
         self.every = reclaim_every(config.lease)
+        self.spread = os.urandom(8) if spread is None else spread
         self._live: dict[str, _Isolated] = {}
         self._lock = threading.Lock()
         self._next_look = float("-inf")
@@ -119,14 +122,15 @@ class Isolation:
         room = self.limit - len(handed)
         due = [
             r
-            for r in self.store.suspects_due(self.clock.now(), 4 * self.limit)
+            for r in self.store.suspects_due(self.clock.now(), 4 * self.limit, self.spread)
             if r not in handed and not self.holds(r)
         ]
         self.waiting = max(0, len(due) - max(room, 0))
         if room <= 0 or not due:
             return changed
-        # The oldest lapse first. Daemons that pick the same run each start a worker for it:
-        # one claims it, the others find it taken and exit.
+        # The fewest crashes first, in this daemon's own order among equals, so daemons that
+        # look at once mostly pick different suspects. Two that pick the same run each start
+        # a worker for it: one claims it, the other finds it taken and exits.
         for run_id in due[:room]:
             self._start(run_id)
         return True

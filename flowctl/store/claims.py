@@ -34,7 +34,13 @@ from flowctl.store.rows import (
 )
 from flowctl.store.sql import Row, Tx
 from flowctl.store.values import Values
-from flowctl.transitions import ClaimAction, ClaimVerdict, claim_verdict, claim_wakes
+from flowctl.transitions import (
+    ClaimAction,
+    ClaimVerdict,
+    claim_verdict,
+    claim_wakes,
+    suspect_order,
+)
 
 _CLAIMABLE = ("queued", "sleeping", "waiting", "running", "paused")
 
@@ -105,7 +111,7 @@ _ONE_DUE = (
 _SUSPECT_DUE = "status = 'running' AND run_at <= ? AND (suspect = 1 OR lease_owner IS NOT NULL)"
 
 # Due suspects are read in due order (the runs_by_status index, no sort), this many at
-# most, and the fewest crashes charged are taken first among them (_fewest_crashes): a run
+# most, and the fewest crashes charged are taken first among them (transitions.suspect_order): a run
 # that keeps killing its worker does not hold up the others.
 _SUSPECTS_READ = 64
 
@@ -160,15 +166,17 @@ class Claims(StoreCore):
         """Whether a run whose worker died under it is due (a read): it waits to run alone."""
         return bool(self.suspects_due(now, 1))
 
-    def suspects_due(self, now: datetime, limit: int) -> list[str]:
-        """Ids of due suspects, the fewest crashes charged first (a read): runs whose lease
-        lapsed under a live owner's name (its worker died or hangs) or that were suspects
-        already. A run released by a drain (no owner) and no suspect is not one."""
+    def suspects_due(self, now: datetime, limit: int, spread: bytes = b"") -> list[str]:
+        """Ids of due suspects in the order a daemon isolates them (suspect_order: the
+        fewest crashes charged first; `spread`, that daemon's own order among equals) (a
+        read): runs whose lease lapsed under a live owner's name (its worker died or hangs)
+        or that were suspects already. A run released by a drain (no owner) and no suspect
+        is not one."""
         rows = self._read(
             f"SELECT run_id, crashes FROM runs WHERE {_SUSPECT_DUE} ORDER BY run_at LIMIT ?",
             [to_us(now), _SUSPECTS_READ + limit],
         )
-        return [str(r[0]) for r in _fewest_crashes(rows)[:limit]]
+        return suspect_order(((str(r[0]), int(r[1])) for r in rows), spread)[:limit]
 
     def suspect_counts(self, now: datetime) -> tuple[int, int]:
         """(suspects running alone now, due suspects waiting for a worker of their own): what
@@ -242,7 +250,7 @@ class Claims(StoreCore):
                 " ORDER BY run_at LIMIT ?{skip_locked}",
                 [times.now_us, _SUSPECTS_READ],
             )
-            for rid, _ in _fewest_crashes(rows):
+            for rid in suspect_order((str(r[0]), int(r[1])) for r in rows):
                 got = _claim_one(tx, rid, times)
                 if got is not None:
                     times.flush(tx)
@@ -250,12 +258,6 @@ class Claims(StoreCore):
             return None, times.ended
 
         return self._write(claim)
-
-
-def _fewest_crashes(rows: Sequence[Row]) -> list[Row]:
-    """(run_id, crashes) rows read in due order: the fewest crashes first, due order kept
-    among equals (a stable sort)."""
-    return sorted(rows, key=lambda r: int(r[1]))
 
 
 def _claim_due(

@@ -336,9 +336,10 @@ class Store(RunListing, ScheduleStore, Protocol):
         """Whether a suspect is due (a read): it waits for a claimer that runs it alone."""
         ...
 
-    def suspects_due(self, now: datetime, limit: int) -> list[str]:
+    def suspects_due(self, now: datetime, limit: int, spread: bytes = b"") -> list[str]:
         """Ids of due suspects (lapsed under an owner, or suspects already; a run a drain
-        released is none), fewest crashes charged first (a read)."""
+        released is none), fewest crashes charged first, then due order or the order of
+        the daemon whose `spread` it is (transitions.suspect_order) (a read)."""
         ...
 
     def suspect_counts(self, now: datetime) -> tuple[int, int]:
