@@ -308,11 +308,6 @@ def test_a_wake_that_comes_during_a_round_goes_before_the_handlers_left_in_it(
             time.sleep(0.1)
             order.append(claim.name)
 
-    def job(name: str) -> tuple[Any, Any]:
-        return SimpleNamespace(name=name, run=SimpleNamespace(workflow="w")), SimpleNamespace(
-            run_id=name
-        )
-
     with Store(db_path) as store:
         runner = BatchRunner(store, execute, ended=lambda: None, failed=failures.append)
         runner.allow_rests(clock, Slots(8), lease=30, heartbeat=1)
@@ -332,6 +327,45 @@ def test_a_wake_that_comes_during_a_round_goes_before_the_handlers_left_in_it(
     assert sorted(order) == sorted([*busy, "woke"])
     # Before, a wake waited for the round: it was resumed after every busy handler.
     assert order.index("woke") < order.index("busy9"), order
+
+
+def job(name: str, *, wakes: bool = False) -> tuple[Any, Any]:
+    """A claim and its live run as the runner sees them (it reads no more of either)."""
+    claim = SimpleNamespace(name=name, run=SimpleNamespace(workflow="w"), wakes=wakes)
+    return claim, SimpleNamespace(run_id=name)
+
+
+def test_a_claimed_wake_starts_before_the_fresh_claims_that_came_with_it(db_path: Path) -> None:
+    """Wakes come first (issue 40, item 3) for a sleeper parked in the database too: its
+    claim (`Claim.wakes`) starts before fresh claims submitted before it, which would
+    otherwise each run a turn first, as in a daemon saturated with fresh work."""
+    order, failures = list[str](), list[BaseException]()
+    gate_up, gate = threading.Event(), threading.Event()
+
+    def execute(claim: Any, live: Any) -> None:
+        if claim.name == "gate":  # holds the runner while the others are submitted
+            gate_up.set()
+            gate.wait(10)
+        else:
+            order.append(claim.name)
+
+    with Store(db_path) as store:
+        runner = BatchRunner(store, execute, ended=lambda: None, failed=failures.append)
+        runner.start()
+        runner.submit(*job("gate"))
+        assert gate_up.wait(5)
+        fresh = [f"fresh{i}" for i in range(5)]
+        for name in fresh:
+            runner.submit(*job(name))
+        runner.submit(*job("woke", wakes=True))
+        runner.submit(*job("late"))
+        gate.set()
+        wait_until(lambda: len(order) == len(fresh) + 2)
+        runner.close()
+        wait_until(lambda: "flowctl-runner" not in {t.name for t in threading.enumerate()})
+    assert not failures
+    # Before, claims started in the order they came: the wake after the five fresh ones.
+    assert order == ["woke", *fresh, "late"]
 
 
 class CommitBreaks(Store):

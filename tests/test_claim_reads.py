@@ -81,6 +81,8 @@ def test_one_claim_of_fresh_woken_and_reclaimed_runs_writes_each_runs_timeline_i
         now = clock.now()
         claims, ended = store.claim_due("t/1/1/0", now, now + timedelta(seconds=15), 8)
         assert ended == [] and {c.run.run_id for c in claims} == {sleeper, fresh}
+        # A wake's claim says so (the batch runner starts it first), a fresh one's does not.
+        assert {c.run.run_id: c.wakes for c in claims} == {sleeper: True, fresh: False}
 
         def tail(run_id: str, n: int) -> list[str]:
             rows = query(
@@ -93,7 +95,7 @@ def test_one_claim_of_fresh_woken_and_reclaimed_runs_writes_each_runs_timeline_i
         assert tail(sleeper, 3) == ["sleep started", "woke", "claimed"]
         assert tail(lapsed, 2) == ["claimed", "suspect"]
         suspect, _ = store.claim_suspect("t/1/1/0", now, now + timedelta(seconds=15))
-        assert suspect is not None and suspect.run.run_id == lapsed
+        assert suspect is not None and suspect.run.run_id == lapsed and not suspect.wakes
         assert tail(lapsed, 3) == ["claimed", "suspect", "reclaimed"]
 
 

@@ -26,6 +26,8 @@ inline: it is meant to be quick and deterministic.
 Wakes come first (issue 40): a resting handler whose wake has come (flowctl.daemon.rests)
 is resumed before every other ready handler, at the start of a round and between two
 handlers of one, so under fresh work it waits for one handler's turn, not a whole round.
+A claimed wake (a sleeper, a waiter, a retry or a start put off, `Claim.wakes`) starts
+before fresh claims and the handlers the last round parked.
 """
 
 from __future__ import annotations
@@ -246,6 +248,7 @@ class BatchRunner:
         all of them, when closing): each makes a greenlet ready. Blocks (if `block`) at
         most until the next wake."""
         timeout = None if self.rests is None else self.rests.next_in()
+        woke: list[tuple[greenlet, Any]] = []  # claims of wakes: before the others
         while True:
             try:
                 event = self._events.get(timeout=timeout) if block else self._events.get_nowait()
@@ -257,11 +260,12 @@ class BatchRunner:
             elif event[0] == "run":
                 g = greenlet(self._run)
                 self._workflows[g] = event[1].run.workflow
-                self._ready.append((g, (event[1], event[2])))
+                (woke if event[1].wakes else self._ready).append((g, (event[1], event[2])))
             else:  # ("step", greenlet): its pooled body finished
                 self._ready.append((event[1], None))
             if self._closing and not self._workflows:
                 return
+        self._ready[:0] = woke
         if self.rests is not None:
             woken = self.rests.stop() if self._closing else self.rests.due()
             self._ready[:0] = [(g, not self._closing) for g in woken]  # first

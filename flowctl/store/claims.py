@@ -486,7 +486,8 @@ class _ClaimTimes:
         for this claim alone and nothing else holds it, so its fields are set to what the
         UPDATE wrote rather than copied into a new Run."""
         prev = run.status
-        self._note(run, verdict, fence)
+        wakes = run.run_at is not None and claim_wakes(prev, run.run_at, run.created_at)
+        self._note(run, verdict, fence, wakes)
         fields = run.__dict__
         fields["status"] = _RUNNING
         fields["lease_owner"] = self.owner
@@ -503,11 +504,12 @@ class _ClaimTimes:
             run=self.values.run(run),  # in the claim's transaction: no key, no claim
             lease=Lease(run.run_id, fence, self.owner),
             woke_from=prev,
+            wakes=wakes,
             journal={} if no_journal else None,
             versions={} if no_versions else None,
         )
 
-    def _note(self, run: Run, verdict: ClaimVerdict, fence: int) -> None:
+    def _note(self, run: Run, verdict: ClaimVerdict, fence: int, wakes: bool) -> None:
         """The timeline rows and the counts move of claiming `run` (still as it was read)."""
         rid, prev, now_us = run.run_id, run.status, self.now_us
         if prev is _RUNNING:
@@ -518,7 +520,8 @@ class _ClaimTimes:
             return
         move = (run.workflow, prev)  # its text made once per move, at flush
         self.moved[move] = self.moved.get(move, 0) + 1
-        if run.run_at is not None and claim_wakes(prev, run.run_at, run.created_at):
+        if wakes:
+            assert run.run_at is not None  # claim_wakes compared it
             scheduled = to_us(run.run_at)
             woke = {
                 "from": str(prev),

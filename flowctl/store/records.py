@@ -113,6 +113,9 @@ class Claim:
     run: Run
     lease: Lease
     woke_from: RunStatus | None = None
+    # It slept, waited or was queued for later (transitions.claim_wakes): the batch runner
+    # resumes it before fresh claims and the handlers its last round parked (issue 40).
+    wakes: bool = False
     # {} when the claim saw that the run has no journal rows (or no version markers), so
     # the replay skips reading them; None: not known, read them.
     journal: dict[int, JournalEntry] | None = None
