@@ -336,3 +336,22 @@ def test_every_store_name_still_resolves() -> None:
     assert (store.Lease, store.SCHEMA_VERSION) == (Lease, SCHEMA_VERSION)
     with pytest.raises(AttributeError):
         _ = store.no_such_name  # type: ignore[attr-defined]
+
+
+def test_the_processes_a_daemon_starts_import_no_asyncio_until_a_body_is_awaited() -> None:
+    """A worker process and an isolated worker (one started per suspect, issue 39) import
+    the workflow context, and with it the fan-out's event loop: asyncio, with socket and
+    ssl, a fifth of their start-up, is loaded only when an `async def` body is awaited."""
+    code = (
+        "import flowctl.daemon.worker, flowctl.daemon.isolated, flowctl.runtime.context\n"
+        "from flowctl.runtime.branches import call_body\n"
+        "import sys\n"
+        "before = 'asyncio' in sys.modules or 'ssl' in sys.modules\n"
+        "async def body(x):\n"
+        "    return x + 1\n"
+        "print(before, call_body(body, (1,), {}), 'asyncio' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert out.split() == ["False", "2", "True"]

@@ -8,7 +8,6 @@ its body returns, not when the slowest one does.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 import queue
@@ -17,9 +16,16 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowctl.retry import blocking
+
+if TYPE_CHECKING:
+    import asyncio
+
+# asyncio is imported where a body is awaited, not here: it brings socket and ssl along,
+# about a fifth of what a daemon, a worker process or an isolated worker imports to start
+# (every one of them imports this module through the workflow context).
 
 THREADS_MAX = 32  # threads for the plain (not async) bodies of one fan-out call
 
@@ -38,6 +44,8 @@ def call_body(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
     one) is awaited on an event loop of its own, on this thread."""
     value = fn(*args, **kwargs)
     if inspect.isawaitable(value):
+        import asyncio
+
         return asyncio.run(_awaited(value))
     return value
 
@@ -97,9 +105,13 @@ class Branches:
         self._stop.set()
 
     def _main(self) -> None:
+        import asyncio
+
         asyncio.run(self._all())
 
     async def _all(self) -> None:
+        import asyncio
+
         gate = asyncio.Semaphore(self._limit)
         self._threads = asyncio.Semaphore(THREADS_MAX)
         await asyncio.gather(*(self._one(job, gate) for job in self._jobs))
@@ -132,6 +144,8 @@ class Branches:
 async def _on_a_thread(job: Job) -> Any:
     """Run a plain body on a daemon thread of its own (not a pool's: a pool's threads are
     joined at exit, so a body stuck past a drain would keep the daemon from exiting)."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Any] = loop.create_future()
 
