@@ -92,3 +92,26 @@ def _kill_the_runner(runner: subprocess.Popen[str], marker: str, guard_killed: b
     runner.wait()
     wait_until(lambda: not any(alive(pid) for pid in tree), timeout=10)
     wait_until(lambda: not alive(now_guard))  # its work done, the guard is gone too
+
+
+def test_a_process_that_ran_a_command_ends_its_guard_as_it_exits() -> None:
+    """At a clean exit the guard is ended and reaped first (atexit), not left to notice
+    the pipe's end after the process is gone: no guard outlives it, and its Popen says
+    nothing at exit (it warned `subprocess N is still running`, a ResourceWarning)."""
+    code = (
+        "from flowctl.yamlflow import guard\n"
+        "from flowctl.yamlflow.commands import run_command\n"
+        "import os\n"
+        "run_command('true', env={'PATH': '/usr/bin:/bin'}, cwd=None, timeout=None,"
+        " should_stop=lambda: None)\n"
+        "print(os.getpid(), flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "always::ResourceWarning", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "ResourceWarning" not in done.stderr, done.stderr
+    assert _guards_of(int(done.stdout)) == []

@@ -18,6 +18,7 @@ SIGKILL of the guard itself.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
@@ -143,6 +144,26 @@ def _restart() -> None:
             return
 
 
+def _at_exit() -> None:
+    """This process ends: end its guard now, as its death would a moment later (any group
+    still listed is killed), and reap it, so the guard is not left running past the exit
+    with its Popen object (which says so at exit, a ResourceWarning)."""
+    global _pipe, _guard
+    with _lock:
+        guard, _guard = _guard, None
+        if _pipe >= 0:
+            os.close(_pipe)
+            _pipe = -1
+    if guard is not None:
+        try:
+            guard.wait(timeout=EXIT_WAIT)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+EXIT_WAIT = 2.0  # seconds an exiting process waits for its guard to end
+
+
 def _after_fork_in_child() -> None:
     """A forked child is another process: it must not keep its parent's guard alive (the
     guard sees its end only when every copy of the pipe's write end is closed), nor list
@@ -151,8 +172,14 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()
     if _pipe >= 0:
         os.close(_pipe)
+    if _guard is not None:
+        # Its parent's guard is no child of this process: dropped as it is, its Popen would
+        # say at once "subprocess N is still running" (a ResourceWarning, printed where a
+        # command's child has its stderr by now, before it execs).
+        vars(_guard)["_child_created"] = False
     _pipe, _guard = -1, None
     _groups.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_at_exit)
