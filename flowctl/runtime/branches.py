@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     import asyncio
 
 # asyncio is imported where a body is awaited, not here: it brings socket and ssl along,
-# about a fifth of what a daemon, a worker process or an isolated worker imports to start
-# (every one of them imports this module through the workflow context).
+# 35 modules and a tenth of the instructions a worker process or an isolated worker spends
+# importing what it needs (each imports this module through the workflow context).
 
 THREADS_MAX = 32  # threads for the plain (not async) bodies of one fan-out call
 

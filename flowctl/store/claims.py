@@ -111,8 +111,9 @@ _ONE_DUE = (
 _SUSPECT_DUE = "status = 'running' AND run_at <= ? AND (suspect = 1 OR lease_owner IS NOT NULL)"
 
 # Due suspects are read in due order (the runs_by_status index, no sort), this many at
-# most, and the fewest crashes charged are taken first among them (transitions.suspect_order): a run
-# that keeps killing its worker does not hold up the others.
+# most, and the fewest crashes charged are taken first among them
+# (transitions.suspect_order): a run that keeps killing its worker does not hold up the
+# others.
 _SUSPECTS_READ = 64
 
 SLEEPS_DUE = (
