@@ -50,6 +50,7 @@ _lock = threading.Lock()
 _groups: set[int] = set()  # the groups the guard must kill if this process dies now
 _pipe = -1  # write end of the guard's stdin; -1: no guard running for this process
 _guard: subprocess.Popen[bytes] | None = None
+_exiting = False  # this process is exiting (_at_exit): no new guard is started
 
 
 def ensure() -> None:
@@ -121,7 +122,7 @@ def _restart() -> None:
     """Start a guard and tell it every group listed now. Without a Python to start (an
     embedded interpreter), the leaders' parent-death signal is all that is left."""
     global _pipe, _guard
-    if not sys.executable:
+    if not sys.executable or _exiting:
         return
     read, write = os.pipe()
     try:
@@ -148,8 +149,9 @@ def _at_exit() -> None:
     """This process ends: end its guard now, as its death would a moment later (any group
     still listed is killed), and reap it, so the guard is not left running past the exit
     with its Popen object (which says so at exit, a ResourceWarning)."""
-    global _pipe, _guard
+    global _pipe, _guard, _exiting
     with _lock:
+        _exiting = True  # a daemon thread starting a command now starts no guard
         guard, _guard = _guard, None
         if _pipe >= 0:
             os.close(_pipe)
@@ -168,8 +170,9 @@ def _after_fork_in_child() -> None:
     """A forked child is another process: it must not keep its parent's guard alive (the
     guard sees its end only when every copy of the pipe's write end is closed), nor list
     its own commands with it."""
-    global _pipe, _guard, _lock
+    global _pipe, _guard, _lock, _exiting
     _lock = threading.Lock()
+    _exiting = False
     if _pipe >= 0:
         os.close(_pipe)
     if _guard is not None:
