@@ -52,11 +52,15 @@ def _loaded_after(code: str) -> list[str]:
         "print(json.dumps(sorted(m for m in sys.modules"
         " if any(m == h or m.startswith(h + '.') for h in heavy))))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
-    loaded: list[str] = json.loads(out.strip().splitlines()[-1])
+    loaded: list[str] = json.loads(_output_of(probe).strip().splitlines()[-1])
     return loaded
+
+
+def _output_of(code: str) -> str:
+    """What a fresh `python -c code` prints."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
 
 
 HELP = (
@@ -239,10 +243,7 @@ def _flowctl_modules_after(argv: list[str], db: str) -> set[str]:
         "    pass\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'flowctl')))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
-    return set(json.loads(out.strip().splitlines()[-1]))
+    return set(json.loads(_output_of(probe).strip().splitlines()[-1]))
 
 
 def test_help_loads_the_cli_skeleton_only(tmp_path: Path) -> None:
@@ -281,10 +282,7 @@ def test_ls_leaves_the_writes_and_every_heavy_module_unloaded(tmp_path: Path) ->
         "import sys, json\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
-    loaded = set(json.loads(out.strip().splitlines()[-1]))
+    loaded = set(json.loads(_output_of(code).strip().splitlines()[-1]))
     assert "flowctl.store.listing" in loaded  # the probe really read the database
     never = (
         "flowctl.runtime.engine",
@@ -341,7 +339,8 @@ def test_every_store_name_still_resolves() -> None:
 def test_the_processes_a_daemon_starts_import_no_asyncio_until_a_body_is_awaited() -> None:
     """A worker process and an isolated worker (one started per suspect, issue 39) import
     the workflow context, and with it the fan-out's event loop: asyncio, with socket and
-    ssl, a fifth of their start-up, is loaded only when an `async def` body is awaited."""
+    ssl (35 modules, a tenth of their start-up's instructions), is loaded only when an
+    `async def` body is awaited."""
     code = (
         "import flowctl.daemon.worker, flowctl.daemon.isolated, flowctl.runtime.context\n"
         "from flowctl.runtime.branches import call_body\n"
@@ -351,7 +350,4 @@ def test_the_processes_a_daemon_starts_import_no_asyncio_until_a_body_is_awaited
         "    return x + 1\n"
         "print(before, call_body(body, (1,), {}), 'asyncio' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
-    assert out.split() == ["False", "2", "True"]
+    assert _output_of(code).split() == ["False", "2", "True"]
