@@ -17,6 +17,7 @@ from flowctl.clock import FakeClock
 from flowctl.config import load_config
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.daemon.notifier import PASS_ROWS, Notifier
+from flowctl.daemon.spawn import child_settings, config_of
 from flowctl.errors import ConfigError, ValidationError
 from flowctl.model import RunStatus
 from flowctl.notify import (
@@ -311,3 +312,42 @@ def _s(seconds: float) -> object:
     from datetime import timedelta
 
     return timedelta(seconds=seconds)
+
+
+def test_a_daemon_writes_no_outbox_row_for_a_completion_its_notify_does_not_want(
+    store: Store,
+    tmp_path: Path,
+    flows: Path,
+    fake_clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As `flowctl daemon` runs (its DaemonConfig carries the endings no channel of its
+    [notify] wants, notify.unwanted_endings): a completion writes no outbox row that its
+    notifier would only drop. A run whose override wants it is still told, and a dead
+    run's row is written as before."""
+    command = (sys.executable, "-c", "import os; open(os.environ['OUT'], 'a').write('dead\\n')")
+    config = NotifyConfig(on=frozenset({"dead"}), command=command)
+    untold = unwanted_endings(config)
+    assert untold == ("completed", "cancelled")
+    daemon = Daemon(store, fake_clock, DaemonConfig(concurrency=8, untold=untold))
+    fine = [start(store, flows, "fine", fake_clock) for _ in range(3)]
+    loud = start(store, flows, "loud", fake_clock)  # its override adds a command on completed
+    doomed = start(store, flows, "doomed", fake_clock)
+    for _ in range(3):
+        daemon.tick()
+    assert [store.get_run(r).status for r in fine] == [RunStatus.COMPLETED] * 3
+    rows = store.due_notifications(fake_clock.now())
+    assert sorted(r.run_id for r in rows) == sorted([loud, doomed])
+    notifier = Notifier(store, fake_clock, config, daemon.owner)
+    monkeypatch.setenv("OUT", str(tmp_path / "dead.log"))  # the command inherits it
+    assert notifier.deliver_due() == 2
+    assert (tmp_path / "out.log").read_text().startswith(f"{loud} completed")
+    assert (tmp_path / "dead.log").read_text() == "dead\n"
+
+
+def test_worker_processes_are_given_the_endings_nobody_wants(store: Store) -> None:
+    """A daemon's worker processes write completions too: the endings its [notify] does not
+    want reach them with the rest of its settings (as JSON, through the control pipe)."""
+    for untold in [("completed",), ()]:
+        settings = json.loads(json.dumps(child_settings(store, DaemonConfig(untold=untold))))
+        assert config_of(settings["config"]).untold == untold

@@ -9,13 +9,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from helpers import open_same
+from helpers import ParkedRound, open_same
 
 from flowctl import ops
 from flowctl.clock import FakeClock
 from flowctl.daemon import Daemon, DaemonConfig
 from flowctl.daemon.notifier import Notifier
-from flowctl.model import RunStatus
+from flowctl.model import CallKind, EntryState, JournalEntry, RunStatus
 from flowctl.notify import NotifyConfig
 from flowctl.store import Store
 
@@ -83,6 +83,55 @@ def test_every_ending_writes_one_pending_row_with_the_pinned_override(
     assert all(r.created_at == fake_clock.now() for r in rows)
     assert len(store.due_notifications(fake_clock.now(), limit=2)) == 2
     assert store.due_notifications(fake_clock.now() - timedelta(seconds=1)) == []
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["alone", "in-a-round"])
+def test_completions_no_channel_wants_leave_no_row_but_a_runs_override_does(
+    store: Store, flows: Path, fake_clock: FakeClock, batched: bool
+) -> None:
+    """A store told that no channel wants completions (the daemon's [notify] has none, or
+    none `on` completed) writes no outbox row for a completion, which its notifier would
+    only drop, except for a run with a notify override of its own; told nothing, it
+    writes every one. Both ways a completion is written: alone, and a round's together."""
+    quiet = [start(store, flows, "fine", fake_clock) for _ in range(3)]
+    loud = start(store, flows, "loud", fake_clock)
+    told = start(store, flows, "fine", fake_clock)
+    now = fake_clock.now()
+    got, _ = store.claim_due("me/1/1/0", now, now + timedelta(seconds=30), 5)
+    leases = {c.run.run_id: c.lease for c in got}
+    assert set(leases) == {*quiet, loud, told}
+
+    def complete(run_id: str) -> None:
+        links = (None, None) if batched else None
+        done = store.complete_run(
+            leases[run_id], "ok", now, 0.001, entry=checkpoint(run_id), links=links
+        )
+        assert done
+
+    store.leave_untold(["completed", "dead", "cancelled"])
+    if batched:
+        runner = ParkedRound(store)
+        for run_id in [*quiet, loud]:
+            runner.start(complete, run_id)
+        runner.write_round()
+        runner.close()
+    else:
+        for run_id in [*quiet, loud]:
+            complete(run_id)
+    store.leave_untold([])
+    complete(told)
+    assert all(store.get_run(r).status is RunStatus.COMPLETED for r in leases)
+    rows = store.due_notifications(now)
+    assert sorted(r.run_id for r in rows) == sorted([loud, told])
+    assert {r.run_id: r.override for r in rows}[loud] == {
+        "on": ["completed"],
+        "webhook": "https://example.invalid/hook",
+    }
+
+
+def checkpoint(run_id: str) -> JournalEntry:
+    """A done step at call index 0, the last checkpoint a completion journals with it."""
+    return JournalEntry(run_id, 0, CallKind.STEP, "s", EntryState.DONE, 1)
 
 
 def test_a_claim_is_taken_once_and_released_only_by_its_holder(

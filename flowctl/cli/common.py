@@ -317,5 +317,8 @@ def _daemon_config(st: State, **overrides: Any) -> Any:
     key_file = resolve_key_file(cfg)
     if key_file is not None:
         values["key_file"] = str(key_file.resolve())
+    from flowctl.notify import unwanted_endings
+
+    values["untold"] = unwanted_endings(cfg.notify())
     values.update({k: v for k, v in overrides.items() if v is not None})
     return DaemonConfig(**values)

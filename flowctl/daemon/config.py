@@ -23,6 +23,9 @@ class DaemonConfig:
     batch: bool = True  # on SQLite: greenlets on one thread (flowctl.daemon.batch)
     retention: dict[RunStatus, timedelta] = field(default_factory=dict)  # see RetentionPass
     key_file: str | None = None  # values sealed with it (issue 42); children open it too
+    # Endings no channel of the daemon's [notify] wants (notify.unwanted_endings): its
+    # completions put no outbox row for them, save runs with an override (Store.leave_untold).
+    untold: tuple[str, ...] = ()
 
     def check(self, clock: Clock, *, one_run: bool) -> None:
         """Refuse, with the setting to change, what would break the loop's promises: a

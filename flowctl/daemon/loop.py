@@ -80,6 +80,7 @@ class Daemon:
         one_run = only_run_id is not None
         self.config.check(clock, one_run=one_run)
         self.store, self.clock = store, clock
+        store.leave_untold(self.config.untold)
         self.engine = engine or Engine(store, clock)
         self.owner = make_owner()
         self.only_run_id, self.worker_of = only_run_id, worker_of

@@ -96,6 +96,7 @@ def config_of(values: dict[str, Any]) -> DaemonConfig:
         for status, seconds in values.get("retention", {}).items()
     }
     values["workers"] = 1
+    values["untold"] = tuple(values.get("untold", ()))
     return DaemonConfig(**values)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
@@ -39,6 +39,8 @@ class StoreCore:
     def __init__(self, db: Database, values: Values = PLAIN) -> None:
         self.db = db
         self.values = values  # seals what is written, opens what is read (store.values)
+        # Endings put in the outbox only for runs with a notify override (leave_untold).
+        self.untold: frozenset[str] = frozenset()
         self._local = _Local()
         self._keys_checked = time.monotonic()
 
@@ -133,6 +135,9 @@ class StoreCore:
 
     def own_writes(self) -> AbstractContextManager[None]:
         return self.db.own_writes()
+
+    def leave_untold(self, statuses: Collection[str]) -> None:
+        self.untold = frozenset(statuses)
 
     def set_group_commit(self, on: bool) -> None:
         self.db.set_group_commit(on)

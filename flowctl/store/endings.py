@@ -29,6 +29,13 @@ RUNNING_OF_SCHEDULE = (
 NOTIFICATION_INSERT = (
     "INSERT INTO notifications (run_id, status, error_kind, created_at, due_at) VALUES (?,?,?,?,?)"
 )
+# The same, only when the run has a notify override of its own (Store.leave_untold): the
+# same parameters, then the run's id again.
+NOTIFICATION_IF_PINNED = (
+    "INSERT INTO notifications (run_id, status, error_kind, created_at, due_at)"
+    " SELECT CAST(? AS TEXT), CAST(? AS TEXT), CAST(? AS TEXT), ?, ? FROM runs"
+    " WHERE run_id = ? AND notify IS NOT NULL"
+)
 
 
 def move_counts(tx: Tx, moves: Mapping[tuple[str, str, str], int]) -> None:

@@ -20,6 +20,7 @@ from flowctl.model import JournalEntry, RunStatus, from_us, to_us
 from flowctl.store.branches import ended_children
 from flowctl.store.core import StoreCore
 from flowctl.store.endings import (
+    NOTIFICATION_IF_PINNED,
     NOTIFICATION_INSERT,
     end,
     fail,
@@ -204,11 +205,13 @@ class FencedWrites(StoreCore):
             lease.owner,
         ]
 
+        told = str(RunStatus.COMPLETED) not in self.untold
+
         def write(tx: Tx) -> bool:
-            return _complete(tx, lease, row, ending, links)
+            return _complete(tx, lease, row, ending, links, told)
 
         if row is not None and links == (None, None):
-            return self._write(write, batch=COMPLETIONS, params=(row, ending))
+            return self._write(write, batch=COMPLETIONS, params=(row, ending, told))
         return self._write(write)
 
     def fail_attempt(
@@ -387,6 +390,7 @@ def _complete(
     row: list[Any] | None,
     ending: list[Any],
     links: tuple[str | None, str | None] | None,
+    told: bool,
 ) -> bool:
     """complete_run's transaction, alone."""
     if row is not None and not _journal_held(tx, row):
@@ -397,7 +401,7 @@ def _complete(
             return False
         links = found[0], found[1]
     parent, schedule = links
-    if not _completed(tx, ending):  # no entry: the UPDATE is the fence check
+    if not _completed(tx, ending, told):  # no entry: the UPDATE is the fence check
         return False
     if parent is not None:  # known from the claim or read under the lease
         wake_parent(tx, lease.run_id, ending[1])
@@ -406,17 +410,33 @@ def _complete(
     return True
 
 
-def _completed(tx: Tx, ending: list[Any]) -> bool:
+def _completed(tx: Tx, ending: list[Any], told: bool) -> bool:
     """Complete a held run (its row, its counts move, its `completed` event and its outbox
-    row); False, writing nothing, when its lease is lost."""
+    row: unless `told`, only with a notify override); False, writing nothing, when its
+    lease is lost."""
     done = tx.all(_COMPLETE + " RETURNING workflow", ending)
     if not done:
         return False
     move_counts(tx, {(done[0][0], "running", "completed"): 1})
     run_id, now_us = ending[3], ending[1]
     tx.execute("{timeline_insert}", (run_id, now_us, "completed", None))
-    tx.execute(NOTIFICATION_INSERT, (run_id, str(RunStatus.COMPLETED), None, now_us, now_us))
+    _record_completions(tx, [ending], told)
     return True
+
+
+def _record_completions(tx: Tx, endings: list[list[Any]], told: bool) -> None:
+    """The outbox rows of these completions (complete_run's `ending` parameters): all of
+    them, or (not `told`: no channel of this process's [notify] wants a completion) those
+    of runs with a notify override alone."""
+    done = str(RunStatus.COMPLETED)
+    if not endings:
+        return
+    if told:
+        tx.send_many(NOTIFICATION_INSERT, [(e[3], done, None, e[1], e[1]) for e in endings])
+    else:
+        tx.send_many(
+            NOTIFICATION_IF_PINNED, [(e[3], done, None, e[1], e[1], e[3]) for e in endings]
+        )
 
 
 def _checkpoints(tx: Tx, writes: list[Write[Any]]) -> None:
@@ -443,8 +463,8 @@ def _completions(tx: Tx, writes: list[Write[Any]]) -> None:
     tx.send_many(_COMPLETE, endings)
     move_counts_of(tx, [ending[3] for ending in endings], "running", "completed")
     add_events(tx, [(e[3], e[1], "completed", None) for e in endings])
-    done = str(RunStatus.COMPLETED)
-    tx.send_many(NOTIFICATION_INSERT, [(e[3], done, None, e[1], e[1]) for e in endings])
+    for told in (True, False):
+        _record_completions(tx, [w.params[1] for w in writes if w.params[2] is told], told)
     for write in writes:
         write.result = True
 

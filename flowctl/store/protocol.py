@@ -5,7 +5,7 @@ keeps)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -119,6 +119,14 @@ class Store(RunListing, ScheduleStore, Protocol):
     def own_writes(self) -> AbstractContextManager[None]:
         """This thread's writes in the block leave data_version() alone (the daemon keeps
         its wheel true from what they return)."""
+        ...
+
+    def leave_untold(self, statuses: Collection[str]) -> None:
+        """Runs that end with one of these statuses put nothing in the notification outbox
+        unless they have a notify override of their own: no channel of this process's
+        [notify] wants them (notify.unwanted_endings), so a notifier would only drop the
+        rows. Applied where a run completes, the ending nearly every run has; the rarer
+        endings (dead, cancelled) are recorded still, and the notifier drops those."""
         ...
 
     def set_group_commit(self, on: bool) -> None:
