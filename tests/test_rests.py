@@ -155,10 +155,13 @@ def test_a_short_sleep_rests_in_memory_its_handler_started_once(
             assert run.result == i + 2
             # No replay: the handler started once and each body ran once.
             assert [seen.count(f"{w} {rid}") for w in ("start", "one", "two")] == [1, 1, 1]
-            # Taken back by its own handler: a second fence, with the wake in the timeline.
+            # Taken back by its own handler: a second fence, with the wake in the timeline
+            # (no claim, so no second `claimed` event).
             assert run.fence == 2
             kinds = events(db, rid)
-            assert kinds == ["claimed", "sleep started", "woke", "claimed", "completed"]
+            assert kinds == ["claimed", "sleep started", "woke", "completed"]
+            [woke] = [e.data for e in s.timeline(rid) if e.type == "woke"]
+            assert (woke["fence"], woke["attempt"], woke["from"]) == (2, 1, "sleeping")
             sleep = s.journal(rid)[1]
             assert (sleep.kind, sleep.state) == ("sleep", EntryState.DONE)
             assert sleep.resolved_at is not None and sleep.wake_at is not None
@@ -233,7 +236,7 @@ def test_a_failed_try_is_retried_in_memory_after_its_backoff(
             step = s.journal(rid)[0]
             assert (step.state, step.tries) == (EntryState.DONE, 2)
             kinds = events(db, rid)
-            assert kinds[1:] == ["step retry scheduled", "woke", "claimed", "completed"]
+            assert kinds[1:] == ["step retry scheduled", "woke", "completed"]
 
 
 def test_a_sleep_longer_than_a_rest_parks_the_run_as_before(

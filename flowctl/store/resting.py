@@ -8,8 +8,8 @@ time, a failed try with its retry time) and gives up the lease, leaving the run
 plus a margin if that is later. So:
 
 - no other claimer takes it before then; the handler takes it back at the wake with
-  `resume_run` (a new fence, its sleep resolved, its `woke` and `claimed` events), with
-  no claim, no replay and no read, and with the lease it let go while that has long
+  `resume_run` (a new fence, its sleep resolved, its `woke` event), with no claim, no
+  replay and no read, and with the lease it let go while that has long
   enough to run (else a new one);
 - if the daemon dies or stops meanwhile, any daemon claims it at `run_at` as a run a
   stopping daemon handed back (no suspect: nobody died in it), and its replay finds the
@@ -96,7 +96,7 @@ class _Rest:
 
 class _Resume:
     """What one resume writes, made before the write's turn: its UPDATE's parameters, its
-    `woke` and `claimed` events, and its sleep's resolution (None for a retry). `kept`:
+    `woke` event, and its sleep's resolution (None for a retry). `kept`:
     the parameters of _RESUME_KEPT (None: a new lease in any case)."""
 
     __slots__ = ("events", "kept", "params", "sleeps")
@@ -116,16 +116,16 @@ class _Resume:
         self.kept = (
             None if keep_from is None else [lease.owner, run_id, lease.fence, to_us(keep_from)]
         )
+        # Its own handler takes it back: no claim, so no `claimed` event (nor one counted
+        # in the claims metric); the `woke` event names the fence it goes on under.
         woke = {
             "from": str(parked),
             "scheduled": scheduled.isoformat(timespec="microseconds"),
             "late_ms": round((now_us - to_us(scheduled)) / 1000, 3),
+            "fence": lease.fence + 1,
+            "attempt": attempt,
         }
-        claimed = {"by": lease.owner, "fence": lease.fence + 1, "attempt": attempt}
-        self.events = [
-            timeline_row(run_id, now_us, "woke", woke),
-            timeline_row(run_id, now_us, "claimed", claimed),
-        ]
+        self.events = [timeline_row(run_id, now_us, "woke", woke)]
         # A sleep's entry resolves, as a claim resolves it (a retry parks on no sleep).
         self.sleeps = [now_us, run_id, now_us] if parked is RunStatus.SLEEPING else None
 
@@ -185,8 +185,8 @@ class Resting(StoreCore):
         *,
         keep_from: datetime | None = None,
     ) -> Resumed | None:
-        """Take back the run `lease` let rest, as a claim would (a new fence, `woke` and
-        `claimed` events, its sleep resolved) with the lease it let go if that still ends
+        """Take back the run `lease` let rest, as a claim would (a new fence, a `woke`
+        event, its sleep resolved) with the lease it let go if that still ends
         at or after `keep_from`, else a new one until `lease_until`: None, writing nothing,
         when it is no longer as its handler left it (claimed by another, ended)."""
         until_us = to_us(lease_until)
