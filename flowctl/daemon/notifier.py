@@ -105,8 +105,9 @@ class Notifier:
         """One pass over the due outbox rows; returns how many tries were made."""
         self.reclaim_orphans()
         now = self.clock.now()
-        # What no channel here can want goes first, in one statement: most rows, when no
-        # [notify] is set. The rest (an override, a wanted ending) are looked at one by one.
+        # What no channel here can want goes first, in one statement (a daemon's own
+        # completions write none: Store.leave_untold; dead and cancelled runs, and other
+        # writers, do). The rest (an override, a wanted ending) are looked at one by one.
         dropped = self.store.drop_unwanted_notifications(
             unwanted_endings(self.config), now, DROP_ROWS
         )

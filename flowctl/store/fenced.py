@@ -428,9 +428,9 @@ def _record_completions(tx: Tx, endings: list[list[Any]], told: bool) -> None:
     """The outbox rows of these completions (complete_run's `ending` parameters): all of
     them, or (not `told`: no channel of this process's [notify] wants a completion) those
     of runs with a notify override alone."""
-    done = str(RunStatus.COMPLETED)
     if not endings:
         return
+    done = str(RunStatus.COMPLETED)
     if told:
         tx.send_many(NOTIFICATION_INSERT, [(e[3], done, None, e[1], e[1]) for e in endings])
     else:
