@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -32,6 +34,7 @@ from flowctl.notify import (
 from flowctl.ops.metrics import render
 from flowctl.runtime.targets import load_target
 from flowctl.store import Store
+from tests.conftest import ROOT
 from tests.helpers import query, wait_until
 from tests.notify_helpers import webhook_server
 
@@ -351,3 +354,28 @@ def test_worker_processes_are_given_the_endings_nobody_wants(store: Store) -> No
     for untold in [("completed",), ()]:
         settings = json.loads(json.dumps(child_settings(store, DaemonConfig(untold=untold))))
         assert config_of(settings["config"]).untold == untold
+
+
+@pytest.mark.parametrize("table", ["", '[notify]\non = ["completed"]\ncommand = ["true"]\n'])
+def test_the_cli_reads_notify_to_leave_out_the_completions_nobody_wants(
+    tmp_path: Path, flows: Path, table: str
+) -> None:
+    """`flowctl run --wait` (no notifier of its own, so every row it writes stays) takes
+    the endings nobody wants from flowctl.toml's [notify], as `flowctl daemon` does: with
+    no table its completion writes no outbox row, with one that wants completions it
+    writes one."""
+    if table:
+        (tmp_path / "flowctl.toml").write_text(table)
+    db = tmp_path / "cli.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("FLOWCTL_DB", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "flowctl", "--db", str(db), "run", f"{flows}:fine", "--wait"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [(r[1], r[2]) for r in outbox(db)] == ([("completed", "pending")] if table else [])
