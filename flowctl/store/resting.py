@@ -9,8 +9,8 @@ plus a margin if that is later. So:
 
 - no other claimer takes it before then; the handler takes it back at the wake with
   `resume_run` (a new fence, its sleep resolved, its `woke` event), with no claim, no
-  replay and no read, and with the lease it let go while that has long
-  enough to run (else a new one);
+  replay and no read, and with the lease it let go while that has long enough to run
+  (else a new one);
 - if the daemon dies or stops meanwhile, any daemon claims it at `run_at` as a run a
   stopping daemon handed back (no suspect: nobody died in it), and its replay finds the
   sleep due, or the step to retry;
@@ -96,8 +96,8 @@ class _Rest:
 
 class _Resume:
     """What one resume writes, made before the write's turn: its UPDATE's parameters, its
-    `woke` event, and its sleep's resolution (None for a retry). `kept`:
-    the parameters of _RESUME_KEPT (None: a new lease in any case)."""
+    `woke` event, and its sleep's resolution (None for a retry). `kept`: the parameters
+    of _RESUME_KEPT (None: a new lease in any case)."""
 
     __slots__ = ("events", "kept", "params", "sleeps")
 
@@ -186,9 +186,9 @@ class Resting(StoreCore):
         keep_from: datetime | None = None,
     ) -> Resumed | None:
         """Take back the run `lease` let rest, as a claim would (a new fence, a `woke`
-        event, its sleep resolved) with the lease it let go if that still ends
-        at or after `keep_from`, else a new one until `lease_until`: None, writing nothing,
-        when it is no longer as its handler left it (claimed by another, ended)."""
+        event, its sleep resolved) with the lease it let go if that still ends at or after
+        `keep_from`, else a new one until `lease_until`: None, writing nothing, when it is
+        no longer as its handler left it (claimed by another, ended)."""
         until_us = to_us(lease_until)
         resume = _Resume(lease, parked, scheduled, to_us(now), until_us, attempt, keep_from)
         flags = self._write(lambda tx: _resume(tx, resume), batch=RESUMES, params=resume)

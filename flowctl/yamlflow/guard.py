@@ -51,6 +51,7 @@ _groups: set[int] = set()  # the groups the guard must kill if this process dies
 _pipe = -1  # write end of the guard's stdin; -1: no guard running for this process
 _guard: subprocess.Popen[bytes] | None = None
 _exiting = False  # this process is exiting (_at_exit): no new guard is started
+EXIT_WAIT = 2.0  # seconds an exiting process waits for its guard to end
 
 
 def ensure() -> None:
@@ -161,9 +162,6 @@ def _at_exit() -> None:
             guard.wait(timeout=EXIT_WAIT)
         except subprocess.TimeoutExpired:
             pass
-
-
-EXIT_WAIT = 2.0  # seconds an exiting process waits for its guard to end
 
 
 def _after_fork_in_child() -> None:
